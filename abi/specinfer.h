@@ -1,0 +1,392 @@
+/*
+ * specinfer.h — the public C ABI of specinfer.
+ *
+ * specinfer makes language-model decoding on the CPU faster by speculative decoding without
+ * changing what the model says: a cheap *drafter* proposes tokens, the *target* scores them all
+ * in one batched pass, and a *coupler* decides which to keep.
+ *
+ * Conventions (they hold for every function below unless its comment says otherwise):
+ *  - Every call that can fail returns a specinfer_status. SPECINFER_OK is 0.
+ *  - Functions that create an object take an optional `char **errmsg`. On failure, when errmsg is
+ *    not NULL, *errmsg receives a message that the caller frees with specinfer_free(). On success
+ *    *errmsg is set to NULL. Once an object exists, its last error is read with *_errmsg(handle).
+ *  - The caller owns what it passes in; objects the library creates are freed by their *_destroy,
+ *    and destroying NULL is a no-op.
+ *  - Parameter and result structs carry their size as the first field and have an initializer;
+ *    fields are only ever appended.
+ *  - No C++ exception crosses this boundary and no function aborts on bad input.
+ *  - Thread safety: a registry may be used from several threads at once. A target, a drafter and a
+ *    session are used by one thread at a time; different sessions run concurrently. Couplers and
+ *    sketchers are immutable after creation and may be shared freely.
+ */
+#ifndef SPECINFER_H
+#define SPECINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SPECINFER_BUILDING_LIBRARY)
+#define SPECINFER_API __attribute__((visibility("default")))
+#else
+#define SPECINFER_API
+#endif
+
+#if defined(__GNUC__)
+#define SPECINFER_DEPRECATED(hint) __attribute__((deprecated(hint)))
+#else
+#define SPECINFER_DEPRECATED(hint)
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versions
+ * ------------------------------------------------------------------------------------------- */
+
+#define SPECINFER_VERSION_MAJOR 0
+#define SPECINFER_VERSION_MINOR 1
+#define SPECINFER_VERSION_PATCH 0
+#define SPECINFER_VERSION_STRING "0.1.0"
+/* MAJOR * 1000000 + MINOR * 1000 + PATCH. */
+#define SPECINFER_VERSION_NUMBER                                                                   \
+  (SPECINFER_VERSION_MAJOR * 1000000 + SPECINFER_VERSION_MINOR * 1000 + SPECINFER_VERSION_PATCH)
+
+/* The version of the library actually loaded; compare with SPECINFER_VERSION_NUMBER to check that
+ * header and library agree. Never fails; thread-safe. */
+SPECINFER_API int specinfer_version_number(void);
+/* The same as a static string, e.g. "0.1.0". */
+SPECINFER_API const char *specinfer_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum specinfer_status {
+  SPECINFER_OK = 0,
+  SPECINFER_ERR_INVALID_ARGUMENT = 1, /* NULL where a value is needed, bad size, NaN, ... */
+  SPECINFER_ERR_OUT_OF_MEMORY = 2,
+  SPECINFER_ERR_NOT_FOUND = 3,       /* unknown plugin, missing file */
+  SPECINFER_ERR_IO = 4,              /* a file could not be read or mapped */
+  SPECINFER_ERR_FORMAT = 5,          /* a file or byte string is corrupt or truncated */
+  SPECINFER_ERR_ABI_MISMATCH = 6,    /* a plugin built for another plugin ABI */
+  SPECINFER_ERR_UNSUPPORTED = 7,     /* valid but not supported (model architecture, type, ...) */
+  SPECINFER_ERR_CONFIG = 8,          /* unknown key or bad value in a key=value config */
+  SPECINFER_ERR_STATE = 9,           /* call not valid in the object's current state */
+  SPECINFER_ERR_CANCELLED = 10,      /* a callback asked to stop */
+  SPECINFER_ERR_PLUGIN = 11,         /* a plugin reported a failure */
+  SPECINFER_ERR_CONTEXT_FULL = 12,   /* the target's context window is full */
+  SPECINFER_ERR_BUFFER_TOO_SMALL = 13, /* the caller's buffer is too small; the size needed is returned */
+  SPECINFER_ERR_INTERNAL = 14        /* a bug in specinfer; please report it */
+} specinfer_status;
+
+/* The static name of a status code ("SPECINFER_ERR_CONFIG"); "SPECINFER_UNKNOWN_STATUS" for a
+ * value outside the enum. Never NULL, never freed. */
+SPECINFER_API const char *specinfer_status_str(int status);
+
+/* Frees memory the library handed to the caller (error messages). NULL is a no-op. */
+SPECINFER_API void specinfer_free(void *ptr);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum specinfer_log_level {
+  SPECINFER_LOG_DEBUG = 0,
+  SPECINFER_LOG_INFO = 1,
+  SPECINFER_LOG_WARN = 2,
+  SPECINFER_LOG_ERROR = 3,
+  SPECINFER_LOG_NONE = 4
+} specinfer_log_level;
+
+/* A log sink. Called from whatever thread logs, possibly concurrently; `message` is valid only
+ * during the call and has no trailing newline. */
+typedef void (*specinfer_log_fn)(void *user, specinfer_log_level level, const char *message);
+
+/* ---------------------------------------------------------------------------------------------
+ * The registry: plugins, and the backend's threads
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct specinfer_registry specinfer_registry;
+typedef struct specinfer_target specinfer_target;
+typedef struct specinfer_drafter specinfer_drafter;
+typedef struct specinfer_coupler specinfer_coupler;
+typedef struct specinfer_session specinfer_session;
+typedef struct specinfer_sketcher specinfer_sketcher;
+
+/* Declared in specinfer_plugin.h: what a plugin exports (or an application registers). */
+struct specinfer_plugin_descriptor;
+
+typedef struct specinfer_registry_params {
+  uint32_t struct_size;   /* sizeof(specinfer_registry_params) */
+  int32_t n_threads;      /* backend threads; 0 = SPECINFER_THREADS from the environment, else all cores */
+  int32_t load_builtin;   /* 1 (default): plugins named in open calls are looked up on the plugin path */
+  specinfer_log_fn log;   /* NULL (default): messages at WARN and above go to stderr */
+  void *log_user;
+  specinfer_log_level log_level; /* the least severe level passed to `log`; default INFO */
+} specinfer_registry_params;
+
+/* Fills `params` with the defaults. */
+SPECINFER_API void specinfer_registry_params_init(specinfer_registry_params *params);
+
+/* Creates a registry: the set of loaded plugins and the backend thread pool that targets and
+ * drafters opened through it run on. `params` may be NULL for the defaults.
+ * Errors: INVALID_ARGUMENT (out NULL, params with a bad struct_size), OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_registry_create(const specinfer_registry_params *params,
+                                                         specinfer_registry **out, char **errmsg);
+
+/* Destroys the registry and unloads its plugins. Every target and drafter opened through it must
+ * have been destroyed first (they are refused otherwise: STATE, and nothing is freed). */
+SPECINFER_API specinfer_status specinfer_registry_destroy(specinfer_registry *registry);
+
+/* The plugin search path: SPECINFER_PLUGIN_PATH (colon-separated) if set, then the directory
+ * `specinfer/plugins` beside the loaded library, then `plugins` beside it (build tree), then the
+ * install directory compiled in. Returned as one colon-separated string, valid until the registry
+ * is destroyed. */
+SPECINFER_API const char *specinfer_registry_plugin_path(const specinfer_registry *registry);
+
+/* Loads one plugin file (a shared object exporting `specinfer_plugin_entry`). Loading a plugin
+ * whose name is already registered fails with STATE. A plugin built for another plugin ABI is
+ * refused with ABI_MISMATCH and a message naming both versions.
+ * Errors: INVALID_ARGUMENT, NOT_FOUND, IO (dlopen failed), FORMAT (no entry symbol), ABI_MISMATCH,
+ * PLUGIN (its init failed), STATE. */
+SPECINFER_API specinfer_status specinfer_registry_load_plugin(specinfer_registry *registry,
+                                                              const char *path, char **errmsg);
+
+/* Loads every `specinfer-*.so` in `dir`. Files that fail to load are logged at WARN and skipped;
+ * `*n_loaded` (may be NULL) receives how many loaded. Errors: INVALID_ARGUMENT, NOT_FOUND (no such
+ * directory). */
+SPECINFER_API specinfer_status specinfer_registry_load_dir(specinfer_registry *registry,
+                                                           const char *dir, int32_t *n_loaded,
+                                                           char **errmsg);
+
+/* Registers a plugin that lives in the calling process (a drafter written in Rust, Go, Python ...).
+ * The descriptor and everything it points to must stay valid until the plugin is unloaded or the
+ * registry destroyed. Same checks as specinfer_registry_load_plugin. */
+SPECINFER_API specinfer_status specinfer_registry_register_plugin(
+    specinfer_registry *registry, const struct specinfer_plugin_descriptor *descriptor,
+    char **errmsg);
+
+/* Unloads a plugin by name. Fails with STATE while targets or drafters made by it are open,
+ * NOT_FOUND when no plugin has that name. */
+SPECINFER_API specinfer_status specinfer_registry_unload_plugin(specinfer_registry *registry,
+                                                                const char *name, char **errmsg);
+
+/* What the registry says of one loaded plugin. Strings stay valid while the plugin is loaded. */
+typedef struct specinfer_plugin_info {
+  uint32_t struct_size;
+  const char *name;        /* "kgram" */
+  const char *version;     /* the plugin's own version */
+  const char *description;
+  const char *path;        /* the file it came from; "" for an in-process plugin */
+  int32_t has_target;      /* provides "specinfer.target-factory/1" */
+  int32_t has_drafter;     /* provides "specinfer.drafter-factory/1" */
+  uint32_t abi_version;    /* plugin ABI it was built for */
+} specinfer_plugin_info;
+
+/* Number of loaded plugins. */
+SPECINFER_API int32_t specinfer_registry_plugin_count(const specinfer_registry *registry);
+/* Fills `info` (its struct_size set by the caller) for plugin `index` in [0, count).
+ * Errors: INVALID_ARGUMENT (NULL, index out of range). */
+SPECINFER_API specinfer_status specinfer_registry_plugin_info(const specinfer_registry *registry,
+                                                              int32_t index,
+                                                              specinfer_plugin_info *info);
+
+/* Backend threads actually in use. */
+SPECINFER_API int32_t specinfer_registry_threads(const specinfer_registry *registry);
+
+/* ---------------------------------------------------------------------------------------------
+ * Targets: the model whose text we want
+ * ------------------------------------------------------------------------------------------- */
+
+/* Opens a target from the plugin `plugin` ("gguf", "kgram", ...) with a `key=value,...` config
+ * (may be NULL or ""). If no plugin of that name is loaded, `specinfer-<plugin>.so` is looked for
+ * on the plugin path. Unknown config keys are refused (CONFIG). The target holds the model and its
+ * KV cache; it is used by one session at a time and must outlive that session.
+ * Errors: INVALID_ARGUMENT, NOT_FOUND, CONFIG, IO, FORMAT, UNSUPPORTED, PLUGIN, OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registry,
+                                                     const char *plugin, const char *config,
+                                                     specinfer_target **out, char **errmsg);
+/* Closes the target. Fails with STATE (and frees nothing) while a session or drafter uses it. */
+SPECINFER_API specinfer_status specinfer_target_destroy(specinfer_target *target);
+/* The target's last error message; "" when none. Valid until the next call on the target. */
+SPECINFER_API const char *specinfer_target_errmsg(const specinfer_target *target);
+
+typedef struct specinfer_model_info {
+  uint32_t struct_size;
+  int32_t vocab_size;
+  int32_t n_ctx;          /* context window in tokens */
+  int32_t hidden_size;    /* width of the last hidden state */
+  int32_t bos_token;      /* -1 when none */
+  int32_t eos_token;      /* -1 when none; generation stops here */
+  int32_t eot_token;      /* end of turn, -1 when none; generation stops here too */
+  int32_t add_bos;        /* 1 if text prompts start with bos */
+  const char *name;       /* model name, valid while the target is open */
+  const char *arch;       /* "qwen2", "llama", "kgram", ... */
+} specinfer_model_info;
+
+/* Fills `info` (its struct_size set by the caller, or by specinfer_model_info_init). */
+SPECINFER_API void specinfer_model_info_init(specinfer_model_info *info);
+SPECINFER_API specinfer_status specinfer_target_info(specinfer_target *target,
+                                                     specinfer_model_info *info);
+
+/* Text -> token ids. `add_special` adds bos (and eos) as the model asks; `parse_special` turns
+ * special-token text such as "<|im_start|>" into its id. If `cap` is too small, fails with
+ * BUFFER_TOO_SMALL and *n_tokens holds the count needed. */
+SPECINFER_API specinfer_status specinfer_target_tokenize(specinfer_target *target, const char *text,
+                                                         size_t len, int32_t add_special,
+                                                         int32_t parse_special, int32_t *tokens,
+                                                         size_t cap, size_t *n_tokens);
+/* Token ids -> text bytes. Writes up to `cap` bytes (no terminating NUL); BUFFER_TOO_SMALL with
+ * *n_bytes = size needed. A single token may hold part of a UTF-8 character; whole sequences always
+ * decode to whole text. */
+SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *target,
+                                                           const int32_t *tokens, size_t n,
+                                                           char *text, size_t cap, size_t *n_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Drafters: cheap proposers
+ * ------------------------------------------------------------------------------------------- */
+
+/* Opens a drafter from plugin `plugin` ("ngram", "kgram", "draft-model", ...) for `target` (the
+ * drafter must speak the target's vocabulary; it reads the target's info). `config` is
+ * `key=value,...`. The target must outlive the drafter.
+ * Errors: as specinfer_target_open. */
+SPECINFER_API specinfer_status specinfer_drafter_open(specinfer_registry *registry,
+                                                      const char *plugin, const char *config,
+                                                      specinfer_target *target,
+                                                      specinfer_drafter **out, char **errmsg);
+/* Closes the drafter. Fails with STATE while a session uses it. */
+SPECINFER_API specinfer_status specinfer_drafter_destroy(specinfer_drafter *drafter);
+SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *drafter);
+
+/* ---------------------------------------------------------------------------------------------
+ * Couplers: which drafted tokens the target keeps
+ * ------------------------------------------------------------------------------------------- */
+
+/* Creates a coupler from a spec string:
+ *   "greedy"        argmax match (exact for greedy decoding)
+ *   "rejection"     modified rejection sampling (exact)
+ *   "lenient:L"     Leviathan's lenience L in (0, 1] (lossy)
+ *   "gumbel"        Gumbel-max coupling with shared randomness (exact, drafter-invariant)
+ *   "minhash"       weighted-MinHash coupling (exact, drafter-invariant)
+ *   "typical[:EPS[:DELTA]]" Medusa's typical acceptance (lossy)
+ * Errors: INVALID_ARGUMENT (NULL), CONFIG (unknown kind or bad parameter). */
+SPECINFER_API specinfer_status specinfer_coupler_create(const char *spec, specinfer_coupler **out,
+                                                        char **errmsg);
+SPECINFER_API void specinfer_coupler_destroy(specinfer_coupler *coupler);
+/* The canonical spec string ("lenient:0.5"). Valid while the coupler lives. */
+SPECINFER_API const char *specinfer_coupler_name(const specinfer_coupler *coupler);
+/* 1 if the emitted text is distributed exactly as the target's, 0 for lossy couplers. */
+SPECINFER_API int32_t specinfer_coupler_is_exact(const specinfer_coupler *coupler);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sessions: generate text
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct specinfer_session_params {
+  uint32_t struct_size;   /* sizeof(specinfer_session_params) */
+  int32_t max_draft;      /* most tokens drafted per round (k); default 8 */
+  int32_t adaptive_draft; /* 1 (default): choose k each round from recent acceptance */
+  float temperature;      /* 0 = greedy (default); > 0 samples */
+  int32_t top_k;          /* 0 = off */
+  float top_p;            /* 1 = off */
+  float min_p;            /* 0 = off */
+  uint64_t seed;          /* randomness for sampling and coupling; default 0 */
+} specinfer_session_params;
+
+SPECINFER_API void specinfer_session_params_init(specinfer_session_params *params);
+
+/* Creates a session that generates with `target`, drafting with `drafter` (NULL: plain decoding)
+ * and verifying with `coupler` (NULL: "greedy" when temperature is 0, else "rejection"). The
+ * session borrows all three; they must outlive it, and target and drafter may be used by one
+ * session at a time (STATE otherwise). `params` may be NULL for the defaults.
+ * Errors: INVALID_ARGUMENT, STATE, OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target,
+                                                        specinfer_drafter *drafter,
+                                                        const specinfer_coupler *coupler,
+                                                        const specinfer_session_params *params,
+                                                        specinfer_session **out, char **errmsg);
+SPECINFER_API void specinfer_session_destroy(specinfer_session *session);
+/* The session's last error message; "" when none. Valid until the next call on the session. */
+SPECINFER_API const char *specinfer_session_errmsg(const specinfer_session *session);
+
+/* Appends prompt text (tokenized with the target's tokenizer; bos is added when the session is
+ * empty and the model asks for it; special-token text is parsed). The target scores it at the next
+ * generate/step call. Errors: INVALID_ARGUMENT, CONTEXT_FULL, PLUGIN. */
+SPECINFER_API specinfer_status specinfer_session_feed_text(specinfer_session *session,
+                                                           const char *text, size_t len);
+/* Appends prompt tokens (ids checked against the vocabulary). */
+SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *session,
+                                                             const int32_t *tokens, size_t n);
+
+/* Called with each batch of newly generated tokens and the text they complete. `text` holds only
+ * whole UTF-8 characters (a character split across tokens is delivered with its last token) and is
+ * not NUL-terminated. Return 0 to go on, nonzero to stop (generate then returns CANCELLED). */
+typedef int (*specinfer_token_fn)(void *user, const int32_t *tokens, size_t n_tokens,
+                                  const char *text, size_t text_len);
+
+/* Generates up to `max_tokens` tokens (or until the target's eos/eot token), calling `on_tokens`
+ * (may be NULL) after each round. Errors: INVALID_ARGUMENT, STATE (nothing fed yet), CONTEXT_FULL,
+ * CANCELLED, PLUGIN. */
+SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
+                                                          int32_t max_tokens,
+                                                          specinfer_token_fn on_tokens, void *user);
+
+/* Runs one speculate -> verify -> commit round and writes the tokens it emitted (between 1 and
+ * k+1) to `tokens` (cap must be at least max_draft + 1). *done is set to 1 when the round emitted
+ * eos/eot. */
+SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session, int32_t *tokens,
+                                                      size_t cap, size_t *n_tokens, int32_t *done);
+
+typedef struct specinfer_session_stats {
+  uint32_t struct_size;
+  int64_t n_prompt_tokens;   /* tokens fed */
+  int64_t n_generated;       /* tokens emitted */
+  int64_t n_rounds;          /* speculate/verify rounds */
+  int64_t n_target_passes;   /* target forward calls (prefill included) */
+  int64_t n_drafted;         /* tokens proposed by the drafter */
+  int64_t n_accepted;        /* drafted tokens the coupler kept */
+  double acceptance_rate;    /* n_accepted / n_drafted (0 when nothing drafted) */
+  double mean_accepted;      /* tokens emitted per round: accepted + 1 */
+  double t_prefill_ms;       /* time scoring the prompt */
+  double t_draft_ms;         /* time in the drafter */
+  double t_verify_ms;        /* time in target forward passes after the prompt */
+  double t_sample_ms;        /* time turning logits into distributions and coupling */
+  double t_total_ms;         /* wall time of generate/step calls, prefill included */
+  double tokens_per_second;  /* n_generated / (t_total_ms - t_prefill_ms) */
+} specinfer_session_stats;
+
+/* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
+SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats);
+SPECINFER_API specinfer_status specinfer_session_stats(const specinfer_session *session,
+                                                       specinfer_session_stats *stats);
+
+/* Forgets the text and the statistics; the session can be fed a new prompt. */
+SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session);
+
+/* The session's whole token sequence (prompt and generated). The pointer is valid until the next
+ * call that changes the session. */
+SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session *session,
+                                                        const int32_t **tokens, size_t *n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sketchers: inner-product sketches
+ * ------------------------------------------------------------------------------------------- */
+
+/* Creates a sketcher. `kind` is "jl", "countsketch", "qjl", "threshold" or "priority"; `dim` the
+ * dimension of the vectors, `size` the sketch size m, `seed` fixes the randomness, `options` a
+ * `key=value,...` string (may be NULL).
+ * Errors: INVALID_ARGUMENT, CONFIG. */
+SPECINFER_API specinfer_status specinfer_sketcher_create(const char *kind, int64_t dim,
+                                                         int64_t size, uint64_t seed,
+                                                         const char *options,
+                                                         specinfer_sketcher **out, char **errmsg);
+SPECINFER_API void specinfer_sketcher_destroy(specinfer_sketcher *sketcher);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPECINFER_H */

@@ -1,0 +1,291 @@
+/*
+ * specinfer_plugin.h — the plugin ABI of specinfer.
+ *
+ * A plugin is a shared object that exports one data symbol, `specinfer_plugin_entry`, of type
+ * `specinfer_plugin_descriptor`; or the same descriptor registered in-process with
+ * specinfer_registry_register_plugin(). It never links libspecinfer: everything it needs from the
+ * host (logging, memory, the backend's kernels and threads, opening another target) comes in the
+ * `specinfer_host` table handed to init() and to every factory.
+ *
+ * Versioning: `abi_version` must equal SPECINFER_PLUGIN_ABI_VERSION of the host, otherwise the
+ * loader refuses the plugin with a message naming both versions. Factories are found by versioned
+ * string ids; a breaking change to a factory gets a new id and old ids keep working. Every struct
+ * begins with its size and only grows at the end: read a field only if struct_size covers it.
+ *
+ * Errors: plugin calls return a specinfer_status and may write a message into `err` (always
+ * non-NULL, NUL-terminated by the plugin). Plugins must not throw or abort across this boundary.
+ *
+ * Threads: the host calls a target or drafter instance from one thread at a time. init/deinit are
+ * called with the registry lock held; init may be called again after deinit.
+ */
+#ifndef SPECINFER_PLUGIN_H
+#define SPECINFER_PLUGIN_H
+
+#include "specinfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPECINFER_PLUGIN_ABI_VERSION 1u
+
+#define SPECINFER_TARGET_FACTORY_ID "specinfer.target-factory/1"
+#define SPECINFER_DRAFTER_FACTORY_ID "specinfer.drafter-factory/1"
+
+#if defined(__GNUC__)
+#define SPECINFER_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define SPECINFER_PLUGIN_EXPORT
+#endif
+
+/* An error message buffer; a plugin writes a NUL-terminated message into `message`. */
+typedef struct specinfer_plugin_error {
+  char message[512];
+} specinfer_plugin_error;
+
+/* ---------------------------------------------------------------------------------------------
+ * Weight types (numbered as in GGUF / ggml, so that file values pass through unchanged)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum specinfer_wtype {
+  SPECINFER_WTYPE_F32 = 0,
+  SPECINFER_WTYPE_F16 = 1,
+  SPECINFER_WTYPE_Q4_0 = 2,
+  SPECINFER_WTYPE_Q4_1 = 3,
+  SPECINFER_WTYPE_Q5_0 = 6,
+  SPECINFER_WTYPE_Q5_1 = 7,
+  SPECINFER_WTYPE_Q8_0 = 8,
+  SPECINFER_WTYPE_Q8_1 = 9,
+  SPECINFER_WTYPE_Q2_K = 10,
+  SPECINFER_WTYPE_Q3_K = 11,
+  SPECINFER_WTYPE_Q4_K = 12,
+  SPECINFER_WTYPE_Q5_K = 13,
+  SPECINFER_WTYPE_Q6_K = 14,
+  SPECINFER_WTYPE_Q8_K = 15,
+  SPECINFER_WTYPE_BF16 = 30
+} specinfer_wtype;
+
+/* ---------------------------------------------------------------------------------------------
+ * Host services: the backend's kernels
+ *
+ * Layouts: a weight matrix W has n_rows rows of n_cols values, each row row_size(wtype, n_cols)
+ * bytes, rows consecutive. Activations X are n_tok rows of n_cols floats; outputs Y are n_tok rows
+ * of n_rows floats. Kernels parallelize on the host's thread pool; they are safe to call from any
+ * thread, and from inside a forward() call they run on the registry's threads.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct specinfer_attention_args {
+  uint32_t struct_size;
+  int32_t n_q;        /* query tokens */
+  int32_t n_head;     /* query heads */
+  int32_t n_head_kv;  /* key/value heads (grouped-query attention: n_head % n_head_kv == 0) */
+  int32_t head_dim;
+  int32_t n_kv;       /* cached positions attended over, the n_q new ones included (they are last) */
+  const float *q;     /* [n_q][n_head][head_dim] */
+  const float *k;     /* [n_kv][n_head_kv][head_dim] */
+  const float *v;     /* [n_kv][n_head_kv][head_dim] */
+  /* [n_q][n_kv], 1 = may attend; NULL = causal: query i attends kv j iff j <= n_kv - n_q + i. */
+  const uint8_t *mask;
+  float scale;        /* usually 1/sqrt(head_dim) */
+  float *out;         /* [n_q][n_head][head_dim] */
+} specinfer_attention_args;
+
+typedef struct specinfer_kernels {
+  uint32_t struct_size;
+  /* Bytes in one row of n_cols values of type wtype; 0 if the type is unknown or n_cols is not a
+   * multiple of the type's block size. */
+  size_t (*row_size)(int32_t wtype, int64_t n_cols);
+  /* Values per block of wtype (1 for float types, 32 or 256 for quantized); 0 if unknown. */
+  int64_t (*block_size)(int32_t wtype);
+  /* Decodes n values (a multiple of the block size) of type wtype to floats. */
+  specinfer_status (*dequantize_row)(int32_t wtype, const void *src, float *dst, int64_t n);
+  /* Y[t][r] = sum_c W[r][c] * X[t][c], for t < n_tok and r < n_rows. Streams W once for all n_tok
+   * columns, so n_tok tokens cost about what one does while memory-bound. */
+  specinfer_status (*matmul)(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                             const float *x, int64_t n_tok, float *y);
+  /* y = x / rms(x) * w (w may be NULL: no scale). y may equal x. */
+  void (*rmsnorm)(const float *x, const float *w, int64_t n, float eps, float *y);
+  /* Rotary embedding in place on x[n_heads][head_dim] at position pos for the first n_rot dims of
+   * each head. neox = 1: rotate pairs (i, i + n_rot/2) (Qwen2, GPT-NeoX); 0: adjacent pairs (Llama
+   * GGUF layout). */
+  void (*rope)(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+               float freq_base, int32_t neox);
+  /* In-place softmax over n values. */
+  void (*softmax)(float *x, int64_t n);
+  /* Scaled dot-product attention; see specinfer_attention_args. */
+  specinfer_status (*attention)(const specinfer_attention_args *args);
+  /* gate[i] = silu(gate[i]) * up[i]. */
+  void (*silu_mul)(float *gate, const float *up, int64_t n);
+  /* y[i] += x[i]. */
+  void (*add)(float *y, const float *x, int64_t n);
+  /* The instruction set the kernels dispatched to: "avx512", "avx2" or "scalar". */
+  const char *(*isa)(void);
+} specinfer_kernels;
+
+/* ---------------------------------------------------------------------------------------------
+ * Targets
+ * ------------------------------------------------------------------------------------------- */
+
+/* One batched forward pass. The n_tokens tokens are appended to the KV cache after the positions
+ * already cached (their cache slots are n_cached .. n_cached + n_tokens - 1). */
+typedef struct specinfer_forward_batch {
+  uint32_t struct_size;
+  int32_t n_tokens;
+  const int32_t *tokens;     /* [n_tokens] */
+  const int32_t *positions;  /* [n_tokens] positions for the rotary embedding */
+  /* [n_tokens][n_tokens], 1 = batch token i may attend batch token j; every cached position is
+   * always visible. NULL = causal within the batch. A token tree sets it from parent links. */
+  const uint8_t *tree_mask;
+  int32_t n_logits;          /* logits for the last n_logits batch tokens (0 .. n_tokens) */
+  float *logits;             /* out: [n_logits][vocab_size] */
+  float *hidden;             /* out, optional (NULL): [n_logits][hidden_size] last hidden state */
+} specinfer_forward_batch;
+
+typedef struct specinfer_target_vtable {
+  uint32_t struct_size;
+  void (*destroy)(void *self);
+  specinfer_status (*info)(void *self, specinfer_model_info *info);
+  specinfer_status (*tokenize)(void *self, const char *text, size_t len, int32_t add_special,
+                               int32_t parse_special, int32_t *tokens, size_t cap, size_t *n_tokens,
+                               specinfer_plugin_error *err);
+  /* The raw bytes of one token (possibly part of a UTF-8 character). BUFFER_TOO_SMALL with
+   * *n_bytes = size needed when cap is too small. */
+  specinfer_status (*token_bytes)(void *self, int32_t token, char *buf, size_t cap, size_t *n_bytes,
+                                  specinfer_plugin_error *err);
+  specinfer_status (*forward)(void *self, const specinfer_forward_batch *batch,
+                              specinfer_plugin_error *err);
+  /* Number of positions in the KV cache. */
+  int32_t (*kv_size)(void *self);
+  /* Drops every cached position from n_keep on. */
+  specinfer_status (*kv_truncate)(void *self, int32_t n_keep, specinfer_plugin_error *err);
+  /* Tree acceptance: keeps cached positions base + idx[0..n) (increasing), moved to base .. base+n,
+   * and drops the rest from base on. */
+  specinfer_status (*kv_keep)(void *self, int32_t base, const int32_t *idx, int32_t n,
+                              specinfer_plugin_error *err);
+} specinfer_target_vtable;
+
+typedef struct specinfer_host specinfer_host;
+
+typedef struct specinfer_target_factory {
+  uint32_t struct_size;
+  /* Creates a target instance from a key=value,... config; unknown keys must be refused with
+   * SPECINFER_ERR_CONFIG. On success *self is handed to the vtable's functions. */
+  specinfer_status (*create)(const specinfer_host *host, const char *config, void **self,
+                             const specinfer_target_vtable **vtable, specinfer_plugin_error *err);
+} specinfer_target_factory;
+
+/* A target opened for a plugin through the host (for instance a draft model inside a drafter). */
+typedef struct specinfer_host_target {
+  void *self;
+  const specinfer_target_vtable *vtable;
+  void *host_handle; /* the host's, pass back to close_target */
+} specinfer_host_target;
+
+/* ---------------------------------------------------------------------------------------------
+ * Drafters
+ * ------------------------------------------------------------------------------------------- */
+
+/* Draws one token from a draft distribution q the way the session's coupler wants the draft side
+ * sampled (shared randomness for the Gumbel and MinHash couplers). `position` is the index in the
+ * whole token sequence of the token being drafted. */
+typedef int32_t (*specinfer_draft_sample_fn)(const void *ctx, const float *q, int32_t vocab,
+                                             int64_t position);
+
+typedef struct specinfer_draft_request {
+  uint32_t struct_size;
+  int32_t max_tokens;        /* draft at most this many nodes */
+  int32_t allow_tree;        /* 1 if the session verifies trees; 0 = propose a chain */
+  const int32_t *context;    /* the whole committed sequence, prompt included */
+  size_t n_context;
+  float temperature;         /* the session's sampling settings, for drafters that sample */
+  uint64_t seed;
+  specinfer_draft_sample_fn sample; /* the coupler's draft side */
+  const void *sample_ctx;
+} specinfer_draft_request;
+
+/* A draft, written by the drafter into arrays the host allocated for `cap` nodes. */
+typedef struct specinfer_draft {
+  uint32_t struct_size;
+  int32_t cap;               /* room for this many nodes */
+  int32_t vocab_size;
+  int32_t n_nodes;           /* out: nodes proposed (0 = nothing to propose) */
+  int32_t *tokens;           /* out: [cap] */
+  int32_t *parents;          /* out: [cap] parent node, -1 = the last committed token; chain: i-1 */
+  /* out: [cap][vocab_size] the distribution q each node's token was drawn from. The drafter sets
+   * has_probs = 0 for point masses (deterministic drafters), then `probs` is ignored. */
+  float *probs;
+  int32_t has_probs;
+} specinfer_draft;
+
+typedef struct specinfer_drafter_vtable {
+  uint32_t struct_size;
+  void (*destroy)(void *self);
+  /* A new sequence begins (after reset, or when a session is created). */
+  specinfer_status (*begin)(void *self, const int32_t *context, size_t n,
+                            specinfer_plugin_error *err);
+  specinfer_status (*propose)(void *self, const specinfer_draft_request *req, specinfer_draft *out,
+                              specinfer_plugin_error *err);
+  /* Tokens appended to the sequence (prompt, or accepted draft plus the corrected token). */
+  specinfer_status (*commit)(void *self, const int32_t *tokens, size_t n,
+                             specinfer_plugin_error *err);
+} specinfer_drafter_vtable;
+
+typedef struct specinfer_drafter_factory {
+  uint32_t struct_size;
+  /* Creates a drafter for a target whose info is `target_info`; unknown config keys must be
+   * refused with SPECINFER_ERR_CONFIG. `target` is the session's target (do not run forward on it:
+   * its KV cache belongs to the session); use its tokenizer if needed. */
+  specinfer_status (*create)(const specinfer_host *host, const char *config,
+                             const specinfer_model_info *target_info,
+                             const specinfer_host_target *target, void **self,
+                             const specinfer_drafter_vtable **vtable, specinfer_plugin_error *err);
+} specinfer_drafter_factory;
+
+/* ---------------------------------------------------------------------------------------------
+ * The host table and the plugin descriptor
+ * ------------------------------------------------------------------------------------------- */
+
+struct specinfer_host {
+  uint32_t struct_size;
+  uint32_t abi_version;                 /* SPECINFER_PLUGIN_ABI_VERSION of the host */
+  void *host_data;                      /* the host's; do not touch */
+  /* Logs one message at a level (specinfer_log_level). */
+  void (*log)(const specinfer_host *host, int32_t level, const char *message);
+  /* Aligned allocation (align a power of two, at least sizeof(void*)); NULL on failure. */
+  void *(*alloc)(size_t size, size_t align);
+  void (*free)(void *ptr);
+  /* Runs fn(ctx, begin, end) over [0, n) in chunks of at least `grain` on the host's threads and
+   * returns when all are done. */
+  void (*parallel_for)(const specinfer_host *host, int64_t n, int64_t grain,
+                       void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+  int32_t n_threads;
+  const specinfer_kernels *kernels;
+  /* Opens another target (e.g. a draft model) through the registry; close it with close_target. */
+  specinfer_status (*open_target)(const specinfer_host *host, const char *plugin,
+                                  const char *config, specinfer_host_target *out,
+                                  specinfer_plugin_error *err);
+  void (*close_target)(const specinfer_host *host, specinfer_host_target *target);
+};
+
+typedef struct specinfer_plugin_descriptor {
+  uint32_t abi_version;       /* SPECINFER_PLUGIN_ABI_VERSION the plugin was built with */
+  uint32_t struct_size;       /* sizeof(specinfer_plugin_descriptor) */
+  const char *name;           /* short unique name: "kgram", "ngram", "gguf" */
+  const char *version;        /* the plugin's own version */
+  const char *description;
+  /* Called before any factory is used; may be NULL. Nonzero return = failure. */
+  int32_t (*init)(const specinfer_host *host);
+  /* Called before unload; may be NULL. */
+  void (*deinit)(void);
+  /* Returns the factory for an id such as SPECINFER_TARGET_FACTORY_ID, or NULL. */
+  const void *(*get_factory)(const char *factory_id);
+} specinfer_plugin_descriptor;
+
+/* In a plugin:  SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry =
+ * { SPECINFER_PLUGIN_ABI_VERSION, sizeof(specinfer_plugin_descriptor), "name", ... }; */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPECINFER_PLUGIN_H */
