@@ -1,0 +1,6 @@
+// Subcommands of the `specinfer` tool. Each is defined in its own cmd_<name>.cpp and returns the
+// process exit code (0 ok, 1 failure, 2 usage error).
+#pragma once
+
+int cmd_generate(int argc, char **argv);
+int cmd_plugins(int argc, char **argv);
