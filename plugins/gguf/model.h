@@ -1,0 +1,98 @@
+// A decoder-only transformer (Llama / Qwen2 / Qwen3 family) read from a GGUF file, with its own KV
+// cache. All heavy math (matmul, attention, norms, rope, activations) runs through the host's
+// kernel table; the model only arranges buffers.
+//
+// Threads: one thread at a time per Model (the kernels parallelize internally).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf_file.h"
+#include "specinfer_plugin.h"
+
+namespace specinfer::gguf {
+
+struct Hparams {
+  std::string arch;        // general.architecture
+  std::string name;        // general.name (or the arch)
+  int32_t n_vocab = 0;     // rows of the output matrix
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;    // attention.key_length, default n_embd / n_head
+  int32_t n_ff = 0;
+  int32_t n_ctx_train = 0;
+  int32_t n_rot = 0;       // rope.dimension_count, default head_dim
+  float norm_eps = 1e-6f;
+  float rope_base = 10000.0f;
+  bool rope_neox = false;  // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+};
+
+// A weight matrix: rows of cols values of a (possibly quantized) type, in the mapping.
+struct Weight {
+  int32_t type = 0;
+  const void *data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+class Model {
+ public:
+  // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks
+  // min(context_length, 4096). The File must outlive the Model. Throws gguf::Error
+  // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
+  // or misshapen tensors, CONFIG for a bad n_ctx).
+  Model(const File &file, const specinfer_host *host, int32_t n_ctx);
+
+  const Hparams &hparams() const { return hp_; }
+  int32_t n_ctx() const { return n_ctx_; }
+  int32_t kv_size() const { return n_cached_; }
+
+  // One batched forward pass of n tokens at the given positions, appended to the KV cache.
+  // tree_mask: NULL = causal within the batch, else [n][n] (1 = token i may see batch token j);
+  // cached positions are always visible. Writes logits [n_logits][n_vocab] for the last n_logits
+  // tokens and, if hidden != NULL, their final hidden state after the output norm (the input of
+  // the output matrix) [n_logits][n_embd]. Throws gguf::Error: INVALID_ARGUMENT (bad token,
+  // position or count), CONTEXT_FULL (cache would exceed n_ctx). On error the cache is unchanged.
+  void forward(const int32_t *tokens, const int32_t *positions, int32_t n, const uint8_t *tree_mask,
+               int32_t n_logits, float *logits, float *hidden);
+
+  // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op).
+  void kv_truncate(int32_t n_keep);
+  // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.
+  void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+    Weight wq, wk, wv, wo, gate, up, down;
+    std::vector<float> k_cache, v_cache;  // [capacity][n_head_kv * head_dim]
+  };
+
+  Weight weight(const std::string &name, int64_t rows, int64_t cols) const;
+  std::vector<float> vec(const std::string &name, int64_t n, bool required) const;
+  void matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const;
+  void ensure_capacity(int32_t n_pos);
+  void ensure_scratch(int32_t n, int32_t n_kv);
+
+  const File &file_;
+  const specinfer_host *host_;
+  const specinfer_kernels *k_;
+  Hparams hp_;
+  int32_t n_ctx_ = 0;
+  int32_t n_cached_ = 0;
+  int32_t capacity_ = 0;  // positions the caches hold room for
+  Weight tok_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<Layer> layers_;
+
+  // Scratch, grown as needed, never shrunk.
+  int32_t scratch_n_ = 0;
+  std::vector<float> x_, h_, q_, att_, gate_, up_, emb_;
+  std::vector<uint8_t> mask_;
+};
+
+}  // namespace specinfer::gguf
