@@ -281,6 +281,101 @@ SPECINFER_API const char *specinfer_coupler_name(const specinfer_coupler *couple
 /* 1 if the emitted text is distributed exactly as the target's, 0 for lossy couplers. */
 SPECINFER_API int32_t specinfer_coupler_is_exact(const specinfer_coupler *coupler);
 
+/* The couplers on their own, on distributions the caller supplies. All of them are pure functions
+ * of their arguments: the randomness is derived from (seed, position) with a counter-based
+ * generator (Philox4x32-10), so the same call gives the same answer on any thread, in any order.
+ *
+ * Layouts: a row is `vocab` floats. p and q rows are probability distributions: finite,
+ * non-negative, summing to 1 within 1e-3 (the greedy coupler reads only the argmax of each row,
+ * so for it rows may be any scores without NaN, logits included). `p_len` / `q_len` are the
+ * number of floats the caller passes, checked against what the call needs.
+ *
+ * Bad input - NULL where an array is needed, a size mismatch, NaN/Inf or negative entries, a row
+ * not summing to 1, a token outside [0, vocab), a drafted token with q = 0, a tree whose parents
+ * do not precede their children - returns SPECINFER_ERR_INVALID_ARGUMENT with a message in
+ * *errmsg (when errmsg is not NULL; free it with specinfer_free). Nothing is written to the
+ * outputs then. Thread-safe: a coupler may be used from many threads at once. */
+
+/* Verifies a chain of k drafted tokens (k >= 0).
+ *   p      (k + 1) rows: the target's distribution at each drafted position and one past the end;
+ *          p_len must be (k + 1) * vocab.
+ *   q      k rows: the distribution draft[i] was drawn from; NULL (q_len 0) when the drafter is
+ *          deterministic (point masses on the drafted tokens; for "rejection" token x is then
+ *          kept with probability p(x), which is still exact).
+ *   draft  k token ids (may be NULL when k = 0).
+ *   seed, position  position is the index in the whole token sequence of draft[0]; together with
+ *          seed it fixes all randomness at that position, the same whoever asks.
+ * Outputs: *n_accepted in [0, k], the length of the kept prefix of the draft, and *token the next
+ * token: the corrected token after a refusal, or the bonus token when the whole draft is kept.
+ * With k = 0 this is plain decoding of one token: "rejection" draws it from p, "gumbel" and
+ * "minhash" make the target's coupled choice, which is why their text does not depend on the
+ * drafter. */
+SPECINFER_API specinfer_status specinfer_coupler_verify(const specinfer_coupler *coupler,
+                                                        int32_t vocab, int32_t k, const float *p,
+                                                        size_t p_len, const float *q, size_t q_len,
+                                                        const int32_t *draft, uint64_t seed,
+                                                        int64_t position, int32_t *n_accepted,
+                                                        int32_t *token, char **errmsg);
+
+/* The draft side: draws one token from q (one row, q_len = vocab) the way a drafter must draw at
+ * sequence index `position` for this coupler - with the shared randomness of (seed, position) for
+ * "gumbel" and "minhash" (so the draft agrees with the target's choice as often as possible), the
+ * argmax for "greedy", a plain draw from q otherwise (independent of the verify side's
+ * randomness). */
+SPECINFER_API specinfer_status specinfer_coupler_draft_sample(const specinfer_coupler *coupler,
+                                                              int32_t vocab, const float *q,
+                                                              size_t q_len, uint64_t seed,
+                                                              int64_t position, int32_t *token,
+                                                              char **errmsg);
+
+/* Verifies a token tree of n_nodes nodes (n_nodes >= 0) in topological order.
+ *   tokens   [n_nodes] each node's token.
+ *   parents  [n_nodes] each node's parent: -1 for a child of the last committed token, else an
+ *            index < the node's own (parents precede children; a chain is parents[j] = j - 1).
+ *   p        (n_nodes + 1) rows: row 0 the target after the last committed token, row j + 1 the
+ *            target after node j; p_len = (n_nodes + 1) * vocab.
+ *   q        n_nodes rows: row j the distribution node j's token was drawn from (siblings drawn
+ *            independently, for exactness); NULL (q_len 0) for point masses (siblings should then
+ *            be distinct tokens).
+ *   Node j's token sits at sequence index position + depth(j), depth 0 for children of the root.
+ * Outputs: `path` (room for path_cap >= n_nodes entries) receives the accepted nodes from the root
+ * down, *n_accepted their number, *token the next token after the last of them.
+ * "greedy", "gumbel" and "minhash" follow, at each node, the child holding the target's own choice
+ * (argmax, or the coupled choice); "rejection" and "lenient" use SpecInfer's multi-step
+ * speculative sampling: children are tested in index order against a residual distribution that
+ * loses each refused child's q, which keeps the output exactly distributed as p ("rejection");
+ * "typical" follows the first child that passes its test. A chain gives the same answer as
+ * specinfer_coupler_verify. */
+SPECINFER_API specinfer_status specinfer_coupler_verify_tree(
+    const specinfer_coupler *coupler, int32_t vocab, int32_t n_nodes, const int32_t *tokens,
+    const int32_t *parents, const float *p, size_t p_len, const float *q, size_t q_len,
+    uint64_t seed, int64_t position, int32_t *path, size_t path_cap, int32_t *n_accepted,
+    int32_t *token, char **errmsg);
+
+/* Sampling parameters: how the target's (and a sampling drafter's) logits become the
+ * distribution couplers see. Applied in this order: temperature, top-k, top-p, min-p, each on the
+ * result of the previous step; then renormalized. */
+typedef struct specinfer_sampling_params {
+  uint32_t struct_size; /* sizeof(specinfer_sampling_params) */
+  float temperature;    /* 0 = greedy: all mass on the argmax (default); > 0 divides the logits */
+  int32_t top_k;        /* keep the k most probable tokens; 0 = off (default) */
+  float top_p;          /* keep the smallest most-probable set holding at least top_p; 1 = off */
+  float min_p;          /* drop tokens below min_p * (the largest probability); 0 = off */
+} specinfer_sampling_params;
+
+/* Fills `params` with the defaults (greedy, no filters). */
+SPECINFER_API void specinfer_sampling_params_init(specinfer_sampling_params *params);
+
+/* Logits -> probabilities: writes `vocab` probabilities summing to 1 into `probs` (which must not
+ * overlap `logits`). Ties (argmax, the top-k and top-p cut-offs) go to the lower token id, so the
+ * result is a pure function of the input. Logits may be -inf (masked) but not NaN or +inf, and
+ * not all -inf. `params` NULL means the defaults.
+ * Errors: INVALID_ARGUMENT (NULL arrays, vocab <= 0, bad logits, temperature < 0, top_k < 0,
+ * top_p outside (0, 1], min_p outside [0, 1], a bad struct_size). */
+SPECINFER_API specinfer_status specinfer_sample_probs(const float *logits, int32_t vocab,
+                                                      const specinfer_sampling_params *params,
+                                                      float *probs, char **errmsg);
+
 /* ---------------------------------------------------------------------------------------------
  * Sessions: generate text
  * ------------------------------------------------------------------------------------------- */
@@ -360,7 +455,7 @@ typedef struct specinfer_session_stats {
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
 SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats);
-SPECINFER_API specinfer_status specinfer_session_stats(const specinfer_session *session,
+SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_session *session,
                                                        specinfer_session_stats *stats);
 
 /* Forgets the text and the statistics; the session can be fed a new prompt. */
@@ -375,15 +470,148 @@ SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session 
  * Sketchers: inner-product sketches
  * ------------------------------------------------------------------------------------------- */
 
+/* A sketcher compresses vectors of dimension d into sketches of m << d numbers such that the
+ * inner product <a, b> is estimated from the two sketches alone, unbiased, with known variance
+ * (attention scores, vector search, join-size estimation). It is immutable after creation and may
+ * be shared by any number of threads.
+ *
+ * Kinds, with the variance of one estimate (||a_I|| is a restricted to the common support I):
+ *   "jl"          y = S a / sqrt(m), S dense Gaussian (default) or +-1 ("dist=sign").
+ *                 Gaussian: (||a||^2 ||b||^2 + <a,b>^2) / m; +-1: the same minus 2 sum a_i^2 b_i^2 / m.
+ *   "countsketch" sparse JL: each column of S has s nonzeros +-1/sqrt(s) ("s=1" default, one per
+ *                 column: the classic CountSketch); O(s * nnz) to apply. At most 2||a||^2||b||^2/m.
+ *   "qjl"         1-bit: a key sketch keeps sign(S a) (m bits) and ||a||; a query sketch keeps S q
+ *                 (m floats, flag SPECINFER_SKETCH_QUERY). Estimate sqrt(pi/2)/m * ||a|| *
+ *                 <S q, sign(S a)>, variance ((pi/2)||a||^2||b||^2 - <a,b>^2) / m. "orthogonal=1"
+ *                 orthogonalizes the rows of S (needs d*m <= 2^22). Two query sketches give the
+ *                 Gaussian JL estimate; two key sketches are refused.
+ *   "threshold"   coordinated threshold sampling: index i is kept when h(i) < min(1, m a_i^2/||a||^2)
+ *                 with h a hash shared by all sketches of the same seed; expected size <= m.
+ *   "priority"    priority sampling with weights a_i^2: the m indices of smallest h(i)/a_i^2;
+ *                 exactly min(m, nnz(a)) samples.
+ *                 Both samplers: variance at most (2/m) max(||a_I||^2 ||b||^2, ||a||^2 ||b_I||^2),
+ *                 far below the linear sketches when a and b overlap little.
+ * Options common to all kinds: "simd=auto|avx2|scalar" picks the kernels (the bytes of a sketch do
+ * not depend on it beyond float rounding of the projections).
+ *
+ * Sketches are self-describing byte strings (magic, kind, format version, d, m, a hash of the seed
+ * and options, payload). Every call that reads sketches checks them: bytes that are not a sketch,
+ * truncated or padded give FORMAT; a sketch of another kind, dimension, size, seed or options gives
+ * INVALID_ARGUMENT. Sketches made by two sketchers created with the same arguments are
+ * interchangeable. Layout: little-endian; see lib/sketch/format.h.
+ *
+ * Randomness is a counter-based hash of (seed, index): the same vector under the same seed gives
+ * the same bytes in every run, on any thread, with any thread count.
+ *
+ * Limits: 1 <= d <= 2^28, 1 <= m <= 2^24. Vectors are `dim` floats, all finite (NaN/Inf:
+ * INVALID_ARGUMENT). Every function below with a `char **errmsg` sets it as the create functions
+ * do (a message freed with specinfer_free, or NULL on success; errmsg may be NULL). */
+
 /* Creates a sketcher. `kind` is "jl", "countsketch", "qjl", "threshold" or "priority"; `dim` the
  * dimension of the vectors, `size` the sketch size m, `seed` fixes the randomness, `options` a
- * `key=value,...` string (may be NULL).
- * Errors: INVALID_ARGUMENT, CONFIG. */
+ * `key=value,...` string (may be NULL): "dist=gaussian|sign" (jl), "s=N" (countsketch, 1 <= N <=
+ * min(m, 256)), "orthogonal=0|1" (qjl), "simd=auto|avx2|scalar" (all).
+ * Errors: INVALID_ARGUMENT (NULL out or kind, dim or size out of range), CONFIG (unknown kind,
+ * unknown option or bad value), UNSUPPORTED (simd=avx2 on a CPU without it), OUT_OF_MEMORY. */
 SPECINFER_API specinfer_status specinfer_sketcher_create(const char *kind, int64_t dim,
                                                          int64_t size, uint64_t seed,
                                                          const char *options,
                                                          specinfer_sketcher **out, char **errmsg);
 SPECINFER_API void specinfer_sketcher_destroy(specinfer_sketcher *sketcher);
+
+/* Flags of the sketch calls. */
+#define SPECINFER_SKETCH_QUERY 1 /* make a query-side sketch (qjl: S q); ignored by other kinds */
+
+typedef struct specinfer_sketcher_info {
+  uint32_t struct_size;  /* sizeof(specinfer_sketcher_info), set by the caller */
+  const char *kind;      /* "jl", ...; static string */
+  int64_t dim;           /* d */
+  int64_t size;          /* m */
+  uint64_t seed;
+  size_t key_bytes;      /* bytes of a (key) sketch: exact, or an upper bound when !fixed_size */
+  size_t query_bytes;    /* bytes of a query sketch (SPECINFER_SKETCH_QUERY), same rule */
+  int32_t fixed_size;    /* 1 when every sketch has exactly key_bytes / query_bytes */
+  int32_t linear;        /* 1 when specinfer_sketcher_distance2 is supported */
+  const char *simd;      /* kernels in use: "avx2" or "scalar"; static string */
+} specinfer_sketcher_info;
+
+/* Describes a sketcher. Errors: INVALID_ARGUMENT (NULL, struct_size too small). */
+SPECINFER_API specinfer_status specinfer_sketcher_get_info(const specinfer_sketcher *sketcher,
+                                                           specinfer_sketcher_info *info);
+
+/* The serialized size in bytes of a sketch with `flags`: *n_bytes is exact when *exact is set to 1
+ * (jl, countsketch, qjl), else an upper bound (threshold: 40 + 8 d; priority: 40 + 8 min(m, d)).
+ * `exact` may be NULL. Errors: INVALID_ARGUMENT. */
+SPECINFER_API specinfer_status specinfer_sketcher_sketch_bytes(const specinfer_sketcher *sketcher,
+                                                               int32_t flags, size_t *n_bytes,
+                                                               int32_t *exact);
+
+/* Sketches one vector `x` of `n` floats (n must equal dim) into `buf` (`cap` bytes). *n_bytes
+ * receives the sketch's length. When cap is too small (buf may then be NULL), nothing is written
+ * and BUFFER_TOO_SMALL is returned with *n_bytes = the length needed: call with cap 0 to ask.
+ * Errors: INVALID_ARGUMENT (NULL, n != dim, NaN/Inf, overflow of float), BUFFER_TOO_SMALL. */
+SPECINFER_API specinfer_status specinfer_sketcher_sketch(const specinfer_sketcher *sketcher,
+                                                         const float *x, size_t n, int32_t flags,
+                                                         void *buf, size_t cap, size_t *n_bytes,
+                                                         char **errmsg);
+
+/* Sketches the `n_rows` rows of a row-major matrix (row i starts at rows + i * row_stride floats;
+ * each row has dim floats; row_stride >= dim) in parallel on the oneTBB pool. The sketches are
+ * written back to back into `buf`; `offsets` (n_rows + 1 entries, may be NULL) receives where each
+ * starts, offsets[n_rows] being the total. The bytes are those of n_rows calls of
+ * specinfer_sketcher_sketch, whatever the number of threads. Size query as above: with a too small
+ * cap, BUFFER_TOO_SMALL and *n_bytes = the total needed (offsets untouched).
+ * Errors: INVALID_ARGUMENT (NULL, stride < dim, a bad row: the message names the first one),
+ * BUFFER_TOO_SMALL. */
+SPECINFER_API specinfer_status specinfer_sketcher_sketch_rows(const specinfer_sketcher *sketcher,
+                                                              const float *rows, size_t n_rows,
+                                                              size_t row_stride, int32_t flags,
+                                                              void *buf, size_t cap,
+                                                              size_t *offsets, size_t *n_bytes,
+                                                              char **errmsg);
+
+/* Estimates <a, b> from two sketches made by this sketcher (or one with the same arguments).
+ * For qjl, one sketch is a key and the other a query (either order), or both are queries.
+ * Errors: INVALID_ARGUMENT (NULL, foreign sketch, two qjl keys), FORMAT (not a sketch,
+ * truncated, corrupt). */
+SPECINFER_API specinfer_status specinfer_sketcher_estimate(const specinfer_sketcher *sketcher,
+                                                           const void *a, size_t a_len,
+                                                           const void *b, size_t b_len,
+                                                           double *estimate, char **errmsg);
+
+/* Estimates <q, k_i> for many stored sketches at once (the attention use: one score per key).
+ * Key i is keys[offsets[i], offsets[i + 1]) - exactly the layout specinfer_sketcher_sketch_rows
+ * writes; `offsets` has n_keys + 1 entries. `scores` receives n_keys estimates. For qjl the query
+ * is a query sketch and the keys are key sketches. Every key is checked before any score is
+ * computed. Errors: as specinfer_sketcher_estimate; messages name the offending key. */
+SPECINFER_API specinfer_status specinfer_sketcher_estimate_many(
+    const specinfer_sketcher *sketcher, const void *query, size_t query_len, const void *keys,
+    const size_t *offsets, size_t n_keys, double *scores, char **errmsg);
+
+/* Estimates ||a - b||^2 for the linear kinds (jl, countsketch; qjl from two query sketches), with
+ * the same guarantees as the inner product. Errors: as specinfer_sketcher_estimate, plus
+ * UNSUPPORTED for the sampling kinds and qjl key sketches. */
+SPECINFER_API specinfer_status specinfer_sketcher_distance2(const specinfer_sketcher *sketcher,
+                                                            const void *a, size_t a_len,
+                                                            const void *b, size_t b_len,
+                                                            double *distance2, char **errmsg);
+
+/* What a sketch's header says, without a sketcher. */
+typedef struct specinfer_sketch_header {
+  uint32_t struct_size; /* sizeof(specinfer_sketch_header), set by the caller */
+  const char *kind;     /* "jl", ...; static string */
+  int32_t is_query;     /* 1 for a qjl query sketch */
+  int64_t dim;
+  int64_t size;         /* m */
+  int64_t count;        /* entries stored: m for projections, the number of samples for samplers */
+  size_t n_bytes;       /* total length (header included) */
+} specinfer_sketch_header;
+
+/* Reads and checks the header of the sketch in bytes[0, len). Errors: INVALID_ARGUMENT (NULL,
+ * struct_size too small), FORMAT (not a sketch, unknown version, truncated or padded). */
+SPECINFER_API specinfer_status specinfer_sketch_read_header(const void *bytes, size_t len,
+                                                            specinfer_sketch_header *header,
+                                                            char **errmsg);
 
 #ifdef __cplusplus
 }
