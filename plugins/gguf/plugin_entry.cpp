@@ -1,0 +1,236 @@
+// The gguf plugin: a target factory over GGUF transformer models. This file is the ABI seam: every
+// vtable function catches all exceptions and turns them into a status plus message.
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "gguf_error.h"
+#include "gguf_file.h"
+#include "model.h"
+#include "specinfer_plugin.h"
+#include "tokenizer.h"
+
+namespace specinfer::gguf {
+namespace {
+
+void set_error(specinfer_plugin_error *err, const char *msg) {
+  if (err == nullptr) return;
+  std::strncpy(err->message, msg, sizeof(err->message) - 1);
+  err->message[sizeof(err->message) - 1] = '\0';
+}
+
+// Runs fn, converting any exception into a status code and message.
+template <typename Fn>
+specinfer_status guarded(specinfer_plugin_error *err, Fn &&fn) {
+  try {
+    fn();
+    return SPECINFER_OK;
+  } catch (const Error &e) {
+    set_error(err, e.what());
+    return e.code;
+  } catch (const std::bad_alloc &) {
+    set_error(err, "gguf: out of memory");
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception &e) {
+    set_error(err, (std::string("gguf: ") + e.what()).c_str());
+    return SPECINFER_ERR_PLUGIN;
+  } catch (...) {
+    set_error(err, "gguf: unknown exception");
+    return SPECINFER_ERR_INTERNAL;
+  }
+}
+
+struct Target {
+  std::unique_ptr<File> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  std::string name, arch;
+};
+
+struct Config {
+  std::string path;
+  int32_t n_ctx = 0;  // 0 = min(model context, 4096)
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+Config parse_config(const char *text) {
+  Config cfg;
+  std::string_view rest = text ? text : "";
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view item = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      fail(SPECINFER_ERR_CONFIG, "gguf: config item '%.*s' is not key=value", int(item.size()),
+           item.data());
+    std::string key(trim(item.substr(0, eq)));
+    std::string value(trim(item.substr(eq + 1)));
+    if (key == "path") {
+      if (value.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is empty");
+      cfg.path = value;
+    } else if (key == "n_ctx") {
+      char *end = nullptr;
+      long v = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || v < 1 || v > (1L << 24))
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'n_ctx' needs an integer in 1..16777216, got '%s'",
+             value.c_str());
+      cfg.n_ctx = int32_t(v);
+    } else {
+      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx)", key.c_str());
+    }
+  }
+  if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
+  return cfg;
+}
+
+Target *self_of(void *p) { return static_cast<Target *>(p); }
+
+void target_destroy(void *self) { delete self_of(self); }
+
+specinfer_status target_info(void *self, specinfer_model_info *info) {
+  if (self == nullptr || info == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
+  Target *t = self_of(self);
+  const Hparams &hp = t->model->hparams();
+  // Fill only the fields the caller's struct has room for.
+  specinfer_model_info full;
+  std::memset(&full, 0, sizeof full);
+  full.struct_size = info->struct_size;
+  full.vocab_size = hp.n_vocab;
+  full.n_ctx = t->model->n_ctx();
+  full.hidden_size = hp.n_embd;
+  full.bos_token = t->tokenizer->bos();
+  full.eos_token = t->tokenizer->eos();
+  full.eot_token = t->tokenizer->eot();
+  full.add_bos = t->tokenizer->add_bos() ? 1 : 0;
+  full.name = t->name.c_str();
+  full.arch = t->arch.c_str();
+  size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
+  if (n < sizeof(uint32_t)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  std::memcpy(info, &full, n);
+  return SPECINFER_OK;
+}
+
+specinfer_status target_tokenize(void *self, const char *text, size_t len, int32_t add_special,
+                                 int32_t parse_special, int32_t *tokens, size_t cap,
+                                 size_t *n_tokens, specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr || n_tokens == nullptr || (text == nullptr && len > 0) ||
+        (tokens == nullptr && cap > 0))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: tokenize: NULL argument");
+    std::vector<int32_t> ids = self_of(self)->tokenizer->encode(
+        std::string_view(text ? text : "", len), add_special != 0, parse_special != 0);
+    *n_tokens = ids.size();
+    if (ids.size() > cap)
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "gguf: tokenize needs room for %zu tokens, have %zu",
+           ids.size(), cap);
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+  });
+}
+
+specinfer_status target_token_bytes(void *self, int32_t token, char *buf, size_t cap,
+                                    size_t *n_bytes, specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr || n_bytes == nullptr || (buf == nullptr && cap > 0))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token_bytes: NULL argument");
+    const Tokenizer &tk = *self_of(self)->tokenizer;
+    if (token < 0 || token >= tk.vocab_size())
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token %d is outside the vocabulary of %d", token,
+           tk.vocab_size());
+    std::string bytes = tk.token_bytes(token);
+    *n_bytes = bytes.size();
+    if (bytes.size() > cap)
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "gguf: token %d needs %zu bytes, have %zu", token,
+           bytes.size(), cap);
+    if (!bytes.empty()) std::memcpy(buf, bytes.data(), bytes.size());
+  });
+}
+
+specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
+                                specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr || b == nullptr)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward: NULL argument");
+    if (b->struct_size < offsetof(specinfer_forward_batch, hidden) + sizeof(b->hidden))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward batch struct_size %u too small",
+           unsigned(b->struct_size));
+    self_of(self)->model->forward(b->tokens, b->positions, b->n_tokens, b->tree_mask, b->n_logits,
+                                  b->logits, b->hidden);
+  });
+}
+
+int32_t target_kv_size(void *self) { return self ? self_of(self)->model->kv_size() : 0; }
+
+specinfer_status target_kv_truncate(void *self, int32_t n_keep, specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_truncate: NULL target");
+    self_of(self)->model->kv_truncate(n_keep);
+  });
+}
+
+specinfer_status target_kv_keep(void *self, int32_t base, const int32_t *idx, int32_t n,
+                                specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_keep: NULL target");
+    self_of(self)->model->kv_keep(base, idx, n);
+  });
+}
+
+const specinfer_target_vtable kVtable = {
+    sizeof(specinfer_target_vtable), target_destroy,     target_info,
+    target_tokenize,                 target_token_bytes, target_forward,
+    target_kv_size,                  target_kv_truncate, target_kv_keep,
+};
+
+specinfer_status target_create(const specinfer_host *host, const char *config, void **self,
+                               const specinfer_target_vtable **vtable,
+                               specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (self == nullptr || vtable == nullptr)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: create: NULL out-parameter");
+    *self = nullptr;
+    *vtable = nullptr;
+    if (host == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: create: NULL host");
+    Config cfg = parse_config(config);
+    auto t = std::make_unique<Target>();
+    t->file = File::open(cfg.path);
+    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx);
+    t->tokenizer = Tokenizer::from_gguf(*t->file);
+    if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
+      fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",
+           t->tokenizer->vocab_size(), t->model->hparams().n_vocab);
+    t->name = t->model->hparams().name;
+    t->arch = t->model->hparams().arch;
+    *self = t.release();
+    *vtable = &kVtable;
+  });
+}
+
+const specinfer_target_factory kTargetFactory = {sizeof(specinfer_target_factory), target_create};
+
+const void *get_factory(const char *id) {
+  if (id != nullptr && std::strcmp(id, SPECINFER_TARGET_FACTORY_ID) == 0) return &kTargetFactory;
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace specinfer::gguf
+
+extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry = {
+    SPECINFER_PLUGIN_ABI_VERSION,
+    sizeof(specinfer_plugin_descriptor),
+    "gguf",
+    "0.1.0",
+    "GGUF transformer targets (Llama / Qwen2 / Qwen3 family) on the host's CPU kernels",
+    nullptr,
+    nullptr,
+    specinfer::gguf::get_factory,
+};
