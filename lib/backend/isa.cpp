@@ -1,0 +1,75 @@
+#include "backend/isa.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace specinfer {
+
+namespace {
+
+Isa detect() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  if (!avx2) return Isa::scalar;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vnni");
+  return avx512 ? Isa::avx512 : Isa::avx2;
+#else
+  return Isa::scalar;
+#endif
+}
+
+Isa from_env(Isa best) noexcept {
+  const char *s = std::getenv("SPECINFER_ISA");
+  if (s == nullptr || *s == '\0') return best;
+  Isa want = best;
+  if (std::strcmp(s, "scalar") == 0) want = Isa::scalar;
+  else if (std::strcmp(s, "avx2") == 0) want = Isa::avx2;
+  else if (std::strcmp(s, "avx512") == 0) want = Isa::avx512;
+  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
+}
+
+std::atomic<int> g_active{-1};
+
+}  // namespace
+
+Isa cpu_isa() noexcept {
+  static const Isa best = detect();
+  return best;
+}
+
+bool isa_available(Isa isa) noexcept {
+  return static_cast<int>(isa) <= static_cast<int>(cpu_isa());
+}
+
+Isa active_isa() noexcept {
+  int v = g_active.load(std::memory_order_relaxed);
+  if (v < 0) {
+    static const Isa env = from_env(cpu_isa());
+    v = static_cast<int>(env);
+    int expected = -1;
+    if (!g_active.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return static_cast<Isa>(v);
+}
+
+Isa set_active_isa(Isa isa) noexcept {
+  const Isa prev = active_isa();
+  if (!isa_available(isa)) isa = cpu_isa();
+  g_active.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return prev;
+}
+
+const char *isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+}  // namespace specinfer

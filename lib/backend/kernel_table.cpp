@@ -1,0 +1,76 @@
+#include "backend/kernel_table.h"
+
+#include <new>
+
+#include "backend/isa.h"
+#include "backend/matmul.h"
+#include "backend/ops.h"
+#include "backend/quant.h"
+#include "util/error.h"
+
+namespace specinfer {
+
+namespace {
+
+// Runs fn, turning exceptions into status codes (the table is a C ABI).
+template <class F>
+specinfer_status guarded(F &&fn) noexcept {
+  try {
+    fn();
+    return SPECINFER_OK;
+  } catch (const Error &e) {
+    return e.code();
+  } catch (const std::bad_alloc &) {
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  } catch (...) {
+    return SPECINFER_ERR_INTERNAL;
+  }
+}
+
+size_t k_row_size(int32_t wtype, int64_t n_cols) { return wtype_row_size(wtype, n_cols); }
+
+int64_t k_block_size(int32_t wtype) { return wtype_block_size(wtype); }
+
+specinfer_status k_dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n) {
+  return guarded([&] { dequantize_row(wtype, src, dst, n); });
+}
+
+specinfer_status k_matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                          const float *x, int64_t n_tok, float *y) {
+  return guarded([&] { matmul(wtype, w, n_rows, n_cols, x, n_tok, y); });
+}
+
+void k_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) {
+  rmsnorm(x, w, n, eps, y);
+}
+
+void k_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+            float freq_base, int32_t neox) {
+  rope(x, n_heads, head_dim, n_rot, pos, freq_base, neox);
+}
+
+void k_softmax(float *x, int64_t n) { softmax(x, n); }
+
+specinfer_status k_attention(const specinfer_attention_args *args) {
+  if (args == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guarded([&] { attention(*args); });
+}
+
+void k_silu_mul(float *gate, const float *up, int64_t n) { silu_mul(gate, up, n); }
+
+void k_add(float *y, const float *x, int64_t n) { add(y, x, n); }
+
+const char *k_isa() { return backend_isa(); }
+
+}  // namespace
+
+const specinfer_kernels *backend_kernel_table() {
+  static const specinfer_kernels table = {
+      sizeof(specinfer_kernels), k_row_size, k_block_size, k_dequantize_row, k_matmul, k_rmsnorm,
+      k_rope, k_softmax, k_attention, k_silu_mul, k_add, k_isa};
+  return &table;
+}
+
+const char *backend_isa() { return isa_name(active_isa()); }
+
+}  // namespace specinfer

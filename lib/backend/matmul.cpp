@@ -1,0 +1,153 @@
+// Matmul dispatch: argument checks, activation quantization, the row split over oneTBB tasks, and
+// the dequantize + OpenBLAS sgemm path for many tokens.
+#include "backend/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "util/error.h"
+
+namespace specinfer {
+
+namespace {
+
+MatmulRowsFn pick_kernel(Isa isa, int32_t wtype) {
+  MatmulRowsFn fn = nullptr;
+  if (isa == Isa::avx512) fn = matmul_kernel_avx512(wtype);
+  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::avx2))
+    fn = matmul_kernel_avx2(wtype);
+  if (fn == nullptr) fn = matmul_kernel_scalar(wtype);
+  return fn;
+}
+
+void check_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                int64_t n_tok, float *y) {
+  const int64_t bs = wtype_block_size(wtype);
+  if (bs == 0) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: unknown weight type %d", wtype);
+  if (n_rows <= 0 || n_cols <= 0 || n_tok <= 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes must be positive (rows %lld, cols %lld, tokens %lld)",
+         static_cast<long long>(n_rows), static_cast<long long>(n_cols),
+         static_cast<long long>(n_tok));
+  if (n_cols % bs != 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: %lld columns is not a multiple of %lld (%s)",
+         static_cast<long long>(n_cols), static_cast<long long>(bs), wtype_name(wtype));
+  if (w == nullptr || x == nullptr || y == nullptr)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL weight, input or output");
+}
+
+// Rows per task: enough that each task streams a good chunk of weights, small enough that the
+// threads balance.
+int64_t row_grain(int64_t n_rows, size_t row_bytes) {
+  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t by_bytes = static_cast<int64_t>(16384 / std::max<size_t>(row_bytes, 1));
+  const int64_t by_split = std::max<int64_t>(1, n_rows / (threads * 8));
+  return std::max<int64_t>(1, std::min(by_bytes, by_split));
+}
+
+void run_kernels(Isa isa, const MatmulArgs &base) {
+  MatmulArgs a = base;
+  const ActKind kind = act_kind(a.wtype);
+  std::vector<uint8_t> act;
+  if (kind == ActKind::q8) {
+    a.xq_blocks = a.n_cols / kQK;
+    act.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * sizeof(ActQ8));
+    auto *q = reinterpret_cast<ActQ8 *>(act.data());
+    for (int64_t t = 0; t < a.n_tok; ++t)
+      quantize_act_q8(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    a.xq = q;
+  } else if (kind == ActKind::q8k) {
+    a.xq_blocks = a.n_cols / kQKK;
+    act.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * sizeof(ActQ8K));
+    auto *q = reinterpret_cast<ActQ8K *>(act.data());
+    for (int64_t t = 0; t < a.n_tok; ++t)
+      quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    a.xq = q;
+  }
+  MatmulRowsFn fn = pick_kernel(isa, a.wtype);
+  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
+  const int64_t grain = row_grain(a.n_rows, a.row_bytes);
+  if (a.n_rows <= grain) {
+    fn(a, 0, a.n_rows);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, grain),
+                    [&](const tbb::blocked_range<int64_t> &r) { fn(a, r.begin(), r.end()); });
+}
+
+void blas_single_thread() {
+  // Each TBB task makes its own sgemm call on one panel; OpenBLAS's own threads would fight the
+  // host's. Note: this setting is process-wide for OpenBLAS.
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void run_blas(const MatmulArgs &a) {
+  blas_single_thread();
+  const int n_cols = static_cast<int>(a.n_cols);
+  if (a.wtype == SPECINFER_WTYPE_F32) {
+    // No conversion needed: panels straight from the weights.
+    const int64_t panel = 256;
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, panel), [&](const tbb::blocked_range<int64_t> &r) {
+      const auto *wp = reinterpret_cast<const float *>(a.w + static_cast<size_t>(r.begin()) * a.row_bytes);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
+                  static_cast<int>(r.size()), n_cols, 1.0f, a.x, n_cols, wp, n_cols, 0.0f,
+                  a.y + r.begin(), static_cast<int>(a.n_rows));
+    });
+    return;
+  }
+  // Panels of about 256 KiB of floats so the dequantized panel stays in L2.
+  const int64_t panel = std::clamp<int64_t>(65536 / a.n_cols, 4, 256);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, panel), [&](const tbb::blocked_range<int64_t> &r) {
+    thread_local std::vector<float> buf;
+    const size_t need = static_cast<size_t>(r.size()) * static_cast<size_t>(a.n_cols);
+    if (buf.size() < need) buf.resize(need);
+    for (int64_t row = r.begin(); row < r.end(); ++row)
+      dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
+                     buf.data() + static_cast<size_t>(row - r.begin()) * a.n_cols, a.n_cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
+                static_cast<int>(r.size()), n_cols, 1.0f, a.x, n_cols, buf.data(), n_cols, 0.0f,
+                a.y + r.begin(), static_cast<int>(a.n_rows));
+  });
+}
+
+}  // namespace
+
+void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
+                 int64_t n_cols, const float *x, int64_t n_tok, float *y) {
+  check_args(wtype, w, n_rows, n_cols, x, n_tok, y);
+  if (!isa_available(isa))
+    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
+  if (n_cols > (int64_t{1} << 30) || n_rows > (int64_t{1} << 31) || n_tok > (int64_t{1} << 24))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes too large");
+  MatmulArgs a;
+  a.wtype = wtype;
+  a.w = static_cast<const uint8_t *>(w);
+  a.row_bytes = wtype_row_size(wtype, n_cols);
+  a.n_rows = n_rows;
+  a.n_cols = n_cols;
+  a.n_tok = n_tok;
+  a.x = x;
+  a.y = y;
+  const bool blas = path == MatmulPath::blas ||
+                    (path == MatmulPath::automatic && n_tok >= kBlasMinTokens);
+  if (blas) run_blas(a);
+  else run_kernels(isa, a);
+}
+
+void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+            int64_t n_tok, float *y) {
+  matmul_with(active_isa(), MatmulPath::automatic, wtype, w, n_rows, n_cols, x, n_tok, y);
+}
+
+void dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n) {
+  dequantize_row_ref(wtype, src, dst, n);
+}
+
+}  // namespace specinfer

@@ -1,0 +1,63 @@
+// Matrix times several activation columns: Y[t][r] = sum_c W[r][c] * X[t][c].
+//
+// Decoding is memory-bound, so the kernels stream each weight row once and apply it to a tile of
+// up to several tokens while it sits in L1. Quantized weights multiply int8-quantized activations
+// (ActQ8 / ActQ8K, quantized once per call); float weights multiply float activations. Rows are
+// split over oneTBB tasks (in the caller's task_arena). From kBlasMinTokens tokens on, row panels
+// are dequantized to float and handed to OpenBLAS sgemm instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/isa.h"
+#include "backend/quant.h"
+
+namespace specinfer {
+
+// The tokens from which the sgemm path is used.
+constexpr int64_t kBlasMinTokens = 32;
+
+enum class MatmulPath {
+  automatic,  // quantized kernels below kBlasMinTokens tokens, sgemm from there on
+  kernels,    // always the row kernels of the chosen instruction set
+  blas        // always dequantize + sgemm
+};
+
+// One call's operands, as seen by a row kernel.
+struct MatmulArgs {
+  int32_t wtype = 0;
+  const uint8_t *w = nullptr;  // n_rows rows of row_bytes
+  size_t row_bytes = 0;
+  int64_t n_rows = 0, n_cols = 0, n_tok = 0;
+  const float *x = nullptr;     // [n_tok][n_cols]
+  const void *xq = nullptr;     // [n_tok][xq_blocks] ActQ8 or ActQ8K (per act_kind), or null
+  int64_t xq_blocks = 0;        // activation blocks per token
+  float *y = nullptr;           // [n_tok][n_rows]
+};
+
+// Computes rows [r0, r1) of Y for every token.
+using MatmulRowsFn = void (*)(const MatmulArgs &args, int64_t r0, int64_t r1);
+
+// Row kernels per instruction set; nullptr when that set has no kernel for the type (the caller
+// then falls back to the next lower set). The scalar set covers every type.
+MatmulRowsFn matmul_kernel_scalar(int32_t wtype) noexcept;
+MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept;
+MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept;
+
+// The matmul of the active instruction set (see isa.h). Throws specinfer::Error:
+// INVALID_ARGUMENT for NULL pointers, non-positive sizes or n_cols not a multiple of the block;
+// UNSUPPORTED for an unknown type.
+void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+            int64_t n_tok, float *y);
+
+// The same with an explicit instruction set (must be available on this CPU) and path; for tests
+// and benchmarks.
+void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
+                 int64_t n_cols, const float *x, int64_t n_tok, float *y);
+
+// Fast dequantization of n values (a multiple of the block size); same results as
+// dequantize_row_ref. Throws like dequantize_row_ref.
+void dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n);
+
+}  // namespace specinfer

@@ -1,0 +1,380 @@
+// AVX2 (+FMA, F16C) row kernels. Each weight row is unpacked block by block and applied to a tile of
+// up to kTile tokens while it is in registers / L1, so a call streams the weights once however
+// many tokens it scores. Quantized types: unsigned-by-signed byte products (vpmaddubsw) with the
+// int8 activations, scaled by the per-group integer scales (vpmaddwd), one float conversion per
+// block (32-value formats) or super-block (k-quants).
+//
+// Everything here is in an anonymous namespace and calls no inline function shared with other
+// translation units: an out-of-line copy compiled with AVX2 flags must never be picked by the linker
+// for code that runs on a CPU without AVX2.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/matmul.h"
+
+namespace specinfer {
+
+namespace {
+
+constexpr int kTile = 4;  // tokens per pass over a row
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
+
+// Runs K::run<NT> over the rows, NT = the tokens left (at most kTile) per pass.
+template <class K>
+void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t t0 = 0; t0 < a.n_tok;) {
+      const int64_t left = a.n_tok - t0;
+      float out[kTile];
+      int nt;
+      if (left >= 4) {
+        K::template run<4>(a, row, t0, out);
+        nt = 4;
+      } else if (left == 3) {
+        K::template run<3>(a, row, t0, out);
+        nt = 3;
+      } else if (left == 2) {
+        K::template run<2>(a, row, t0, out);
+        nt = 2;
+      } else {
+        K::template run<1>(a, row, t0, out);
+        nt = 1;
+      }
+      for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.n_rows + r] = out[t];
+      t0 += nt;
+    }
+  }
+}
+
+// ---- float weights --------------------------------------------------------------------------
+
+template <int32_t W>
+struct KFloat {
+  static __m256 load8(const uint8_t *row, int64_t c) {
+    if constexpr (W == SPECINFER_WTYPE_F32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + c);
+    } else if constexpr (W == SPECINFER_WTYPE_F16) {
+      return _mm256_cvtph_ps(load128(row + 2 * c));
+    } else {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(row + 2 * c)), 16));
+    }
+  }
+  static float load1(const uint8_t *row, int64_t c) {
+    if constexpr (W == SPECINFER_WTYPE_F32) {
+      float f;
+      std::memcpy(&f, row + 4 * c, 4);
+      return f;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      if constexpr (W == SPECINFER_WTYPE_F16) {
+        return h2f(h);
+      } else {
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        return f;
+      }
+    }
+  }
+  template <int NT>
+  static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
+    const int64_t n = a.n_cols;
+    const float *x[NT];
+    __m256 acc0[NT], acc1[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = a.x + (t0 + t) * n;
+      acc0[t] = _mm256_setzero_ps();
+      acc1[t] = _mm256_setzero_ps();
+    }
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+      const __m256 w0 = load8(row, c), w1 = load8(row, c + 8);
+      for (int t = 0; t < NT; ++t) {
+        acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
+        acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c + 8), acc1[t]);
+      }
+    }
+    for (; c + 8 <= n; c += 8) {
+      const __m256 w0 = load8(row, c);
+      for (int t = 0; t < NT; ++t) acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+    for (; c < n; ++c) {
+      const float w = load1(row, c);
+      for (int t = 0; t < NT; ++t) out[t] += w * x[t][c];
+    }
+  }
+};
+
+// ---- 32-value blocks ------------------------------------------------------------------------
+
+// Byte j of the result is 0xFF where bit j of `bits` is set.
+inline __m256i bits_to_bytes(uint32_t bits) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL,
+                                          0x0202020202020202LL, 0x0303030303030303LL);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFELL));
+  return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1LL));
+}
+
+// 32 nibbles of qs[16]: low nibbles are values 0..15, high nibbles 16..31.
+inline __m256i nibbles32(const uint8_t *qs) {
+  const __m128i raw = load128(qs);
+  const __m256i both = _mm256_setr_m128i(raw, _mm_srli_epi16(raw, 4));
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+inline uint32_t le32(const uint8_t *p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Unpacks one block: `q` are the 32 integer values, signed (offset applied) for the _0 formats and
+// Q8_0, unsigned for the _1 formats (which then carry a min m).
+template <int32_t W>
+struct Block32 {
+  static constexpr bool kSigned = W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q5_0 ||
+                                  W == SPECINFER_WTYPE_Q8_0 || W == SPECINFER_WTYPE_Q8_1;
+  static constexpr bool kMin = W == SPECINFER_WTYPE_Q4_1 || W == SPECINFER_WTYPE_Q5_1;
+  static void unpack(const uint8_t *blk, __m256i &q, float &d, float &m) {
+    if constexpr (W == SPECINFER_WTYPE_Q4_0) {
+      const auto *b = reinterpret_cast<const BlockQ4_0 *>(blk);
+      q = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+      d = h2f(b->d);
+      m = 0.0f;
+    } else if constexpr (W == SPECINFER_WTYPE_Q4_1) {
+      const auto *b = reinterpret_cast<const BlockQ4_1 *>(blk);
+      q = nibbles32(b->qs);
+      d = h2f(b->d);
+      m = h2f(b->m);
+    } else if constexpr (W == SPECINFER_WTYPE_Q5_0) {
+      const auto *b = reinterpret_cast<const BlockQ5_0 *>(blk);
+      const __m256i hi = _mm256_and_si256(bits_to_bytes(le32(b->qh)), _mm256_set1_epi8(0x10));
+      q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), hi), _mm256_set1_epi8(16));
+      d = h2f(b->d);
+      m = 0.0f;
+    } else if constexpr (W == SPECINFER_WTYPE_Q5_1) {
+      const auto *b = reinterpret_cast<const BlockQ5_1 *>(blk);
+      const __m256i hi = _mm256_and_si256(bits_to_bytes(le32(b->qh)), _mm256_set1_epi8(0x10));
+      q = _mm256_or_si256(nibbles32(b->qs), hi);
+      d = h2f(b->d);
+      m = h2f(b->m);
+    } else if constexpr (W == SPECINFER_WTYPE_Q8_0) {
+      const auto *b = reinterpret_cast<const BlockQ8_0 *>(blk);
+      q = load256(b->qs);
+      d = h2f(b->d);
+      m = 0.0f;
+    } else {
+      const auto *b = reinterpret_cast<const BlockQ8_1 *>(blk);
+      q = load256(b->qs);
+      d = h2f(b->d);
+      m = 0.0f;
+    }
+  }
+};
+
+template <int32_t W>
+struct KQ32 {
+  using B = Block32<W>;
+  template <int NT>
+  static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
+    const int64_t nb = a.n_cols / kQK;
+    constexpr size_t bb = W == SPECINFER_WTYPE_Q4_0   ? sizeof(BlockQ4_0)
+                          : W == SPECINFER_WTYPE_Q4_1 ? sizeof(BlockQ4_1)
+                          : W == SPECINFER_WTYPE_Q5_0 ? sizeof(BlockQ5_0)
+                          : W == SPECINFER_WTYPE_Q5_1 ? sizeof(BlockQ5_1)
+                          : W == SPECINFER_WTYPE_Q8_0 ? sizeof(BlockQ8_0)
+                                                      : sizeof(BlockQ8_1);
+    const ActQ8 *x[NT];
+    __m256 acc[NT];
+    float accm[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = static_cast<const ActQ8 *>(a.xq) + (t0 + t) * a.xq_blocks;
+      acc[t] = _mm256_setzero_ps();
+      accm[t] = 0.0f;
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q;
+      float d, m;
+      B::unpack(row + static_cast<size_t>(i) * bb, q, d, m);
+      if constexpr (B::kSigned) {
+        const __m256i aq = _mm256_sign_epi8(q, q);  // |q|, as unsigned bytes
+        for (int t = 0; t < NT; ++t) {
+          const ActQ8 &xb = x[t][i];
+          const __m256i sx = _mm256_sign_epi8(load256(xb.qs), q);
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), acc[t]);
+        }
+      } else {
+        for (int t = 0; t < NT; ++t) {
+          const ActQ8 &xb = x[t][i];
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), acc[t]);
+          accm[t] += m * xb.d * static_cast<float>(xb.sum);
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) + accm[t];
+  }
+};
+
+// ---- k-quants -------------------------------------------------------------------------------
+
+inline void scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Q4_K and Q5_K: 8 groups of 32 with 6-bit scale and min.
+template <bool kFive>
+struct KQ45K {
+  template <int NT>
+  static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
+    const int64_t nb = a.n_cols / kQKK;
+    constexpr size_t bb = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+    const ActQ8K *x[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = static_cast<const ActQ8K *>(a.xq) + (t0 + t) * a.xq_blocks;
+      acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint8_t *blk = row + static_cast<size_t>(i) * bb;
+      uint16_t dh, dmh;
+      std::memcpy(&dh, blk, 2);
+      std::memcpy(&dmh, blk + 2, 2);
+      const uint8_t *scales = blk + 4;
+      const uint8_t *qh = kFive ? blk + 16 : nullptr;
+      const uint8_t *qs = kFive ? blk + 48 : blk + 16;
+      const float d = h2f(dh), dmin = h2f(dmh);
+      uint8_t sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) scale_min_k4(j, scales, &sc[j], &mn[j]);
+      const __m128i mins = _mm_setr_epi16(mn[0], mn[1], mn[2], mn[3], mn[4], mn[5], mn[6], mn[7]);
+      __m256i ia[NT];
+      for (int t = 0; t < NT; ++t) ia[t] = _mm256_setzero_si256();
+      __m256i hb = kFive ? load256(qh) : _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const __m256i raw = load256(qs + 32 * p);
+        __m256i lo = _mm256_and_si256(raw, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if constexpr (kFive) {
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(2)), 3));
+          hb = _mm256_srli_epi16(hb, 2);
+        }
+        const __m256i slo = _mm256_set1_epi16(sc[2 * p]);
+        const __m256i shi = _mm256_set1_epi16(sc[2 * p + 1]);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t *xq = x[t][i].qs + 64 * p;
+          const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xq)), slo);
+          const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xq + 32)), shi);
+          ia[t] = _mm256_add_epi32(ia[t], _mm256_add_epi32(plo, phi));
+        }
+      }
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8K &xb = x[t][i];
+        const __m128i bs = _mm_hadd_epi16(load128(xb.bsums), load128(xb.bsums + 8));
+        const __m128i mp = _mm_madd_epi16(mins, bs);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_set1_ps(d * xb.d), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_zextsi128_si256(mp)),
+                                  _mm256_set1_ps(dmin * xb.d), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  }
+};
+
+// Q6_K: 16 groups of 16 with signed 8-bit scales, values q - 32 with q in 0..63.
+struct KQ6K {
+  template <int NT>
+  static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
+    const int64_t nb = a.n_cols / kQKK;
+    const ActQ8K *x[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = static_cast<const ActQ8K *>(a.xq) + (t0 + t) * a.xq_blocks;
+      acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    for (int64_t i = 0; i < nb; ++i) {
+      const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
+      uint16_t dh;
+      std::memcpy(&dh, &b->d, 2);
+      const float d = h2f(dh);
+      const __m256i sc16 = _mm256_cvtepi8_epi16(load128(b->scales));
+      __m256i ia[NT];
+      for (int t = 0; t < NT; ++t) {
+        // The -32 offset: subtract 32 * sum_g sc[g] * bsums[g].
+        const __m256i off = _mm256_madd_epi16(sc16, load256(x[t][i].bsums));
+        ia[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i raw0 = load256(b->ql + 64 * h);
+        const __m256i raw1 = load256(b->ql + 64 * h + 32);
+        const __m256i hb = load256(b->qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4), _mm256_and_si256(hb, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+        for (int k = 0; k < 4; ++k) {
+          const int g = 8 * h + 2 * k;
+          const __m256i s = _mm256_setr_m128i(_mm_set1_epi16(b->scales[g]), _mm_set1_epi16(b->scales[g + 1]));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t *xq = x[t][i].qs + 128 * h + 32 * k;
+            ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(xq)), s));
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_set1_ps(d * x[t][i].d), acc[t]);
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  }
+};
+
+}  // namespace
+
+MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept {
+  switch (wtype) {
+    case SPECINFER_WTYPE_F32: return rows_tiled<KFloat<SPECINFER_WTYPE_F32>>;
+    case SPECINFER_WTYPE_F16: return rows_tiled<KFloat<SPECINFER_WTYPE_F16>>;
+    case SPECINFER_WTYPE_BF16: return rows_tiled<KFloat<SPECINFER_WTYPE_BF16>>;
+    case SPECINFER_WTYPE_Q4_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_0>>;
+    case SPECINFER_WTYPE_Q4_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_1>>;
+    case SPECINFER_WTYPE_Q5_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_0>>;
+    case SPECINFER_WTYPE_Q5_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_1>>;
+    case SPECINFER_WTYPE_Q8_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_0>>;
+    case SPECINFER_WTYPE_Q8_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_1>>;
+    case SPECINFER_WTYPE_Q4_K: return rows_tiled<KQ45K<false>>;
+    case SPECINFER_WTYPE_Q5_K: return rows_tiled<KQ45K<true>>;
+    case SPECINFER_WTYPE_Q6_K: return rows_tiled<KQ6K>;
+    default: return nullptr;  // Q2_K, Q3_K, Q8_K: the scalar kernels
+  }
+}
+
+}  // namespace specinfer
