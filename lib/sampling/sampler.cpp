@@ -1,0 +1,165 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "util/error.h"
+
+namespace specinfer {
+
+void check_sampling_params(const SamplingParams &p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: temperature must be finite and >= 0 (got %g)",
+         static_cast<double>(p.temperature));
+  if (p.top_k < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: top_k must be >= 0 (got %d)", p.top_k);
+  if (!(p.top_p > 0 && p.top_p <= 1))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: top_p must be in (0, 1] (got %g)",
+         static_cast<double>(p.top_p));
+  if (!(p.min_p >= 0 && p.min_p <= 1))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: min_p must be in [0, 1] (got %g)",
+         static_cast<double>(p.min_p));
+}
+
+int32_t argmax(const float *v, int64_t n) {
+  int32_t best = -1;
+  float bv = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(v[i])) continue;
+    if (best < 0 || v[i] > bv) {
+      best = static_cast<int32_t>(i);
+      bv = v[i];
+    }
+  }
+  return best;
+}
+
+int32_t sample_index(const float *probs, int64_t n, double u) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += probs[i];
+  if (!(total > 0)) return -1;
+  double target = u * total, acc = 0;
+  int32_t last = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (probs[i] <= 0) continue;
+    acc += probs[i];
+    last = static_cast<int32_t>(i);
+    if (acc > target) return last;
+  }
+  return last;  // rounding left the cumulative sum a hair below target
+}
+
+namespace {
+
+// Orders candidate token ids by probability, high first, ties towards the lower id.
+struct ByProbDesc {
+  const float *probs;
+  bool operator()(int32_t a, int32_t b) const {
+    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+  }
+};
+
+}  // namespace
+
+void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params, float *probs) {
+  check_sampling_params(params);
+  if (!logits || !probs) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: NULL logits or probs");
+  if (vocab <= 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: vocab must be > 0 (got %d)", vocab);
+  float maxv = -std::numeric_limits<float>::infinity();
+  int32_t amax = -1;
+  for (int32_t i = 0; i < vocab; ++i) {
+    float x = logits[i];
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: logit %d is %s", i, std::isnan(x) ? "NaN" : "+inf");
+    if (x > maxv) {
+      maxv = x;
+      amax = i;
+    }
+  }
+  if (amax < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: every logit is -inf");
+
+  if (params.temperature == 0) {
+    std::fill(probs, probs + vocab, 0.0f);
+    probs[amax] = 1.0f;
+    return;
+  }
+
+  // Softmax of logits / T, relative to the maximum so the largest term is exactly 1.
+  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    double e = std::exp((static_cast<double>(logits[i]) - maxv) * inv_t);
+    probs[i] = static_cast<float>(e);
+    sum += probs[i];
+  }
+  // exp underflow can zero everything but the max only when T is tiny; the max term is 1 anyway.
+  bool filter = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1 || params.min_p > 0;
+  if (filter) {
+    // Candidates: tokens with nonzero probability, narrowed by each filter in turn.
+    thread_local std::vector<int32_t> cand;
+    cand.clear();
+    for (int32_t i = 0; i < vocab; ++i)
+      if (probs[i] > 0) cand.push_back(i);
+    ByProbDesc order{probs};
+    size_t n = cand.size();
+    if (params.top_k > 0 && static_cast<size_t>(params.top_k) < n) {
+      std::nth_element(cand.begin(), cand.begin() + params.top_k, cand.end(), order);
+      n = static_cast<size_t>(params.top_k);
+      cand.resize(n);
+    }
+    double total = 0;
+    for (size_t j = 0; j < n; ++j) total += probs[cand[j]];
+    if (params.top_p < 1) {
+      // Sort only as much of the head as needed: grow the sorted prefix until it holds top_p.
+      const double need = static_cast<double>(params.top_p) * total;
+      size_t sorted = 0;
+      double acc = 0;
+      size_t keep = n;
+      size_t chunk = 256;
+      while (sorted < n) {
+        size_t end = std::min(n, sorted + chunk);
+        if (end < n) std::nth_element(cand.begin() + sorted, cand.begin() + end, cand.end(), order);
+        std::sort(cand.begin() + sorted, cand.begin() + end, order);
+        bool done = false;
+        for (size_t j = sorted; j < end; ++j) {
+          acc += probs[cand[j]];
+          if (acc >= need) {
+            keep = j + 1;
+            done = true;
+            break;
+          }
+        }
+        if (done) break;
+        sorted = end;
+        chunk *= 4;
+      }
+      n = keep;
+      cand.resize(n);
+    }
+    if (params.min_p > 0) {
+      float pmax = 0;
+      for (size_t j = 0; j < n; ++j) pmax = std::max(pmax, probs[cand[j]]);
+      const float cut = params.min_p * pmax;
+      size_t w = 0;
+      for (size_t j = 0; j < n; ++j)
+        if (probs[cand[j]] >= cut) cand[w++] = cand[j];
+      n = w;
+      cand.resize(n);
+    }
+    // Keep the candidates, zero the rest.
+    thread_local std::vector<float> kept;
+    kept.resize(n);
+    sum = 0;
+    for (size_t j = 0; j < n; ++j) {
+      kept[j] = probs[cand[j]];
+      sum += kept[j];
+    }
+    std::fill(probs, probs + vocab, 0.0f);
+    for (size_t j = 0; j < n; ++j) probs[cand[j]] = kept[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int32_t i = 0; i < vocab; ++i) probs[i] *= inv;
+}
+
+}  // namespace specinfer
