@@ -1,0 +1,384 @@
+// extern "C" shims for the core of the public ABI: versions, statuses, the registry, targets,
+// drafters and sessions. (Couplers: coupler_api.cpp; sketchers: sketch_api.cpp.)
+#include <cstring>
+#include <memory>
+
+#include "api/guard.h"
+#include "api/handles.h"
+#include "plugin/registry.h"
+#include "session/session.h"
+#include "specinfer.h"
+#include "specinfer_plugin.h"
+
+using specinfer::fail;
+using specinfer::guard;
+
+struct specinfer_registry {
+  std::unique_ptr<specinfer::Registry> impl;
+};
+
+struct specinfer_session {
+  std::unique_ptr<specinfer::Session> impl;
+};
+
+namespace {
+
+template <typename T>
+bool struct_ok(const T *p) {
+  return p && p->struct_size >= sizeof(uint32_t) && p->struct_size <= (1u << 16);
+}
+
+// Copies a caller's versioned struct over defaults: fields the caller's version lacks keep them.
+template <typename T>
+T merge_params(const T *given, void (*init)(T *)) {
+  T out;
+  init(&out);
+  if (given) std::memcpy(&out, given, std::min<size_t>(given->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+const char *nonnull(const std::string &s) { return s.c_str(); }
+
+}  // namespace
+
+extern "C" {
+
+SPECINFER_API int specinfer_version_number(void) { return SPECINFER_VERSION_NUMBER; }
+SPECINFER_API const char *specinfer_version_string(void) { return SPECINFER_VERSION_STRING; }
+
+SPECINFER_API const char *specinfer_status_str(int status) {
+  switch (status) {
+    case SPECINFER_OK: return "SPECINFER_OK";
+    case SPECINFER_ERR_INVALID_ARGUMENT: return "SPECINFER_ERR_INVALID_ARGUMENT";
+    case SPECINFER_ERR_OUT_OF_MEMORY: return "SPECINFER_ERR_OUT_OF_MEMORY";
+    case SPECINFER_ERR_NOT_FOUND: return "SPECINFER_ERR_NOT_FOUND";
+    case SPECINFER_ERR_IO: return "SPECINFER_ERR_IO";
+    case SPECINFER_ERR_FORMAT: return "SPECINFER_ERR_FORMAT";
+    case SPECINFER_ERR_ABI_MISMATCH: return "SPECINFER_ERR_ABI_MISMATCH";
+    case SPECINFER_ERR_UNSUPPORTED: return "SPECINFER_ERR_UNSUPPORTED";
+    case SPECINFER_ERR_CONFIG: return "SPECINFER_ERR_CONFIG";
+    case SPECINFER_ERR_STATE: return "SPECINFER_ERR_STATE";
+    case SPECINFER_ERR_CANCELLED: return "SPECINFER_ERR_CANCELLED";
+    case SPECINFER_ERR_PLUGIN: return "SPECINFER_ERR_PLUGIN";
+    case SPECINFER_ERR_CONTEXT_FULL: return "SPECINFER_ERR_CONTEXT_FULL";
+    case SPECINFER_ERR_BUFFER_TOO_SMALL: return "SPECINFER_ERR_BUFFER_TOO_SMALL";
+    case SPECINFER_ERR_INTERNAL: return "SPECINFER_ERR_INTERNAL";
+    default: return "SPECINFER_UNKNOWN_STATUS";
+  }
+}
+
+SPECINFER_API void specinfer_free(void *ptr) { std::free(ptr); }
+
+/* ---- registry ---- */
+
+SPECINFER_API void specinfer_registry_params_init(specinfer_registry_params *p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->n_threads = 0;
+  p->load_builtin = 1;
+  p->log = nullptr;
+  p->log_user = nullptr;
+  p->log_level = SPECINFER_LOG_INFO;
+}
+
+SPECINFER_API specinfer_status specinfer_registry_create(const specinfer_registry_params *params,
+                                                         specinfer_registry **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (params && !struct_ok(params))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid", params->struct_size);
+    specinfer_registry_params p = merge_params(params, specinfer_registry_params_init);
+    if (p.n_threads < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_threads must be >= 0");
+    if (p.log_level < SPECINFER_LOG_DEBUG || p.log_level > SPECINFER_LOG_NONE)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "log_level %d is not a specinfer_log_level", p.log_level);
+    auto r = std::make_unique<specinfer_registry>();
+    r->impl = std::make_unique<specinfer::Registry>(p);
+    *out = r.release();
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_registry_destroy(specinfer_registry *registry) {
+  if (!registry) return SPECINFER_OK;
+  if (registry->impl->busy()) return SPECINFER_ERR_STATE;
+  delete registry;
+  return SPECINFER_OK;
+}
+
+SPECINFER_API const char *specinfer_registry_plugin_path(const specinfer_registry *registry) {
+  return registry ? registry->impl->search_path().c_str() : "";
+}
+
+SPECINFER_API specinfer_status specinfer_registry_load_plugin(specinfer_registry *registry,
+                                                              const char *path, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!registry || !path) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and path must not be NULL");
+    registry->impl->load_file(path);
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_registry_load_dir(specinfer_registry *registry,
+                                                           const char *dir, int32_t *n_loaded,
+                                                           char **errmsg) {
+  if (n_loaded) *n_loaded = 0;
+  return guard(nullptr, errmsg, [&] {
+    if (!registry || !dir) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and dir must not be NULL");
+    int n = registry->impl->load_dir(dir);
+    if (n_loaded) *n_loaded = n;
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_registry_register_plugin(
+    specinfer_registry *registry, const struct specinfer_plugin_descriptor *descriptor,
+    char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!registry || !descriptor)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and descriptor must not be NULL");
+    registry->impl->register_plugin(descriptor);
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_registry_unload_plugin(specinfer_registry *registry,
+                                                                const char *name, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!registry || !name) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and name must not be NULL");
+    registry->impl->unload(name);
+  });
+}
+
+SPECINFER_API int32_t specinfer_registry_plugin_count(const specinfer_registry *registry) {
+  return registry ? registry->impl->plugin_count() : 0;
+}
+
+SPECINFER_API specinfer_status specinfer_registry_plugin_info(const specinfer_registry *registry,
+                                                              int32_t index,
+                                                              specinfer_plugin_info *info) {
+  if (!registry || !struct_ok(info)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return registry->impl->plugin_info(index, info) ? SPECINFER_OK : SPECINFER_ERR_INVALID_ARGUMENT;
+}
+
+SPECINFER_API int32_t specinfer_registry_threads(const specinfer_registry *registry) {
+  return registry ? registry->impl->threads() : 0;
+}
+
+/* ---- targets ---- */
+
+SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registry,
+                                                     const char *plugin, const char *config,
+                                                     specinfer_target **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!registry || !plugin) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and plugin must not be NULL");
+    *out = static_cast<specinfer_target *>(
+        specinfer::open_target_object(*registry->impl, plugin, config ? config : ""));
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_target_destroy(specinfer_target *target) {
+  if (!target) return SPECINFER_OK;
+  if (target->users > 0) {
+    target->last_error = "the target is still used by a session or drafter";
+    return SPECINFER_ERR_STATE;
+  }
+  delete target;
+  return SPECINFER_OK;
+}
+
+SPECINFER_API const char *specinfer_target_errmsg(const specinfer_target *target) {
+  return target ? nonnull(target->last_error) : "target is NULL";
+}
+
+SPECINFER_API void specinfer_model_info_init(specinfer_model_info *info) {
+  if (!info) return;
+  std::memset(info, 0, sizeof(*info));
+  info->struct_size = sizeof(*info);
+  info->bos_token = info->eos_token = info->eot_token = -1;
+  info->name = info->arch = "";
+}
+
+SPECINFER_API specinfer_status specinfer_target_info(specinfer_target *target,
+                                                     specinfer_model_info *info) {
+  if (!target || !struct_ok(info)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  uint32_t size = info->struct_size;
+  std::memcpy(info, &target->info(), std::min<size_t>(size, sizeof(specinfer_model_info)));
+  info->struct_size = size;
+  return SPECINFER_OK;
+}
+
+SPECINFER_API specinfer_status specinfer_target_tokenize(specinfer_target *target, const char *text,
+                                                         size_t len, int32_t add_special,
+                                                         int32_t parse_special, int32_t *tokens,
+                                                         size_t cap, size_t *n_tokens) {
+  if (!target) return SPECINFER_ERR_INVALID_ARGUMENT;
+  if (n_tokens) *n_tokens = 0;
+  return guard(&target->last_error, nullptr, [&] {
+    if ((!text && len) || !n_tokens || (!tokens && cap))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "text, tokens or n_tokens is NULL");
+    std::vector<int32_t> ids = target->tokenize(text ? text : "", len, add_special, parse_special);
+    *n_tokens = ids.size();
+    if (ids.size() > cap)
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "%zu tokens do not fit a buffer of %zu", ids.size(), cap);
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *target,
+                                                           const int32_t *tokens, size_t n,
+                                                           char *text, size_t cap, size_t *n_bytes) {
+  if (!target) return SPECINFER_ERR_INVALID_ARGUMENT;
+  if (n_bytes) *n_bytes = 0;
+  return guard(&target->last_error, nullptr, [&] {
+    if ((!tokens && n) || !n_bytes || (!text && cap))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens, text or n_bytes is NULL");
+    std::string out;
+    for (size_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= target->info().vocab_size)
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "token %d is outside the vocabulary", tokens[i]);
+      out += target->token_bytes(tokens[i]);
+    }
+    *n_bytes = out.size();
+    if (out.size() > cap)
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "%zu bytes do not fit a buffer of %zu", out.size(), cap);
+    if (!out.empty()) std::memcpy(text, out.data(), out.size());
+  });
+}
+
+/* ---- drafters ---- */
+
+SPECINFER_API specinfer_status specinfer_drafter_open(specinfer_registry *registry,
+                                                      const char *plugin, const char *config,
+                                                      specinfer_target *target,
+                                                      specinfer_drafter **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!registry || !plugin || !target)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry, plugin and target must not be NULL");
+    *out = static_cast<specinfer_drafter *>(
+        specinfer::open_drafter_object(*registry->impl, plugin, config ? config : "", *target));
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_drafter_destroy(specinfer_drafter *drafter) {
+  if (!drafter) return SPECINFER_OK;
+  if (drafter->in_session) {
+    drafter->last_error = "the drafter is still used by a session";
+    return SPECINFER_ERR_STATE;
+  }
+  delete drafter;
+  return SPECINFER_OK;
+}
+
+SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *drafter) {
+  return drafter ? nonnull(drafter->last_error) : "drafter is NULL";
+}
+
+/* ---- sessions ---- */
+
+SPECINFER_API void specinfer_session_params_init(specinfer_session_params *p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->max_draft = 8;
+  p->adaptive_draft = 1;
+  p->temperature = 0.0f;
+  p->top_k = 0;
+  p->top_p = 1.0f;
+  p->min_p = 0.0f;
+  p->seed = 0;
+}
+
+SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target,
+                                                        specinfer_drafter *drafter,
+                                                        const specinfer_coupler *coupler,
+                                                        const specinfer_session_params *params,
+                                                        specinfer_session **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!target) fail(SPECINFER_ERR_INVALID_ARGUMENT, "target is NULL");
+    if (params && !struct_ok(params))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid", params->struct_size);
+    specinfer_session_params p = merge_params(params, specinfer_session_params_init);
+    auto s = std::make_unique<specinfer_session>();
+    s->impl = std::make_unique<specinfer::Session>(*target, drafter,
+                                                   coupler ? coupler->impl.get() : nullptr, p);
+    *out = s.release();
+  });
+}
+
+SPECINFER_API void specinfer_session_destroy(specinfer_session *session) { delete session; }
+
+SPECINFER_API const char *specinfer_session_errmsg(const specinfer_session *session) {
+  return session ? nonnull(session->impl->last_error) : "session is NULL";
+}
+
+SPECINFER_API specinfer_status specinfer_session_feed_text(specinfer_session *session,
+                                                           const char *text, size_t len) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] { session->impl->feed_text(text, len); });
+}
+
+SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *session,
+                                                             const int32_t *tokens, size_t n) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] { session->impl->feed_tokens(tokens, n); });
+}
+
+SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
+                                                          int32_t max_tokens,
+                                                          specinfer_token_fn on_tokens, void *user) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr,
+               [&] { session->impl->generate(max_tokens, on_tokens, user); });
+}
+
+SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session, int32_t *tokens,
+                                                      size_t cap, size_t *n_tokens, int32_t *done) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  if (n_tokens) *n_tokens = 0;
+  if (done) *done = 0;
+  return guard(&session->impl->last_error, nullptr, [&] {
+    if (!tokens || !n_tokens) fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens and n_tokens must not be NULL");
+    if (cap < session->impl->max_emit())
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "cap %zu is below max_draft + 1 = %zu", cap,
+           session->impl->max_emit());
+    std::vector<int32_t> out;
+    bool finished = false;
+    session->impl->step(out, finished);
+    std::memcpy(tokens, out.data(), out.size() * sizeof(int32_t));
+    *n_tokens = out.size();
+    if (done) *done = finished;
+  });
+}
+
+SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats) {
+  if (!stats) return;
+  std::memset(stats, 0, sizeof(*stats));
+  stats->struct_size = sizeof(*stats);
+}
+
+SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_session *session,
+                                                       specinfer_session_stats *stats) {
+  if (!session || !struct_ok(stats)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  session->impl->stats(*stats);
+  return SPECINFER_OK;
+}
+
+SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] { session->impl->reset(); });
+}
+
+SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session *session,
+                                                        const int32_t **tokens, size_t *n) {
+  if (!session || !tokens || !n) return SPECINFER_ERR_INVALID_ARGUMENT;
+  *tokens = session->impl->tokens().data();
+  *n = session->impl->tokens().size();
+  return SPECINFER_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,206 @@
+#include "plugin/objects.h"
+
+#include <cstring>
+
+#include "api/handles.h"
+#include "plugin/registry.h"
+#include "util/error.h"
+
+namespace specinfer {
+
+void check_plugin(specinfer_status rc, const specinfer_plugin_error &err, const char *what) {
+  if (rc == SPECINFER_OK) return;
+  // The plugin may have left the buffer unterminated; never read past it.
+  std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
+  if (msg.empty()) msg = specinfer_status_str(rc);
+  if (rc < SPECINFER_OK || rc > SPECINFER_ERR_INTERNAL) rc = SPECINFER_ERR_PLUGIN;
+  throw Error(rc, format("%s: %s", what, msg.c_str()));
+}
+
+namespace {
+
+specinfer_plugin_error fresh_error() {
+  specinfer_plugin_error e;
+  e.message[0] = '\0';
+  return e;
+}
+
+}  // namespace
+
+TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
+                           const specinfer_target_vtable *vtable)
+    : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable) {
+  if (!vtable_ || vtable_->struct_size < sizeof(specinfer_target_vtable) || !vtable_->info ||
+      !vtable_->tokenize || !vtable_->token_bytes || !vtable_->forward || !vtable_->kv_size ||
+      !vtable_->kv_truncate) {
+    if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+    vtable_ = nullptr;
+    fail(SPECINFER_ERR_PLUGIN, "target plugin returned an incomplete vtable");
+  }
+  specinfer_model_info info{};
+  info.struct_size = sizeof(info);
+  info.bos_token = info.eos_token = info.eot_token = -1;
+  specinfer_status rc = vtable_->info(self_, &info);
+  if (rc != SPECINFER_OK || info.vocab_size <= 0 || info.n_ctx <= 0) {
+    vtable_->destroy(self_);
+    vtable_ = nullptr;
+    fail(SPECINFER_ERR_PLUGIN, "target plugin gave no valid model info (vocab %d, n_ctx %d)",
+         info.vocab_size, info.n_ctx);
+  }
+  name_ = info.name ? info.name : "";
+  arch_ = info.arch ? info.arch : "";
+  info.name = name_.c_str();
+  info.arch = arch_.c_str();
+  info_ = info;
+  if (plugin_) plugin_->open_objects++;  // last: a constructor that throws must not count
+}
+
+TargetObject::~TargetObject() {
+  if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+  if (plugin_) plugin_->open_objects--;
+}
+
+std::vector<int32_t> TargetObject::tokenize(const char *text, size_t len, bool add_special,
+                                            bool parse_special) {
+  std::vector<int32_t> out(len + 16);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    size_t n = 0;
+    auto err = fresh_error();
+    specinfer_status rc = vtable_->tokenize(self_, text, len, add_special, parse_special,
+                                            out.data(), out.size(), &n, &err);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL && attempt == 0 && n > out.size()) {
+      out.resize(n);
+      continue;
+    }
+    check_plugin(rc, err, "tokenize");
+    if (n > out.size()) fail(SPECINFER_ERR_PLUGIN, "tokenize: plugin reported %zu tokens", n);
+    out.resize(n);
+    for (int32_t t : out)
+      if (t < 0 || t >= info_.vocab_size)
+        fail(SPECINFER_ERR_PLUGIN, "tokenize: plugin produced token %d outside the vocabulary", t);
+    return out;
+  }
+  fail(SPECINFER_ERR_PLUGIN, "tokenize: plugin kept asking for a larger buffer");
+}
+
+std::string TargetObject::token_bytes(int32_t token) {
+  std::string out(32, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    size_t n = 0;
+    auto err = fresh_error();
+    specinfer_status rc = vtable_->token_bytes(self_, token, out.data(), out.size(), &n, &err);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL && attempt == 0 && n > out.size() && n < (1u << 20)) {
+      out.resize(n);
+      continue;
+    }
+    check_plugin(rc, err, "token_bytes");
+    if (n > out.size()) fail(SPECINFER_ERR_PLUGIN, "token_bytes: bad length %zu", n);
+    out.resize(n);
+    return out;
+  }
+  fail(SPECINFER_ERR_PLUGIN, "token_bytes: plugin kept asking for a larger buffer");
+}
+
+void TargetObject::forward(const specinfer_forward_batch &batch) {
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry_.run([&] { rc = vtable_->forward(self_, &batch, &err); });
+  check_plugin(rc, err, "forward");
+}
+
+int32_t TargetObject::kv_size() { return vtable_->kv_size(self_); }
+
+void TargetObject::kv_truncate(int32_t n_keep) {
+  auto err = fresh_error();
+  check_plugin(vtable_->kv_truncate(self_, n_keep, &err), err, "kv_truncate");
+}
+
+void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
+  if (!vtable_->kv_keep) fail(SPECINFER_ERR_UNSUPPORTED, "this target cannot keep a token tree's path");
+  auto err = fresh_error();
+  check_plugin(vtable_->kv_keep(self_, base, idx, n, &err), err, "kv_keep");
+}
+
+DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *self,
+                             const specinfer_drafter_vtable *vtable, TargetObject *target)
+    : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable), target_(target) {
+  if (!vtable_ || vtable_->struct_size < sizeof(specinfer_drafter_vtable) || !vtable_->begin ||
+      !vtable_->propose || !vtable_->commit) {
+    if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+    vtable_ = nullptr;
+    fail(SPECINFER_ERR_PLUGIN, "drafter plugin returned an incomplete vtable");
+  }
+  if (target_) target_->users++;
+  if (plugin_) plugin_->open_objects++;
+}
+
+DrafterObject::~DrafterObject() {
+  if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+  if (plugin_) plugin_->open_objects--;
+  if (target_) target_->users--;
+}
+
+void DrafterObject::begin(const int32_t *context, size_t n) {
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry_.run([&] { rc = vtable_->begin(self_, context, n, &err); });
+  check_plugin(rc, err, "drafter begin");
+}
+
+void DrafterObject::propose(const specinfer_draft_request &request, specinfer_draft &draft) {
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry_.run([&] { rc = vtable_->propose(self_, &request, &draft, &err); });
+  check_plugin(rc, err, "drafter propose");
+  if (draft.n_nodes < 0 || draft.n_nodes > draft.cap)
+    fail(SPECINFER_ERR_PLUGIN, "drafter proposed %d nodes with room for %d", draft.n_nodes, draft.cap);
+  for (int32_t i = 0; i < draft.n_nodes; ++i) {
+    if (draft.tokens[i] < 0 || draft.tokens[i] >= draft.vocab_size)
+      fail(SPECINFER_ERR_PLUGIN, "drafter proposed token %d outside the vocabulary", draft.tokens[i]);
+    if (draft.parents[i] < -1 || draft.parents[i] >= i)
+      fail(SPECINFER_ERR_PLUGIN, "drafter node %d has parent %d (must be -1 or an earlier node)", i,
+           draft.parents[i]);
+  }
+}
+
+void DrafterObject::commit(const int32_t *tokens, size_t n) {
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry_.run([&] { rc = vtable_->commit(self_, tokens, n, &err); });
+  check_plugin(rc, err, "drafter commit");
+}
+
+TargetObject *open_target_object(Registry &registry, const std::string &plugin,
+                                 const std::string &config) {
+  LoadedPlugin &p = registry.find(plugin);
+  if (!p.target_factory)
+    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no target (it is a drafter)", plugin.c_str());
+  void *self = nullptr;
+  const specinfer_target_vtable *vt = nullptr;
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry.run([&] { rc = p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err); });
+  check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
+  return new specinfer_target(registry, &p, self, vt);
+}
+
+DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,
+                                   const std::string &config, TargetObject &target) {
+  LoadedPlugin &p = registry.find(plugin);
+  if (!p.drafter_factory)
+    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no drafter (it is a target only)",
+         plugin.c_str());
+  void *self = nullptr;
+  const specinfer_drafter_vtable *vt = nullptr;
+  auto err = fresh_error();
+  specinfer_host_target ht{target.self(), target.vtable(), &target};
+  specinfer_model_info info = target.info();
+  specinfer_status rc = SPECINFER_OK;
+  registry.run([&] {
+    rc = p.drafter_factory->create(registry.host(), config.c_str(), &info, &ht, &self, &vt, &err);
+  });
+  check_plugin(rc, err, ("opening drafter '" + plugin + "'").c_str());
+  return new specinfer_drafter(registry, &p, self, vt, &target);
+}
+
+}  // namespace specinfer

@@ -1,0 +1,83 @@
+// Targets and drafters as the core sees them: a plugin instance (self + vtable) with its plugin
+// kept loaded, plugin errors turned into specinfer::Error, and calls run on the registry's threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "specinfer_plugin.h"
+
+namespace specinfer {
+
+class Registry;
+struct LoadedPlugin;
+
+class TargetObject {
+ public:
+  TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
+               const specinfer_target_vtable *vtable);
+  ~TargetObject();
+  TargetObject(const TargetObject &) = delete;
+  TargetObject &operator=(const TargetObject &) = delete;
+
+  const specinfer_model_info &info() const { return info_; }
+  std::vector<int32_t> tokenize(const char *text, size_t len, bool add_special, bool parse_special);
+  std::string token_bytes(int32_t token);
+  void forward(const specinfer_forward_batch &batch);
+  int32_t kv_size();
+  void kv_truncate(int32_t n_keep);
+  void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+
+  Registry &registry() { return registry_; }
+  void *self() const { return self_; }
+  const specinfer_target_vtable *vtable() const { return vtable_; }
+
+  std::string last_error;
+  int users = 0;  // sessions and drafters that borrow it
+  bool in_session = false;
+
+ private:
+  Registry &registry_;
+  LoadedPlugin *plugin_;
+  void *self_;
+  const specinfer_target_vtable *vtable_;
+  specinfer_model_info info_{};
+  std::string name_, arch_;
+};
+
+class DrafterObject {
+ public:
+  DrafterObject(Registry &registry, LoadedPlugin *plugin, void *self,
+                const specinfer_drafter_vtable *vtable, TargetObject *target);
+  ~DrafterObject();
+  DrafterObject(const DrafterObject &) = delete;
+  DrafterObject &operator=(const DrafterObject &) = delete;
+
+  void begin(const int32_t *context, size_t n);
+  void propose(const specinfer_draft_request &request, specinfer_draft &draft);
+  void commit(const int32_t *tokens, size_t n);
+
+  TargetObject *target() const { return target_; }
+  std::string last_error;
+  bool in_session = false;
+
+ private:
+  Registry &registry_;
+  LoadedPlugin *plugin_;
+  void *self_;
+  const specinfer_drafter_vtable *vtable_;
+  TargetObject *target_;
+};
+
+// Opens a target / drafter through `registry` (loading the plugin from the search path if needed).
+// The returned object is owned by the caller (delete it, or hand it to a public handle).
+TargetObject *open_target_object(Registry &registry, const std::string &plugin,
+                                 const std::string &config);
+DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,
+                                   const std::string &config, TargetObject &target);
+
+// Turns a plugin's failure into specinfer::Error; the message names the plugin call.
+void check_plugin(specinfer_status rc, const specinfer_plugin_error &err, const char *what);
+
+}  // namespace specinfer

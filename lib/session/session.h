@@ -1,0 +1,81 @@
+// A session: the speculate -> verify -> commit loop over one target, an optional drafter and a
+// coupler, with adaptive draft length, UTF-8-safe streaming and statistics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coupling/coupler.h"
+#include "plugin/objects.h"
+#include "sampling/sampler.h"
+#include "session/lookahead.h"
+#include "specinfer.h"
+
+namespace specinfer {
+
+class Session {
+ public:
+  // Borrows target and drafter (may be nullptr); `coupler` nullptr picks greedy / rejection.
+  Session(TargetObject &target, DrafterObject *drafter, const Coupler *coupler,
+          const specinfer_session_params &params);
+  ~Session();
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  void feed_text(const char *text, size_t len);
+  void feed_tokens(const int32_t *tokens, size_t n);
+
+  // One round. Appends the emitted tokens to `out`; sets done when eos/eot was emitted.
+  void step(std::vector<int32_t> &out, bool &done);
+  // Rounds until max_tokens, eos/eot, or the callback asks to stop (throws CANCELLED).
+  void generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *user);
+  void reset();
+
+  void stats(specinfer_session_stats &out) const;
+  const std::vector<int32_t> &tokens() const { return tokens_; }
+  // Most tokens one round can emit.
+  size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
+
+  std::string last_error;
+
+ private:
+  void prefill();
+  void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
+  void sync_drafter();
+  std::string take_text(const std::vector<int32_t> &tokens);
+  bool is_stop(int32_t token) const;
+  void release();
+
+  TargetObject &target_;
+  DrafterObject *drafter_;
+  const Coupler *coupler_;
+  std::unique_ptr<Coupler> owned_coupler_;
+  specinfer_session_params params_;
+  SamplingParams sampling_;
+  bool greedy_;
+  int32_t vocab_;
+  int32_t n_ctx_;
+
+  std::vector<int32_t> tokens_;       // the whole sequence
+  std::vector<int32_t> kv_tokens_;    // what the target's KV cache holds (a prefix of some text)
+  size_t drafter_known_ = 0;          // tokens committed to the drafter
+  bool drafter_begun_ = false;
+  std::string utf8_pending_;          // bytes of an unfinished UTF-8 character
+
+  std::vector<float> logits_;         // [(k+1)][vocab]
+  std::vector<float> probs_;          // [(k+1)][vocab]
+  std::vector<float> draft_probs_;    // [k][vocab]
+  std::vector<int32_t> draft_tokens_, draft_parents_;
+  std::vector<int32_t> batch_tokens_, batch_pos_;
+
+  Lookahead lookahead_;
+
+  // statistics
+  int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,
+          n_accepted_ = 0;
+  double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0;
+};
+
+}  // namespace specinfer

@@ -1,0 +1,85 @@
+// Parsing of `key=value,key=value` plugin configs, shared by the built-in plugins (header-only,
+// no dependency on the library). Unknown keys are an error: the caller lists the keys it knows.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "specinfer.h"
+
+namespace specinfer_plugin {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Config {
+ public:
+  // Throws ConfigError on a malformed entry, a duplicate key or a key not in `known`.
+  Config(const char *text, std::initializer_list<const char *> known) {
+    std::string s = text ? text : "";
+    size_t start = 0;
+    while (start < s.size()) {
+      size_t end = s.find(',', start);
+      if (end == std::string::npos) end = s.size();
+      std::string item = s.substr(start, end - start);
+      start = end + 1;
+      if (item.empty()) continue;
+      size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw ConfigError("config entry '" + item + "' is not key=value");
+      std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      bool ok = false;
+      std::string list;
+      for (const char *k : known) {
+        if (key == k) ok = true;
+        list += list.empty() ? k : std::string(", ") + k;
+      }
+      if (!ok) throw ConfigError("unknown config key '" + key + "' (known keys: " + list + ")");
+      if (values_.count(key)) throw ConfigError("config key '" + key + "' given twice");
+      values_[key] = value;
+    }
+  }
+
+  bool has(const std::string &key) const { return values_.count(key) != 0; }
+
+  std::string get(const std::string &key, const std::string &def) const {
+    auto it = values_.find(key);
+    return it == values_.end() ? def : it->second;
+  }
+
+  long get_int(const std::string &key, long def, long lo, long hi) const {
+    auto it = values_.find(key);
+    if (it == values_.end()) return def;
+    errno = 0;
+    char *end = nullptr;
+    long v = std::strtol(it->second.c_str(), &end, 10);
+    if (errno || end == it->second.c_str() || *end || v < lo || v > hi)
+      throw ConfigError("config key '" + key + "' must be an integer in [" + std::to_string(lo) +
+                        ", " + std::to_string(hi) + "], got '" + it->second + "'");
+    return v;
+  }
+
+  double get_float(const std::string &key, double def, double lo, double hi) const {
+    auto it = values_.find(key);
+    if (it == values_.end()) return def;
+    errno = 0;
+    char *end = nullptr;
+    double v = std::strtod(it->second.c_str(), &end);
+    if (errno || end == it->second.c_str() || *end || !std::isfinite(v) || v < lo || v > hi)
+      throw ConfigError("config key '" + key + "' must be a number in [" + std::to_string(lo) +
+                        ", " + std::to_string(hi) + "], got '" + it->second + "'");
+    return v;
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace specinfer_plugin
