@@ -16,9 +16,6 @@
 
 namespace specinfer {
 
-// TEMPORARY while the backend lands: weak so the core links without it.
-const specinfer_kernels *backend_kernel_table() __attribute__((weak));
-
 namespace {
 
 void host_log(const specinfer_host *host, int32_t level, const char *message) {
@@ -108,7 +105,7 @@ void fill_host_table(specinfer_host &host, Registry *registry) {
   host.free = host_free;
   host.parallel_for = host_parallel_for;
   host.n_threads = registry ? registry->threads() : tbb::this_task_arena::max_concurrency();
-  host.kernels = backend_kernel_table ? backend_kernel_table() : nullptr;
+  host.kernels = backend_kernel_table();
   host.open_target = host_open_target;
   host.close_target = host_close_target;
 }
