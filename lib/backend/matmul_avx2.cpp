@@ -17,7 +17,7 @@ namespace specinfer {
 
 namespace {
 
-constexpr int kTile = 4;  // tokens per pass over a row
+constexpr int kTile = 8;  // tokens per pass over a row
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -39,19 +39,16 @@ void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < a.n_tok;) {
       const int64_t left = a.n_tok - t0;
       float out[kTile];
-      int nt;
-      if (left >= 4) {
-        K::template run<4>(a, row, t0, out);
-        nt = 4;
-      } else if (left == 3) {
-        K::template run<3>(a, row, t0, out);
-        nt = 3;
-      } else if (left == 2) {
-        K::template run<2>(a, row, t0, out);
-        nt = 2;
-      } else {
-        K::template run<1>(a, row, t0, out);
-        nt = 1;
+      const int nt = left >= kTile ? kTile : static_cast<int>(left);
+      switch (nt) {
+        case 8: K::template run<8>(a, row, t0, out); break;
+        case 7: K::template run<7>(a, row, t0, out); break;
+        case 6: K::template run<6>(a, row, t0, out); break;
+        case 5: K::template run<5>(a, row, t0, out); break;
+        case 4: K::template run<4>(a, row, t0, out); break;
+        case 3: K::template run<3>(a, row, t0, out); break;
+        case 2: K::template run<2>(a, row, t0, out); break;
+        default: K::template run<1>(a, row, t0, out); break;
       }
       for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.n_rows + r] = out[t];
       t0 += nt;
@@ -103,9 +100,16 @@ struct KFloat {
     int64_t c = 0;
     for (; c + 16 <= n; c += 16) {
       const __m256 w0 = load8(row, c), w1 = load8(row, c + 8);
-      for (int t = 0; t < NT; ++t) {
-        acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
-        acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c + 8), acc1[t]);
+      if constexpr (NT >= 4) {  // enough independent chains with one accumulator per token
+        for (int t = 0; t < NT; ++t) {
+          acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
+          acc0[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c + 8), acc0[t]);
+        }
+      } else {
+        for (int t = 0; t < NT; ++t) {
+          acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
+          acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c + 8), acc1[t]);
+        }
       }
     }
     for (; c + 8 <= n; c += 8) {
@@ -269,12 +273,18 @@ struct KQ45K {
       const uint8_t *qh = kFive ? blk + 16 : nullptr;
       const uint8_t *qs = kFive ? blk + 48 : blk + 16;
       const float d = h2f(dh), dmin = h2f(dmh);
-      uint8_t sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) scale_min_k4(j, scales, &sc[j], &mn[j]);
-      const __m128i mins = _mm_setr_epi16(mn[0], mn[1], mn[2], mn[3], mn[4], mn[5], mn[6], mn[7]);
+      alignas(16) int16_t sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) {
+        uint8_t s8, m8;
+        scale_min_k4(j, scales, &s8, &m8);
+        sc[j] = s8;
+        mn[j] = m8;
+      }
+      const __m128i mins = _mm_load_si128(reinterpret_cast<const __m128i *>(mn));
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_setzero_si256();
       __m256i hb = kFive ? load256(qh) : _mm256_setzero_si256();
+#pragma GCC unroll 1
       for (int p = 0; p < 4; ++p) {
         const __m256i raw = load256(qs + 32 * p);
         __m256i lo = _mm256_and_si256(raw, m4);

@@ -1,0 +1,179 @@
+// Backend kernel benchmarks: a streaming-read memory bandwidth reference (2 threads) and matmul for
+// the Qwen2.5-Coder-1.5B shapes, weight types and token counts. Bytes processed = weight bytes
+// streamed per call, so bytes_per_second compares directly with the bandwidth benchmark.
+//
+//   ./bench_kernels --benchmark_filter='Bandwidth|Matmul' --benchmark_repetitions=3
+//                   --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "backend/matmul.h"
+#include "backend/ops.h"
+#include "backend/quant.h"
+
+using namespace specinfer;
+
+namespace {
+
+// Threads for every benchmark: 2 (the target machine), or SPECINFER_BENCH_THREADS.
+int bench_threads() {
+  const char *s = std::getenv("SPECINFER_BENCH_THREADS");
+  const int n = s ? std::atoi(s) : 2;
+  return n > 0 ? n : 2;
+}
+const int kThreads = bench_threads();
+
+tbb::task_arena &arena() {
+  static tbb::task_arena a(kThreads);
+  return a;
+}
+
+// Four independent 8-wide accumulators: enough loads in flight to saturate memory.
+__attribute__((target("avx2"))) void stream_sum(const float *p, size_t n, float out[8]) {
+  float a[4][8] = {};
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 8; ++j) a[k][j] += p[i + 8 * static_cast<size_t>(k) + static_cast<size_t>(j)];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 8; ++j) out[j] += a[k][j];
+}
+
+// Sums a 512 MiB buffer (far beyond the caches) on kThreads threads.
+void BM_Bandwidth(benchmark::State &state) {
+  const size_t bytes = size_t{512} << 20;
+  static std::vector<float> buf;
+  if (buf.empty()) {
+    buf.resize(bytes / sizeof(float));
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i & 1023);
+  }
+  const size_t n = buf.size();
+  float sink = 0;
+  for (auto _ : state) {
+    std::vector<float> part(kThreads, 0.0f);
+    arena().execute([&] {
+      tbb::parallel_for(0, kThreads, [&](int t) {
+        const size_t b = n / kThreads * static_cast<size_t>(t), e = t == kThreads - 1 ? n : b + n / kThreads;
+        float tmp[8] = {};
+        stream_sum(buf.data() + b, e - b, tmp);
+        for (float v : tmp) part[static_cast<size_t>(t)] += v;
+      });
+    });
+    for (float v : part) sink += v;
+    benchmark::DoNotOptimize(sink);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_Bandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+struct Weights {
+  std::vector<uint8_t> data;
+};
+
+// Random valid weights, cached per (type, shape): generating 151936 x 1536 takes a moment.
+const Weights &weights(int32_t wtype, int64_t rows, int64_t cols) {
+  static std::vector<std::pair<std::tuple<int32_t, int64_t, int64_t>, Weights>> cache;
+  for (auto &e : cache)
+    if (e.first == std::make_tuple(wtype, rows, cols)) return e.second;
+  if (cache.size() >= 2) cache.erase(cache.begin());  // keep memory bounded
+  Weights w;
+  const size_t rs = wtype_row_size(wtype, cols);
+  w.data.resize(rs * static_cast<size_t>(rows));
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < w.data.size(); i += 4) {
+    const uint32_t v = rng();
+    std::memcpy(&w.data[i], &v, std::min<size_t>(4, w.data.size() - i));
+  }
+  // Finite scales: overwrite every fp16 in the float types, and the scale fields of the blocks.
+  const size_t bb = wtype_block_bytes(wtype);
+  const uint16_t h = fp32_to_fp16(0.01f);
+  for (size_t off = 0; off < w.data.size(); off += bb) {
+    uint8_t *p = w.data.data() + off;
+    switch (wtype) {
+      case SPECINFER_WTYPE_F16: {
+        const uint16_t v = fp32_to_fp16(static_cast<float>(off % 97) * 0.01f);
+        std::memcpy(p, &v, 2);
+        break;
+      }
+      case SPECINFER_WTYPE_Q8_0:
+      case SPECINFER_WTYPE_Q4_0:
+        std::memcpy(p, &h, 2);
+        break;
+      case SPECINFER_WTYPE_Q4_K:
+      case SPECINFER_WTYPE_Q5_K:
+        std::memcpy(p, &h, 2);
+        std::memcpy(p + 2, &h, 2);
+        break;
+      case SPECINFER_WTYPE_Q6_K:
+        std::memcpy(p + 208, &h, 2);
+        break;
+      default:
+        break;
+    }
+  }
+  cache.emplace_back(std::make_tuple(wtype, rows, cols), std::move(w));
+  return cache.back().second;
+}
+
+// args: wtype, rows, cols, n_tok
+void BM_Matmul(benchmark::State &state) {
+  const auto wtype = static_cast<int32_t>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n_tok = state.range(3);
+  const Weights &w = weights(wtype, rows, cols);
+  std::vector<float> x(static_cast<size_t>(n_tok * cols)), y(static_cast<size_t>(n_tok * rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto &v : x) v = nd(rng);
+  for (auto _ : state) {
+    arena().execute([&] { matmul(wtype, w.data.data(), rows, cols, x.data(), n_tok, y.data()); });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.data.size()));
+  state.SetLabel(std::string(wtype_name(wtype)) + " " + isa_name(active_isa()));
+}
+
+void matmul_args(benchmark::internal::Benchmark *b) {
+  const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536}, {1536, 8960}, {151936, 1536}};
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_F16};
+  const int64_t toks[] = {1, 2, 4, 5, 8, 16};
+  for (auto &s : shapes)
+    for (int32_t t : types)
+      for (int64_t n : toks) b->Args({t, s[0], s[1], n});
+  b->ArgNames({"type", "rows", "cols", "tok"});
+}
+BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Attention(benchmark::State &state) {
+  const int n_q = static_cast<int>(state.range(0)), n_kv = static_cast<int>(state.range(1));
+  const int n_head = 12, n_head_kv = 2, hd = 128;
+  std::vector<float> q(static_cast<size_t>(n_q * n_head * hd), 0.1f), k(static_cast<size_t>(n_kv * n_head_kv * hd), 0.2f),
+      v(k.size(), 0.3f), out(q.size());
+  specinfer_attention_args a{};
+  a.struct_size = sizeof a;
+  a.n_q = n_q;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = hd;
+  a.n_kv = n_kv;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.scale = 0.088f;
+  a.out = out.data();
+  for (auto _ : state) {
+    arena().execute([&] { attention(a); });
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_Attention)->Args({1, 1024})->Args({5, 1024})->Args({5, 4096})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
