@@ -209,7 +209,7 @@ int cmd_sketch_eval(int argc, char **argv) {
       ok = value(&v);
       cfg.overlaps.clear();
       for (const std::string &p : split(v, ',')) {
-        double x;
+        double x = 0.0;
         ok = ok && parse_double(p, &x) && x >= 0 && x <= 1;
         cfg.overlaps.push_back(x);
       }

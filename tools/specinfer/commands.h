@@ -4,3 +4,4 @@
 
 int cmd_generate(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
+int cmd_sketch_eval(int argc, char **argv);
