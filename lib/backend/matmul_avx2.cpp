@@ -240,16 +240,6 @@ struct KQ32 {
 
 // ---- k-quants -------------------------------------------------------------------------------
 
-inline void scale_min_k4(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
 // Q4_K and Q5_K: 8 groups of 32 with 6-bit scale and min.
 template <bool kFive>
 struct KQ45K {
@@ -273,14 +263,18 @@ struct KQ45K {
       const uint8_t *qh = kFive ? blk + 16 : nullptr;
       const uint8_t *qs = kFive ? blk + 48 : blk + 16;
       const float d = h2f(dh), dmin = h2f(dmh);
-      alignas(16) int16_t sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) {
-        uint8_t s8, m8;
-        scale_min_k4(j, scales, &s8, &m8);
-        sc[j] = s8;
-        mn[j] = m8;
-      }
-      const __m128i mins = _mm_load_si128(reinterpret_cast<const __m128i *>(mn));
+      // The eight 6-bit scales and mins, four bytes at a time.
+      uint32_t a0, a1, a2;
+      std::memcpy(&a0, scales, 4);
+      std::memcpy(&a1, scales + 4, 4);
+      std::memcpy(&a2, scales + 8, 4);
+      const uint32_t sc_lo = a0 & 0x3F3F3F3Fu, mn_lo = a1 & 0x3F3F3F3Fu;
+      const uint32_t sc_hi = (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
+      const uint32_t mn_hi = ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
+      const __m128i sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)));
+      alignas(16) int16_t sc[8];
+      _mm_store_si128(reinterpret_cast<__m128i *>(sc), sc16);
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_setzero_si256();
       __m256i hb = kFive ? load256(qh) : _mm256_setzero_si256();
@@ -329,6 +323,13 @@ struct KQ6K {
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m30 = _mm256_set1_epi8(0x30);
+    // Byte shuffles broadcasting int16 element 2k to the low lane and 2k+1 to the high lane
+    // (local, not global: no AVX code may run at static initialization).
+    const __m256i kQ6Shuf[4] = {
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
     for (int64_t i = 0; i < nb; ++i) {
       const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
@@ -342,6 +343,9 @@ struct KQ6K {
         ia[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
       }
       for (int h = 0; h < 2; ++h) {
+        // Scales of groups 8h..8h+7 as int16 in both 128-bit lanes.
+        const __m256i sch = _mm256_broadcastsi128_si256(
+            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
         const __m256i raw0 = load256(b->ql + 64 * h);
         const __m256i raw1 = load256(b->ql + 64 * h + 32);
         const __m256i hb = load256(b->qh + 32 * h);
@@ -352,8 +356,8 @@ struct KQ6K {
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         for (int k = 0; k < 4; ++k) {
-          const int g = 8 * h + 2 * k;
-          const __m256i s = _mm256_setr_m128i(_mm_set1_epi16(b->scales[g]), _mm_set1_epi16(b->scales[g + 1]));
+          // Low lane: group 8h+2k, high lane: group 8h+2k+1.
+          const __m256i s = _mm256_shuffle_epi8(sch, kQ6Shuf[k]);
           for (int t = 0; t < NT; ++t) {
             const int8_t *xq = x[t][i].qs + 128 * h + 32 * k;
             ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(xq)), s));
