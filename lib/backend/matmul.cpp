@@ -124,7 +124,7 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
   check_args(wtype, w, n_rows, n_cols, x, n_tok, y);
   if (!isa_available(isa))
     fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
-  if (n_cols > (int64_t{1} << 30) || n_rows > (int64_t{1} << 31) || n_tok > (int64_t{1} << 24))
+  if (n_cols > (int64_t{1} << 30) || n_rows >= (int64_t{1} << 31) || n_tok > (int64_t{1} << 24))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes too large");
   MatmulArgs a;
   a.wtype = wtype;
