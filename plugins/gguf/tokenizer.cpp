@@ -151,8 +151,8 @@ void Tokenizer::build(TokenizerSpec &spec) {
       const int32_t ty = spec.types[i];
       types_[i] = (ty >= 0 && ty <= 6) ? static_cast<TokenType>(ty) : TokenType::Undefined;
     }
-    by_text_[texts_[i]] = static_cast<int32_t>(i);
   }
+  by_text_.build(&texts_, std::vector<bool>(n, true));
   for (const char *name : kControlByName) {
     const int32_t id = find_token(name);
     if (id >= 0) types_[id] = TokenType::Control;
@@ -201,6 +201,8 @@ void Tokenizer::build(TokenizerSpec &spec) {
 
   // What each token stands for, and the table the merges look tokens up in.
   bytes_.resize(n);
+  std::vector<bool> has_key(n, false);
+  if (kind_ == Kind::Bpe) keys_.resize(n);
   std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
   std::fill(std::begin(byte_fallback_), std::end(byte_fallback_), -1);
   for (size_t i = 0; i < n; ++i) {
@@ -211,9 +213,12 @@ void Tokenizer::build(TokenizerSpec &spec) {
       // Words reach the vocabulary in byte-level spelling, so any token whose spelling decodes
       // to bytes can be looked up by those bytes.
       std::optional<std::string> raw = unicode::byte_level_to_bytes(text);
-      if (raw) by_key_[*raw] = static_cast<int32_t>(i);
       if (spelt) bytes_[i] = text;
       else if (ty == TokenType::Normal || ty == TokenType::Byte) bytes_[i] = raw ? *raw : text;
+      if (raw) {
+        keys_[i] = std::move(*raw);
+        has_key[i] = true;
+      }
     } else {
       if (spelt) {
         bytes_[i] = text;
@@ -227,6 +232,7 @@ void Tokenizer::build(TokenizerSpec &spec) {
   }
 
   if (kind_ == Kind::Bpe) {
+    by_key_.build(&keys_, has_key);
     for (int b = 0; b < 256; ++b) byte_token_[b] = lookup(std::string(1, static_cast<char>(b)));
     merges_.reserve(spec.merges.size());
     for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -308,16 +314,48 @@ void Tokenizer::check_id(int32_t id) const {
   }
 }
 
-int32_t Tokenizer::lookup(std::string_view key) const {
-  const StringMap &map = kind_ == Kind::Bpe ? by_key_ : by_text_;
-  auto it = map.find(key);
-  return it == map.end() ? -1 : it->second;
+void Tokenizer::IdTable::build(const std::vector<std::string> *keys, const std::vector<bool> &has) {
+  keys_ = keys;
+  size_t cap = 16;
+  while (cap < keys->size() * 2) cap <<= 1;
+  slots_.assign(cap, -1);
+  hashes_.assign(cap, 0);
+  mask_ = cap - 1;
+  for (size_t i = 0; i < keys->size(); ++i) {
+    if (!has[i]) continue;
+    const std::string &key = (*keys)[i];
+    const size_t h = std::hash<std::string_view>{}(key);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32);
+    for (size_t s = h & mask_;; s = (s + 1) & mask_) {
+      if (slots_[s] < 0) {
+        slots_[s] = static_cast<int32_t>(i);
+        hashes_[s] = tag;
+        break;
+      }
+      if (hashes_[s] == tag && (*keys)[slots_[s]] == key) {
+        slots_[s] = static_cast<int32_t>(i);  // a later id with the same key wins
+        break;
+      }
+    }
+  }
 }
 
-int32_t Tokenizer::find_token(std::string_view text) const {
-  auto it = by_text_.find(text);
-  return it == by_text_.end() ? -1 : it->second;
+int32_t Tokenizer::IdTable::find(std::string_view key) const {
+  if (slots_.empty()) return -1;
+  const size_t h = std::hash<std::string_view>{}(key);
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
+  for (size_t s = h & mask_;; s = (s + 1) & mask_) {
+    const int32_t id = slots_[s];
+    if (id < 0) return -1;
+    if (hashes_[s] == tag && (*keys_)[id] == key) return id;
+  }
 }
+
+int32_t Tokenizer::lookup(std::string_view key) const {
+  return kind_ == Kind::Bpe ? by_key_.find(key) : by_text_.find(key);
+}
+
+int32_t Tokenizer::find_token(std::string_view text) const { return by_text_.find(text); }
 
 const std::string &Tokenizer::token_text(int32_t id) const {
   check_id(id);
@@ -331,8 +369,9 @@ TokenType Tokenizer::token_type(int32_t id) const {
 
 bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
 
-std::string Tokenizer::token_bytes(int32_t id) const {
+std::string Tokenizer::token_bytes(int32_t id, bool special) const {
   check_id(id);
+  if (!special && (types_[id] == TokenType::Control || types_[id] == TokenType::Unknown)) return {};
   return bytes_[id];
 }
 
