@@ -39,6 +39,12 @@ constexpr int kTrials = 1500;
 constexpr uint64_t kSeed0 = 1000;
 constexpr uint32_t kDim = 256;
 constexpr uint32_t kM = 32;
+// FNV-1a of pinned sketches (test_golden_bytes).
+#define GOLDEN_CS 0xa6b8976fb9729f5eULL
+#define GOLDEN_CS4 0x1a91851600b52ab5ULL
+#define GOLDEN_TS 0xd55e278ac2b57f4cULL
+#define GOLDEN_PS 0xc6c584f6e7cb2717ULL
+#define GOLDEN_JLS 0x95cd3be192eb58f2ULL
 
 struct Pair {
   const char *name;
@@ -519,6 +525,44 @@ void test_zero_vector(void **) {
   }
 }
 
+// Pinned bytes: the sketches of a fixed vector under a fixed seed must never change between runs,
+// builds or versions of the format (FNV-1a of the bytes). Kinds whose bytes involve no kernel
+// rounding differences are pinned on every variant; jl +-1 adds the same floats in the same order
+// in both variants.
+uint64_t fnv1a(const std::vector<unsigned char> &b) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : b) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+void test_golden_bytes(void **) {
+  std::vector<float> x(kDim);
+  for (uint32_t i = 0; i < kDim; ++i) x[i] = (i % 3 == 0) ? 0.0f : static_cast<float>((i * 37 % 101) - 50) / 8.0f;
+  struct Case {
+    const char *kind, *options;
+    uint64_t want;
+  };
+  const Case cases[] = {
+      {"countsketch", "", GOLDEN_CS},
+      {"countsketch", "s=4", GOLDEN_CS4},
+      {"threshold", "", GOLDEN_TS},
+      {"priority", "", GOLDEN_PS},
+      {"jl", "dist=sign,simd=scalar", GOLDEN_JLS},
+      {"jl", "dist=sign", GOLDEN_JLS},
+  };
+  bool changed = false;
+  for (const Case &c : cases) {
+    auto s = sk::make_sketcher(c.kind, kDim, kM, 12345, c.options);
+    const uint64_t got = fnv1a(sketch_of(*s, x));
+    std::printf("  golden %-12s %-22s 0x%016llx\n", c.kind, c.options, static_cast<unsigned long long>(got));
+    if (got != c.want) {
+      std::printf("FAIL %s %s: the bytes changed\n", c.kind, c.options);
+      changed = true;
+    }
+  }
+  assert_false(changed);
+}
+
 }  // namespace
 
 int main(void) {
@@ -529,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_jl_sign),       cmocka_unit_test(test_countsketch),
       cmocka_unit_test(test_qjl),           cmocka_unit_test(test_samplers),
       cmocka_unit_test(test_distance),      cmocka_unit_test(test_lazy_projection),
+      cmocka_unit_test(test_golden_bytes),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
