@@ -27,6 +27,16 @@ int32_t checked_int(const File &f, const std::string &key, int64_t lo, int64_t h
   return int32_t(*v);
 }
 
+// gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form (Gemma). Elementwise and cheap next to
+// the matmuls around it, so it is not a host kernel.
+void gelu_mul(float *gate, const float *up, int64_t n) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; i++) {
+    float x = gate[i];
+    gate[i] = 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
 void check_status(specinfer_status st, const char *what) {
   if (st != SPECINFER_OK) fail(st, "gguf: kernel '%s' failed (status %d)", what, int(st));
 }
@@ -47,11 +57,14 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx)
   hp_.arch = *arch;
   if (hp_.arch == "qwen2" || hp_.arch == "qwen3") {
     hp_.rope_neox = true;
+  } else if (hp_.arch == "gemma3") {
+    hp_.rope_neox = true;
+    hp_.gemma = true;
   } else if (hp_.arch == "llama" || hp_.arch == "mistral") {
     hp_.rope_neox = false;
   } else {
     fail(SPECINFER_ERR_UNSUPPORTED,
-         "gguf: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+         "gguf: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)",
          hp_.arch.c_str());
   }
   hp_.name = file.get_string("general.name").value_or(hp_.arch);
@@ -82,6 +95,15 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx)
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope scaling '%s' is not supported", st->c_str());
   if (double f = file.get_float(a + "rope.scaling.factor").value_or(1.0); f != 1.0 && f != 0.0)
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope scaling factor %g is not supported", f);
+  hp_.attn_scale = 1.0f / std::sqrt(float(hp_.head_dim));
+  if (hp_.gemma) {
+    hp_.embd_scale = std::sqrt(float(hp_.n_embd));
+    hp_.swa_window = checked_int(file, a + "attention.sliding_window", 0, 1 << 24, 0);
+    hp_.swa_pattern = 6;  // five sliding-window layers, then one global (as llama.cpp)
+    hp_.rope_base_swa = float(file.get_float(a + "rope.freq_base_swa").value_or(10000.0));
+    if (file.has(a + "final_logit_softcapping") || file.has(a + "attn_logit_softcapping"))
+      fail(SPECINFER_ERR_UNSUPPORTED, "gguf: logit soft-capping is not supported");
+  }
   if (file.find_tensor("rope_freqs.weight"))
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope frequency factors (rope_freqs.weight) are not supported");
 
@@ -115,6 +137,12 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx)
     L.bv = vec(p + "attn_v.bias", KV, false);
     L.q_norm = vec(p + "attn_q_norm.weight", hp_.head_dim, false);
     L.k_norm = vec(p + "attn_k_norm.weight", hp_.head_dim, false);
+    if (hp_.gemma) {
+      L.post_attn_norm = vec(p + "post_attention_norm.weight", E, true);
+      L.post_ffn_norm = vec(p + "post_ffw_norm.weight", E, true);
+      L.swa = hp_.swa_window > 0 && (i + 1) % hp_.swa_pattern != 0;
+    }
+    L.rope_base = L.swa ? hp_.rope_base_swa : hp_.rope_base;
     if (file.find_tensor(p + "attn_output.bias"))
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
@@ -178,6 +206,7 @@ void Model::ensure_capacity(int32_t n_pos) {
     L.k_cache.resize(size_t(cap) * row);
     L.v_cache.resize(size_t(cap) * row);
   }
+  slot_pos_.resize(size_t(cap));
   capacity_ = cap;
 }
 
@@ -194,6 +223,7 @@ void Model::ensure_scratch(int32_t n, int32_t n_kv) {
   grow(gate_, N * F);
   grow(up_, N * F);
   grow(mask_, N * size_t(n_kv));
+  if (hp_.swa_window > 0) grow(swa_mask_, N * size_t(n_kv));
 }
 
 void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
@@ -230,6 +260,9 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   for (int32_t i = 0; i < n; i++) {
     const auto *row = static_cast<const uint8_t *>(tok_embd_.data) + size_t(tokens[i]) * tok_embd_.row_bytes;
     check_status(k_->dequantize_row(tok_embd_.type, row, x + i * E, E), "dequantize_row");
+    if (hp_.embd_scale != 1.0f)
+      for (int64_t j = 0; j < E; j++) x[i * E + j] *= hp_.embd_scale;
+    slot_pos_[size_t(n_cached_ + i)] = positions[i];
   }
 
   const uint8_t *mask = nullptr;
@@ -242,6 +275,25 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
     mask = mask_.data();
   }
 
+  // Sliding-window layers: a query at position p sees cached positions q with p - q < window.
+  // Only built when some pair in this forward is that far apart.
+  const uint8_t *swa_mask = mask;
+  if (hp_.swa_window > 0) {
+    int32_t min_kv = slot_pos_[0], max_q = positions[0];
+    for (int32_t j = 0; j < n_kv; j++) min_kv = std::min(min_kv, slot_pos_[size_t(j)]);
+    for (int32_t i = 0; i < n; i++) max_q = std::max(max_q, positions[i]);
+    if (int64_t(max_q) - int64_t(min_kv) >= hp_.swa_window) {
+      for (int32_t i = 0; i < n; i++) {
+        uint8_t *m = swa_mask_.data() + size_t(i) * size_t(n_kv);
+        for (int32_t j = 0; j < n_kv; j++) {
+          bool base = mask ? mask[size_t(i) * size_t(n_kv) + size_t(j)] != 0 : j <= n_cached_ + i;
+          m[j] = base && int64_t(positions[i]) - int64_t(slot_pos_[size_t(j)]) < hp_.swa_window;
+        }
+      }
+      swa_mask = swa_mask_.data();
+    }
+  }
+
   specinfer_attention_args args;
   std::memset(&args, 0, sizeof args);
   args.struct_size = sizeof args;
@@ -252,7 +304,7 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   args.n_kv = n_kv;
   args.q = q;
   args.mask = mask;
-  args.scale = 1.0f / std::sqrt(float(hd));
+  args.scale = hp_.attn_scale;
   args.out = att;
 
   for (Layer &L : layers_) {
@@ -271,20 +323,28 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       if (!L.k_norm.empty())
         for (int64_t j = 0; j < Hkv; j++)
           k_->rmsnorm(kc + i * KV + j * hd, L.k_norm.data(), hd, eps, kc + i * KV + j * hd);
-      k_->rope(q + i * QD, H, hd, hp_.n_rot, positions[i], hp_.rope_base, hp_.rope_neox ? 1 : 0);
-      k_->rope(kc + i * KV, Hkv, hd, hp_.n_rot, positions[i], hp_.rope_base, hp_.rope_neox ? 1 : 0);
+      k_->rope(q + i * QD, H, hd, hp_.n_rot, positions[i], L.rope_base, hp_.rope_neox ? 1 : 0);
+      k_->rope(kc + i * KV, Hkv, hd, hp_.n_rot, positions[i], L.rope_base, hp_.rope_neox ? 1 : 0);
     }
     args.k = L.k_cache.data();
     args.v = L.v_cache.data();
+    args.mask = L.swa ? swa_mask : mask;
     check_status(k_->attention(&args), "attention");
     matmul(L.wo, att, n, h);
+    if (!L.post_attn_norm.empty())
+      for (int32_t i = 0; i < n; i++) k_->rmsnorm(h + i * E, L.post_attn_norm.data(), E, eps, h + i * E);
     k_->add(x, h, n * E);
 
     for (int32_t i = 0; i < n; i++) k_->rmsnorm(x + i * E, L.ffn_norm.data(), E, eps, h + i * E);
     matmul(L.gate, h, n, g);
     matmul(L.up, h, n, u);
-    k_->silu_mul(g, u, n * F);
+    if (hp_.gemma)
+      gelu_mul(g, u, n * F);
+    else
+      k_->silu_mul(g, u, n * F);
     matmul(L.down, g, n, h);
+    if (!L.post_ffn_norm.empty())
+      for (int32_t i = 0; i < n; i++) k_->rmsnorm(h + i * E, L.post_ffn_norm.data(), E, eps, h + i * E);
     k_->add(x, h, n * E);
   }
 
@@ -321,6 +381,7 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
       std::memmove(L.v_cache.data() + dst, L.v_cache.data() + src, row * sizeof(float));
     }
   }
+  for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];
   n_cached_ = base + n;
 }
 

@@ -1,4 +1,4 @@
-// A decoder-only transformer (Llama / Qwen2 / Qwen3 family) read from a GGUF file, with its own KV
+// A decoder-only transformer (Llama / Qwen2 / Qwen3 family, Gemma 3) read from a GGUF file, with its own KV
 // cache. All heavy math (matmul, attention, norms, rope, activations) runs through the host's
 // kernel table; the model only arranges buffers.
 //
@@ -29,6 +29,14 @@ struct Hparams {
   float norm_eps = 1e-6f;
   float rope_base = 10000.0f;
   bool rope_neox = false;  // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+  // Gemma 3: embeddings scaled by sqrt(n_embd), GELU-gated FFN, norms after attention and FFN,
+  // sliding-window attention in all but every swa_pattern-th layer (with its own rope base).
+  bool gemma = false;
+  float embd_scale = 1.0f;
+  float attn_scale = 0.0f;        // 1/sqrt(head_dim) unless the architecture says otherwise
+  int32_t swa_window = 0;         // 0 = no sliding window
+  int32_t swa_pattern = 0;        // layer il is global iff (il + 1) % swa_pattern == 0
+  float rope_base_swa = 10000.0f; // rope base of the sliding-window layers
 };
 
 // A weight matrix: rows of cols values of a (possibly quantized) type, in the mapping.
@@ -67,7 +75,9 @@ class Model {
 
  private:
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm;
+    bool swa = false;  // sliding-window layer
+    float rope_base = 0.0f;
     Weight wq, wk, wv, wo, gate, up, down;
     std::vector<float> k_cache, v_cache;  // [capacity][n_head_kv * head_dim]
   };
@@ -92,7 +102,8 @@ class Model {
   // Scratch, grown as needed, never shrunk.
   int32_t scratch_n_ = 0;
   std::vector<float> x_, h_, q_, att_, gate_, up_, emb_;
-  std::vector<uint8_t> mask_;
+  std::vector<uint8_t> mask_, swa_mask_;
+  std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
 };
 
 }  // namespace specinfer::gguf
