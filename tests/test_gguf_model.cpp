@@ -106,6 +106,22 @@ void test_reference_f32(void **) {
   assert_true(compare_with_reference(c, 5) < 1e-4);
 }
 
+// Qwen3 (q/k norms) and Gemma 3 (sliding window of 4 over 12 tokens, six layers: five windowed
+// with rope base 10000, one global with base 1e6).
+void test_reference_qwen3_gemma3(void **) {
+  TinyConfig c;
+  c.arch = "qwen3";
+  assert_true(compare_with_reference(c, 9) < 1e-4);
+  TinyConfig g;
+  g.arch = "gemma3";
+  g.tied = true;
+  g.n_layer = 6;
+  g.n_head_kv = 1;
+  g.swa = 4;
+  g.rope_base = 1e6f;
+  assert_true(compare_with_reference(g, 12) < 1e-4);
+}
+
 void test_reference_f16(void **) {
   TinyConfig c;
   c.wtype = 1;
@@ -124,9 +140,14 @@ void test_reference_q8_0(void **) {
 
 // n tokens in one forward == the same tokens one forward at a time.
 void test_batched_equals_single(void **) {
-  for (uint32_t wt : {0u, 8u}) {
+  for (uint32_t wt : {0u, 8u, 100u}) {
     TinyConfig c;
-    c.wtype = wt;
+    c.wtype = wt == 100 ? 0 : wt;
+    if (wt == 100) {  // Gemma 3 with a sliding window smaller than the sequence
+      c.arch = "gemma3";
+      c.swa = 3;
+      c.tied = true;
+    }
     auto A = load(c), B = load(c);
     const int n = 9;
     std::vector<int32_t> toks = random_tokens(n, c.n_vocab, 7), pos = iota_pos(n);
@@ -342,7 +363,7 @@ void test_bad_models(void **) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_f32),   cmocka_unit_test(test_reference_f16),
-      cmocka_unit_test(test_reference_q8_0),  cmocka_unit_test(test_batched_equals_single),
+      cmocka_unit_test(test_reference_q8_0),  cmocka_unit_test(test_reference_qwen3_gemma3),  cmocka_unit_test(test_batched_equals_single),
       cmocka_unit_test(test_truncate_refeed), cmocka_unit_test(test_tree_mask),
       cmocka_unit_test(test_bad_input),       cmocka_unit_test(test_bad_models),
   };

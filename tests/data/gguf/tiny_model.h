@@ -16,7 +16,11 @@
 namespace gguf_test {
 
 struct TinyConfig {
-  std::string arch = "qwen2";  // "qwen2" (NeoX rope, QKV bias) or "llama" (normal rope, no bias)
+  // "qwen2" (NeoX rope, QKV bias), "llama" (normal rope, no bias), "qwen3" (NeoX, q/k norms) or
+  // "gemma3" (NeoX, q/k norms, scaled embeddings, GELU, post norms, sliding window `swa` in all
+  // layers but every sixth, whose rope base is 10000 instead of rope_base).
+  std::string arch = "qwen2";
+  int swa = 0;
   int n_vocab = 80, n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 96;
   int n_ctx = 256;
   float eps = 1e-6f, rope_base = 10000.0f;
@@ -30,6 +34,7 @@ struct TinyConfig {
 struct TinyWeights {
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv, wq, wk, wv, wo, gate, up, down;
+    std::vector<float> q_norm, k_norm, post_attn_norm, post_ffn_norm;
   };
   std::vector<float> tok_embd, output, output_norm;
   std::vector<Layer> layers;
@@ -82,6 +87,7 @@ inline std::vector<uint8_t> make_tiny_model(const TinyConfig &c, TinyWeights *w_
   w.kv_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
   w.kv_f32(a + "attention.layer_norm_rms_epsilon", c.eps);
   w.kv_f32(a + "rope.freq_base", c.rope_base);
+  if (c.arch == "gemma3") w.kv_u32(a + "attention.sliding_window", uint32_t(c.swa));
   // A minimal byte-level BPE vocabulary so that the plugin's tokenizer can load the file.
   std::vector<std::string> toks;
   std::vector<int32_t> types;
@@ -136,7 +142,15 @@ inline std::vector<uint8_t> make_tiny_model(const TinyConfig &c, TinyWeights *w_
       L.bk = vec(p + "attn_k.bias", KV, 0.0f, 0.2f);
       L.bv = vec(p + "attn_v.bias", KV, 0.0f, 0.2f);
     }
+    if (c.arch == "qwen3" || c.arch == "gemma3") {
+      L.q_norm = vec(p + "attn_q_norm.weight", hd, 1.0f, 0.2f);
+      L.k_norm = vec(p + "attn_k_norm.weight", hd, 1.0f, 0.2f);
+    }
     L.wo = matrix(p + "attn_output.weight", E, QD, ws, c.wtype);
+    if (c.arch == "gemma3") {
+      L.post_attn_norm = vec(p + "post_attention_norm.weight", E, 0.5f, 0.1f);
+      L.post_ffn_norm = vec(p + "post_ffw_norm.weight", E, 0.5f, 0.1f);
+    }
     L.ffn_norm = vec(p + "ffn_norm.weight", E, 1.0f, 0.1f);
     L.gate = matrix(p + "ffn_gate.weight", F, E, ws, c.wtype);
     L.up = matrix(p + "ffn_up.weight", F, E, ws, c.wtype);
@@ -175,12 +189,12 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
     for (size_t i = 0; i < x.size(); i++) y[i] = x[i] * s * double(g[i]);
     return y;
   };
-  const bool neox = c.arch == "qwen2";
-  auto rope = [&](std::vector<double> &v, int n_heads, int pos) {
+  const bool neox = c.arch != "llama", gemma = c.arch == "gemma3";
+  auto rope = [&](std::vector<double> &v, int n_heads, int pos, double base) {
     for (int h = 0; h < n_heads; h++) {
       double *x = v.data() + size_t(h) * size_t(hd);
       for (int i = 0; i < hd / 2; i++) {
-        double theta = double(pos) * std::pow(double(c.rope_base), -2.0 * i / double(hd));
+        double theta = double(pos) * std::pow(base, -2.0 * i / double(hd));
         double cs = std::cos(theta), sn = std::sin(theta);
         int i0 = neox ? i : 2 * i, i1 = neox ? i + hd / 2 : 2 * i + 1;
         double x0 = x[i0], x1 = x[i1];
@@ -193,7 +207,25 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
   for (int i = 0; i < n; i++)
     x[size_t(i)].assign(w.tok_embd.begin() + size_t(tokens[size_t(i)]) * size_t(E),
                         w.tok_embd.begin() + size_t(tokens[size_t(i)] + 1) * size_t(E));
+  if (gemma)
+    for (auto &xi : x)
+      for (double &v : xi) v *= std::sqrt(double(E));
+  auto head_norm = [&](std::vector<double> &v, int n_heads, const std::vector<float> &g) {
+    for (int h = 0; h < n_heads; h++) {
+      std::vector<double> part(v.begin() + h * hd, v.begin() + (h + 1) * hd);
+      part = rmsnorm(part, g);
+      std::copy(part.begin(), part.end(), v.begin() + h * hd);
+    }
+  };
+  int layer_index = 0;
   for (const TinyWeights::Layer &L : w.layers) {
+    const bool swa = gemma && c.swa > 0 && (layer_index + 1) % 6 != 0;
+    const double base = swa ? 10000.0 : double(c.rope_base);
+    layer_index++;
+    auto sees = [&](int i, int j) {
+      if (!visible[size_t(i) * size_t(n) + size_t(j)]) return false;
+      return !swa || positions[size_t(i)] - positions[size_t(j)] < c.swa;
+    };
     std::vector<std::vector<double>> q(static_cast<size_t>(n)), k(q), v(q);
     for (int i = 0; i < n; i++) {
       std::vector<double> h = rmsnorm(x[size_t(i)], L.attn_norm);
@@ -205,8 +237,12 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         for (int j = 0; j < KV; j++) k[size_t(i)][size_t(j)] += L.bk[size_t(j)];
         for (int j = 0; j < KV; j++) v[size_t(i)][size_t(j)] += L.bv[size_t(j)];
       }
-      rope(q[size_t(i)], H, positions[size_t(i)]);
-      rope(k[size_t(i)], Hkv, positions[size_t(i)]);
+      if (!L.q_norm.empty()) {
+        head_norm(q[size_t(i)], H, L.q_norm);
+        head_norm(k[size_t(i)], Hkv, L.k_norm);
+      }
+      rope(q[size_t(i)], H, positions[size_t(i)], base);
+      rope(k[size_t(i)], Hkv, positions[size_t(i)], base);
     }
     std::vector<std::vector<double>> nx = x;
     for (int i = 0; i < n; i++) {
@@ -216,7 +252,7 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         std::vector<double> s(size_t(n), -INFINITY);
         double mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-          if (!visible[size_t(i) * size_t(n) + size_t(j)]) continue;
+          if (!sees(i, j)) continue;
           double d = 0;
           for (int t = 0; t < hd; t++) d += q[size_t(i)][size_t(h * hd + t)] * k[size_t(j)][size_t(g * hd + t)];
           s[size_t(j)] = d / std::sqrt(double(hd));
@@ -224,19 +260,26 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         }
         double z = 0;
         for (int j = 0; j < n; j++)
-          if (visible[size_t(i) * size_t(n) + size_t(j)]) z += std::exp(s[size_t(j)] - mx);
+          if (sees(i, j)) z += std::exp(s[size_t(j)] - mx);
         for (int j = 0; j < n; j++) {
-          if (!visible[size_t(i) * size_t(n) + size_t(j)]) continue;
+          if (!sees(i, j)) continue;
           double p = std::exp(s[size_t(j)] - mx) / z;
           for (int t = 0; t < hd; t++) att[size_t(h * hd + t)] += p * v[size_t(j)][size_t(g * hd + t)];
         }
       }
       std::vector<double> o = matvec(L.wo, E, QD, att);
+      if (gemma) o = rmsnorm(o, L.post_attn_norm);
       for (int j = 0; j < E; j++) nx[size_t(i)][size_t(j)] += o[size_t(j)];
       std::vector<double> h2 = rmsnorm(nx[size_t(i)], L.ffn_norm);
       std::vector<double> gt = matvec(L.gate, F, E, h2), up = matvec(L.up, F, E, h2);
-      for (int j = 0; j < F; j++) gt[size_t(j)] = gt[size_t(j)] / (1.0 + std::exp(-gt[size_t(j)])) * up[size_t(j)];
+      for (int j = 0; j < F; j++) {
+        double g = gt[size_t(j)];
+        double act = gemma ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                           : g / (1.0 + std::exp(-g));
+        gt[size_t(j)] = act * up[size_t(j)];
+      }
       std::vector<double> d = matvec(L.down, E, F, gt);
+      if (gemma) d = rmsnorm(d, L.post_ffn_norm);
       for (int j = 0; j < E; j++) nx[size_t(i)][size_t(j)] += d[size_t(j)];
     }
     x = std::move(nx);
