@@ -1,0 +1,207 @@
+// The gguf forward on the real models (scripts/fetch-models) against llama.cpp's logits
+// (tests/data/reference/logits_<model>.json, written by scripts/make-reference.py):
+//  - every prompt position: our argmax equals llama.cpp's top-1 on >= 99% of positions, counting
+//    a position whose llama.cpp top-1/top-2 gap is below kTieGap as agreeing when our argmax is
+//    that runner-up (quantized dot products differ: llama.cpp quantizes activations to 8 bits);
+//  - |our logit - llama.cpp's| over its top-10 ids: max <= kMaxAbs, mean <= kMeanAbs;
+//  - the 32-token greedy continuation matches until a step whose llama.cpp top-2 gap < kTieGap;
+//  - the continuation forwarded again as one batch gives the same logits as one token at a time.
+// A model or reference file that is absent skips (with a message) that model.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/gguf/json_lite.h"
+#include "gguf/gguf_file.h"
+#include "gguf/model.h"
+#include "plugin/host.h"
+
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+extern "C" {
+#include <cmocka.h>
+}
+// clang-format on
+
+using gguf_test::Json;
+using specinfer::gguf::File;
+using specinfer::gguf::Model;
+
+namespace {
+
+constexpr double kTieGap = 0.3;     // logit gap under which llama.cpp's top-1 and top-2 count as tied
+constexpr double kMaxAbs = 1.0;     // max |logit difference| over llama.cpp's top-10 ids
+constexpr double kMeanAbs = 0.15;   // mean |logit difference| over the same
+constexpr double kMinAgree = 0.99;  // share of prompt positions whose top-1 agrees
+
+std::string model_dir() {
+  if (const char *d = std::getenv("SPECINFER_MODELS"); d && *d) return d;
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/specinfer/models";
+}
+
+std::string data_dir() {
+  const char *d = std::getenv("SPECINFER_TEST_DATA");
+  return d ? d : "tests/data";
+}
+
+bool read_file(const std::string &path, std::string *out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+int argmax(const float *x, int n) {
+  return int(std::max_element(x, x + n) - x);
+}
+
+void check_model(const char *name) {
+  const std::string path = model_dir() + "/" + name + ".gguf";
+  const std::string ref_path = data_dir() + "/reference/logits_" + name + ".json";
+  if (FILE *f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    print_message("skipping %s: %s not found (run scripts/fetch-models)\n", name, path.c_str());
+    skip();
+  }
+  std::string text;
+  if (!read_file(ref_path, &text)) {
+    print_message("skipping %s: reference %s not found\n", name, ref_path.c_str());
+    skip();
+  }
+  Json ref = Json::parse(text);
+
+  std::unique_ptr<File> file = File::open(path);
+  Model model(*file, specinfer::default_host(), 512);
+  const int V = model.hparams().n_vocab;
+  assert_int_equal(V, int(ref.at("n_vocab").num));
+
+  int positions = 0, agree_raw = 0, agree = 0, greedy_checked = 0;
+  double max_abs = 0, sum_abs = 0;
+  long n_abs = 0;
+  for (const Json &pr : ref.at("prompts").arr) {
+    const std::string &pname = pr.at("name").str;
+    std::vector<int32_t> ids;
+    for (const Json &x : pr.at("ids").arr) ids.push_back(int32_t(x.num));
+    const int n = int(ids.size());
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), 0);
+    model.kv_truncate(0);
+    std::vector<float> lg(size_t(n) * size_t(V));
+    model.forward(ids.data(), pos.data(), n, nullptr, n, lg.data(), nullptr);
+
+    const auto &rp = pr.at("positions").arr;
+    assert_int_equal(rp.size(), size_t(n));
+    double pmax = 0;
+    for (int p = 0; p < n; p++) {
+      const float *row = lg.data() + size_t(p) * size_t(V);
+      const auto &top = rp[size_t(p)].at("top").arr;
+      int ours = argmax(row, V);
+      int r1 = int(top[0].arr[0].num);
+      double gap = top[0].arr[1].num - top[1].arr[1].num;
+      positions++;
+      if (ours == r1) {
+        agree_raw++;
+        agree++;
+      } else if (gap < kTieGap && ours == int(top[1].arr[0].num)) {
+        agree++;
+      } else {
+        print_message("  %s %s pos %d: ours %d (%.3f), llama.cpp %d (%.3f, gap %.3f)\n", name,
+                      pname.c_str(), p, ours, double(row[ours]), r1, top[0].arr[1].num, gap);
+      }
+      for (const Json &e : top) {
+        double d = std::fabs(double(row[int(e.arr[0].num)]) - e.arr[1].num);
+        max_abs = std::max(max_abs, d);
+        pmax = std::max(pmax, d);
+        sum_abs += d;
+        n_abs++;
+      }
+    }
+
+    // Greedy continuation, one token per forward (as the reference did).
+    const auto &greedy = pr.at("greedy").arr;
+    const auto &top2 = pr.at("greedy_top2").arr;
+    std::vector<float> last(lg.end() - V, lg.end());
+    std::vector<int32_t> ours_seq;
+    std::vector<float> seq_logits;  // logits after each generated token
+    int matched = 0;
+    bool diverged = false;
+    for (size_t s = 0; s < greedy.size(); s++) {
+      int tok = argmax(last.data(), V);
+      int want = int(greedy[s].num);
+      if (!diverged && tok != want) {
+        double gap = top2[s].arr[0].arr[1].num - top2[s].arr[1].arr[1].num;
+        if (gap >= kTieGap) {
+          print_error("%s %s: greedy step %zu: ours %d, llama.cpp %d (its top-2 gap %.3f)\n", name,
+                      pname.c_str(), s, tok, want, gap);
+          fail();
+        }
+        diverged = true;  // a near tie: the continuations may part here
+      }
+      if (!diverged) matched++;
+      ours_seq.push_back(tok);
+      int32_t p = model.kv_size();
+      model.forward(&tok, &p, 1, nullptr, 1, last.data(), nullptr);
+      seq_logits.insert(seq_logits.end(), last.begin(), last.end());
+    }
+    greedy_checked += matched;
+
+    // The same continuation as one batch (as a verify pass would run it).
+    model.kv_truncate(n);
+    std::vector<int32_t> bpos(ours_seq.size());
+    std::iota(bpos.begin(), bpos.end(), n);
+    std::vector<float> batched(seq_logits.size());
+    model.forward(ours_seq.data(), bpos.data(), int(ours_seq.size()), nullptr, int(ours_seq.size()),
+                  batched.data(), nullptr);
+    double bdiff = 0;
+    int bargmax_mismatch = 0;
+    for (size_t s = 0; s < ours_seq.size(); s++) {
+      const float *a = batched.data() + s * size_t(V), *b = seq_logits.data() + s * size_t(V);
+      for (int v = 0; v < V; v++) bdiff = std::max(bdiff, double(std::fabs(a[v] - b[v])));
+      if (argmax(a, V) != argmax(b, V)) bargmax_mismatch++;
+    }
+    print_message("  %s %-12s %3d positions, max |dlogit| %.3f; greedy matched %d/%zu%s; batch vs "
+                  "sequential max diff %.2g\n",
+                  name, pname.c_str(), n, pmax, matched, greedy.size(),
+                  diverged ? " (then a near tie)" : "", bdiff);
+    assert_true(bdiff < 0.05);
+    assert_int_equal(bargmax_mismatch, 0);
+  }
+  double share = double(agree) / double(positions);
+  double mean_abs = sum_abs / double(n_abs);
+  print_message("%s: top-1 agreement %d/%d raw (%.2f%%), %.2f%% counting near ties; |dlogit| over "
+                "llama.cpp's top-10: max %.3f, mean %.4f; greedy tokens matched %d\n",
+                name, agree_raw, positions, 100.0 * agree_raw / positions, 100.0 * share, max_abs,
+                mean_abs, greedy_checked);
+  assert_true(share >= kMinAgree);
+  assert_true(max_abs <= kMaxAbs);
+  assert_true(mean_abs <= kMeanAbs);
+}
+
+void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
+void test_qwen_15b(void **) { check_model("qwen2.5-coder-1.5b"); }
+void test_gemma_270m(void **) { check_model("gemma-3-270m"); }
+
+}  // namespace
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_qwen_05b),
+      cmocka_unit_test(test_gemma_270m),
+      cmocka_unit_test(test_qwen_15b),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
