@@ -288,23 +288,31 @@ int gumbel_brute(const std::vector<float> &w, uint64_t seed, int64_t pos) {
   return best;
 }
 
+// MinHash darts generated in full, chunk (unit of time) by chunk: in each chunk every token's
+// darts (the lowest, then all the others until the chunk ends) without pruning; the first chunk
+// where some token has a dart under its weight decides.
 int minhash_brute(const std::vector<float> &w, uint64_t seed, int64_t pos) {
-  int best = -1;
-  double bv = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (w[i] <= 0) continue;
-    double t = 0, h = 1;
-    for (uint32_t step = 0;; ++step) {
-      auto b = CounterRng(seed, pos, static_cast<uint32_t>(RngStream::kMinHash) + step).block(static_cast<uint32_t>(i));
-      double ut = CounterRng::to_open_unit(b[0] | (uint64_t(b[1]) << 32));
-      double uh = CounterRng::to_open_unit(b[2] | (uint64_t(b[3]) << 32));
-      t += -std::log(ut) / h;
-      h *= uh;
-      if (h < w[i]) break;
+  auto stream = [](uint32_t c, uint32_t j) { return static_cast<uint32_t>(RngStream::kMinHash) + c * 256 + j; };
+  for (uint32_t c = 0;; ++c) {
+    int best = -1;
+    double bv = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (w[i] <= 0) continue;
+      double m = -std::log(CounterRng(seed, pos, stream(c, 0)).uniform(i));
+      if (m >= 1) continue;  // no dart in this chunk
+      double first = m < w[i] ? CounterRng(seed, pos, stream(c, 255)).uniform(i) : 2.0;
+      double t = 0;
+      for (uint32_t j = 1; j < 255; ++j) {
+        auto b = CounterRng(seed, pos, stream(c, j)).block(static_cast<uint32_t>(i));
+        t += -std::log(CounterRng::to_open_unit(b[0] | (uint64_t(b[1]) << 32))) / (1 - m);
+        if (t >= 1) break;
+        double h = m + CounterRng::to_open_unit(b[2] | (uint64_t(b[3]) << 32)) * (1 - m);
+        if (h < w[i]) first = std::min(first, t);
+      }
+      if (first < 1 && (best < 0 || first < bv)) bv = first, best = static_cast<int>(i);
     }
-    if (best < 0 || t < bv) bv = t, best = static_cast<int>(i);
+    if (best >= 0) return best;
   }
-  return best;
 }
 
 void test_race_scans_match_brute_force(void **) {

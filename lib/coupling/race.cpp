@@ -10,11 +10,11 @@
 // Gumbel: shared uniforms u_i, pick argmin_i -ln(u_i) / w_i (an exponential race, equivalent to
 // Gumbel-max). Weighted MinHash: shared darts (i, h) thrown in time order, uniform over token i
 // and height h in [0, 1]; pick the token of the first dart with h < w_i. Per token the darts are
-// a Poisson process in (time, height), generated lazily by record lows: the next dart below the
-// current lowest height h comes after Exp(h) time and lands uniformly under h.
+// a Poisson process in (time, height); see minhash_choice for how they are generated.
 //
-// Both scans skip, without a logarithm, every token that cannot beat the best so far, using
-// -ln(u) >= 1 - u; the first candidate scanned is the heaviest token, which makes the bound bite.
+// The Gumbel scan skips, without a logarithm, every token that cannot beat the best so far,
+// using -ln(u) >= 1 - u; the first candidate scanned is the heaviest token, which makes the
+// bound bite.
 #include <cmath>
 #include <limits>
 
@@ -72,44 +72,72 @@ int32_t gumbel_choice(const float *w, int32_t vocab, uint64_t seed, int64_t posi
 
 namespace {
 
-// Steps of the record-low chain per token; reaching it is astronomically unlikely (the height
-// shrinks by a uniform factor per step), and a token that does is treated as never arriving.
-constexpr uint32_t kMaxMinHashSteps = 4096;
+// MinHash darts, per token, are a Poisson process of rate 1 on time [0, inf) x height [0, 1],
+// generated one unit of time (a "chunk") at a time in a way that does not depend on the weight
+// asked about, so that the drafter (q) and the target (p) read the same darts:
+//  - stream S(c, 0), value i: the lowest height M = -ln(u) in chunk c of token i (M >= 1 means
+//    the chunk holds no dart: probability e^-1);
+//  - stream S(c, 255), value i: the time of that lowest dart within the chunk;
+//  - stream S(c, 1 + m), block i: the m-th of the other darts of the chunk, in time order (gap
+//    Exp(1 - M), height uniform in (M, 1]).
+// The first dart under weight w is in the first chunk whose lowest dart is under w; scanning
+// chunk 0 of every token, then chunk 1, ... stops at the first chunk where any token has one
+// (1.6 chunks on average, since the weights sum to 1). Most tokens are dismissed by a single
+// uniform without a logarithm, using -ln(u) >= 1 - u.
+constexpr uint32_t kChunkStreams = 256;
+constexpr uint32_t kMaxChunks = 1u << 20;  // e^-(2^20): never reached in practice
 
-// Arrival time of the first dart under weight `w` for token i, or +inf if it is not before `limit`.
-double minhash_arrival(uint64_t seed, int64_t position, int32_t i, double w, double limit) {
-  double t = 0, h = 1;
-  for (uint32_t step = 0; step < kMaxMinHashSteps; ++step) {
-    const CounterRng rng(seed, position, static_cast<uint32_t>(RngStream::kMinHash) + step);
-    std::array<uint32_t, 4> b = rng.block(static_cast<uint32_t>(i));
-    const double u_time = CounterRng::to_open_unit(join(b[0], b[1]));
-    const double u_height = CounterRng::to_open_unit(join(b[2], b[3]));
-    if (t + (1.0 - u_time) / h >= limit) return std::numeric_limits<double>::infinity();
-    t += -std::log(u_time) / h;
-    if (t >= limit) return std::numeric_limits<double>::infinity();
-    h *= u_height;
-    if (h < w) return t;
+uint32_t dart_stream(uint32_t chunk, uint32_t j) {
+  return static_cast<uint32_t>(RngStream::kMinHash) + chunk * kChunkStreams + j;
+}
+
+// Time within chunk c of token i's first dart under w, given the chunk's lowest height m < w.
+double first_dart_in_chunk(uint64_t seed, int64_t position, uint32_t c, int32_t i, double m, double w) {
+  const double t_low = CounterRng(seed, position, dart_stream(c, kChunkStreams - 1)).uniform(static_cast<uint64_t>(i));
+  const double rate = 1.0 - m;  // the other darts: heights in (m, 1]
+  double t = 0;
+  if (rate > 0) {
+    for (uint32_t j = 1; j + 1 < kChunkStreams; ++j) {
+      std::array<uint32_t, 4> b = CounterRng(seed, position, dart_stream(c, j)).block(static_cast<uint32_t>(i));
+      t += -std::log(CounterRng::to_open_unit(join(b[0], b[1]))) / rate;
+      if (t >= t_low) break;
+      if (m + CounterRng::to_open_unit(join(b[2], b[3])) * rate < w) return t;
+    }
   }
-  return std::numeric_limits<double>::infinity();
+  return t_low;
 }
 
 }  // namespace
 
 int32_t minhash_choice(const float *w, int32_t vocab, uint64_t seed, int64_t position) {
-  const int32_t start = heaviest(w, vocab);
-  if (start < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "minhash: no positive weight");
-  const double inf = std::numeric_limits<double>::infinity();
-  int32_t best_i = start;
-  double best = minhash_arrival(seed, position, start, w[start], inf);
-  for (int32_t i = 0; i < vocab; ++i) {
-    if (!(w[i] > 0) || i == start) continue;
-    const double t = minhash_arrival(seed, position, i, w[i], best);
-    if (t < best || (t == best && i < best_i)) {
-      best = t;
-      best_i = i;
+  if (heaviest(w, vocab) < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "minhash: no positive weight");
+  for (uint32_t c = 0; c < kMaxChunks; ++c) {
+    const CounterRng lowest(seed, position, dart_stream(c, 0));
+    int32_t best_i = -1;
+    double best = std::numeric_limits<double>::infinity();
+    uint32_t cached = UINT32_MAX;
+    std::array<uint32_t, 4> blk{};
+    for (int32_t i = 0; i < vocab; ++i) {
+      const double wi = w[i];
+      if (!(wi > 0)) continue;
+      const uint32_t b = static_cast<uint32_t>(i) >> 1;
+      if (b != cached) {
+        blk = lowest.block(b);
+        cached = b;
+      }
+      const double u = CounterRng::to_open_unit(i & 1 ? join(blk[2], blk[3]) : join(blk[0], blk[1]));
+      if (1.0 - u >= wi) continue;  // lowest height -ln(u) >= 1 - u >= w: no dart under w here
+      const double m = -std::log(u);
+      if (m >= wi) continue;
+      const double t = first_dart_in_chunk(seed, position, c, i, m, wi);
+      if (t < best) {
+        best = t;
+        best_i = i;
+      }
     }
+    if (best_i >= 0) return best_i;
   }
-  return best_i;
+  fail(SPECINFER_ERR_INTERNAL, "minhash: no dart landed in %u chunks", kMaxChunks);
 }
 
 namespace {
