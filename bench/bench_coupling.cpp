@@ -94,6 +94,20 @@ void BM_DraftSample(benchmark::State &state, const char *spec) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// Raw generator throughput: uniforms per second (two per Philox block).
+void BM_Uniforms(benchmark::State &state) {
+  std::vector<double> out(4096);
+  CounterRng rng(1, 2, RngStream::kGumbel);
+  uint64_t first = 0;
+  for (auto _ : state) {
+    rng.uniforms(first, out.size(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    first += out.size();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(out.size()));
+}
+BENCHMARK(BM_Uniforms);
+
 const int64_t kVocabs[] = {32000, 152064, 262144};
 
 int register_all() {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/isa.h"
 #include "coupling/step_coupler.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
@@ -30,6 +31,8 @@ using specinfer::RngStream;
 using specinfer::SamplingParams;
 
 namespace {
+
+std::vector<float> random_logits(int n, uint64_t seed, float scale);
 
 // Random123's published known-answer vectors for Philox4x32-10.
 void test_philox_known_answers(void **) {
@@ -54,6 +57,35 @@ void test_rng_bulk_matches_single(void **) {
       for (size_t j = 0; j < n; ++j) assert_true(bulk[j] == rng.uniform(first + j));
     }
   }
+}
+
+// The vectorized generator gives the scalar one's values, and so do the scans that use it.
+void test_rng_isa_invariance(void **) {
+  CounterRng rng(0x1234, 99, RngStream::kGumbel);
+  std::vector<double> vec(1001), sca(1001);
+  std::vector<uint32_t> bv(4 * 77), bs(4 * 77);
+  auto w = random_logits(5000, 3, 1.0f);
+  std::vector<float> p(w.size());
+  SamplingParams sp;
+  sp.temperature = 1;
+  specinfer::logits_to_probs(w.data(), 5000, sp, p.data());
+  rng.uniforms(3, vec.size(), vec.data());
+  rng.blocks(11, 77, bv.data());
+  int g_vec = specinfer::gumbel_choice(p.data(), 5000, 8, 8), m_vec = specinfer::minhash_choice(p.data(), 5000, 8, 8);
+  specinfer::Isa prev = specinfer::set_active_isa(specinfer::Isa::scalar);
+  rng.uniforms(3, sca.size(), sca.data());
+  rng.blocks(11, 77, bs.data());
+  int g_sca = specinfer::gumbel_choice(p.data(), 5000, 8, 8), m_sca = specinfer::minhash_choice(p.data(), 5000, 8, 8);
+  specinfer::set_active_isa(prev);
+  std::printf("  active isa %s\n", specinfer::isa_name(prev));
+  assert_true(vec == sca);
+  assert_true(bv == bs);
+  for (size_t j = 0; j < 77; ++j) {
+    auto b = rng.block(static_cast<uint32_t>(11 + j));
+    for (size_t k = 0; k < 4; ++k) assert_true(bs[4 * j + k] == b[k]);
+  }
+  assert_int_equal(g_vec, g_sca);
+  assert_int_equal(m_vec, m_sca);
 }
 
 // Values depend on (seed, position, stream, index) only; each of them changes the value.
@@ -335,6 +367,7 @@ int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_known_answers),
       cmocka_unit_test(test_rng_bulk_matches_single),
+      cmocka_unit_test(test_rng_isa_invariance),
       cmocka_unit_test(test_rng_keys),
       cmocka_unit_test(test_rng_uniformity),
       cmocka_unit_test(test_rng_thread_invariance),

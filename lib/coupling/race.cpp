@@ -15,6 +15,7 @@
 // The Gumbel scan skips, without a logarithm, every token that cannot beat the best so far,
 // using -ln(u) >= 1 - u; the first candidate scanned is the heaviest token, which makes the
 // bound bite.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -41,6 +42,29 @@ int32_t heaviest(const float *w, int32_t vocab) {
 
 uint64_t join(uint32_t lo, uint32_t hi) { return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32); }
 
+// Calls fn(i, bits) for every token i with w[i] > 0, bits = rng.bits(i). Dense stretches of the
+// vocabulary get their random values in bulk (vectorized); sparse ones (after top-k, top-p) one
+// by one, so a distribution with 40 live tokens costs 40 draws, not a vocabulary's worth.
+template <typename F>
+void for_each_live(const float *w, int32_t vocab, const CounterRng &rng, F &&fn) {
+  constexpr int32_t kChunk = 512;
+  uint32_t words[2 * kChunk];
+  for (int32_t base = 0; base < vocab; base += kChunk) {
+    const int32_t n = std::min(kChunk, vocab - base);
+    int32_t live = 0;
+    for (int32_t j = 0; j < n; ++j) live += w[base + j] > 0;
+    if (live == 0) continue;
+    if (live >= kChunk / 8) {
+      rng.blocks(static_cast<uint32_t>(base) >> 1, static_cast<size_t>(n + 1) / 2, words);
+      for (int32_t j = 0; j < n; ++j)
+        if (w[base + j] > 0) fn(base + j, join(words[2 * j], words[2 * j + 1]));
+    } else {
+      for (int32_t j = 0; j < n; ++j)
+        if (w[base + j] > 0) fn(base + j, rng.bits(static_cast<uint64_t>(base + j)));
+    }
+  }
+}
+
 }  // namespace
 
 int32_t gumbel_choice(const float *w, int32_t vocab, uint64_t seed, int64_t position) {
@@ -49,24 +73,16 @@ int32_t gumbel_choice(const float *w, int32_t vocab, uint64_t seed, int64_t posi
   const CounterRng rng(seed, position, RngStream::kGumbel);
   int32_t best_i = start;
   double best = -std::log(rng.uniform(static_cast<uint64_t>(start))) / w[start];
-  uint32_t cached = UINT32_MAX;
-  std::array<uint32_t, 4> blk{};
-  for (int32_t i = 0; i < vocab; ++i) {
+  for_each_live(w, vocab, rng, [&](int32_t i, uint64_t bits) {
     const double wi = w[i];
-    if (!(wi > 0)) continue;
-    const uint32_t b = static_cast<uint32_t>(i) >> 1;
-    if (b != cached) {
-      blk = rng.block(b);
-      cached = b;
-    }
-    const double u = CounterRng::to_open_unit(i & 1 ? join(blk[2], blk[3]) : join(blk[0], blk[1]));
-    if (1.0 - u >= best * wi) continue;  // -ln(u)/w >= (1 - u)/w >= best
+    const double u = CounterRng::to_open_unit(bits);
+    if (1.0 - u >= best * wi) return;  // -ln(u)/w >= (1 - u)/w >= best
     const double s = -std::log(u) / wi;
     if (s < best || (s == best && i < best_i)) {
       best = s;
       best_i = i;
     }
-  }
+  });
   return best_i;
 }
 
@@ -115,26 +131,18 @@ int32_t minhash_choice(const float *w, int32_t vocab, uint64_t seed, int64_t pos
     const CounterRng lowest(seed, position, dart_stream(c, 0));
     int32_t best_i = -1;
     double best = std::numeric_limits<double>::infinity();
-    uint32_t cached = UINT32_MAX;
-    std::array<uint32_t, 4> blk{};
-    for (int32_t i = 0; i < vocab; ++i) {
+    for_each_live(w, vocab, lowest, [&](int32_t i, uint64_t bits) {
       const double wi = w[i];
-      if (!(wi > 0)) continue;
-      const uint32_t b = static_cast<uint32_t>(i) >> 1;
-      if (b != cached) {
-        blk = lowest.block(b);
-        cached = b;
-      }
-      const double u = CounterRng::to_open_unit(i & 1 ? join(blk[2], blk[3]) : join(blk[0], blk[1]));
-      if (1.0 - u >= wi) continue;  // lowest height -ln(u) >= 1 - u >= w: no dart under w here
+      const double u = CounterRng::to_open_unit(bits);
+      if (1.0 - u >= wi) return;  // lowest height -ln(u) >= 1 - u >= w: no dart under w here
       const double m = -std::log(u);
-      if (m >= wi) continue;
+      if (m >= wi) return;
       const double t = first_dart_in_chunk(seed, position, c, i, m, wi);
       if (t < best) {
         best = t;
         best_i = i;
       }
-    }
+    });
     if (best_i >= 0) return best_i;
   }
   fail(SPECINFER_ERR_INTERNAL, "minhash: no dart landed in %u chunks", kMaxChunks);

@@ -2,6 +2,11 @@
 // constants between rounds.
 #include "sampling/rng.h"
 
+#include "backend/isa.h"
+#include "sampling/rng_bulk.h"
+
+#include <algorithm>
+
 namespace specinfer {
 
 namespace {
@@ -22,16 +27,34 @@ std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> c, std::array<uint
   return c;
 }
 
+void CounterRng::blocks(uint32_t first, size_t n, uint32_t *out) const {
+  if (n >= 8 && active_isa() != Isa::scalar) {
+    philox_blocks_avx2(first, n, stream_, pos_lo_, pos_hi_, key_[0], key_[1], out);
+    return;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    std::array<uint32_t, 4> b = block(first + static_cast<uint32_t>(j));
+    for (size_t w = 0; w < 4; ++w) out[4 * j + w] = b[w];
+  }
+}
+
 void CounterRng::uniforms(uint64_t first, size_t n, double *out) const {
   size_t j = 0;
   if (n > 0 && (first & 1)) {
     out[j++] = uniform(first);
   }
   uint64_t idx = first + j;
-  for (; j + 1 < n; j += 2, idx += 2) {
-    std::array<uint32_t, 4> b = block(static_cast<uint32_t>(idx >> 1));
-    out[j] = to_open_unit(static_cast<uint64_t>(b[0]) | (static_cast<uint64_t>(b[1]) << 32));
-    out[j + 1] = to_open_unit(static_cast<uint64_t>(b[2]) | (static_cast<uint64_t>(b[3]) << 32));
+  constexpr size_t kBatch = 64;  // blocks per batch
+  uint32_t words[4 * kBatch];
+  while (j + 1 < n) {
+    size_t nb = std::min(kBatch, (n - j) / 2);
+    blocks(static_cast<uint32_t>(idx >> 1), nb, words);
+    for (size_t b = 0; b < nb; ++b) {
+      const uint32_t *w = words + 4 * b;
+      out[j++] = to_open_unit(static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32));
+      out[j++] = to_open_unit(static_cast<uint64_t>(w[2]) | (static_cast<uint64_t>(w[3]) << 32));
+    }
+    idx += 2 * nb;
   }
   if (j < n) out[j] = uniform(idx);
 }

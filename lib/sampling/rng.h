@@ -49,8 +49,11 @@ class CounterRng {
   }
   // Uniform double in the open interval (0, 1), 53 bits: never 0, never 1.
   double uniform(uint64_t index) const { return to_open_unit(bits(index)); }
-  // Uniforms number first .. first + n - 1 (same values as uniform(first + j)).
+  // Uniforms number first .. first + n - 1 (same values as uniform(first + j)). Uses the AVX2
+  // generator when the backend's active instruction set allows it.
   void uniforms(uint64_t first, size_t n, double *out) const;
+  // Blocks first .. first + n - 1 into out[4 * n] (same values as block(first + j)).
+  void blocks(uint32_t first, size_t n, uint32_t *out) const;
 
   static double to_open_unit(uint64_t bits) {
     return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
