@@ -206,9 +206,13 @@ std::vector<double> filtered_ref(const std::vector<float> &l, const SamplingPara
     double m = *std::max_element(l.begin(), l.end());
     for (size_t i = 0; i < l.size(); ++i) zf += pf[i] = static_cast<float>(std::exp((l[i] - m) / sp.temperature));
   }
+  // top-k by logits (ties to the lower id), then the rest by probability.
+  if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < idx.size()) {
+    std::sort(idx.begin(), idx.end(), [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    idx.resize(static_cast<size_t>(sp.top_k));
+  }
   std::sort(idx.begin(), idx.end(), [&](int a, int b) { return pf[a] > pf[b] || (pf[a] == pf[b] && a < b); });
   size_t n = idx.size();
-  if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < n) n = static_cast<size_t>(sp.top_k);
   if (sp.top_p < 1) {
     double total = 0, acc = 0;
     for (size_t j = 0; j < n; ++j) total += pf[idx[j]];

@@ -86,28 +86,49 @@ void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &p
   }
 
   // Softmax of logits / T, relative to the maximum so the largest term is exactly 1.
-  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  // In float: expf is correctly rounded in glibc and several times faster than exp; the result
+  // is a deterministic function of the logits either way.
+  const float inv_t = 1.0f / params.temperature;
+  auto weight = [&](int32_t i) { return std::exp((logits[i] - maxv) * inv_t); };
+  thread_local std::vector<int32_t> cand;  // the tokens still in, once a filter is on
+  cand.clear();
   double sum = 0;
-  for (int32_t i = 0; i < vocab; ++i) {
-    double e = std::exp((static_cast<double>(logits[i]) - maxv) * inv_t);
-    probs[i] = static_cast<float>(e);
-    sum += probs[i];
+  const bool top_k = params.top_k > 0 && params.top_k < vocab;
+  const bool filter = top_k || params.top_p < 1 || params.min_p > 0;
+  if (top_k) {
+    // The k largest logits (ties to the lower id) with a heap whose top is the worst kept; most
+    // tokens are turned away by one comparison, and only the k survivors are exponentiated.
+    auto better = [logits](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    const size_t k = static_cast<size_t>(params.top_k);
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
+      if (cand.size() < k) {
+        cand.push_back(i);
+        std::push_heap(cand.begin(), cand.end(), better);
+      } else if (logits[i] >= logits[cand.front()] && better(i, cand.front())) {
+        std::pop_heap(cand.begin(), cand.end(), better);
+        cand.back() = i;
+        std::push_heap(cand.begin(), cand.end(), better);
+      }
+    }
+    std::fill(probs, probs + vocab, 0.0f);
+    for (int32_t i : cand) probs[i] = weight(i);
+    // exp may underflow to 0 for a far-off survivor at a small temperature: drop those.
+    cand.erase(std::remove_if(cand.begin(), cand.end(), [probs](int32_t i) { return !(probs[i] > 0); }), cand.end());
+  } else {
+    for (int32_t i = 0; i < vocab; ++i) {
+      probs[i] = weight(i);
+      sum += probs[i];
+    }
+    if (filter)
+      for (int32_t i = 0; i < vocab; ++i)
+        if (probs[i] > 0) cand.push_back(i);
   }
-  // exp underflow can zero everything but the max only when T is tiny; the max term is 1 anyway.
-  bool filter = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1 || params.min_p > 0;
   if (filter) {
-    // Candidates: tokens with nonzero probability, narrowed by each filter in turn.
-    thread_local std::vector<int32_t> cand;
-    cand.clear();
-    for (int32_t i = 0; i < vocab; ++i)
-      if (probs[i] > 0) cand.push_back(i);
     ByProbDesc order{probs};
     size_t n = cand.size();
-    if (params.top_k > 0 && static_cast<size_t>(params.top_k) < n) {
-      std::nth_element(cand.begin(), cand.begin() + params.top_k, cand.end(), order);
-      n = static_cast<size_t>(params.top_k);
-      cand.resize(n);
-    }
     double total = 0;
     for (size_t j = 0; j < n; ++j) total += probs[cand[j]];
     if (params.top_p < 1) {

@@ -9,7 +9,7 @@ namespace specinfer {
 
 struct SamplingParams {
   float temperature = 0;  // 0 = greedy: a point mass on the argmax; > 0 divides the logits
-  int32_t top_k = 0;      // keep the k most probable tokens; 0 = off
+  int32_t top_k = 0;      // keep the k most probable tokens (the k largest logits); 0 = off
   float top_p = 1;        // keep the smallest most-probable set with mass >= top_p; 1 = off
   float min_p = 0;        // drop tokens below min_p * (largest probability); 0 = off
 };
