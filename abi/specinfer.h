@@ -268,7 +268,8 @@ SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *draf
 /* Creates a coupler from a spec string:
  *   "greedy"        argmax match (exact for greedy decoding)
  *   "rejection"     modified rejection sampling (exact)
- *   "lenient:L"     Leviathan's lenience L in (0, 1] (lossy)
+ *   "lenient:L"     Leviathan's lenience L in (0, 1] (lossy; "lenient" alone means L = 0.5; L = 1 is
+ *                   "rejection")
  *   "gumbel"        Gumbel-max coupling with shared randomness (exact, drafter-invariant)
  *   "minhash"       weighted-MinHash coupling (exact, drafter-invariant)
  *   "typical[:EPS[:DELTA]]" Medusa's typical acceptance (lossy)

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/isa.h"
+#include "coupling/row_check.h"
 #include "util/error.h"
 
 namespace specinfer {
@@ -20,6 +22,14 @@ void check_token(int32_t token, int32_t vocab, const char *what, int64_t index) 
 void check_prob_row(const float *row, int32_t vocab, const char *what, int64_t index) {
   if (!row) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what, static_cast<long long>(index));
   double sum = 0;
+  // Fast path: one vectorized pass; the slow loop below runs only to name a bad entry.
+  if (active_isa() != Isa::scalar && prob_row_stats_avx2(row, vocab, &sum)) {
+    if (std::fabs(sum - 1.0) > kProbSumTolerance)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld sums to %.9g, not 1 (tolerance %g)",
+           what, static_cast<long long>(index), sum, kProbSumTolerance);
+    return;
+  }
+  sum = 0;
   for (int32_t i = 0; i < vocab; ++i) {
     float x = row[i];
     if (!std::isfinite(x))
