@@ -1,0 +1,294 @@
+use std::marker::PhantomData;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use specinfer_sys as sys;
+
+use crate::error::{check_msg, check_with, cstr, Code, Result};
+use crate::{live_dec, live_inc, Coupler, Drafter, Target};
+
+/// How a session samples and drafts. `Default` is the library's default (greedy, k = 8).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionParams {
+    /// Most tokens drafted per round.
+    pub max_draft: i32,
+    /// Choose k each round from recent acceptance.
+    pub adaptive_draft: bool,
+    /// 0 = greedy; > 0 samples.
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SessionParams {
+    fn default() -> Self {
+        let mut p: sys::specinfer_session_params = unsafe { std::mem::zeroed() };
+        unsafe { sys::specinfer_session_params_init(&mut p) };
+        SessionParams {
+            max_draft: p.max_draft,
+            adaptive_draft: p.adaptive_draft != 0,
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            seed: p.seed,
+        }
+    }
+}
+
+impl SessionParams {
+    fn raw(&self) -> sys::specinfer_session_params {
+        let mut p: sys::specinfer_session_params = unsafe { std::mem::zeroed() };
+        unsafe { sys::specinfer_session_params_init(&mut p) };
+        p.max_draft = self.max_draft;
+        p.adaptive_draft = self.adaptive_draft as i32;
+        p.temperature = self.temperature;
+        p.top_k = self.top_k;
+        p.top_p = self.top_p;
+        p.min_p = self.min_p;
+        p.seed = self.seed;
+        p
+    }
+}
+
+/// What a session counted and timed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Stats {
+    pub n_prompt_tokens: i64,
+    pub n_generated: i64,
+    pub n_rounds: i64,
+    pub n_target_passes: i64,
+    pub n_drafted: i64,
+    pub n_accepted: i64,
+    pub acceptance_rate: f64,
+    pub mean_accepted: f64,
+    pub t_prefill_ms: f64,
+    pub t_draft_ms: f64,
+    pub t_verify_ms: f64,
+    pub t_sample_ms: f64,
+    pub t_total_ms: f64,
+    pub tokens_per_second: f64,
+}
+
+/// Generates text with a target, an optional drafter and an optional coupler, which it borrows
+/// for its whole life.
+pub struct Session<'a> {
+    ptr: *mut sys::specinfer_session,
+    stops: [i32; 2],
+    _borrows: PhantomData<(&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>)>,
+}
+
+// SAFETY: the session exclusively borrows its target and drafter (both Send) and shares a
+// Sync coupler; the C session may be used from any one thread at a time.
+unsafe impl Send for Session<'_> {}
+
+struct Collect<'f> {
+    f: &'f mut dyn FnMut(&[i32], &str) -> bool,
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+unsafe extern "C" fn on_tokens(
+    user: *mut c_void,
+    tokens: *const i32,
+    n_tokens: usize,
+    text: *const c_char,
+    text_len: usize,
+) -> c_int {
+    let c = &mut *(user as *mut Collect<'_>);
+    let toks = if n_tokens == 0 { &[][..] } else { std::slice::from_raw_parts(tokens, n_tokens) };
+    let bytes = if text_len == 0 { &[][..] } else { std::slice::from_raw_parts(text.cast::<u8>(), text_len) };
+    // The library hands over whole UTF-8 characters only.
+    let s = String::from_utf8_lossy(bytes);
+    match catch_unwind(AssertUnwindSafe(|| (c.f)(toks, &s))) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(p) => {
+            c.panic = Some(p);
+            1
+        }
+    }
+}
+
+impl<'a> Session<'a> {
+    /// A session on `target`, drafting with `drafter` (None: plain decoding) and verifying with
+    /// `coupler` (None: greedy when temperature is 0, else rejection sampling).
+    pub fn new(
+        target: &'a mut Target,
+        drafter: Option<&'a mut Drafter>,
+        coupler: Option<&'a Coupler>,
+        params: &SessionParams,
+    ) -> Result<Session<'a>> {
+        let info = target.info()?;
+        let p = params.raw();
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        unsafe {
+            check_msg(
+                sys::specinfer_session_create(
+                    target.raw(),
+                    drafter.map_or(ptr::null_mut(), |d| d.ptr),
+                    coupler.map_or(ptr::null(), |c| c.raw()),
+                    &p,
+                    &mut out,
+                    &mut err,
+                ),
+                err,
+            )?;
+        }
+        live_inc();
+        Ok(Session { ptr: out, stops: [info.eos_token, info.eot_token], _borrows: PhantomData })
+    }
+
+    fn errmsg(&self) -> String {
+        unsafe { cstr(sys::specinfer_session_errmsg(self.ptr)) }
+    }
+
+    fn check(&self, st: sys::specinfer_status) -> Result<()> {
+        check_with(st, || self.errmsg())
+    }
+
+    /// Appends prompt text.
+    pub fn feed_text(&mut self, text: &str) -> Result<()> {
+        let st = unsafe { sys::specinfer_session_feed_text(self.ptr, text.as_ptr().cast(), text.len()) };
+        self.check(st)
+    }
+
+    /// Appends prompt tokens.
+    pub fn feed_tokens(&mut self, tokens: &[i32]) -> Result<()> {
+        let st = unsafe { sys::specinfer_session_feed_tokens(self.ptr, tokens.as_ptr(), tokens.len()) };
+        self.check(st)
+    }
+
+    /// Generates up to `max_tokens` tokens, calling `f(tokens, text)` after each round; `f`
+    /// returns false to stop (the call then fails with [`Code::Cancelled`]).
+    pub fn generate_with<F: FnMut(&[i32], &str) -> bool>(&mut self, max_tokens: i32, mut f: F) -> Result<()> {
+        let mut c = Collect { f: &mut f, panic: None };
+        let st = unsafe {
+            sys::specinfer_session_generate(self.ptr, max_tokens, Some(on_tokens), (&mut c as *mut Collect<'_>).cast())
+        };
+        if let Some(p) = c.panic.take() {
+            resume_unwind(p);
+        }
+        self.check(st)
+    }
+
+    /// Generates up to `max_tokens` tokens and returns their text.
+    pub fn generate(&mut self, max_tokens: i32) -> Result<String> {
+        let mut text = String::new();
+        self.generate_with(max_tokens, |_, t| {
+            text.push_str(t);
+            true
+        })?;
+        Ok(text)
+    }
+
+    /// An iterator over the generated text, one chunk (whole UTF-8 characters) per round, up to
+    /// `max_tokens` tokens in all or the end-of-text token. Each `next()` runs one round.
+    pub fn stream(&mut self, max_tokens: i32) -> TextStream<'_, 'a> {
+        TextStream { session: self, left: max_tokens.max(0), finished: false }
+    }
+
+    /// Runs one speculate -> verify -> commit round; returns the tokens it emitted and whether
+    /// generation reached the end-of-text token.
+    pub fn step(&mut self, max_draft: i32) -> Result<(Vec<i32>, bool)> {
+        let mut buf = vec![0i32; max_draft.max(0) as usize + 1];
+        let mut n = 0usize;
+        let mut done = 0i32;
+        let st = unsafe { sys::specinfer_session_step(self.ptr, buf.as_mut_ptr(), buf.len(), &mut n, &mut done) };
+        self.check(st)?;
+        buf.truncate(n);
+        Ok((buf, done != 0))
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        unsafe {
+            let mut s: sys::specinfer_session_stats = std::mem::zeroed();
+            sys::specinfer_session_stats_init(&mut s);
+            self.check(sys::specinfer_session_get_stats(self.ptr, &mut s))?;
+            Ok(Stats {
+                n_prompt_tokens: s.n_prompt_tokens,
+                n_generated: s.n_generated,
+                n_rounds: s.n_rounds,
+                n_target_passes: s.n_target_passes,
+                n_drafted: s.n_drafted,
+                n_accepted: s.n_accepted,
+                acceptance_rate: s.acceptance_rate,
+                mean_accepted: s.mean_accepted,
+                t_prefill_ms: s.t_prefill_ms,
+                t_draft_ms: s.t_draft_ms,
+                t_verify_ms: s.t_verify_ms,
+                t_sample_ms: s.t_sample_ms,
+                t_total_ms: s.t_total_ms,
+                tokens_per_second: s.tokens_per_second,
+            })
+        }
+    }
+
+    /// Forgets the text and the statistics.
+    pub fn reset(&mut self) -> Result<()> {
+        let st = unsafe { sys::specinfer_session_reset(self.ptr) };
+        self.check(st)
+    }
+
+    /// The whole token sequence, prompt and generated.
+    pub fn tokens(&self) -> Result<Vec<i32>> {
+        let mut p: *const i32 = ptr::null();
+        let mut n = 0usize;
+        self.check(unsafe { sys::specinfer_session_tokens(self.ptr, &mut p, &mut n) })?;
+        Ok(if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(p, n) }.to_vec() })
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::specinfer_session_destroy(self.ptr) };
+        live_dec();
+    }
+}
+
+/// The iterator of [`Session::stream`]: yields `Ok(text)` per round, or one `Err` and then ends.
+pub struct TextStream<'s, 'a> {
+    session: &'s mut Session<'a>,
+    left: i32,
+    finished: bool,
+}
+
+impl Iterator for TextStream<'_, '_> {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Result<String>> {
+        // Runs generate for one round at a time (the callback stops it after the first), so
+        // the chunks and the token limit are exactly those of one generate(max_tokens) call.
+        while !self.finished && self.left > 0 {
+            let mut chunk = String::new();
+            let mut emitted = 0i32;
+            let mut stop = false;
+            let stops = self.session.stops;
+            let r = self.session.generate_with(self.left, |toks, text| {
+                chunk.push_str(text);
+                emitted += toks.len() as i32;
+                stop = toks.iter().any(|t| *t >= 0 && stops.contains(t));
+                false
+            });
+            match r {
+                Err(e) if e.code() == Code::Cancelled && emitted > 0 => {}
+                Ok(()) => {}
+                Err(e) => {
+                    self.finished = true;
+                    return Some(Err(e));
+                }
+            }
+            self.left -= emitted;
+            if stop || emitted == 0 {
+                self.finished = true;
+            }
+            if !chunk.is_empty() {
+                return Some(Ok(chunk));
+            }
+        }
+        None
+    }
+}
