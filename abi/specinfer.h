@@ -383,7 +383,7 @@ SPECINFER_API specinfer_status specinfer_sample_probs(const float *logits, int32
 
 typedef struct specinfer_session_params {
   uint32_t struct_size;   /* sizeof(specinfer_session_params) */
-  int32_t max_draft;      /* most tokens drafted per round (k); default 8 */
+  int32_t max_draft;      /* most tokens drafted per round (k), 0..16; default 8 */
   int32_t adaptive_draft; /* 1 (default): choose k each round from recent acceptance */
   float temperature;      /* 0 = greedy (default); > 0 samples */
   int32_t top_k;          /* 0 = off */

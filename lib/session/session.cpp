@@ -56,8 +56,9 @@ int32_t draft_sample_cb(const void *ctx, const float *q, int32_t vocab, int64_t 
 Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *coupler,
                  const specinfer_session_params &params)
     : target_(target), drafter_(drafter), coupler_(coupler), params_(params) {
-  if (params_.max_draft < 0 || params_.max_draft > 64)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "max_draft must be in [0, 64], got %d", params_.max_draft);
+  if (params_.max_draft < 0 || params_.max_draft > kMaxDraft)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "max_draft must be in [0, %d], got %d", kMaxDraft,
+         params_.max_draft);
   if (!(params_.temperature >= 0.0f) || !std::isfinite(params_.temperature))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "temperature must be a finite number >= 0");
   if (params_.top_k < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "top_k must be >= 0");

@@ -15,6 +15,11 @@
 
 namespace specinfer {
 
+// Most tokens drafted per round. Verify batches (k + 1 tokens) stay below the backend's sgemm
+// threshold, where every token's result is bitwise independent of the batch: that is what keeps
+// greedy speculative output identical to plain greedy output.
+constexpr int32_t kMaxDraft = 16;
+
 class Session {
  public:
   // Borrows target and drafter (may be nullptr); `coupler` nullptr picks greedy / rejection.

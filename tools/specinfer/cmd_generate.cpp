@@ -22,7 +22,7 @@ void usage(FILE *out) {
                "                         (default: greedy at --temp 0, else rejection)\n"
                "  --prompt TEXT          the prompt (or --prompt-file FILE)\n"
                "  -n, --max-tokens N     tokens to generate (default 128)\n"
-               "  --max-draft K          most tokens drafted per round (default 8)\n"
+               "  --max-draft K          most tokens drafted per round, 0..16 (default 8)\n"
                "  --fixed-draft          always draft --max-draft tokens (no adaptive draft length)\n"
                "  --temp T               temperature (default 0: greedy)\n"
                "  --top-k K, --top-p P, --min-p P   sampling filters\n"
@@ -163,7 +163,7 @@ int cmd_generate(int argc, char **argv) {
     } else if (a == "-n" || a == "--max-tokens") {
       if (!cli::parse_int(value("--max-tokens"), 0, 1 << 24, &o.max_tokens)) return 2;
     } else if (a == "--max-draft") {
-      if (!cli::parse_int(value("--max-draft"), 0, 64, &o.max_draft)) return 2;
+      if (!cli::parse_int(value("--max-draft"), 0, 16, &o.max_draft)) return 2;
     } else if (a == "--fixed-draft") {
       o.adaptive = false;
     } else if (a == "--temp") {
