@@ -1,0 +1,310 @@
+package specinfer
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"runtime"
+	"runtime/cgo"
+	"unsafe"
+)
+
+// SessionParams are how a session samples and drafts; DefaultSessionParams gives the
+// library's defaults (greedy, up to 8 drafted tokens per round, adaptive).
+type SessionParams struct {
+	MaxDraft      int
+	AdaptiveDraft bool
+	Temperature   float32 // 0 = greedy
+	TopK          int
+	TopP          float32
+	MinP          float32
+	Seed          uint64
+}
+
+// DefaultSessionParams returns the library's defaults.
+func DefaultSessionParams() SessionParams {
+	var p C.specinfer_session_params
+	C.specinfer_session_params_init(&p)
+	return SessionParams{
+		MaxDraft: int(p.max_draft), AdaptiveDraft: p.adaptive_draft != 0, Temperature: float32(p.temperature),
+		TopK: int(p.top_k), TopP: float32(p.top_p), MinP: float32(p.min_p), Seed: uint64(p.seed),
+	}
+}
+
+// Stats is what a session counted and timed.
+type Stats struct {
+	NPromptTokens, NGenerated, NRounds, NTargetPasses, NDrafted, NAccepted int64
+	AcceptanceRate, MeanAccepted                                           float64
+	TPrefillMs, TDraftMs, TVerifyMs, TSampleMs, TTotalMs, TokensPerSecond  float64
+}
+
+// Session generates text with a target, an optional drafter and an optional coupler.
+type Session struct {
+	ptr     *C.specinfer_session
+	target  *Target
+	drafter *DrafterHandle
+	coupler *Coupler
+	stops   [2]int32
+}
+
+// NewSession makes a session on target, drafting with drafter (nil: plain decoding) and
+// verifying with coupler (nil: greedy when Temperature is 0, else rejection sampling). The
+// session keeps all three reachable until it is closed.
+func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params SessionParams) (*Session, error) {
+	tp, err := target.raw()
+	if err != nil {
+		return nil, err
+	}
+	info, err := target.Info()
+	if err != nil {
+		return nil, err
+	}
+	var p C.specinfer_session_params
+	C.specinfer_session_params_init(&p)
+	p.max_draft = C.int32_t(params.MaxDraft)
+	p.adaptive_draft = cbool(params.AdaptiveDraft)
+	p.temperature = C.float(params.Temperature)
+	p.top_k = C.int32_t(params.TopK)
+	p.top_p = C.float(params.TopP)
+	p.min_p = C.float(params.MinP)
+	p.seed = C.uint64_t(params.Seed)
+	var dp *C.specinfer_drafter
+	if drafter != nil {
+		if drafter.ptr == nil {
+			return nil, &Error{Code: InvalidArgument, Message: "the drafter is closed"}
+		}
+		dp = drafter.ptr
+	}
+	var cp *C.specinfer_coupler
+	if coupler != nil {
+		if coupler.ptr == nil {
+			return nil, &Error{Code: InvalidArgument, Message: "the coupler is closed"}
+		}
+		cp = coupler.ptr
+	}
+	var out *C.specinfer_session
+	var msg *C.char
+	if err := checkMsg(C.specinfer_session_create(tp, dp, cp, &p, &out, &msg), msg); err != nil {
+		return nil, err
+	}
+	live.Add(1)
+	s := &Session{ptr: out, target: target, drafter: drafter, coupler: coupler,
+		stops: [2]int32{int32(info.EOS), int32(info.EOT)}}
+	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
+	return s, nil
+}
+
+// Close frees the session (the target, drafter and coupler stay open).
+func (s *Session) Close() error {
+	if s.ptr == nil {
+		return nil
+	}
+	C.specinfer_session_destroy(s.ptr)
+	s.ptr = nil
+	live.Add(-1)
+	runtime.SetFinalizer(s, nil)
+	return nil
+}
+
+func (s *Session) check(st C.specinfer_status) error {
+	return checkWith(st, C.specinfer_session_errmsg(s.ptr))
+}
+
+func (s *Session) raw() (*C.specinfer_session, error) {
+	if s == nil || s.ptr == nil {
+		return nil, &Error{Code: InvalidArgument, Message: "the session is closed"}
+	}
+	return s.ptr, nil
+}
+
+// FeedText appends prompt text.
+func (s *Session) FeedText(text string) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	ct := C.CString(text)
+	defer C.free(unsafe.Pointer(ct))
+	return s.check(C.specinfer_session_feed_text(p, ct, C.size_t(len(text))))
+}
+
+// FeedTokens appends prompt tokens.
+func (s *Session) FeedTokens(tokens []int32) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	return s.check(C.specinfer_session_feed_tokens(p, int32Ptr(tokens), C.size_t(len(tokens))))
+}
+
+type tokenCallback struct {
+	fn    func(tokens []int32, text string) bool
+	panic any
+}
+
+//export goSpecinferOnTokens
+func goSpecinferOnTokens(h C.uintptr_t, tokens *C.int32_t, n C.size_t, text *C.char, textLen C.size_t) C.int {
+	cb := cgo.Handle(h).Value().(*tokenCallback)
+	toks := make([]int32, int(n))
+	if n > 0 {
+		copy(toks, unsafe.Slice((*int32)(unsafe.Pointer(tokens)), int(n)))
+	}
+	str := C.GoStringN(text, C.int(textLen))
+	goOn := false
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				cb.panic = r
+			}
+		}()
+		goOn = cb.fn(toks, str)
+	}()
+	if goOn {
+		return 0
+	}
+	return 1
+}
+
+// GenerateFunc generates up to maxTokens tokens, calling fn(tokens, text) after each round;
+// fn returns false to stop (GenerateFunc then returns an error with code Cancelled). text holds
+// whole UTF-8 characters only.
+func (s *Session) GenerateFunc(maxTokens int, fn func(tokens []int32, text string) bool) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	cb := &tokenCallback{fn: fn}
+	h := cgo.NewHandle(cb)
+	st := C.si_go_generate(p, C.int32_t(maxTokens), C.uintptr_t(h))
+	h.Delete()
+	if cb.panic != nil {
+		panic(cb.panic)
+	}
+	return s.check(st)
+}
+
+// Generate generates up to maxTokens tokens and returns their text.
+func (s *Session) Generate(maxTokens int) (string, error) {
+	var text []byte
+	err := s.GenerateFunc(maxTokens, func(_ []int32, t string) bool {
+		text = append(text, t...)
+		return true
+	})
+	return string(text), err
+}
+
+// Stream yields the generated text one chunk per round (whole UTF-8 characters), up to
+// maxTokens tokens in all or the end-of-text token; after an error it yields ("", err) once
+// and stops. Each step runs one round, so breaking out of the loop stops generating.
+func (s *Session) Stream(maxTokens int) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		left := maxTokens
+		for left > 0 {
+			var chunk []byte
+			emitted, stop := 0, false
+			err := s.GenerateFunc(left, func(toks []int32, t string) bool {
+				chunk = append(chunk, t...)
+				emitted += len(toks)
+				for _, tok := range toks {
+					if tok >= 0 && (tok == s.stops[0] || tok == s.stops[1]) {
+						stop = true
+					}
+				}
+				return false // one round per step
+			})
+			var e *Error
+			if err != nil && !(errors.As(err, &e) && e.Code == Cancelled && emitted > 0) {
+				yield("", err)
+				return
+			}
+			left -= emitted
+			if len(chunk) > 0 && !yield(string(chunk), nil) {
+				return
+			}
+			if stop || emitted == 0 {
+				return
+			}
+		}
+	}
+}
+
+// Step runs one speculate -> verify -> commit round with room for maxDraft+1 tokens and returns
+// the tokens emitted and whether the end-of-text token was reached.
+func (s *Session) Step(maxDraft int) ([]int32, bool, error) {
+	p, err := s.raw()
+	if err != nil {
+		return nil, false, err
+	}
+	defer runtime.KeepAlive(s)
+	buf := make([]int32, maxDraft+1)
+	var n C.size_t
+	var done C.int32_t
+	if err := s.check(C.specinfer_session_step(p, int32Ptr(buf), C.size_t(len(buf)), &n, &done)); err != nil {
+		return nil, false, err
+	}
+	return buf[:n], done != 0, nil
+}
+
+// Stats returns the session's counters and timings.
+func (s *Session) Stats() (Stats, error) {
+	p, err := s.raw()
+	if err != nil {
+		return Stats{}, err
+	}
+	defer runtime.KeepAlive(s)
+	var st C.specinfer_session_stats
+	C.specinfer_session_stats_init(&st)
+	if err := s.check(C.specinfer_session_get_stats(p, &st)); err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		NPromptTokens: int64(st.n_prompt_tokens), NGenerated: int64(st.n_generated), NRounds: int64(st.n_rounds),
+		NTargetPasses: int64(st.n_target_passes), NDrafted: int64(st.n_drafted), NAccepted: int64(st.n_accepted),
+		AcceptanceRate: float64(st.acceptance_rate), MeanAccepted: float64(st.mean_accepted),
+		TPrefillMs: float64(st.t_prefill_ms), TDraftMs: float64(st.t_draft_ms), TVerifyMs: float64(st.t_verify_ms),
+		TSampleMs: float64(st.t_sample_ms), TTotalMs: float64(st.t_total_ms), TokensPerSecond: float64(st.tokens_per_second),
+	}, nil
+}
+
+// Reset forgets the text and the statistics.
+func (s *Session) Reset() error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	return s.check(C.specinfer_session_reset(p))
+}
+
+// Tokens returns the whole token sequence, prompt and generated.
+func (s *Session) Tokens() ([]int32, error) {
+	p, err := s.raw()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(s)
+	var tp *C.int32_t
+	var n C.size_t
+	if err := s.check(C.specinfer_session_tokens(p, &tp, &n)); err != nil {
+		return nil, err
+	}
+	out := make([]int32, int(n))
+	if n > 0 {
+		copy(out, unsafe.Slice((*int32)(unsafe.Pointer(tp)), int(n)))
+	}
+	return out, nil
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%d tokens in %d rounds, acceptance %.2f, %.2f tokens per target pass",
+		s.NGenerated, s.NRounds, s.AcceptanceRate, s.MeanAccepted)
+}

@@ -1,0 +1,377 @@
+package specinfer
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const prompt = "/* Creates a session that generates with"
+
+// corpus is the training text of the kgram target: $SPECINFER_TEST_CORPUS, else abi/specinfer.h.
+func corpus(t *testing.T) string {
+	if p := os.Getenv("SPECINFER_TEST_CORPUS"); p != "" {
+		return p
+	}
+	p, err := filepath.Abs("../../abi/specinfer.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// must returns v, or panics (failing the test) on an error.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func kgram(t *testing.T, r *Registry, k int) *Target {
+	t.Helper()
+	return must(r.OpenTarget("kgram", "path="+corpus(t)+",k="+strconv.Itoa(k)))
+}
+
+func generate(t *testing.T, tg *Target, d *DrafterHandle, c *Coupler, max int) (string, Stats) {
+	t.Helper()
+	p := DefaultSessionParams()
+	p.MaxDraft = 6
+	s := must(NewSession(tg, d, c, p))
+	defer s.Close()
+	if err := s.FeedText(prompt); err != nil {
+		t.Fatal(err)
+	}
+	text := must(s.Generate(max))
+	return text, must(s.Stats())
+}
+
+// lookup is a prompt-lookup drafter written in Go: it finds the latest earlier occurrence of
+// the context's last n tokens and proposes what followed.
+type lookup struct {
+	nMax            int
+	begins, commits *int
+}
+
+func (l *lookup) Begin(ctx []int32) error { *l.begins++; return nil }
+func (l *lookup) Commit(tokens []int32) error {
+	*l.commits++
+	return nil
+}
+func (l *lookup) Propose(req *DraftRequest) (Draft, error) {
+	ctx := req.Context
+	for n := min(l.nMax, len(ctx)-1); n >= 1; n-- {
+		tail := ctx[len(ctx)-n:]
+		for s := len(ctx) - n - 1; s >= 0; s-- {
+			if equal(ctx[s:s+n], tail) {
+				end := min(s+n+req.MaxTokens, len(ctx))
+				return Draft{Tokens: append([]int32(nil), ctx[s+n:end]...)}, nil
+			}
+		}
+	}
+	return Draft{}, nil
+}
+
+func equal(a, b []int32) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+func TestNgramDrafterGivesPlainGreedyText(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	plain, st0 := generate(t, tg, nil, nil, 300)
+	d := must(r.OpenDrafter("ngram", "n_max=4", tg))
+	defer d.Close()
+	c := must(NewCoupler("greedy"))
+	defer c.Close()
+	spec, st := generate(t, tg, d, c, 300)
+	if spec != plain || plain == "" {
+		t.Fatalf("speculative text differs:\n%q\n%q", spec, plain)
+	}
+	if st.NAccepted == 0 || st.NTargetPasses >= st0.NTargetPasses || st.NGenerated != 300 {
+		t.Fatalf("stats %+v vs %+v", st, st0)
+	}
+}
+
+func TestGoDrafterGivesPlainGreedyText(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	begins, commits := 0, 0
+	err := r.RegisterDrafter("lookup-go", "prompt lookup in Go", func(cfg string, info ModelInfo) (Drafter, error) {
+		if cfg != "" {
+			return nil, NewError(ConfigError, "lookup-go takes no config, got '%s'", cfg)
+		}
+		if info.VocabSize != 256 {
+			return nil, errors.New("unexpected vocabulary")
+		}
+		return &lookup{nMax: 3, begins: &begins, commits: &commits}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := must(r.Plugins())
+	found := false
+	for _, p := range plugins {
+		if p.Name == "lookup-go" {
+			found = p.HasDrafter && !p.HasTarget && p.Path == ""
+		}
+	}
+	if !found {
+		t.Fatalf("lookup-go not listed right: %+v", plugins)
+	}
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	plain, _ := generate(t, tg, nil, nil, 300)
+	for _, spec := range []string{"greedy", "gumbel"} {
+		c := must(NewCoupler(spec))
+		d := must(r.OpenDrafter("lookup-go", "", tg))
+		b0 := begins
+		text, st := generate(t, tg, d, c, 300)
+		if text != plain {
+			t.Fatalf("%s: Go drafter text differs:\n%q\n%q", spec, text, plain)
+		}
+		if st.NAccepted == 0 || begins != b0+1 || commits == 0 {
+			t.Fatalf("%s: stats %+v, begins %d, commits %d", spec, st, begins, commits)
+		}
+		noErr(t, d.Close())
+		noErr(t, c.Close())
+	}
+	_, err = r.OpenDrafter("lookup-go", "x=1", tg)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != ConfigError || !strings.Contains(e.Message, "lookup-go takes no config, got 'x=1'") {
+		t.Fatalf("factory refusal: %v", err)
+	}
+	if err := r.RegisterDrafter("lookup-go", "", func(string, ModelInfo) (Drafter, error) { return nil, nil }); !errors.Is(err, &Error{Code: StateError}) {
+		t.Fatalf("second registration: %v", err)
+	}
+}
+
+type failing struct{ panic bool }
+
+func (f *failing) Begin([]int32) error  { return nil }
+func (f *failing) Commit([]int32) error { return nil }
+func (f *failing) Propose(*DraftRequest) (Draft, error) {
+	if f.panic {
+		panic("drafter bug 7")
+	}
+	return Draft{}, errors.New("the oracle is out of tea")
+}
+
+func TestDrafterErrorsReachTheCaller(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	noErr(t, r.RegisterDrafter("failing-go", "", func(cfg string, _ ModelInfo) (Drafter, error) {
+		return &failing{panic: cfg == "panic=1"}, nil
+	}))
+	noErr(t, r.RegisterDrafter("bad-go", "", func(cfg string, _ ModelInfo) (Drafter, error) {
+		return badDrafter{}, nil
+	}))
+	tg := kgram(t, r, 4)
+	defer tg.Close()
+	for _, c := range []struct{ plugin, cfg, want string }{
+		{"failing-go", "", "the oracle is out of tea"},
+		{"failing-go", "panic=1", "drafter bug 7"},
+		{"bad-go", "", "outside the vocabulary"},
+	} {
+		d := must(r.OpenDrafter(c.plugin, c.cfg, tg))
+		s := must(NewSession(tg, d, nil, DefaultSessionParams()))
+		noErr(t, s.FeedText(prompt))
+		_, err := s.Generate(20)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != PluginError && e.Code != InvalidArgument || !strings.Contains(e.Message, c.want) {
+			t.Fatalf("%s %s: %v", c.plugin, c.cfg, err)
+		}
+		s.Close()
+		d.Close()
+	}
+}
+
+type badDrafter struct{}
+
+func (badDrafter) Begin([]int32) error  { return nil }
+func (badDrafter) Commit([]int32) error { return nil }
+func (badDrafter) Propose(*DraftRequest) (Draft, error) {
+	return Draft{Tokens: []int32{100000}}, nil
+}
+
+func TestStreamYieldsTheGeneratedText(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	whole, _ := generate(t, tg, nil, nil, 120)
+	d := must(r.OpenDrafter("ngram", "", tg))
+	defer d.Close()
+	p := DefaultSessionParams()
+	p.MaxDraft = 6
+	s := must(NewSession(tg, d, nil, p))
+	defer s.Close()
+	noErr(t, s.FeedText(prompt))
+	var chunks []string
+	for chunk, err := range s.Stream(120) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, chunk)
+	}
+	st := must(s.Stats())
+	if strings.Join(chunks, "") != whole || len(chunks) < 2 || int64(len(chunks)) != st.NRounds || st.NGenerated != 120 {
+		t.Fatalf("%d chunks, %+v:\n%q\n%q", len(chunks), st, strings.Join(chunks, ""), whole)
+	}
+	toks := must(s.Tokens())
+	if int64(len(toks)) != st.NPromptTokens+120 {
+		t.Fatalf("%d tokens", len(toks))
+	}
+	// Breaking out of the loop stops generating.
+	noErr(t, s.Reset())
+	noErr(t, s.FeedText(prompt))
+	for range s.Stream(120) {
+		break
+	}
+	if st := must(s.Stats()); st.NRounds != 1 {
+		t.Fatalf("after break: %+v", st)
+	}
+}
+
+func TestBadInputGivesErrorsWithTheLibraryMessage(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	check := func(err error, code Code, part string) {
+		t.Helper()
+		var e *Error
+		if !errors.As(err, &e) || e.Code != code || !strings.Contains(e.Message, part) {
+			t.Fatalf("want %v containing %q, got %v", code, part, err)
+		}
+	}
+	_, err := r.OpenTarget("no-such-plugin", "")
+	check(err, NotFound, "no-such-plugin")
+	_, err = r.OpenTarget("kgram", "path="+corpus(t)+",bogus=3")
+	check(err, ConfigError, "bogus")
+	_, err = NewCoupler("lenient:7")
+	check(err, ConfigError, "")
+	if !strings.HasPrefix(err.Error(), "SPECINFER_ERR_CONFIG: ") {
+		t.Fatalf("message %q", err.Error())
+	}
+	tg := kgram(t, r, 4)
+	defer tg.Close()
+	p := DefaultSessionParams()
+	p.Temperature = -1
+	_, err = NewSession(tg, nil, nil, p)
+	check(err, InvalidArgument, "temperature")
+	s := must(NewSession(tg, nil, nil, DefaultSessionParams()))
+	_, err = s.Generate(10)
+	check(err, StateError, "feed")
+	check(s.FeedTokens([]int32{7, 999}), InvalidArgument, "")
+	_, err = tg.Detokenize([]int32{300})
+	check(err, InvalidArgument, "")
+	// Closing the target while a session uses it is refused.
+	check(tg.Close(), StateError, "")
+	noErr(t, s.FeedText(prompt))
+	err = s.GenerateFunc(50, func([]int32, string) bool { return false })
+	check(err, Cancelled, "")
+	s.Close()
+	ids := must(tg.Tokenize("héllo", false, false))
+	if b := must(tg.Detokenize(ids)); len(ids) != 6 || string(b) != "héllo" {
+		t.Fatalf("round trip %v %q", ids, b)
+	}
+	c := must(NewCoupler("rejection"))
+	defer c.Close()
+	if n, tok, err := c.Verify(2, []float32{0, 1, 0, 1}, nil, []int32{1}, 7, 3); err != nil || n != 1 || tok != 1 {
+		t.Fatalf("verify %d %d %v", n, tok, err)
+	}
+	_, _, err = c.Verify(2, []float32{0.5, 0.7, 0, 1}, nil, []int32{1}, 7, 3)
+	check(err, InvalidArgument, "")
+}
+
+func TestConcurrentSessions(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	c := must(NewCoupler("greedy"))
+	defer c.Close()
+	tg := kgram(t, r, 6)
+	plain, _ := generate(t, tg, nil, nil, 80)
+	tg.Close()
+	var wg sync.WaitGroup
+	texts := make([]string, 3)
+	for i := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tg := kgram(t, r, 6)
+			defer tg.Close()
+			d := must(r.OpenDrafter("ngram", "", tg))
+			defer d.Close()
+			texts[i], _ = generate(t, tg, d, c, 80)
+		}()
+	}
+	wg.Wait()
+	for _, s := range texts {
+		if s != plain {
+			t.Fatalf("%q != %q", s, plain)
+		}
+	}
+}
+
+// TestNoHandleLeaks checks that Close frees everything, and that finalizers free what was never
+// closed. (The tests of this package do not run in parallel, so the count is this test's own.)
+func TestNoHandleLeaks(t *testing.T) {
+	base := LiveHandles()
+	func() {
+		r := must(NewRegistry(1))
+		defer r.Close()
+		begins, commits := 0, 0
+		noErr(t, r.RegisterDrafter("leak-go", "", func(string, ModelInfo) (Drafter, error) {
+			return &lookup{nMax: 2, begins: &begins, commits: &commits}, nil
+		}))
+		tg := kgram(t, r, 4)
+		d := must(r.OpenDrafter("leak-go", "", tg))
+		if got := LiveHandles() - base; got != 4 { // registry, target, drafter, Go instance
+			t.Fatalf("%d live handles", got)
+		}
+		generate(t, tg, d, nil, 40)
+		noErr(t, d.Close())
+		noErr(t, tg.Close())
+		noErr(t, r.UnloadPlugin("leak-go"))
+	}()
+	if got := LiveHandles() - base; got != 0 {
+		t.Fatalf("%d handles leaked after Close", got)
+	}
+	// Never closed: the finalizers free them, sessions before targets before the registry.
+	func() {
+		r := must(NewRegistry(1))
+		tg := kgram(t, r, 4)
+		d := must(r.OpenDrafter("ngram", "", tg))
+		c := must(NewCoupler("greedy"))
+		s := must(NewSession(tg, d, c, DefaultSessionParams()))
+		noErr(t, s.FeedText(prompt))
+		must(s.Generate(20))
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for LiveHandles() != base && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := LiveHandles() - base; got != 0 {
+		t.Fatalf("%d handles still live after GC", got)
+	}
+}
