@@ -154,8 +154,11 @@ void attention(const specinfer_attention_args &a) {
       const float *q = a.q + it * hd;
       float *out = a.out + it * hd;
       const int64_t last = n_kv - a.n_q + qi;  // causal: attend j <= last
+      // Causal: only the visible prefix takes part, so a query's result does not depend on how
+      // many queries share the batch (bit for bit; speculative decoding relies on it).
+      const int64_t n_vis = a.mask ? n_kv : last + 1;
       float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t j = 0; j < n_vis; ++j) {
         const bool ok = a.mask ? a.mask[qi * n_kv + j] != 0 : j <= last;
         if (ok) {
           const float s = v.dot(q, a.k + (j * a.n_head_kv + kvh) * hd, hd) * a.scale;
@@ -167,9 +170,9 @@ void attention(const specinfer_attention_args &a) {
       }
       for (int64_t d = 0; d < hd; ++d) out[d] = 0.0f;
       if (m == -std::numeric_limits<float>::infinity()) continue;  // nothing visible (or NaN)
-      const float sum = v.exp_sub_sum(scores.data(), m, n_kv);
+      const float sum = v.exp_sub_sum(scores.data(), m, n_vis);
       const float inv = 1.0f / sum;
-      for (int64_t j = 0; j < n_kv; ++j) {
+      for (int64_t j = 0; j < n_vis; ++j) {
         const float p = scores[static_cast<size_t>(j)];
         if (p != 0.0f) v.axpy(p * inv, a.v + (j * a.n_head_kv + kvh) * hd, out, hd);
       }
