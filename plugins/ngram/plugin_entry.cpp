@@ -1,19 +1,32 @@
-// The ngram plugin: prompt-lookup drafting. Finds the most recent earlier occurrence of the
-// context's last n tokens (longest n first, from n_max down to n_min) and proposes the tokens that
-// followed it. Deterministic: proposes point masses. Works with any target's vocabulary.
-//   config: n_min=<1..>, n_max=<..16>, max_draft=<1..64> (default 1, 4, 16)
+// The ngram plugin: n-gram drafting without a model. Deterministic: proposes point masses. Works
+// with any target's vocabulary. Each drafted token comes from the first of three sources that
+// knows a continuation of the text so far (context plus the draft):
+//   1. context: prompt lookup - the token after the most recent earlier occurrence of the last n
+//      tokens in the current sequence, longest n first (n_max down to n_min);
+//   2. dynamic: n-gram counts over the sequences this drafter saw before (earlier prompts and the
+//      session's own earlier output, merged when a new sequence begins);
+//   3. static: n-gram counts over a corpus file (tokenized with the target's tokenizer).
+// The count caches propose the most frequent follower when it was seen at least min_count times
+// and makes up at least min_share of the followers; n runs from n_max down to cache_n_min.
+//   config: n_min=<1..16> (1), n_max=<1..16> (4), max_draft=<1..64> (16), dynamic=0|1 (1),
+//           static=<path of a text file> (none), cache_n_min=<1..16> (2), min_count=<1..> (2),
+//           min_share=<0..1> (0.5)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "../common/plugin_config.h"
+#include "ngram_index.h"
 #include "specinfer_plugin.h"
 
 using specinfer_plugin::Config;
+using specinfer_plugin::ConfigError;
 
 namespace {
 
@@ -23,27 +36,73 @@ void set_err(specinfer_plugin_error *err, const std::string &msg) {
 
 struct Drafter {
   int32_t n_min = 1, n_max = 4, max_draft = 16;
+  bool use_dynamic = true;
+  int32_t cache_n_min = 2;
+  uint32_t min_count = 2;
+  double min_share = 0.5;
+  specinfer_ngram::ContextIndex context;
+  specinfer_ngram::CountTable dynamic, stat;
+  std::vector<int32_t> tail;  // scratch: the last n_max tokens of the context, then the draft
 };
 
 void d_destroy(void *self) { delete static_cast<Drafter *>(self); }
 
-specinfer_status d_begin(void *, const int32_t *, size_t, specinfer_plugin_error *) {
-  return SPECINFER_OK;  // stateless: the context arrives with every request
+bool tokens_ok(const int32_t *t, size_t n, specinfer_plugin_error *err) {
+  if (!t && n) {
+    set_err(err, "ngram: NULL tokens");
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (t[i] < 0) {
+      set_err(err, "ngram: negative token id");
+      return false;
+    }
+  return true;
 }
 
-specinfer_status d_commit(void *, const int32_t *, size_t, specinfer_plugin_error *) {
+specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  if (!tokens_ok(context, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  try {
+    // The sequence that ends here feeds the dynamic cache.
+    const auto &prev = d->context.tokens();
+    if (d->use_dynamic && prev.size() > 1)
+      d->dynamic.add(prev.data(), prev.size(), d->cache_n_min, d->n_max);
+    d->context.clear();
+    d->context.append(context, n);
+  } catch (const std::bad_alloc &) {
+    set_err(err, "ngram: out of memory");
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  }
   return SPECINFER_OK;
 }
 
-// Index of the token after the most recent earlier occurrence of ctx's last n tokens, or -1.
-ptrdiff_t find_continuation(const int32_t *ctx, size_t len, size_t n) {
-  if (len < n + 1) return -1;
-  const int32_t *pattern = ctx + len - n;
-  // Candidate starts s with s + n < len (the match must be followed by at least one token), the
-  // suffix itself (s = len - n) excluded; scan from the most recent.
-  for (ptrdiff_t s = static_cast<ptrdiff_t>(len - n) - 1; s >= 0; --s) {
-    if (ctx[s + static_cast<ptrdiff_t>(n) - 1] != pattern[n - 1]) continue;
-    if (std::equal(pattern, pattern + n, ctx + s)) return s + static_cast<ptrdiff_t>(n);
+specinfer_status d_commit(void *self, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  if (!tokens_ok(tokens, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  try {
+    d->context.append(tokens, n);
+  } catch (const std::bad_alloc &) {
+    set_err(err, "ngram: out of memory");
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  }
+  return SPECINFER_OK;
+}
+
+// Next token after the text ending in tail (all of it is the suffix of context + draft), or -1.
+int32_t next_token(const Drafter &d) {
+  const int32_t *end = d.tail.data() + d.tail.size();
+  const int avail = static_cast<int>(d.tail.size());
+  for (int n = std::min(d.n_max, avail); n >= d.n_min; --n) {
+    ptrdiff_t p = d.context.find(end - n, n);
+    if (p >= 0) return d.context.tokens()[static_cast<size_t>(p)];
+  }
+  for (const auto *table : {&d.dynamic, &d.stat}) {
+    if (table->empty()) continue;
+    for (int n = std::min(d.n_max, avail); n >= d.cache_n_min; --n) {
+      int32_t t = table->best(end - n, n, d.min_count, d.min_share);
+      if (t >= 0) return t;
+    }
   }
   return -1;
 }
@@ -52,28 +111,30 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
                            specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   if (!req || !out || (!req->context && req->n_context)) {
-    set_err(err, "malformed draft request");
+    set_err(err, "ngram: malformed draft request");
     return SPECINFER_ERR_INVALID_ARGUMENT;
   }
   out->n_nodes = 0;
   out->has_probs = 0;
   int32_t want = std::min({req->max_tokens, out->cap, d->max_draft});
-  if (want <= 0) return SPECINFER_OK;
-  const int32_t *ctx = req->context;
-  size_t len = req->n_context;
-  for (int32_t n = d->n_max; n >= d->n_min; --n) {
-    ptrdiff_t at = find_continuation(ctx, len, static_cast<size_t>(n));
-    if (at < 0) continue;
+  if (want <= 0 || req->n_context == 0) return SPECINFER_OK;
+  try {
+    // The request carries the whole sequence; follow it if begin/commit were not called.
+    if (d->context.size() != req->n_context) d->context.sync(req->context, req->n_context);
+    size_t keep = std::min<size_t>(req->n_context, static_cast<size_t>(d->n_max));
+    d->tail.assign(req->context + req->n_context - keep, req->context + req->n_context);
     int32_t k = 0;
-    // Copy what followed; the continuation may run into the suffix itself (repeating text).
     for (; k < want; ++k) {
-      size_t src = static_cast<size_t>(at) + static_cast<size_t>(k);
-      int32_t tok = src < len ? ctx[src] : out->tokens[src - len];
+      int32_t tok = next_token(*d);
+      if (tok < 0 || tok >= out->vocab_size) break;
       out->tokens[k] = tok;
       out->parents[k] = k - 1;
+      d->tail.push_back(tok);
     }
     out->n_nodes = k;
-    return SPECINFER_OK;
+  } catch (const std::bad_alloc &) {
+    set_err(err, "ngram: out of memory");
+    return SPECINFER_ERR_OUT_OF_MEMORY;
   }
   return SPECINFER_OK;
 }
@@ -81,26 +142,74 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
 const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
                                           d_propose, d_commit};
 
+// Tokenizes a corpus file with the target's tokenizer, a line-aligned chunk at a time.
+std::vector<int32_t> tokenize_corpus(const std::string &path, const specinfer_host_target *target) {
+  if (!target || !target->vtable || !target->vtable->tokenize)
+    throw ConfigError("ngram: static=... needs the target's tokenizer");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("ngram: cannot read the static corpus '" + path + "'");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > (size_t{256} << 20)) throw ConfigError("ngram: the static corpus exceeds 256 MiB");
+  std::vector<int32_t> all, buf;
+  specinfer_plugin_error e{};
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = std::min(text.size(), pos + 16384);
+    if (end < text.size()) {
+      size_t nl = text.rfind('\n', end);
+      if (nl != std::string::npos && nl > pos) end = nl + 1;
+    }
+    size_t n = 0;
+    buf.resize((end - pos) + 16);
+    specinfer_status rc = target->vtable->tokenize(target->self, text.data() + pos, end - pos, 0, 0,
+                                                   buf.data(), buf.size(), &n, &e);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
+      buf.resize(n);
+      rc = target->vtable->tokenize(target->self, text.data() + pos, end - pos, 0, 0, buf.data(),
+                                    buf.size(), &n, &e);
+    }
+    if (rc != SPECINFER_OK)
+      throw ConfigError(std::string("ngram: tokenizing the static corpus failed: ") + e.message);
+    all.insert(all.end(), buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n));
+    pos = end;
+  }
+  return all;
+}
+
 specinfer_status drafter_create(const specinfer_host *, const char *config,
-                                const specinfer_model_info *, const specinfer_host_target *,
+                                const specinfer_model_info *, const specinfer_host_target *target,
                                 void **self, const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
   try {
-    Config cfg(config, {"n_min", "n_max", "max_draft"});
+    Config cfg(config, {"n_min", "n_max", "max_draft", "dynamic", "static", "cache_n_min",
+                        "min_count", "min_share"});
     auto d = std::make_unique<Drafter>();
     d->n_min = static_cast<int32_t>(cfg.get_int("n_min", 1, 1, 16));
     d->n_max = static_cast<int32_t>(cfg.get_int("n_max", 4, 1, 16));
     d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 16, 1, 64));
-    if (d->n_min > d->n_max) throw specinfer_plugin::ConfigError("n_min must not exceed n_max");
+    d->use_dynamic = cfg.get_int("dynamic", 1, 0, 1) != 0;
+    d->cache_n_min = static_cast<int32_t>(cfg.get_int("cache_n_min", 2, 1, 16));
+    d->min_count = static_cast<uint32_t>(cfg.get_int("min_count", 2, 1, 1 << 30));
+    d->min_share = cfg.get_float("min_share", 0.5, 0.0, 1.0);
+    if (d->n_min > d->n_max) throw ConfigError("ngram: n_min must not exceed n_max");
+    if (d->cache_n_min > d->n_max) throw ConfigError("ngram: cache_n_min must not exceed n_max");
+    d->context.configure(d->n_max);
+    if (cfg.has("static")) {
+      std::vector<int32_t> corpus = tokenize_corpus(cfg.get("static", ""), target);
+      d->stat.add(corpus.data(), corpus.size(), d->cache_n_min, d->n_max);
+    }
     *self = d.release();
     *vtable = &kVtable;
     return SPECINFER_OK;
-  } catch (const specinfer_plugin::ConfigError &e) {
+  } catch (const ConfigError &e) {
     set_err(err, e.what());
     return SPECINFER_ERR_CONFIG;
   } catch (const std::bad_alloc &) {
-    set_err(err, "out of memory");
+    set_err(err, "ngram: out of memory");
     return SPECINFER_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception &e) {
+    set_err(err, std::string("ngram: ") + e.what());
+    return SPECINFER_ERR_PLUGIN;
   }
 }
 
@@ -116,8 +225,8 @@ extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_p
     SPECINFER_PLUGIN_ABI_VERSION,
     sizeof(specinfer_plugin_descriptor),
     "ngram",
-    "1.0",
-    "prompt lookup: proposes what followed the most recent match of the context's last n tokens",
+    "1.1",
+    "n-gram drafting: prompt lookup in the context, then n-gram caches over earlier output and a corpus",
     nullptr,
     nullptr,
     get_factory};

@@ -1,0 +1,339 @@
+// The draft-model plugin: a drafter that runs any target (opened through the host services, for
+// instance a small GGUF model of the same family) autoregressively.
+//
+//  - Its KV cache follows the accepted text: before each draft it keeps the longest prefix of what
+//    it cached that still agrees with the session's sequence, drops the rest (its own rejected
+//    draft tokens) and feeds the new tokens in one batch. The prompt is fed at begin().
+//  - Greedy sessions (temperature 0) draft the argmax (point masses). Sampling sessions draft
+//    from q = softmax(logits / T) with the coupler's draft side (shared randomness for gumbel and
+//    minhash) and hand q to the coupler, so the output stays exact.
+//  - A draft ends early when the model's confidence (its largest probability at temperature 1
+//    for greedy, the largest probability of q when sampling) drops below p_min.
+//  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
+//    down to lookup_n_min) and runs the model only when the context has no match: the two
+//    drafters combined.
+//
+// config: path=<model file> (required unless the plugin's config needs none), plugin=<target
+// plugin> (gguf), n_ctx=<..> and k=<..> passed on to the target, p_min=<0..1> (0.3),
+// max_draft=<1..64> (16), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../common/plugin_config.h"
+#include "../ngram/ngram_index.h"
+#include "specinfer_plugin.h"
+
+using specinfer_plugin::Config;
+using specinfer_plugin::ConfigError;
+
+namespace {
+
+void set_err(specinfer_plugin_error *err, const std::string &msg) {
+  if (err) std::snprintf(err->message, sizeof(err->message), "%s", msg.c_str());
+}
+
+// A failure with its status, thrown inside the plugin and turned into a status at the ABI seam.
+struct Failure : std::runtime_error {
+  specinfer_status code;
+  Failure(specinfer_status c, const std::string &m) : std::runtime_error(m), code(c) {}
+};
+
+template <typename Fn>
+specinfer_status guarded(specinfer_plugin_error *err, Fn &&fn) {
+  try {
+    fn();
+    return SPECINFER_OK;
+  } catch (const Failure &e) {
+    set_err(err, e.what());
+    return e.code;
+  } catch (const ConfigError &e) {
+    set_err(err, e.what());
+    return SPECINFER_ERR_CONFIG;
+  } catch (const std::bad_alloc &) {
+    set_err(err, "draft-model: out of memory");
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception &e) {
+    set_err(err, std::string("draft-model: ") + e.what());
+    return SPECINFER_ERR_INTERNAL;
+  } catch (...) {
+    set_err(err, "draft-model: unknown exception");
+    return SPECINFER_ERR_INTERNAL;
+  }
+}
+
+struct Drafter {
+  const specinfer_host *host = nullptr;
+  specinfer_host_target model{};
+  int32_t vocab = 0;     // the draft model's logits per position
+  int32_t n_ctx = 0;     // the draft model's context window
+  float p_min = 0.3f;
+  int32_t max_draft = 16;
+  bool lookup = false;
+  int32_t lookup_n_min = 3, lookup_n_max = 5;
+
+  std::vector<int32_t> kv;      // what the draft model's KV cache holds
+  std::vector<float> logits;    // [vocab] logits after the last token fed
+  std::vector<float> scratch;   // [vocab]
+  std::vector<int32_t> batch_tokens, batch_pos;
+  specinfer_ngram::ContextIndex index;
+  std::vector<int32_t> tail;
+
+  ~Drafter() {
+    if (host && model.host_handle) host->close_target(host, &model);
+  }
+
+  void check(specinfer_status rc, const specinfer_plugin_error &e, const char *what) const {
+    if (rc != SPECINFER_OK)
+      throw Failure(rc, std::string("draft-model: the draft model's ") + what + " failed: " + e.message);
+  }
+
+  // Feeds tokens[0 .. n) at positions kv.size() ..; keeps the logits of the last one.
+  void feed(const int32_t *tokens, size_t n) {
+    const size_t chunk = 512;
+    for (size_t start = 0; start < n; start += chunk) {
+      size_t m = std::min(chunk, n - start);
+      batch_tokens.assign(tokens + start, tokens + start + m);
+      batch_pos.resize(m);
+      for (size_t i = 0; i < m; ++i) batch_pos[i] = static_cast<int32_t>(kv.size() + i);
+      bool last = start + m == n;
+      specinfer_forward_batch b{};
+      b.struct_size = sizeof(b);
+      b.n_tokens = static_cast<int32_t>(m);
+      b.tokens = batch_tokens.data();
+      b.positions = batch_pos.data();
+      b.n_logits = last ? 1 : 0;
+      b.logits = last ? logits.data() : nullptr;
+      specinfer_plugin_error e{};
+      check(model.vtable->forward(model.self, &b, &e), e, "forward");
+      kv.insert(kv.end(), batch_tokens.begin(), batch_tokens.end());
+    }
+  }
+
+  // Brings the cache to ctx[0 .. n - 1) plus the last token fed, so `logits` follow ctx.
+  void sync(const int32_t *ctx, size_t n) {
+    size_t keep = 0, limit = std::min(kv.size(), n - 1);  // at least the last token is re-fed
+    while (keep < limit && kv[keep] == ctx[keep]) ++keep;
+    if (keep < kv.size()) {
+      specinfer_plugin_error e{};
+      check(model.vtable->kv_truncate(model.self, static_cast<int32_t>(keep), &e), e, "kv_truncate");
+      kv.resize(keep);
+    }
+    feed(ctx + keep, n - keep);
+  }
+
+  int32_t lookup_draft(const specinfer_draft_request &req, specinfer_draft &out, int32_t want) {
+    index.sync(req.context, req.n_context);
+    size_t keep = std::min<size_t>(req.n_context, static_cast<size_t>(lookup_n_max));
+    tail.assign(req.context + req.n_context - keep, req.context + req.n_context);
+    int32_t k = 0;
+    while (k < want) {
+      int32_t tok = -1;
+      for (int n = std::min<int>(lookup_n_max, static_cast<int>(tail.size())); n >= lookup_n_min; --n) {
+        ptrdiff_t p = index.find(tail.data() + tail.size() - n, n);
+        if (p >= 0) {
+          tok = index.tokens()[static_cast<size_t>(p)];
+          break;
+        }
+      }
+      if (tok < 0 || tok >= out.vocab_size) break;
+      out.tokens[k] = tok;
+      out.parents[k] = k - 1;
+      tail.push_back(tok);
+      ++k;
+    }
+    return k;
+  }
+
+  void propose(const specinfer_draft_request &req, specinfer_draft &out) {
+    out.n_nodes = 0;
+    out.has_probs = 0;
+    int32_t want = std::min({req.max_tokens, out.cap, max_draft});
+    if (want <= 0 || req.n_context == 0) return;
+    if (out.vocab_size <= 0) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
+    for (size_t i = 0; i < req.n_context; ++i)
+      if (req.context[i] < 0 || req.context[i] >= vocab)
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: a context token is outside the draft model's vocabulary");
+    if (lookup) {
+      int32_t k = lookup_draft(req, out, want);
+      if (k > 0) {
+        out.n_nodes = k;
+        return;
+      }
+    }
+    // The draft model's window: stop drafting where it ends.
+    want = std::min<int64_t>(want, static_cast<int64_t>(n_ctx) - static_cast<int64_t>(req.n_context));
+    if (want <= 0) return;
+    sync(req.context, req.n_context);
+
+    const bool sample = req.temperature > 0 && req.sample != nullptr;
+    const int32_t v = std::min(vocab, out.vocab_size);
+    int32_t k = 0;
+    for (; k < want; ++k) {
+      float *q = sample ? out.probs + static_cast<size_t>(k) * out.vocab_size : scratch.data();
+      // q = softmax(logits / T) over the shared vocabulary (T = 1 for the greedy confidence).
+      const float inv_t = sample ? 1.0f / req.temperature : 1.0f;
+      float mx = -INFINITY;
+      int32_t arg = 0;
+      for (int32_t i = 0; i < v; ++i)
+        if (logits[i] > mx) {
+          mx = logits[i];
+          arg = i;
+        }
+      double sum = 0;
+      for (int32_t i = 0; i < v; ++i) {
+        float e = std::exp((logits[i] - mx) * inv_t);
+        q[i] = e;
+        sum += e;
+      }
+      const float norm = static_cast<float>(1.0 / sum);
+      for (int32_t i = 0; i < v; ++i) q[i] *= norm;
+      for (int32_t i = v; i < out.vocab_size; ++i) q[i] = 0.0f;
+      if (q[arg] < p_min) break;  // not confident: end the draft here
+      int32_t tok = arg;
+      if (sample) {
+        tok = req.sample(req.sample_ctx, q, out.vocab_size, static_cast<int64_t>(req.n_context) + k);
+        if (tok < 0 || tok >= v) throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the coupler's draft sampler failed");
+      }
+      out.tokens[k] = tok;
+      out.parents[k] = k - 1;
+      if (k + 1 < want) feed(&tok, 1);
+    }
+    out.n_nodes = k;
+    out.has_probs = sample && k > 0 ? 1 : 0;
+  }
+};
+
+void d_destroy(void *self) { delete static_cast<Drafter *>(self); }
+
+specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  return guarded(err, [&] {
+    if (!context && n) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL context");
+    for (size_t i = 0; i < n; ++i)
+      if (context[i] < 0 || context[i] >= d->vocab)
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: a prompt token is outside the draft model's vocabulary");
+    // Prefill the prompt now, so the first draft costs what later drafts cost.
+    if (n > 0 && n <= static_cast<size_t>(d->n_ctx)) d->sync(context, n);
+    if (d->lookup) d->index.sync(context, n);
+  });
+}
+
+specinfer_status d_commit(void *, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
+  // The cache follows the request's context lazily (at the next propose), in one batch.
+  if (!tokens && n) {
+    set_err(err, "draft-model: NULL tokens");
+    return SPECINFER_ERR_INVALID_ARGUMENT;
+  }
+  return SPECINFER_OK;
+}
+
+specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
+                           specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  return guarded(err, [&] {
+    if (!req || !out || (!req->context && req->n_context) || !out->tokens || !out->parents)
+      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: malformed draft request");
+    if (req->temperature > 0 && req->sample && !out->probs)
+      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: no room for the draft distributions");
+    d->propose(*req, *out);
+  });
+}
+
+const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
+                                          d_propose, d_commit};
+
+// The draft model must speak the target's vocabulary: same size, and the same bytes for a spread
+// of token ids.
+void check_vocabulary(Drafter &d, const specinfer_model_info &dinfo, const specinfer_model_info *tinfo,
+                      const specinfer_host_target *target) {
+  if (!tinfo) return;
+  if (dinfo.vocab_size != tinfo->vocab_size)
+    throw Failure(SPECINFER_ERR_UNSUPPORTED,
+                  "draft-model: the draft model has " + std::to_string(dinfo.vocab_size) +
+                      " tokens but the target " + std::to_string(tinfo->vocab_size) +
+                      ": they must share a vocabulary");
+  if (!target || !target->vtable || !target->vtable->token_bytes) return;
+  char a[256], b[256];
+  int32_t step = std::max<int32_t>(1, dinfo.vocab_size / 257);
+  for (int32_t t = 0; t < dinfo.vocab_size; t += step) {
+    size_t na = 0, nb = 0;
+    specinfer_plugin_error e{};
+    specinfer_status ra = d.model.vtable->token_bytes(d.model.self, t, a, sizeof a, &na, &e);
+    specinfer_status rb = target->vtable->token_bytes(target->self, t, b, sizeof b, &nb, &e);
+    if (ra != rb || (ra == SPECINFER_OK && (na != nb || std::memcmp(a, b, na) != 0)))
+      throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: token " + std::to_string(t) +
+                                                   " differs between the draft model and the target: "
+                                                   "they must share a vocabulary");
+  }
+}
+
+specinfer_status drafter_create(const specinfer_host *host, const char *config,
+                                const specinfer_model_info *target_info,
+                                const specinfer_host_target *target, void **self,
+                                const specinfer_drafter_vtable **vtable, specinfer_plugin_error *err) {
+  return guarded(err, [&] {
+    if (!host || !self || !vtable) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL argument");
+    if (!host->open_target || !host->close_target)
+      throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host cannot open targets");
+    Config cfg(config, {"plugin", "path", "n_ctx", "k", "p_min", "max_draft", "lookup",
+                        "lookup_n_min", "lookup_n_max"});
+    auto d = std::make_unique<Drafter>();
+    d->p_min = static_cast<float>(cfg.get_float("p_min", 0.3, 0.0, 1.0));
+    d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 16, 1, 64));
+    d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
+    d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 3, 1, 16));
+    d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
+    if (d->lookup_n_min > d->lookup_n_max) throw ConfigError("draft-model: lookup_n_min must not exceed lookup_n_max");
+    d->index.configure(d->lookup_n_max);
+    std::string plugin = cfg.get("plugin", "gguf");
+    if (plugin.empty() || plugin == "draft-model") throw ConfigError("draft-model: bad plugin '" + plugin + "'");
+    std::string tcfg;
+    for (const char *key : {"path", "n_ctx", "k"})
+      if (cfg.has(key)) {
+        if (!tcfg.empty()) tcfg.push_back(',');
+        tcfg.append(key).push_back('=');
+        tcfg.append(cfg.get(key, ""));
+      }
+    specinfer_plugin_error e{};
+    specinfer_status rc = host->open_target(host, plugin.c_str(), tcfg.c_str(), &d->model, &e);
+    if (rc != SPECINFER_OK) throw Failure(rc, std::string("draft-model: cannot open the draft model: ") + e.message);
+    d->host = host;
+    specinfer_model_info info{};
+    info.struct_size = sizeof info;
+    rc = d->model.vtable->info(d->model.self, &info);
+    if (rc != SPECINFER_OK) throw Failure(rc, "draft-model: the draft model's info failed");
+    if (info.vocab_size <= 0 || info.n_ctx <= 0) throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the draft model reports no vocabulary");
+    check_vocabulary(*d, info, target_info, target);
+    d->vocab = info.vocab_size;
+    d->n_ctx = info.n_ctx;
+    d->logits.resize(static_cast<size_t>(d->vocab));
+    d->scratch.resize(static_cast<size_t>(d->vocab));
+    *self = d.release();
+    *vtable = &kVtable;
+  });
+}
+
+const specinfer_drafter_factory kFactory = {sizeof(specinfer_drafter_factory), drafter_create};
+
+const void *get_factory(const char *id) {
+  return id && !std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) ? &kFactory : nullptr;
+}
+
+}  // namespace
+
+extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry = {
+    SPECINFER_PLUGIN_ABI_VERSION,
+    sizeof(specinfer_plugin_descriptor),
+    "draft-model",
+    "1.0",
+    "runs a small model (any target plugin) as the drafter; optional prompt lookup first",
+    nullptr,
+    nullptr,
+    get_factory};
