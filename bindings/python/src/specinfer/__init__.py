@@ -1,0 +1,654 @@
+"""specinfer: speculative decoding of language models on the CPU (ctypes bindings).
+
+    import specinfer
+    with specinfer.Registry() as reg:
+        target = reg.open_target("kgram", "path=corpus.txt,k=6")
+        drafter = reg.open_drafter("ngram", "n_max=4", target)
+        coupler = specinfer.Coupler("greedy")
+        with specinfer.Session(target, drafter, coupler) as s:
+            s.feed_text("int main(")
+            for chunk in s.stream(100):
+                print(chunk, end="")
+            print(s.stats())
+
+Every handle frees its C object on close() (or `with`), and when garbage-collected otherwise.
+Handles keep what they depend on alive (a Target its Registry, a Session its Target, Drafter
+and Coupler), so the library's order of destruction holds. Failures raise SpecinferError with
+the library's status code and message.
+"""
+
+import ctypes
+import enum
+import itertools
+import threading
+import traceback
+from ctypes import POINTER, byref, c_double, c_float, c_int32, c_size_t, c_void_p
+from dataclasses import dataclass
+
+from . import _lib
+from ._lib import lib
+
+__all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Session", "Sketcher",
+           "DraftRequest", "ModelInfo", "Stats", "live_handles", "version"]
+
+
+class Code(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    OUT_OF_MEMORY = 2
+    NOT_FOUND = 3
+    IO = 4
+    FORMAT = 5
+    ABI_MISMATCH = 6
+    UNSUPPORTED = 7
+    CONFIG = 8
+    STATE = 9
+    CANCELLED = 10
+    PLUGIN = 11
+    CONTEXT_FULL = 12
+    BUFFER_TOO_SMALL = 13
+    INTERNAL = 14
+
+
+def _code(status):
+    try:
+        return Code(status)
+    except ValueError:
+        return status
+
+
+class SpecinferError(Exception):
+    """A failure reported by specinfer: `code` (a Code) and the library's `message`."""
+
+    def __init__(self, code, message):
+        self.code = _code(code)
+        self.message = message
+        super().__init__(f"{lib.specinfer_status_str(int(code)).decode()}: {message}")
+
+
+_live = 0
+_live_lock = threading.Lock()
+
+
+def _count(delta):
+    global _live
+    with _live_lock:
+        _live += delta
+
+
+def live_handles():
+    """C objects made through these bindings and not yet freed (drafter instances included)."""
+    return _live
+
+
+def version():
+    return lib.specinfer_version_string().decode()
+
+
+def _check_msg(status, msg):
+    """Raises for a non-OK status with the message the library allocated (and frees it)."""
+    text = ctypes.string_at(msg.value).decode("utf-8", "replace") if msg.value else ""
+    lib.specinfer_free(msg)
+    if status != 0:
+        raise SpecinferError(status, text)
+
+
+def _check_with(status, errmsg):
+    if status != 0:
+        m = errmsg() or b""
+        raise SpecinferError(status, m.decode("utf-8", "replace") or lib.specinfer_status_str(status).decode())
+
+
+def _enc(s, what):
+    b = s.encode() if isinstance(s, str) else bytes(s)
+    if b"\0" in b:
+        raise SpecinferError(Code.INVALID_ARGUMENT, f"{what} contains a NUL byte")
+    return b
+
+
+def _ints(seq):
+    arr = (c_int32 * max(len(seq), 1))(*seq)
+    return arr, len(seq)
+
+
+class _Handle:
+    _ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _raw(self):
+        if not self._ptr:
+            raise SpecinferError(Code.INVALID_ARGUMENT, f"the {type(self).__name__.lower()} is closed")
+        return self._ptr
+
+
+# ------------------------------------------------------------------------------------------------
+# Registry
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    version: str
+    description: str
+    path: str
+    has_target: bool
+    has_drafter: bool
+    abi_version: int
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    vocab_size: int
+    n_ctx: int
+    hidden_size: int
+    bos_token: int
+    eos_token: int
+    eot_token: int
+    add_bos: bool
+    name: str
+    arch: str
+
+    @staticmethod
+    def _from(i):
+        return ModelInfo(i.vocab_size, i.n_ctx, i.hidden_size, i.bos_token, i.eos_token, i.eot_token,
+                         bool(i.add_bos), (i.name or b"").decode(), (i.arch or b"").decode())
+
+
+class Registry(_Handle):
+    """The set of loaded plugins and the backend's threads. Usable from many threads."""
+
+    def __init__(self, n_threads=0):
+        p = _lib.RegistryParams()
+        lib.specinfer_registry_params_init(byref(p))
+        p.n_threads = n_threads
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_registry_create(byref(p), byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        self._plugins = {}  # name -> _PyPlugin (kept alive while registered)
+        _count(1)
+
+    def close(self):
+        """Destroys the registry; fails with STATE while targets or drafters are open."""
+        if self._ptr:
+            st = lib.specinfer_registry_destroy(self._ptr)
+            if st != 0:
+                raise SpecinferError(st, "the registry still has open targets or drafters")
+            self._ptr = None
+            self._plugins.clear()
+            _count(-1)
+
+    @property
+    def threads(self):
+        return lib.specinfer_registry_threads(self._raw())
+
+    @property
+    def plugin_path(self):
+        return lib.specinfer_registry_plugin_path(self._raw()).decode()
+
+    def plugins(self):
+        out = []
+        for i in range(lib.specinfer_registry_plugin_count(self._raw())):
+            info = _lib.PluginInfo()
+            info.struct_size = ctypes.sizeof(info)
+            _check_with(lib.specinfer_registry_plugin_info(self._ptr, i, byref(info)), lambda: b"plugin_info failed")
+            out.append(PluginInfo(info.name.decode(), info.version.decode(), info.description.decode(),
+                                  info.path.decode(), bool(info.has_target), bool(info.has_drafter),
+                                  info.abi_version))
+        return out
+
+    def load_plugin(self, path):
+        msg = c_void_p()
+        _check_msg(lib.specinfer_registry_load_plugin(self._raw(), _enc(path, "path"), byref(msg)), msg)
+
+    def unload_plugin(self, name):
+        msg = c_void_p()
+        _check_msg(lib.specinfer_registry_unload_plugin(self._raw(), _enc(name, "name"), byref(msg)), msg)
+        self._plugins.pop(name, None)
+
+    def open_target(self, plugin, config=""):
+        return Target(self, plugin, config)
+
+    def open_drafter(self, plugin, config, target):
+        return Drafter(self, plugin, config, target)
+
+    def register_drafter(self, name, factory, description=""):
+        """Registers a drafter written in Python under `name`: `factory(config, model_info)`
+        returns an object with propose(request) -> list of tokens (or (tokens, probs)), and
+        optionally begin(context) and commit(tokens). Raise SpecinferError to report a code."""
+        plugin = _PyPlugin(name, description, factory)
+        msg = c_void_p()
+        _check_msg(lib.specinfer_registry_register_plugin(self._raw(), byref(plugin.descriptor), byref(msg)), msg)
+        self._plugins[name] = plugin
+
+
+# ------------------------------------------------------------------------------------------------
+# Targets, drafters, couplers
+
+
+class Target(_Handle):
+    """A model whose text we want. Used by one thread at a time."""
+
+    def __init__(self, registry, plugin, config=""):
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_target_open(registry._raw(), _enc(plugin, "plugin"), _enc(config, "config"),
+                                             byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        self.registry = registry
+        _count(1)
+
+    def close(self):
+        """Closes the target; fails with STATE while a session or drafter uses it."""
+        if self._ptr:
+            st = lib.specinfer_target_destroy(self._ptr)
+            if st != 0:
+                raise SpecinferError(st, "the target is still used by a session or drafter")
+            self._ptr = None
+            _count(-1)
+
+    def _errmsg(self):
+        return lib.specinfer_target_errmsg(self._ptr)
+
+    def info(self):
+        i = _lib.ModelInfoC()
+        lib.specinfer_model_info_init(byref(i))
+        _check_with(lib.specinfer_target_info(self._raw(), byref(i)), self._errmsg)
+        return ModelInfo._from(i)
+
+    def tokenize(self, text, add_special=False, parse_special=False):
+        b = text.encode() if isinstance(text, str) else bytes(text)
+        cap = len(b) + 8
+        while True:
+            buf, n = (c_int32 * cap)(), c_size_t()
+            st = lib.specinfer_target_tokenize(self._raw(), b, len(b), int(add_special), int(parse_special), buf,
+                                               cap, byref(n))
+            if st == Code.BUFFER_TOO_SMALL and n.value > cap:
+                cap = n.value
+                continue
+            _check_with(st, self._errmsg)
+            return list(buf[:n.value])
+
+    def detokenize(self, tokens):
+        """Token ids -> bytes of their text."""
+        arr, k = _ints(tokens)
+        cap = 4 * k + 16
+        while True:
+            buf, n = ctypes.create_string_buffer(cap), c_size_t()
+            st = lib.specinfer_target_detokenize(self._raw(), arr, k, buf, cap, byref(n))
+            if st == Code.BUFFER_TOO_SMALL and n.value > cap:
+                cap = n.value
+                continue
+            _check_with(st, self._errmsg)
+            return buf.raw[:n.value]
+
+
+class Drafter(_Handle):
+    """A cheap proposer opened from a plugin, or from a Python drafter (register_drafter)."""
+
+    def __init__(self, registry, plugin, config, target):
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_drafter_open(registry._raw(), _enc(plugin, "plugin"), _enc(config, "config"),
+                                              target._raw(), byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        self.registry, self.target = registry, target
+        _count(1)
+
+    def close(self):
+        if self._ptr:
+            st = lib.specinfer_drafter_destroy(self._ptr)
+            if st != 0:
+                raise SpecinferError(st, "the drafter is still used by a session")
+            self._ptr = None
+            _count(-1)
+
+
+class Coupler(_Handle):
+    """Decides which drafted tokens the target keeps: "greedy", "rejection", "gumbel", ..."""
+
+    def __init__(self, spec):
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_coupler_create(_enc(spec, "spec"), byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        _count(1)
+
+    def close(self):
+        if self._ptr:
+            lib.specinfer_coupler_destroy(self._ptr)
+            self._ptr = None
+            _count(-1)
+
+    @property
+    def name(self):
+        return lib.specinfer_coupler_name(self._raw()).decode()
+
+    @property
+    def is_exact(self):
+        return bool(lib.specinfer_coupler_is_exact(self._raw()))
+
+    def verify(self, vocab, p, draft, q=None, seed=0, position=0):
+        """Verifies a chain: p has (len(draft) + 1) * vocab probabilities, q len(draft) * vocab
+        or None. Returns (n_accepted, next_token)."""
+        pa = (c_float * max(len(p), 1))(*p)
+        qa = (c_float * len(q))(*q) if q else None
+        da, k = _ints(draft)
+        n_acc, tok, msg = c_int32(), c_int32(), c_void_p()
+        _check_msg(lib.specinfer_coupler_verify(self._raw(), vocab, k, pa, len(p), qa, len(q) if q else 0, da,
+                                                seed, position, byref(n_acc), byref(tok), byref(msg)), msg)
+        return n_acc.value, tok.value
+
+
+# ------------------------------------------------------------------------------------------------
+# Sessions
+
+
+@dataclass(frozen=True)
+class Stats:
+    n_prompt_tokens: int
+    n_generated: int
+    n_rounds: int
+    n_target_passes: int
+    n_drafted: int
+    n_accepted: int
+    acceptance_rate: float
+    mean_accepted: float
+    t_prefill_ms: float
+    t_draft_ms: float
+    t_verify_ms: float
+    t_sample_ms: float
+    t_total_ms: float
+    tokens_per_second: float
+
+
+class Session(_Handle):
+    """Generates text with a target, an optional drafter (None: plain decoding) and an optional
+    coupler (None: greedy at temperature 0, else rejection sampling)."""
+
+    def __init__(self, target, drafter=None, coupler=None, *, max_draft=None, adaptive_draft=None,
+                 temperature=None, top_k=None, top_p=None, min_p=None, seed=None):
+        p = _lib.SessionParamsC()
+        lib.specinfer_session_params_init(byref(p))
+        for k, v in dict(max_draft=max_draft, adaptive_draft=adaptive_draft, temperature=temperature,
+                         top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).items():
+            if v is not None:
+                setattr(p, k, int(v) if k == "adaptive_draft" else v)
+        info = target.info()
+        self._stops = {t for t in (info.eos_token, info.eot_token) if t >= 0}
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_session_create(target._raw(), drafter._raw() if drafter else None,
+                                                coupler._raw() if coupler else None, byref(p), byref(out),
+                                                byref(msg)), msg)
+        self._ptr = out.value
+        self.target, self.drafter, self.coupler = target, drafter, coupler
+        _count(1)
+
+    def close(self):
+        if self._ptr:
+            lib.specinfer_session_destroy(self._ptr)
+            self._ptr = None
+            _count(-1)
+
+    def _errmsg(self):
+        return lib.specinfer_session_errmsg(self._ptr)
+
+    def feed_text(self, text):
+        b = text.encode() if isinstance(text, str) else bytes(text)
+        _check_with(lib.specinfer_session_feed_text(self._raw(), b, len(b)), self._errmsg)
+
+    def feed_tokens(self, tokens):
+        arr, n = _ints(tokens)
+        _check_with(lib.specinfer_session_feed_tokens(self._raw(), arr, n), self._errmsg)
+
+    def generate_with(self, max_tokens, fn):
+        """Generates up to max_tokens tokens, calling fn(tokens, text) after each round; a false
+        return stops (then SpecinferError CANCELLED). An exception in fn is re-raised."""
+        raised = []
+
+        def on_tokens(_user, toks, n, text, text_len):
+            try:
+                go_on = fn(toks[:n], ctypes.string_at(text, text_len).decode("utf-8", "replace"))
+                return 0 if go_on else 1
+            except BaseException as e:  # noqa: BLE001 - carried over the C frames
+                raised.append(e)
+                return 1
+
+        cb = _lib.TOKEN_FN(on_tokens)
+        st = lib.specinfer_session_generate(self._raw(), max_tokens, cb, None)
+        if raised:
+            raise raised[0]
+        _check_with(st, self._errmsg)
+
+    def generate(self, max_tokens):
+        """Generates up to max_tokens tokens and returns their text."""
+        parts = []
+        self.generate_with(max_tokens, lambda _t, text: parts.append(text) or True)
+        return "".join(parts)
+
+    def stream(self, max_tokens):
+        """A generator of the generated text, one chunk (whole characters) per round, up to
+        max_tokens tokens or the end-of-text token. Each step runs one round."""
+        left = max_tokens
+        while left > 0:
+            chunk, emitted, stop = [], [0], [False]
+
+            def one_round(toks, text):
+                chunk.append(text)
+                emitted[0] += len(toks)
+                stop[0] = any(t in self._stops for t in toks)
+                return False
+
+            try:
+                self.generate_with(left, one_round)
+            except SpecinferError as e:
+                if not (e.code == Code.CANCELLED and emitted[0] > 0):
+                    raise
+            left -= emitted[0]
+            text = "".join(chunk)
+            if text:
+                yield text
+            if stop[0] or emitted[0] == 0:
+                return
+
+    def step(self, max_draft=8):
+        """One speculate -> verify -> commit round: (tokens emitted, reached end of text)."""
+        buf, n, done = (c_int32 * (max_draft + 1))(), c_size_t(), c_int32()
+        _check_with(lib.specinfer_session_step(self._raw(), buf, max_draft + 1, byref(n), byref(done)), self._errmsg)
+        return list(buf[:n.value]), bool(done.value)
+
+    def stats(self):
+        s = _lib.SessionStats()
+        lib.specinfer_session_stats_init(byref(s))
+        _check_with(lib.specinfer_session_get_stats(self._raw(), byref(s)), self._errmsg)
+        return Stats(*(getattr(s, f) for f, _ in _lib.SessionStats._fields_[1:]))
+
+    def reset(self):
+        _check_with(lib.specinfer_session_reset(self._raw()), self._errmsg)
+
+    def tokens(self):
+        p, n = POINTER(c_int32)(), c_size_t()
+        _check_with(lib.specinfer_session_tokens(self._raw(), byref(p), byref(n)), self._errmsg)
+        return list(p[:n.value]) if n.value else []
+
+
+# ------------------------------------------------------------------------------------------------
+# Sketchers
+
+
+class Sketcher(_Handle):
+    """Inner-product sketches: kind "jl", "countsketch", "qjl", "threshold" or "priority"."""
+
+    def __init__(self, kind, dim, size, seed=0, options=""):
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_sketcher_create(_enc(kind, "kind"), dim, size, seed, _enc(options, "options"),
+                                                 byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        self.dim = dim
+        _count(1)
+
+    def close(self):
+        if self._ptr:
+            lib.specinfer_sketcher_destroy(self._ptr)
+            self._ptr = None
+            _count(-1)
+
+    def sketch(self, x, query=False):
+        xa = (c_float * max(len(x), 1))(*x)
+        flags = _lib.SKETCH_QUERY if query else 0
+        need, msg = c_size_t(), c_void_p()
+        st = lib.specinfer_sketcher_sketch(self._raw(), xa, len(x), flags, None, 0, byref(need), byref(msg))
+        if st != Code.BUFFER_TOO_SMALL:
+            _check_msg(st, msg)
+        else:
+            lib.specinfer_free(msg)
+        buf, n, msg = ctypes.create_string_buffer(need.value), c_size_t(), c_void_p()
+        _check_msg(lib.specinfer_sketcher_sketch(self._ptr, xa, len(x), flags, buf, need.value, byref(n),
+                                                 byref(msg)), msg)
+        return buf.raw[:n.value]
+
+    def estimate(self, a, b):
+        v, msg = c_double(), c_void_p()
+        _check_msg(lib.specinfer_sketcher_estimate(self._raw(), a, len(a), b, len(b), byref(v), byref(msg)), msg)
+        return v.value
+
+
+# ------------------------------------------------------------------------------------------------
+# Drafters written in Python
+
+
+class DraftRequest:
+    """What the session asks of a drafter: max_tokens, context (the committed sequence),
+    temperature, seed, and sample(q, position), the coupler's draft-side sampler."""
+
+    __slots__ = ("max_tokens", "context", "temperature", "seed", "_raw")
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.max_tokens = raw.max_tokens
+        self.context = raw.context[:raw.n_context] if raw.n_context else []
+        self.temperature = raw.temperature
+        self.seed = raw.seed
+
+    def sample(self, q, position):
+        if not self._raw.sample:
+            return -1
+        qa = (c_float * len(q))(*q)
+        return self._raw.sample(self._raw.sample_ctx, qa, len(q), position)
+
+
+def _set_err(err, text):
+    b = text.encode("utf-8", "replace")[:511]
+    ctypes.memmove(ctypes.addressof(err.contents), b + b"\0", len(b) + 1)
+
+
+def _guard(err, f):
+    try:
+        f()
+        return 0
+    except SpecinferError as e:
+        _set_err(err, e.message)
+        return int(e.code) if int(e.code) != 0 else int(Code.PLUGIN)
+    except BaseException as e:  # noqa: BLE001 - nothing may cross the C boundary
+        _set_err(err, f"the Python drafter raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+        return int(Code.PLUGIN)
+
+
+_instances = {}
+_instance_ids = itertools.count(1)
+
+
+def _inst(self_ptr):
+    return _instances[self_ptr]
+
+
+@_lib.DESTROY_FN
+def _inst_destroy(self_ptr):
+    if _instances.pop(self_ptr, None) is not None:
+        _count(-1)
+
+
+@_lib.BEGIN_FN
+def _inst_begin(self_ptr, ctx, n, err):
+    d = _inst(self_ptr)
+    return _guard(err, lambda: getattr(d, "begin", None) and d.begin(ctx[:n] if n else []))
+
+
+@_lib.COMMIT_FN
+def _inst_commit(self_ptr, toks, n, err):
+    d = _inst(self_ptr)
+    return _guard(err, lambda: getattr(d, "commit", None) and d.commit(toks[:n] if n else []))
+
+
+@_lib.PROPOSE_FN
+def _inst_propose(self_ptr, req, out, err):
+    d, o = _inst(self_ptr), out.contents
+    o.n_nodes = 0
+    o.has_probs = 0
+
+    def run():
+        got = d.propose(DraftRequest(req.contents))
+        tokens, probs = (got if isinstance(got, tuple) else (got, None))
+        tokens = list(tokens or [])
+        if len(tokens) > o.cap:
+            raise SpecinferError(Code.INVALID_ARGUMENT, f"the draft has {len(tokens)} tokens, room for {o.cap}")
+        if probs is not None and len(probs) != len(tokens) * o.vocab_size:
+            raise SpecinferError(Code.INVALID_ARGUMENT,
+                                 f"the draft has {len(probs)} probabilities, want {len(tokens)} x {o.vocab_size}")
+        for i, t in enumerate(tokens):
+            if not 0 <= t < o.vocab_size:
+                raise SpecinferError(Code.INVALID_ARGUMENT, f"token {t} is outside the vocabulary")
+            o.tokens[i] = t
+            o.parents[i] = i - 1
+        if probs is not None and tokens:
+            ctypes.memmove(o.probs, (c_float * len(probs))(*probs), 4 * len(probs))
+            o.has_probs = 1
+        o.n_nodes = len(tokens)
+
+    st = _guard(err, run)
+    if st != 0:
+        o.n_nodes = 0
+    return st
+
+
+_VTABLE = _lib.DrafterVtable(ctypes.sizeof(_lib.DrafterVtable), _inst_destroy, _inst_begin, _inst_propose,
+                             _inst_commit)
+
+
+class _PyPlugin:
+    """The descriptor, factory and callbacks of one Python drafter (closures: no slots needed)."""
+
+    def __init__(self, name, description, factory):
+        self.strings = [_enc(name, "name"), _enc(version(), "version"), _enc(description, "description")]
+
+        def create(_host, config, info, _target, self_out, vt_out, err):
+            def run():
+                obj = factory((config or b"").decode(), ModelInfo._from(info.contents))
+                if obj is None:
+                    raise SpecinferError(Code.PLUGIN, "the drafter factory returned None")
+                key = next(_instance_ids)
+                _instances[key] = obj
+                _count(1)
+                self_out[0] = key
+                vt_out[0] = ctypes.addressof(_VTABLE)
+
+            return _guard(err, run)
+
+        self.create = _lib.CREATE_FN(create)
+        self.factory = _lib.DrafterFactoryC(ctypes.sizeof(_lib.DrafterFactoryC), self.create)
+
+        def get_factory(fid):
+            return ctypes.addressof(self.factory) if fid == _lib.DRAFTER_FACTORY_ID else None
+
+        self.get_factory = _lib.GET_FACTORY_FN(get_factory)
+        self.descriptor = _lib.PluginDescriptor(_lib.PLUGIN_ABI_VERSION, ctypes.sizeof(_lib.PluginDescriptor),
+                                                self.strings[0], self.strings[1], self.strings[2], None, None,
+                                                self.get_factory)
+

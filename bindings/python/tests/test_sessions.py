@@ -1,0 +1,209 @@
+import gc
+import threading
+
+import pytest
+
+import specinfer
+from specinfer import Code, SpecinferError
+
+from conftest import PROMPT, Lookup, corpus, generate, kgram
+
+
+def test_ngram_drafter_gives_the_plain_greedy_text(registry):
+    target = kgram(registry)
+    plain, st0 = generate(target)
+    assert st0.n_drafted == 0 and st0.n_generated == 300
+    drafter = registry.open_drafter("ngram", "n_max=4", target)
+    spec, st = generate(target, drafter, specinfer.Coupler("greedy"))
+    assert spec == plain and plain
+    assert st.n_accepted > 0
+    assert st.n_target_passes < st0.n_target_passes
+
+
+@pytest.mark.parametrize("coupler", ["greedy", "gumbel"])
+def test_python_drafter_gives_the_plain_greedy_text(registry, coupler):
+    made = []
+
+    def factory(config, info):
+        if config:
+            raise SpecinferError(Code.CONFIG, f"lookup-py takes no config, got '{config}'")
+        assert info.vocab_size == 256 and info.arch == "kgram"
+        made.append(Lookup())
+        return made[-1]
+
+    registry.register_drafter("lookup-py", factory, "prompt lookup in Python")
+    info = [p for p in registry.plugins() if p.name == "lookup-py"][0]
+    assert info.has_drafter and not info.has_target and info.path == ""
+    target = kgram(registry)
+    plain, _ = generate(target)
+    drafter = registry.open_drafter("lookup-py", "", target)
+    spec, st = generate(target, drafter, specinfer.Coupler(coupler))
+    assert spec == plain
+    assert st.n_accepted > 0
+    assert made[0].begins == 1 and made[0].commits > 0
+    with pytest.raises(SpecinferError) as e:
+        registry.open_drafter("lookup-py", "x=1", target)
+    assert e.value.code == Code.CONFIG
+    assert "lookup-py takes no config, got 'x=1'" in e.value.message
+    with pytest.raises(SpecinferError) as e:
+        registry.register_drafter("lookup-py", factory)
+    assert e.value.code == Code.STATE
+
+
+class Failing:
+    def __init__(self, how):
+        self.how = how
+
+    def propose(self, req):
+        if self.how == "raise":
+            raise RuntimeError("the oracle is out of tea")
+        if self.how == "bad-token":
+            return [100000]
+        return [1, 2], [0.5]  # wrong number of probabilities
+
+
+@pytest.mark.parametrize("how,want", [("raise", "the oracle is out of tea"),
+                                      ("bad-token", "outside the vocabulary"),
+                                      ("bad-probs", "probabilities")])
+def test_drafter_errors_reach_the_caller(registry, how, want):
+    registry.register_drafter("failing-py", lambda cfg, info: Failing(cfg))
+    target = kgram(registry, 4)
+    drafter = registry.open_drafter("failing-py", how, target)
+    with specinfer.Session(target, drafter) as s:
+        s.feed_text(PROMPT)
+        with pytest.raises(SpecinferError) as e:
+            s.generate(20)
+    assert e.value.code in (Code.PLUGIN, Code.INVALID_ARGUMENT)
+    assert want in e.value.message
+
+
+def test_stream_yields_the_generated_text(registry):
+    target = kgram(registry)
+    whole, _ = generate(target, max_tokens=120)
+    drafter = registry.open_drafter("ngram", "", target)
+    with specinfer.Session(target, drafter, max_draft=6) as s:
+        s.feed_text(PROMPT)
+        chunks = list(s.stream(120))
+        st = s.stats()
+        assert "".join(chunks) == whole
+        assert len(chunks) > 1 and len(chunks) == st.n_rounds
+        assert st.n_generated == 120
+        assert len(s.tokens()) == st.n_prompt_tokens + 120
+        # Stopping early runs no more rounds.
+        s.reset()
+        s.feed_text(PROMPT)
+        first = next(s.stream(120))
+        assert whole.startswith(first)
+        assert s.stats().n_rounds == 1
+
+
+def test_bad_input_raises_with_the_library_message(registry):
+    with pytest.raises(SpecinferError) as e:
+        registry.open_target("no-such-plugin", "")
+    assert e.value.code == Code.NOT_FOUND and "no-such-plugin" in e.value.message
+    with pytest.raises(SpecinferError) as e:
+        registry.open_target("kgram", f"path={corpus()},bogus=3")
+    assert e.value.code == Code.CONFIG and "bogus" in e.value.message
+    with pytest.raises(SpecinferError) as e:
+        specinfer.Coupler("lenient:7")
+    assert e.value.code == Code.CONFIG
+    assert str(e.value).startswith("SPECINFER_ERR_CONFIG: ")
+    target = kgram(registry, 4)
+    with pytest.raises(SpecinferError) as e:
+        specinfer.Session(target, temperature=-1.0)
+    assert e.value.code == Code.INVALID_ARGUMENT and "temperature" in e.value.message
+    s = specinfer.Session(target)
+    with pytest.raises(SpecinferError) as e:
+        s.generate(10)
+    assert e.value.code == Code.STATE and "feed" in e.value.message
+    with pytest.raises(SpecinferError) as e:
+        s.feed_tokens([7, 999])
+    assert e.value.code == Code.INVALID_ARGUMENT
+    with pytest.raises(SpecinferError) as e:
+        target.close()  # a session still uses it
+    assert e.value.code == Code.STATE
+    s.feed_text(PROMPT)
+    with pytest.raises(SpecinferError) as e:
+        s.generate_with(50, lambda toks, text: False)
+    assert e.value.code == Code.CANCELLED
+    with pytest.raises(ZeroDivisionError):
+        s.generate_with(50, lambda toks, text: 1 / 0)
+    s.close()
+    ids = target.tokenize("héllo")
+    assert len(ids) == 6 and target.detokenize(ids) == "héllo".encode()
+    with pytest.raises(SpecinferError) as e:
+        target.detokenize([300])
+    assert e.value.code == Code.INVALID_ARGUMENT and e.value.message
+    c = specinfer.Coupler("rejection")
+    assert c.is_exact and c.name == "rejection"
+    assert c.verify(2, [0, 1, 0, 1], [1], seed=7, position=3) == (1, 1)
+    with pytest.raises(SpecinferError) as e:
+        c.verify(2, [0.5, 0.7, 0, 1], [1])
+    assert e.value.code == Code.INVALID_ARGUMENT
+
+
+def test_sketcher():
+    with specinfer.Sketcher("jl", 64, 512, 42) as sk:
+        import math
+        a = [math.sin(i * 0.37) for i in range(64)]
+        b = [x + 0.1 for x in a]
+        exact = sum(x * y for x, y in zip(a, b))
+        sa, sb = sk.sketch(a), sk.sketch(b)
+        assert sk.sketch(a) == sa
+        assert abs(sk.estimate(sa, sb) - exact) < 8.0  # about 4 standard deviations
+        with pytest.raises(SpecinferError) as e:
+            sk.estimate(sa[:10], sb)
+        assert e.value.code == Code.FORMAT
+
+
+def test_concurrent_sessions(registry):
+    target = kgram(registry)
+    plain, _ = generate(target, max_tokens=80)
+    target.close()
+    coupler = specinfer.Coupler("greedy")
+    registry.register_drafter("lookup-py", lambda cfg, info: Lookup())
+    out = [None] * 3
+
+    def run(i):
+        t = kgram(registry)
+        d = registry.open_drafter("lookup-py" if i % 2 else "ngram", "", t)
+        out[i] = generate(t, d, coupler, 80)[0]
+        d.close()
+        t.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [plain] * 3
+
+
+def test_no_handle_leaks():
+    gc.collect()
+    base = specinfer.live_handles()
+    with specinfer.Registry(1) as reg:
+        reg.register_drafter("lookup-py", lambda cfg, info: Lookup())
+        target = kgram(reg, 4)
+        drafter = reg.open_drafter("lookup-py", "", target)
+        assert specinfer.live_handles() - base == 4  # registry, target, drafter, Python instance
+        generate(target, drafter, max_tokens=40)
+        drafter.close()
+        target.close()
+        reg.unload_plugin("lookup-py")
+    assert specinfer.live_handles() == base
+
+    # Never closed: garbage collection frees them in a valid order.
+    def forget():
+        reg = specinfer.Registry(1)
+        reg.register_drafter("lookup-py", lambda cfg, info: Lookup())
+        t = kgram(reg, 4)
+        d = reg.open_drafter("lookup-py", "", t)
+        s = specinfer.Session(t, d, specinfer.Coupler("greedy"))
+        s.feed_text(PROMPT)
+        s.generate(20)
+        assert specinfer.live_handles() - base == 6
+
+    forget()
+    gc.collect()
+    assert specinfer.live_handles() == base
