@@ -200,6 +200,13 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   bool draft_has_probs = false;
   double draft_ms = 0;
   if (drafter_) {
+    if (!drafter_begun_) {
+      // begin() is the drafter's prompt processing (a draft model prefills the prompt): counted
+      // with the prefill, not as the cost of this round's draft.
+      auto tb = Clock::now();
+      sync_drafter();
+      t_prefill_ += ms_since(tb);
+    }
     auto t0 = Clock::now();
     sync_drafter();
     if (k > 0) {
@@ -300,7 +307,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   n_generated_ += static_cast<int64_t>(emitted);
   n_drafted_ += n_draft;
   n_accepted_ += v.n_accepted;
-  if (drafter_) lookahead_.observe(n_draft, v.n_accepted, draft_ms, target_ms);
+  if (drafter_) lookahead_.observe(n_draft, v.n_accepted, draft_ms, target_ms, n_batch);
 }
 
 void Session::step(std::vector<int32_t> &out, bool &done) {
