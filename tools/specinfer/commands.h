@@ -2,6 +2,7 @@
 // process exit code (0 ok, 1 failure, 2 usage error).
 #pragma once
 
+int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
 int cmd_sketch_eval(int argc, char **argv);

@@ -14,6 +14,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"bench", cmd_bench, "plain decoding vs drafters on a prompt set: table and PNG chart"},
     {"generate", cmd_generate, "generate text with a target, a drafter and a coupler"},
     {"plugins", cmd_plugins, "list the plugins found on the plugin path"},
     {"sketch-eval", cmd_sketch_eval, "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
