@@ -1,0 +1,35 @@
+"""A real model (Qwen2.5-Coder 0.5B, from scripts/fetch-models) with a Python drafter. Skipped,
+saying so, when the file is absent ($SPECINFER_MODELS, default ~/.cache/specinfer/models)."""
+import os
+import pathlib
+
+import pytest
+
+import specinfer
+
+from conftest import Lookup
+
+MODELS = pathlib.Path(os.environ.get("SPECINFER_MODELS", pathlib.Path.home() / ".cache/specinfer/models"))
+MODEL = MODELS / "qwen2.5-coder-0.5b.gguf"
+PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+
+
+@pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not found (scripts/fetch-models)")
+def test_python_drafter_on_a_real_model_gives_the_plain_greedy_text():
+    reg = specinfer.Registry(2)
+    reg.register_drafter("lookup-py", lambda cfg, info: Lookup(n_max=2))
+    target = reg.open_target("gguf", f"path={MODEL}")
+    info = target.info()
+    assert info.arch == "qwen2" and info.vocab_size > 100000
+
+    def run(drafter):
+        with specinfer.Session(target, drafter, max_draft=4) as s:
+            s.feed_text(PROMPT)
+            return "".join(s.stream(40)), s.stats()
+
+    plain, st0 = run(None)
+    drafter = reg.open_drafter("lookup-py", "", target)
+    spec, st = run(drafter)
+    assert spec == plain and plain.strip()
+    assert st.n_generated == st0.n_generated
+    assert st.n_drafted > 0
