@@ -3,7 +3,6 @@
 
 fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
-    println!("cargo:rerun-if-env-changed=SPECINFER_NO_PKG_CONFIG");
     let lib = match pkg_config::Config::new().atleast_version("0.1.0").probe("specinfer") {
         Ok(lib) => lib,
         Err(e) => {
@@ -19,10 +18,13 @@ fn main() {
             panic!("specinfer not found by pkg-config (see the message above)");
         }
     };
-    if let Some(inc) = lib.include_paths.first() {
-        println!("cargo:include={}", inc.display());
-        println!("cargo:rustc-env=SPECINFER_INCLUDE_DIR={}", inc.display());
-    }
+    // pkg-config drops system include directories from --cflags; ask for the variable then.
+    let include = match lib.include_paths.first() {
+        Some(p) => p.display().to_string(),
+        None => pkg_config::get_variable("specinfer", "includedir").unwrap_or_else(|_| "/usr/include".into()),
+    };
+    println!("cargo:include={include}");
+    println!("cargo:rustc-env=SPECINFER_INCLUDE_DIR={include}");
     if let Some(dir) = lib.link_paths.first() {
         println!("cargo:libdir={}", dir.display());
         println!("cargo:rustc-link-arg-tests=-Wl,-rpath,{}", dir.display());
