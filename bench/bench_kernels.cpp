@@ -104,6 +104,7 @@ const Weights &weights(int32_t wtype, int64_t rows, int64_t cols) {
       }
       case SPECINFER_WTYPE_Q8_0:
       case SPECINFER_WTYPE_Q4_0:
+      case SPECINFER_WTYPE_Q5_0:
         std::memcpy(p, &h, 2);
         break;
       case SPECINFER_WTYPE_Q4_K:
@@ -149,6 +150,39 @@ void matmul_args(benchmark::internal::Benchmark *b) {
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The same kernels on a weight matrix that stays in L2 (256 x 1536): compute cost alone, without
+// memory stalls. Compare cpu_time per token count (SPECINFER_BENCH_THREADS=1).
+void matmul_l2_args(benchmark::internal::Benchmark *b) {
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0};
+  const int64_t toks[] = {1, 2, 4, 5, 8, 16};
+  for (int32_t t : types)
+    for (int64_t n : toks) b->Args({t, 256, 1536, n});
+  b->ArgNames({"type", "rows", "cols", "tok"});
+}
+BENCHMARK(BM_Matmul)->Name("BM_MatmulL2")->Apply(matmul_l2_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Activation quantization per call (n_tok x 1536 floats -> ActQ8K / ActQ8), single thread.
+void BM_QuantizeAct(benchmark::State &state) {
+  const int64_t cols = 1536, n_tok = state.range(1);
+  const bool k = state.range(0) != 0;
+  std::vector<float> x(static_cast<size_t>(n_tok * cols));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto &v : x) v = nd(rng);
+  std::vector<ActQ8K> qk(static_cast<size_t>(n_tok * cols / kQKK));
+  std::vector<ActQ8> q(static_cast<size_t>(n_tok * cols / kQK));
+  for (auto _ : state) {
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (k) quantize_act_q8k(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      else quantize_act_q8(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
+    }
+    benchmark::DoNotOptimize(qk.data());
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n_tok * cols);
+}
+BENCHMARK(BM_QuantizeAct)->ArgsProduct({{0, 1}, {1, 5}})->ArgNames({"k", "tok"})->Unit(benchmark::kMicrosecond);
 
 void BM_Attention(benchmark::State &state) {
   const int n_q = static_cast<int>(state.range(0)), n_kv = static_cast<int>(state.range(1));

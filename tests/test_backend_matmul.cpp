@@ -235,6 +235,97 @@ void test_activation_error_bound(void **) {
   }
 }
 
+// Blocks at the extremes of their integer ranges times activations that all quantize to +-127:
+// the SIMD kernels sum several byte products in int16 before widening, and these are the inputs
+// closest to overflowing them (e.g. Q6_K: 2 * 2 * 63 * 127 = 32004 per lane). Every instruction set
+// must match the reference.
+void test_extreme_blocks(void **) {
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q5_K, SPECINFER_WTYPE_Q6_K,
+                           SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0,
+                           SPECINFER_WTYPE_Q4_1, SPECINFER_WTYPE_Q5_1};
+  const int64_t n_rows = 8, n_cols = 512;
+  int bad = 0;
+  for (int32_t wtype : types) {
+    const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_block_bytes(wtype);
+    std::vector<uint8_t> w(rs * n_rows);
+    // Row r: bytes all 0xFF (largest values, largest scales), all 0x00 (smallest) or alternating.
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (size_t i = 0; i < rs; ++i)
+        w[static_cast<size_t>(r) * rs + i] = r % 3 == 0 ? 0xFF : r % 3 == 1 ? 0x00 : (i % 2 ? 0xFF : 0x00);
+    for (size_t off = 0; off < w.size(); off += bb) {
+      uint8_t *p = w.data() + off;
+      switch (wtype) {
+        case SPECINFER_WTYPE_Q4_K:
+        case SPECINFER_WTYPE_Q5_K:
+          set16(p, 0.01f);
+          set16(p + 2, 0.02f);
+          break;
+        case SPECINFER_WTYPE_Q6_K:
+          set16(p + 208, 0.01f);
+          for (int g = 0; g < 16; ++g) p[192 + g] = static_cast<uint8_t>(g % 2 ? 127 : -128);
+          break;
+        case SPECINFER_WTYPE_Q4_1:
+        case SPECINFER_WTYPE_Q5_1:
+          set16(p, 0.01f);
+          set16(p + 2, -0.05f);
+          break;
+        default:
+          set16(p, 0.01f);
+          break;
+      }
+    }
+    std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
+    dequantize_row_ref(wtype, w.data(), wdeq.data(), n_rows * n_cols);
+    // Tokens: all +1, all -1, alternating signs, and a ramp.
+    const int64_t n_tok = 4;
+    std::vector<float> x(static_cast<size_t>(n_tok * n_cols));
+    for (int64_t c = 0; c < n_cols; ++c) {
+      x[static_cast<size_t>(c)] = 1.0f;
+      x[static_cast<size_t>(n_cols + c)] = -1.0f;
+      x[static_cast<size_t>(2 * n_cols + c)] = c % 2 ? -1.0f : 1.0f;
+      x[static_cast<size_t>(3 * n_cols + c)] = static_cast<float>(c % 7) - 3.0f;
+    }
+    for (int isa_i = 0; isa_i <= 2; ++isa_i) {
+      const Isa isa = static_cast<Isa>(isa_i);
+      if (!isa_available(isa)) continue;
+      for (int64_t nt = 1; nt <= n_tok; ++nt)
+        bad += check(wtype, isa, MatmulPath::kernels, n_rows, n_cols, nt, w, wdeq, x);
+    }
+  }
+  assert_int_equal(bad, 0);
+}
+
+// The activation reorderings the AVX2 kernels use are permutations of each 64-value chunk.
+void test_activation_orders(void **) {
+  ActQ8K a[2], b[2];
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 256; ++i) a[k].qs[i] = static_cast<int8_t>((i * 7 + k) & 0x7F);
+  std::memcpy(b, a, sizeof a);
+  act_pair_quarters(b, 2);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 256; ++i) {
+      const int q = (i % 64) / 16, src = i - i % 64 + (q == 1 ? 2 : q == 2 ? 1 : q) * 16 + i % 16;
+      assert_int_equal(b[k].qs[i], a[k].qs[src]);
+    }
+  act_pair_quarters(b, 2);
+  assert_memory_equal(a, b, sizeof a);
+  act_pair_lanes16(b, 2);
+  for (int k = 0; k < 2; ++k)
+    for (int c = 0; c < 256; c += 64) {
+      int seen[64] = {};
+      for (int i = 0; i < 64; ++i) {
+        int found = -1;
+        for (int j = 0; j < 64; ++j)
+          if (a[k].qs[c + j] == b[k].qs[c + i] && !seen[j]) { found = j; break; }
+        assert_true(found >= 0);
+        seen[found] = 1;
+      }
+      // Lane 0 of the second half is value pair 1 of the first half (A[1]).
+      assert_int_equal(b[k].qs[c + 32], a[k].qs[c + 2]);
+      assert_int_equal(b[k].qs[c + 2], a[k].qs[c + 34]);
+    }
+}
+
 void test_kernel_table_errors(void **) {
   const specinfer_kernels *k = backend_kernel_table();
   assert_non_null(k);
@@ -271,6 +362,8 @@ int main() {
       cmocka_unit_test(test_all_types_all_isas),
       cmocka_unit_test(test_parallel_shapes),
       cmocka_unit_test(test_activation_error_bound),
+      cmocka_unit_test(test_extreme_blocks),
+      cmocka_unit_test(test_activation_orders),
       cmocka_unit_test(test_kernel_table_errors),
       cmocka_unit_test(test_isa_override),
   };

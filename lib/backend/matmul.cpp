@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -18,12 +19,19 @@ namespace specinfer {
 
 namespace {
 
-MatmulRowsFn pick_kernel(Isa isa, int32_t wtype) {
+// The kernel of the highest set up to `isa` that has one for wtype; *picked = its set.
+MatmulRowsFn pick_kernel(Isa isa, int32_t wtype, Isa *picked) {
   MatmulRowsFn fn = nullptr;
+  *picked = isa;
   if (isa == Isa::avx512) fn = matmul_kernel_avx512(wtype);
-  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::avx2))
+  if (fn == nullptr && static_cast<int>(isa) >= static_cast<int>(Isa::avx2)) {
     fn = matmul_kernel_avx2(wtype);
-  if (fn == nullptr) fn = matmul_kernel_scalar(wtype);
+    *picked = Isa::avx2;
+  }
+  if (fn == nullptr) {
+    fn = matmul_kernel_scalar(wtype);
+    *picked = Isa::scalar;
+  }
   return fn;
 }
 
@@ -53,8 +61,12 @@ int64_t row_grain(int64_t n_rows, size_t row_bytes) {
 
 void run_kernels(Isa isa, const MatmulArgs &base) {
   MatmulArgs a = base;
+  Isa picked;
+  MatmulRowsFn fn = pick_kernel(isa, a.wtype, &picked);
+  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
   const ActKind kind = act_kind(a.wtype);
   std::vector<uint8_t> act;
+  std::vector<float> aux;
   if (kind == ActKind::q8) {
     a.xq_blocks = a.n_cols / kQK;
     act.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * sizeof(ActQ8));
@@ -68,10 +80,17 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
     auto *q = reinterpret_cast<ActQ8K *>(act.data());
     for (int64_t t = 0; t < a.n_tok; ++t)
       quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    const ActPrep prep = picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype) : ActPrep::none;
+    if (prep == ActPrep::quarters_subsums) {
+      act_pair_quarters(q, a.n_tok * a.xq_blocks);
+      aux.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * 8);
+      act_sub_sums(q, a.n_tok * a.xq_blocks, aux.data());
+      a.xaux = aux.data();
+    } else if (prep == ActPrep::lanes16) {
+      act_pair_lanes16(q, a.n_tok * a.xq_blocks);
+    }
     a.xq = q;
   }
-  MatmulRowsFn fn = pick_kernel(isa, a.wtype);
-  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
   const int64_t grain = row_grain(a.n_rows, a.row_bytes);
   if (a.n_rows <= grain) {
     fn(a, 0, a.n_rows);
@@ -144,6 +163,35 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
 void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
             int64_t n_tok, float *y) {
   matmul_with(active_isa(), MatmulPath::automatic, wtype, w, n_rows, n_cols, x, n_tok, y);
+}
+
+void act_pair_quarters(ActQ8K *a, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int c = 0; c < kQKK; c += 64) {
+      int8_t tmp[16];
+      std::memcpy(tmp, a[b].qs + c + 16, 16);
+      std::memcpy(a[b].qs + c + 16, a[b].qs + c + 32, 16);
+      std::memcpy(a[b].qs + c + 32, tmp, 16);
+    }
+}
+
+void act_pair_lanes16(ActQ8K *a, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int c = 0; c < kQKK; c += 64) {
+      int16_t in[32], out[32];
+      std::memcpy(in, a[b].qs + c, 64);
+      for (int k = 0; k < 16; ++k) {
+        out[k] = (k % 2 == 0) ? in[k] : in[16 + k];
+        out[16 + k] = (k % 2 == 0) ? in[k + 1] : in[16 + k - 1];
+      }
+      std::memcpy(a[b].qs + c, out, 64);
+    }
+}
+
+void act_sub_sums(const ActQ8K *a, int64_t n_blocks, float *out) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int j = 0; j < 8; ++j)
+      out[8 * b + j] = a[b].d * static_cast<float>(a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
 }
 
 void dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n) {

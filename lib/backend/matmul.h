@@ -33,6 +33,7 @@ struct MatmulArgs {
   const float *x = nullptr;     // [n_tok][n_cols]
   const void *xq = nullptr;     // [n_tok][xq_blocks] ActQ8 or ActQ8K (per act_kind), or null
   int64_t xq_blocks = 0;        // activation blocks per token
+  const float *xaux = nullptr;  // kernel-specific per-block activation data (see below), or null
   float *y = nullptr;           // [n_tok][n_rows]
 };
 
@@ -44,6 +45,21 @@ using MatmulRowsFn = void (*)(const MatmulArgs &args, int64_t r0, int64_t r1);
 MatmulRowsFn matmul_kernel_scalar(int32_t wtype) noexcept;
 MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept;
 MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept;
+
+// How an AVX2 kernel wants its ActQ8K activations prepared (once per call, by the dispatcher):
+//  quarters_subsums: qs in act_pair_quarters order, and MatmulArgs::xaux = act_sub_sums;
+//  lanes16: qs in act_pair_lanes16 order.
+enum class ActPrep { none, quarters_subsums, lanes16 };
+ActPrep matmul_avx2_act_prep(int32_t wtype) noexcept;
+// Paired order: in every 64-value chunk of the activation blocks' qs, the 16-byte quarters 1 and 2
+// are swapped (bsums and d unchanged). Its own inverse.
+void act_pair_quarters(ActQ8K *a, int64_t n_blocks) noexcept;
+// Lane-paired order: every 64-value chunk of qs, seen as 32 int16 lanes A[0..15] | B[0..15],
+// becomes C | D with C[k] = A[k] (k even) or B[k] (k odd) and D[k] = A[k + 1] (k even) or
+// B[k - 1] (k odd); bsums and d unchanged.
+void act_pair_lanes16(ActQ8K *a, int64_t n_blocks) noexcept;
+// out[8 * b + j] = a[b].d * (bsums[2j] + bsums[2j + 1]).
+void act_sub_sums(const ActQ8K *a, int64_t n_blocks, float *out) noexcept;
 
 // The matmul of the active instruction set (see isa.h). Throws specinfer::Error:
 // INVALID_ARGUMENT for NULL pointers, non-positive sizes or n_cols not a multiple of the block;
