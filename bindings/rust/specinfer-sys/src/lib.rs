@@ -256,15 +256,7 @@ pub struct specinfer_kernels {
     >,
     pub rmsnorm: Option<unsafe extern "C" fn(x: *const f32, w: *const f32, n: i64, eps: f32, y: *mut f32)>,
     pub rope: Option<
-        unsafe extern "C" fn(
-            x: *mut f32,
-            n_heads: i64,
-            head_dim: i64,
-            n_rot: i64,
-            pos: i64,
-            freq_base: f32,
-            neox: i32,
-        ),
+        unsafe extern "C" fn(x: *mut f32, n_heads: i64, head_dim: i64, n_rot: i64, pos: i64, freq_base: f32, neox: i32),
     >,
     pub softmax: Option<unsafe extern "C" fn(x: *mut f32, n: i64)>,
     pub attention: Option<unsafe extern "C" fn(args: *const specinfer_attention_args) -> specinfer_status>,
@@ -323,8 +315,9 @@ pub struct specinfer_target_vtable {
         ) -> specinfer_status,
     >,
     pub kv_size: Option<unsafe extern "C" fn(this: *mut c_void) -> i32>,
-    pub kv_truncate:
-        Option<unsafe extern "C" fn(this: *mut c_void, n_keep: i32, err: *mut specinfer_plugin_error) -> specinfer_status>,
+    pub kv_truncate: Option<
+        unsafe extern "C" fn(this: *mut c_void, n_keep: i32, err: *mut specinfer_plugin_error) -> specinfer_status,
+    >,
     pub kv_keep: Option<
         unsafe extern "C" fn(
             this: *mut c_void,
@@ -638,10 +631,16 @@ extern "C" {
     ) -> specinfer_status;
     pub fn specinfer_session_destroy(session: *mut specinfer_session);
     pub fn specinfer_session_errmsg(session: *const specinfer_session) -> *const c_char;
-    pub fn specinfer_session_feed_text(session: *mut specinfer_session, text: *const c_char, len: usize)
-        -> specinfer_status;
-    pub fn specinfer_session_feed_tokens(session: *mut specinfer_session, tokens: *const i32, n: usize)
-        -> specinfer_status;
+    pub fn specinfer_session_feed_text(
+        session: *mut specinfer_session,
+        text: *const c_char,
+        len: usize,
+    ) -> specinfer_status;
+    pub fn specinfer_session_feed_tokens(
+        session: *mut specinfer_session,
+        tokens: *const i32,
+        n: usize,
+    ) -> specinfer_status;
     pub fn specinfer_session_generate(
         session: *mut specinfer_session,
         max_tokens: i32,

@@ -152,7 +152,11 @@ fn c_structs(src: &str) -> BTreeMap<String, Vec<String>> {
                 } else {
                     ident_before(f)
                 };
-                if field == "self" { "this".to_string() } else { field }
+                if field == "self" {
+                    "this".to_string()
+                } else {
+                    field
+                }
             })
             .collect();
         out.insert(name, fields);

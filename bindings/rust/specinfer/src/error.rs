@@ -137,6 +137,5 @@ pub(crate) fn check_with(status: sys::specinfer_status, errmsg: impl FnOnce() ->
 }
 
 pub(crate) fn c_string(what: &str, s: &str) -> Result<std::ffi::CString> {
-    std::ffi::CString::new(s)
-        .map_err(|_| Error::new(Code::InvalidArgument, format!("{what} contains a NUL byte")))
+    std::ffi::CString::new(s).map_err(|_| Error::new(Code::InvalidArgument, format!("{what} contains a NUL byte")))
 }

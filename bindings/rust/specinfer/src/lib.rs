@@ -191,7 +191,10 @@ impl Registry {
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         unsafe {
-            check_msg(sys::specinfer_target_open(self.raw(), plugin.as_ptr(), config.as_ptr(), &mut out, &mut err), err)?;
+            check_msg(
+                sys::specinfer_target_open(self.raw(), plugin.as_ptr(), config.as_ptr(), &mut out, &mut err),
+                err,
+            )?;
         }
         live_inc();
         Ok(Target { inner: Arc::new(TargetInner { ptr: out, _registry: self.clone() }), _not_sync: PhantomData })
@@ -438,7 +441,15 @@ impl Coupler {
 
     /// Verifies a chain `draft` of k tokens: `p` holds k + 1 rows of `vocab` probabilities,
     /// `q` k rows (or None for point masses).
-    pub fn verify(&self, vocab: i32, p: &[f32], q: Option<&[f32]>, draft: &[i32], seed: u64, position: i64) -> Result<Verdict> {
+    pub fn verify(
+        &self,
+        vocab: i32,
+        p: &[f32],
+        q: Option<&[f32]>,
+        draft: &[i32],
+        seed: u64,
+        position: i64,
+    ) -> Result<Verdict> {
         let (qp, ql) = q.map_or((ptr::null(), 0), |q| (q.as_ptr(), q.len()));
         let mut v = Verdict { n_accepted: 0, token: -1 };
         let mut err = ptr::null_mut();
@@ -471,7 +482,16 @@ impl Coupler {
         let mut err = ptr::null_mut();
         unsafe {
             check_msg(
-                sys::specinfer_coupler_draft_sample(self.ptr, q.len() as i32, q.as_ptr(), q.len(), seed, position, &mut token, &mut err),
+                sys::specinfer_coupler_draft_sample(
+                    self.ptr,
+                    q.len() as i32,
+                    q.as_ptr(),
+                    q.len(),
+                    seed,
+                    position,
+                    &mut token,
+                    &mut err,
+                ),
                 err,
             )?;
         }

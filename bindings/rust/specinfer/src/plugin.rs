@@ -125,7 +125,10 @@ impl Draft<'_> {
             if let Some(q) = probs {
                 let v = self.raw.vocab_size as usize;
                 if q.len() != v {
-                    return Err(Error::new(Code::InvalidArgument, format!("q has {} entries, vocabulary {v}", q.len())));
+                    return Err(Error::new(
+                        Code::InvalidArgument,
+                        format!("q has {} entries, vocabulary {v}", q.len()),
+                    ));
                 }
                 std::ptr::copy_nonoverlapping(q.as_ptr(), self.raw.probs.add(i as usize * v), v);
             }
@@ -335,7 +338,11 @@ macro_rules! slot_tables {
 slot_tables!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
 
 pub(crate) fn claim_slot(name: &str, description: &str, factory: Box<dyn DrafterFactory>) -> Result<usize> {
-    let strings = [c_string("name", name)?, c_string("version", crate::version().as_str())?, c_string("description", description)?];
+    let strings = [
+        c_string("name", name)?,
+        c_string("version", crate::version().as_str())?,
+        c_string("description", description)?,
+    ];
     let mut slots = SLOTS.lock().map_err(|_| Error::new(Code::Internal, "slot table poisoned"))?;
     let i = slots.iter().position(|s| s.is_none()).ok_or_else(|| {
         Error::new(Code::State, format!("at most {MAX_IN_PROCESS} in-process drafters may be registered at once"))

@@ -48,7 +48,10 @@ impl Sketcher {
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         unsafe {
-            check_msg(sys::specinfer_sketcher_create(kind.as_ptr(), dim, size, seed, options.as_ptr(), &mut out, &mut err), err)?
+            check_msg(
+                sys::specinfer_sketcher_create(kind.as_ptr(), dim, size, seed, options.as_ptr(), &mut out, &mut err),
+                err,
+            )?
         };
         live_inc();
         Ok(Sketcher { ptr: out })
@@ -79,7 +82,16 @@ impl Sketcher {
         let mut need = 0usize;
         let mut err = ptr::null_mut();
         let st = unsafe {
-            sys::specinfer_sketcher_sketch(self.ptr, x.as_ptr(), x.len(), flags, ptr::null_mut(), 0, &mut need, &mut err)
+            sys::specinfer_sketcher_sketch(
+                self.ptr,
+                x.as_ptr(),
+                x.len(),
+                flags,
+                ptr::null_mut(),
+                0,
+                &mut need,
+                &mut err,
+            )
         };
         if st != sys::SPECINFER_ERR_BUFFER_TOO_SMALL {
             unsafe { check_msg(st, err)? };
@@ -91,7 +103,16 @@ impl Sketcher {
         let mut err = ptr::null_mut();
         unsafe {
             check_msg(
-                sys::specinfer_sketcher_sketch(self.ptr, x.as_ptr(), x.len(), flags, buf.as_mut_ptr().cast(), buf.len(), &mut n, &mut err),
+                sys::specinfer_sketcher_sketch(
+                    self.ptr,
+                    x.as_ptr(),
+                    x.len(),
+                    flags,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut n,
+                    &mut err,
+                ),
                 err,
             )?
         };
@@ -105,7 +126,15 @@ impl Sketcher {
         let mut err = ptr::null_mut();
         unsafe {
             check_msg(
-                sys::specinfer_sketcher_estimate(self.ptr, a.as_ptr().cast(), a.len(), b.as_ptr().cast(), b.len(), &mut v, &mut err),
+                sys::specinfer_sketcher_estimate(
+                    self.ptr,
+                    a.as_ptr().cast(),
+                    a.len(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                    &mut v,
+                    &mut err,
+                ),
                 err,
             )?
         };
@@ -118,7 +147,15 @@ impl Sketcher {
         let mut err = ptr::null_mut();
         unsafe {
             check_msg(
-                sys::specinfer_sketcher_distance2(self.ptr, a.as_ptr().cast(), a.len(), b.as_ptr().cast(), b.len(), &mut v, &mut err),
+                sys::specinfer_sketcher_distance2(
+                    self.ptr,
+                    a.as_ptr().cast(),
+                    a.len(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                    &mut v,
+                    &mut err,
+                ),
                 err,
             )?
         };

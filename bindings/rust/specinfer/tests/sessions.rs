@@ -121,7 +121,9 @@ fn stream_yields_the_generated_text() {
     let mut target = kgram(&reg, 6);
     let (whole, _) = generate(&mut target, None, None, 120);
     let mut drafter = reg.open_drafter("ngram", "", &target).unwrap();
-    let mut s = Session::new(&mut target, Some(&mut drafter), None, &SessionParams { max_draft: 6, ..Default::default() }).unwrap();
+    let mut s =
+        Session::new(&mut target, Some(&mut drafter), None, &SessionParams { max_draft: 6, ..Default::default() })
+            .unwrap();
     s.feed_text(PROMPT).unwrap();
     let chunks: Vec<String> = s.stream(120).collect::<Result<_, _>>().unwrap();
     assert!(chunks.len() > 1);
@@ -179,7 +181,9 @@ fn bad_input_becomes_errors_with_the_library_message() {
     assert!(e.to_string().starts_with("SPECINFER_ERR_CONFIG: "), "{e}");
 
     let mut target = kgram(&reg, 4);
-    let e = Session::new(&mut target, None, None, &SessionParams { temperature: -1.0, ..Default::default() }).err().unwrap();
+    let e = Session::new(&mut target, None, None, &SessionParams { temperature: -1.0, ..Default::default() })
+        .err()
+        .unwrap();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("temperature"), "{e}");
     let mut s = Session::new(&mut target, None, None, &SessionParams::default()).unwrap();

@@ -42,7 +42,12 @@ impl Drafter for Lookup {
 }
 
 /// Greedy text of `max` tokens after PROMPT.
-pub fn generate(target: &mut Target, drafter: Option<&mut specinfer::Drafter>, coupler: Option<&Coupler>, max: i32) -> (String, specinfer::Stats) {
+pub fn generate(
+    target: &mut Target,
+    drafter: Option<&mut specinfer::Drafter>,
+    coupler: Option<&Coupler>,
+    max: i32,
+) -> (String, specinfer::Stats) {
     let mut s = Session::new(target, drafter, coupler, &SessionParams { max_draft: 6, ..Default::default() }).unwrap();
     s.feed_text(PROMPT).unwrap();
     let text = s.generate(max).unwrap();
