@@ -163,9 +163,10 @@ void matmul_l2_args(benchmark::internal::Benchmark *b) {
 BENCHMARK(BM_Matmul)->Name("BM_MatmulL2")->Apply(matmul_l2_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Activation quantization per call (n_tok x 1536 floats -> ActQ8K / ActQ8), single thread.
+// kind: 0 = q8 scalar, 1 = q8k scalar, 2 = q8 AVX2, 3 = q8k AVX2.
 void BM_QuantizeAct(benchmark::State &state) {
   const int64_t cols = 1536, n_tok = state.range(1);
-  const bool k = state.range(0) != 0;
+  const bool k = state.range(0) % 2 != 0, simd = state.range(0) >= 2;
   std::vector<float> x(static_cast<size_t>(n_tok * cols));
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
@@ -174,7 +175,9 @@ void BM_QuantizeAct(benchmark::State &state) {
   std::vector<ActQ8> q(static_cast<size_t>(n_tok * cols / kQK));
   for (auto _ : state) {
     for (int64_t t = 0; t < n_tok; ++t) {
-      if (k) quantize_act_q8k(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      if (k && simd) quantize_act_q8k_avx2(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      else if (k) quantize_act_q8k(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      else if (simd) quantize_act_q8_avx2(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
       else quantize_act_q8(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
     }
     benchmark::DoNotOptimize(qk.data());
@@ -182,7 +185,7 @@ void BM_QuantizeAct(benchmark::State &state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n_tok * cols);
 }
-BENCHMARK(BM_QuantizeAct)->ArgsProduct({{0, 1}, {1, 5}})->ArgNames({"k", "tok"})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_QuantizeAct)->ArgsProduct({{0, 1, 2, 3}, {1, 5}})->ArgNames({"kind", "tok"})->Unit(benchmark::kMicrosecond);
 
 void BM_Attention(benchmark::State &state) {
   const int n_q = static_cast<int>(state.range(0)), n_kv = static_cast<int>(state.range(1));

@@ -300,6 +300,48 @@ void test_act_quant(void **) {
   }
 }
 
+// The AVX2 activation quantizers produce exactly the bytes of the scalar ones: random values over
+// many magnitudes, ties at .5 steps, an all-zero block, and blocks with inf / NaN.
+void test_act_quant_avx2(void **) {
+  if (!isa_available(Isa::avx2)) {
+    skip();
+    return;
+  }
+  const int64_t n = 256 * 12;
+  std::vector<float> x(static_cast<size_t>(n));
+  uint32_t s = 12345;
+  auto next = [&] {
+    s = s * 1664525u + 1013904223u;
+    return s;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(next() >> 8) / 16777216.0f - 0.5f;
+    x[static_cast<size_t>(i)] = std::ldexp(u, static_cast<int>(next() % 40) - 20);
+  }
+  for (int64_t i = 256; i < 512; ++i) x[static_cast<size_t>(i)] = 0.0f;                       // zero block
+  for (int64_t i = 512; i < 768; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127);  // exact steps
+  for (int64_t i = 768; i < 1024; ++i) x[static_cast<size_t>(i)] = (static_cast<float>(i % 64) - 32.0f) * 0.5f;  // ties
+  x[1100] = INFINITY;
+  x[1400] = NAN;
+  x[2000] = -0.0f;
+  std::vector<ActQ8> a(static_cast<size_t>(n / 32)), b(a.size());
+  quantize_act_q8(x.data(), a.data(), n);
+  quantize_act_q8_avx2(x.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    assert_memory_equal(a[i].qs, b[i].qs, 32);
+    assert_int_equal(a[i].sum, b[i].sum);
+    assert_memory_equal(&a[i].d, &b[i].d, sizeof(float));  // NaN bit patterns included
+  }
+  std::vector<ActQ8K> c(static_cast<size_t>(n / 256)), e(c.size());
+  quantize_act_q8k(x.data(), c.data(), n);
+  quantize_act_q8k_avx2(x.data(), e.data(), n);
+  for (size_t i = 0; i < c.size(); ++i) {
+    assert_memory_equal(c[i].qs, e[i].qs, 256);
+    assert_memory_equal(c[i].bsums, e[i].bsums, sizeof c[i].bsums);
+    assert_memory_equal(&c[i].d, &e[i].d, sizeof(float));
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -310,6 +352,7 @@ int main() {
       cmocka_unit_test(test_q3_k),         cmocka_unit_test(test_q4_k_q5_k),
       cmocka_unit_test(test_q6_k),         cmocka_unit_test(test_float_types),
       cmocka_unit_test(test_dequant_errors), cmocka_unit_test(test_act_quant),
+      cmocka_unit_test(test_act_quant_avx2),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

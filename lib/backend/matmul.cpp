@@ -71,15 +71,21 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
     a.xq_blocks = a.n_cols / kQK;
     act.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * sizeof(ActQ8));
     auto *q = reinterpret_cast<ActQ8 *>(act.data());
-    for (int64_t t = 0; t < a.n_tok; ++t)
-      quantize_act_q8(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    const bool simd = static_cast<int>(picked) >= static_cast<int>(Isa::avx2);
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      if (simd) quantize_act_q8_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      else quantize_act_q8(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    }
     a.xq = q;
   } else if (kind == ActKind::q8k) {
     a.xq_blocks = a.n_cols / kQKK;
     act.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * sizeof(ActQ8K));
     auto *q = reinterpret_cast<ActQ8K *>(act.data());
-    for (int64_t t = 0; t < a.n_tok; ++t)
-      quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    const bool simd = static_cast<int>(picked) >= static_cast<int>(Isa::avx2);
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      if (simd) quantize_act_q8k_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      else quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+    }
     const ActPrep prep = picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype) : ActPrep::none;
     if (prep == ActPrep::quarters_subsums) {
       act_pair_quarters(q, a.n_tok * a.xq_blocks);

@@ -58,6 +58,10 @@ void act_pair_quarters(ActQ8K *a, int64_t n_blocks) noexcept;
 // becomes C | D with C[k] = A[k] (k even) or B[k] (k odd) and D[k] = A[k + 1] (k even) or
 // B[k - 1] (k odd); bsums and d unchanged.
 void act_pair_lanes16(ActQ8K *a, int64_t n_blocks) noexcept;
+// AVX2 versions of quantize_act_q8 / quantize_act_q8k (quant.h), bit-identical to them; only on
+// a CPU with AVX2.
+void quantize_act_q8_avx2(const float *x, ActQ8 *out, int64_t n) noexcept;
+void quantize_act_q8k_avx2(const float *x, ActQ8K *out, int64_t n) noexcept;
 // out[8 * b + j] = a[b].d * (bsums[2j] + bsums[2j + 1]).
 void act_sub_sums(const ActQ8K *a, int64_t n_blocks, float *out) noexcept;
 

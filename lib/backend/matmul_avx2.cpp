@@ -190,46 +190,64 @@ struct Block32 {
 template <int32_t W>
 struct KQ32 {
   using B = Block32<W>;
+  static constexpr size_t kBB = W == SPECINFER_WTYPE_Q4_0   ? sizeof(BlockQ4_0)
+                                : W == SPECINFER_WTYPE_Q4_1 ? sizeof(BlockQ4_1)
+                                : W == SPECINFER_WTYPE_Q5_0 ? sizeof(BlockQ5_0)
+                                : W == SPECINFER_WTYPE_Q5_1 ? sizeof(BlockQ5_1)
+                                : W == SPECINFER_WTYPE_Q8_0 ? sizeof(BlockQ8_0)
+                                                            : sizeof(BlockQ8_1);
+  // One block into acc[t] for every token.
+  template <int NT>
+  static inline void block(const uint8_t *blk, const ActQ8 *const *x, int64_t i, __m256 *acc,
+                           float *accm) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i q;
+    float d, m;
+    B::unpack(blk, q, d, m);
+    const __m256 dv = _mm256_set1_ps(d);
+    if constexpr (B::kSigned) {
+      const __m256i aq = _mm256_sign_epi8(q, q);  // |q|, as unsigned bytes
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8 &xb = x[t][i];
+        const __m256i sx = _mm256_sign_epi8(load256(xb.qs), q);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+      }
+    } else {
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8 &xb = x[t][i];
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+        accm[t] += m * xb.d * static_cast<float>(xb.sum);
+      }
+    }
+  }
   template <int NT>
   static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
     const int64_t nb = a.n_cols / kQK;
-    constexpr size_t bb = W == SPECINFER_WTYPE_Q4_0   ? sizeof(BlockQ4_0)
-                          : W == SPECINFER_WTYPE_Q4_1 ? sizeof(BlockQ4_1)
-                          : W == SPECINFER_WTYPE_Q5_0 ? sizeof(BlockQ5_0)
-                          : W == SPECINFER_WTYPE_Q5_1 ? sizeof(BlockQ5_1)
-                          : W == SPECINFER_WTYPE_Q8_0 ? sizeof(BlockQ8_0)
-                                                      : sizeof(BlockQ8_1);
     const ActQ8 *x[NT];
-    __m256 acc[NT];
+    // Two accumulator sets (even / odd blocks) while registers allow: the float accumulation
+    // chain otherwise limits few-token passes to one block per FMA latency.
+    constexpr int kSets = NT <= 4 ? 2 : 1;
+    __m256 acc[kSets][NT];
     float accm[NT];
     for (int t = 0; t < NT; ++t) {
       x[t] = static_cast<const ActQ8 *>(a.xq) + (t0 + t) * a.xq_blocks;
-      acc[t] = _mm256_setzero_ps();
+      for (int k = 0; k < kSets; ++k) acc[k][t] = _mm256_setzero_ps();
       accm[t] = 0.0f;
     }
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i q;
-      float d, m;
-      B::unpack(row + static_cast<size_t>(i) * bb, q, d, m);
-      if constexpr (B::kSigned) {
-        const __m256i aq = _mm256_sign_epi8(q, q);  // |q|, as unsigned bytes
-        for (int t = 0; t < NT; ++t) {
-          const ActQ8 &xb = x[t][i];
-          const __m256i sx = _mm256_sign_epi8(load256(xb.qs), q);
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), acc[t]);
-        }
-      } else {
-        for (int t = 0; t < NT; ++t) {
-          const ActQ8 &xb = x[t][i];
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xb.d), acc[t]);
-          accm[t] += m * xb.d * static_cast<float>(xb.sum);
-        }
-      }
+    int64_t i = 0;
+    for (; i + kSets <= nb; i += kSets) {
+      _mm_prefetch(reinterpret_cast<const char *>(row + static_cast<size_t>(i + 8) * kBB), _MM_HINT_T0);
+      for (int k = 0; k < kSets; ++k)
+        block<NT>(row + static_cast<size_t>(i + k) * kBB, x, i + k, acc[k], accm);
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) + accm[t];
+    for (; i < nb; ++i) block<NT>(row + static_cast<size_t>(i) * kBB, x, i, acc[0], accm);
+    for (int t = 0; t < NT; ++t) {
+      __m256 s = acc[0][t];
+      if constexpr (kSets == 2) s = _mm256_add_ps(s, acc[1][t]);
+      out[t] = hsum(s) + accm[t];
+    }
   }
 };
 

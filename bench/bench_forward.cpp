@@ -1,0 +1,145 @@
+// Whole-model forward passes through the gguf plugin: the time of one batched forward of n tokens
+// (the verification pass of speculative decoding scores n tokens at once and needs logits for all
+// of them) after a fixed cached context, and prefill of 512 tokens.
+//
+//   SPECINFER_PLUGIN_PATH=<build>/plugins SPECINFER_BENCH_MODEL=<file.gguf>
+//     ./bench_forward --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// SPECINFER_BENCH_MODEL defaults to ~/.cache/specinfer/models/qwen2.5-coder-1.5b.gguf;
+// SPECINFER_BENCH_THREADS (default 2) sets the registry's threads. Without the model file every
+// benchmark is skipped.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "api/handles.h"
+#include "specinfer.h"
+#include "specinfer_plugin.h"
+
+namespace {
+
+std::string model_path() {
+  if (const char *p = std::getenv("SPECINFER_BENCH_MODEL")) return p;
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/specinfer/models/qwen2.5-coder-1.5b.gguf";
+}
+
+int bench_threads() {
+  const char *s = std::getenv("SPECINFER_BENCH_THREADS");
+  const int n = s ? std::atoi(s) : 2;
+  return n > 0 ? n : 2;
+}
+
+// One registry and target for the whole run (opened on first use).
+struct Model {
+  specinfer_registry *reg = nullptr;
+  specinfer_target *target = nullptr;
+  specinfer_model_info info{};
+  std::string error;
+
+  Model() {
+    const std::string path = model_path();
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      error = "no model file " + path + " (set SPECINFER_BENCH_MODEL)";
+      return;
+    }
+    specinfer_registry_params params;
+    specinfer_registry_params_init(&params);
+    params.n_threads = bench_threads();
+    char *msg = nullptr;
+    if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
+      error = msg ? msg : "registry_create failed";
+      specinfer_free(msg);
+      return;
+    }
+    const std::string config = "path=" + path;
+    if (specinfer_target_open(reg, "gguf", config.c_str(), &target, &msg) != SPECINFER_OK) {
+      error = msg ? msg : "target_open failed";
+      specinfer_free(msg);
+      target = nullptr;
+      return;
+    }
+    specinfer_model_info_init(&info);
+    specinfer_target_info(target, &info);
+  }
+  ~Model() {
+    if (target) specinfer_target_destroy(target);
+    if (reg) specinfer_registry_destroy(reg);
+  }
+};
+
+Model &model() {
+  static Model m;
+  return m;
+}
+
+// Runs one forward of `n` tokens at positions pos0.. with logits for the last n_logits.
+void forward(Model &m, int32_t pos0, int32_t n, int32_t n_logits, std::vector<float> &logits) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n)), positions(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = (1000 + 37 * (pos0 + i)) % 30000;  // arbitrary ordinary tokens
+    positions[static_cast<size_t>(i)] = pos0 + i;
+  }
+  logits.resize(static_cast<size_t>(n_logits) * static_cast<size_t>(m.info.vocab_size));
+  specinfer_forward_batch b{};
+  b.struct_size = sizeof b;
+  b.n_tokens = n;
+  b.tokens = tokens.data();
+  b.positions = positions.data();
+  b.n_logits = n_logits;
+  b.logits = logits.data();
+  static_cast<specinfer::TargetObject *>(m.target)->forward(b);
+}
+
+// n tokens after a cached context of 64, logits for all n (a verification pass).
+void BM_Forward(benchmark::State &state) {
+  Model &m = model();
+  if (!m.target) {
+    state.SkipWithError(m.error.c_str());
+    return;
+  }
+  auto *t = static_cast<specinfer::TargetObject *>(m.target);
+  const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
+  std::vector<float> logits;
+  t->kv_truncate(0);
+  forward(m, 0, ctx, 1, logits);
+  for (auto _ : state) {
+    t->kv_truncate(ctx);
+    forward(m, ctx, n, n, logits);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n,
+                                                  benchmark::Counter::kIsRate);
+  state.SetLabel(m.info.name ? m.info.name : "");
+}
+BENCHMARK(BM_Forward)->Arg(1)->Arg(2)->Arg(4)->Arg(5)->Arg(8)->Arg(16)->ArgName("tok")
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Prefill: 512 tokens from an empty cache, logits for the last one.
+void BM_Prefill(benchmark::State &state) {
+  Model &m = model();
+  if (!m.target) {
+    state.SkipWithError(m.error.c_str());
+    return;
+  }
+  auto *t = static_cast<specinfer::TargetObject *>(m.target);
+  const int32_t n = static_cast<int32_t>(state.range(0));
+  std::vector<float> logits;
+  for (auto _ : state) {
+    t->kv_truncate(0);
+    forward(m, 0, n, 1, logits);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n,
+                                                  benchmark::Counter::kIsRate);
+  state.SetLabel(m.info.name ? m.info.name : "");
+}
+BENCHMARK(BM_Prefill)->Arg(512)->ArgName("tok")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
