@@ -1,0 +1,323 @@
+// Speculative decoding end to end on the real GGUF models (scripts/fetch-models): Qwen2.5-Coder
+// 1.5B as the target, 0.5B as the draft model. Skips (with a message) when the models are absent.
+//  - greedy: the text of every drafter (draft-model, ngram, draft-model with prompt lookup) equals
+//    plain greedy decoding token for token, on several prompts;
+//  - gumbel at a fixed seed, temperatures 0.7 and 1.0: every drafter gives the text of plain
+//    decoding with that seed and coupler;
+//  - KV rollback: after a sampled session with many rejections, the target's logits for the next
+//    token equal (within 1e-3) those of a fresh target fed the same text the way plain decoding
+//    feeds it (prompt in one batch, then one token per pass);
+//  - the draft model follows the accepted text: drafting for the 0.5B with the 0.5B itself is
+//    accepted (almost) always.
+// With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
+// and fewer tokens are generated.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "api/handles.h"
+#include "specinfer.h"
+
+extern "C" {
+#include <cmocka.h>  // last: its macros clash with the C++ headers
+}
+
+namespace {
+
+std::string g_target, g_draft;  // model paths
+bool g_sanitized = false;
+int g_tokens = 24;
+
+std::string models_dir() {
+  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/specinfer/models";
+}
+
+bool exists(const std::string &p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+const char *kPrompts[] = {
+    "def fib(n):\n",
+    "# Rename `total` to `acc` in this function.\n"
+    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
+    "# The same function with `total` renamed to `acc`:\n",
+    "<|im_start|>user\nWrite a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
+};
+
+struct Env {
+  specinfer_registry *reg = nullptr;
+  specinfer_target *target = nullptr;
+};
+
+int setup(void **state) {
+  if (g_target.empty()) return 0;
+  auto *e = new Env;
+  specinfer_registry_params p;
+  specinfer_registry_params_init(&p);
+  p.n_threads = 2;
+  char *err = nullptr;
+  if (specinfer_registry_create(&p, &e->reg, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "registry: %s\n", err ? err : "?");
+    return -1;
+  }
+  std::string cfg = "path=" + g_target + ",n_ctx=1024";
+  if (specinfer_target_open(e->reg, "gguf", cfg.c_str(), &e->target, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "target: %s\n", err ? err : "?");
+    return -1;
+  }
+  *state = e;
+  return 0;
+}
+
+int teardown(void **state) {
+  auto *e = static_cast<Env *>(*state);
+  if (!e) return 0;
+  specinfer_target_destroy(e->target);
+  specinfer_registry_destroy(e->reg);
+  delete e;
+  return 0;
+}
+
+specinfer_drafter *open_drafter(Env *e, const std::string &spec) {
+  size_t colon = spec.find(':');
+  std::string plugin = spec.substr(0, colon), cfg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  specinfer_drafter *d = nullptr;
+  char *err = nullptr;
+  specinfer_status rc = specinfer_drafter_open(e->reg, plugin.c_str(), cfg.c_str(), e->target, &d, &err);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "drafter %s: %s\n", spec.c_str(), err ? err : "?");
+  specinfer_free(err);
+  assert_int_equal(rc, SPECINFER_OK);
+  return d;
+}
+
+// Generates n tokens; returns the whole sequence and fills *st.
+std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, float temp, uint64_t seed,
+                         const char *prompt, int n, specinfer_session_stats *st, int max_draft = 8,
+                         bool adaptive = true) {
+  specinfer_coupler *c = nullptr;
+  if (coupler) assert_int_equal(specinfer_coupler_create(coupler, &c, nullptr), SPECINFER_OK);
+  specinfer_session_params p;
+  specinfer_session_params_init(&p);
+  p.temperature = temp;
+  p.seed = seed;
+  p.max_draft = max_draft;
+  p.adaptive_draft = adaptive ? 1 : 0;
+  specinfer_session *s = nullptr;
+  char *err = nullptr;
+  specinfer_status rc = specinfer_session_create(e->target, d, c, &p, &s, &err);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
+  assert_int_equal(rc, SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
+  rc = specinfer_session_generate(s, n, nullptr, nullptr);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
+  assert_int_equal(rc, SPECINFER_OK);
+  const int32_t *toks = nullptr;
+  size_t len = 0;
+  assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
+  std::vector<int32_t> out(toks, toks + len);
+  if (st) {
+    specinfer_session_stats_init(st);
+    assert_int_equal(specinfer_session_get_stats(s, st), SPECINFER_OK);
+  }
+  specinfer_session_destroy(s);
+  specinfer_coupler_destroy(c);
+  return out;
+}
+
+std::vector<std::string> drafter_specs() {
+  return {"draft-model:path=" + g_draft, "ngram", "draft-model:path=" + g_draft + ",lookup=1"};
+}
+
+void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got, const char *what,
+                 const std::string &drafter, const char *prompt) {
+  if (want != got) {
+    size_t i = 0;
+    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+    std::fprintf(stderr, "%s: drafter %s differs from plain decoding at token %zu (lengths %zu, %zu) on prompt '%.30s'\n",
+                 what, drafter.c_str(), i, want.size(), got.size(), prompt);
+  }
+  assert_true(want == got);
+}
+
+void skip_without_models(void **state) {
+  if (!*state) {
+    std::fprintf(stderr, "SKIP: real models not found in %s (run scripts/fetch-models)\n", models_dir().c_str());
+    skip();
+  }
+}
+
+void test_greedy_equals_plain(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  size_t n_prompts = g_sanitized ? 1 : 3;
+  std::vector<specinfer_drafter *> ds;
+  for (const auto &spec : drafter_specs()) ds.push_back(open_drafter(e, spec));
+  int64_t accepted_model = 0;
+  for (size_t pi = 0; pi < n_prompts; ++pi) {
+    std::vector<int32_t> plain = run(e, nullptr, nullptr, 0, 0, kPrompts[pi], g_tokens, nullptr);
+    for (size_t di = 0; di < ds.size(); ++di) {
+      specinfer_session_stats st;
+      std::vector<int32_t> spec = run(e, ds[di], nullptr, 0, 0, kPrompts[pi], g_tokens, &st);
+      expect_same(plain, spec, "greedy", drafter_specs()[di], kPrompts[pi]);
+      if (di == 0) accepted_model += st.n_accepted;
+    }
+  }
+  // The draft model is a real drafter: the target keeps some of its tokens.
+  assert_true(accepted_model > 0);
+  for (auto *d : ds) assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+}
+
+void test_gumbel_equals_plain(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  std::vector<specinfer_drafter *> ds;
+  for (const auto &spec : drafter_specs()) ds.push_back(open_drafter(e, spec));
+  const int n = g_sanitized ? g_tokens : 16;
+  for (float temp : {0.7f, 1.0f}) {
+    const uint64_t seed = 20240611;
+    const char *prompt = kPrompts[g_sanitized ? 0 : 2];
+    std::vector<int32_t> plain = run(e, nullptr, "gumbel", temp, seed, prompt, n, nullptr);
+    for (size_t di = 0; di < ds.size(); ++di) {
+      std::vector<int32_t> spec = run(e, ds[di], "gumbel", temp, seed, prompt, n, nullptr);
+      expect_same(plain, spec, temp < 0.8f ? "gumbel T=0.7" : "gumbel T=1.0", drafter_specs()[di], prompt);
+    }
+  }
+  for (auto *d : ds) assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+}
+
+void test_rollback_logits(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  // A confident-or-not draft model at fixed length, sampled with rejection coupling: many drafts
+  // are partly refused, so the target's cache is cut back often.
+  specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft + ",p_min=0");
+  specinfer_session_stats st;
+  const char *prompt = kPrompts[0];
+  std::vector<int32_t> seq = run(e, d, "rejection", 1.0f, 7, prompt, g_tokens, &st, 6, false);
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  std::fprintf(stderr, "rollback: %lld rounds, drafted %lld, accepted %lld\n", (long long)st.n_rounds,
+               (long long)st.n_drafted, (long long)st.n_accepted);
+  assert_true(st.n_drafted - st.n_accepted >= 8);  // many refused draft tokens
+
+  specinfer::TargetObject &t = *e->target;
+  const int32_t V = t.info().vocab_size;
+  const int32_t n = static_cast<int32_t>(seq.size());
+  // The session's cache holds seq[0 .. n-1); score the last token on top of it.
+  assert_int_equal(t.kv_size(), n - 1);
+  std::vector<float> after(V), fresh(V);
+  auto forward = [&](const int32_t *toks, int32_t m, int32_t pos0, float *logits) {
+    std::vector<int32_t> pos(static_cast<size_t>(m));
+    for (int32_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = pos0 + i;
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = m;
+    b.tokens = toks;
+    b.positions = pos.data();
+    b.n_logits = logits ? 1 : 0;
+    b.logits = logits;
+    t.forward(b);
+  };
+  forward(&seq[static_cast<size_t>(n - 1)], 1, n - 1, after.data());
+
+  // A fresh run on the same text, fed as plain decoding feeds it.
+  t.kv_truncate(0);
+  const int32_t n_prompt = static_cast<int32_t>(st.n_prompt_tokens);
+  forward(seq.data(), n_prompt - 1, 0, nullptr);
+  for (int32_t i = n_prompt - 1; i < n - 1; ++i) forward(&seq[static_cast<size_t>(i)], 1, i, nullptr);
+  forward(&seq[static_cast<size_t>(n - 1)], 1, n - 1, fresh.data());
+  double md = 0, scale = 0;
+  for (int32_t v = 0; v < V; ++v) {
+    md = std::max(md, static_cast<double>(std::fabs(after[static_cast<size_t>(v)] - fresh[static_cast<size_t>(v)])));
+    scale = std::max(scale, static_cast<double>(std::fabs(fresh[static_cast<size_t>(v)])));
+  }
+  std::fprintf(stderr, "rollback: max |logit difference| %.3g (largest logit %.3g)\n", md, scale);
+  assert_true(md <= 1e-3);
+  t.kv_truncate(0);
+}
+
+void test_draft_model_follows_text(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  if (g_target != g_draft) {
+    // Same check, with the draft model as the target: open it as a second target.
+    specinfer_target *small = nullptr;
+    std::string cfg = "path=" + g_draft + ",n_ctx=1024";
+    assert_int_equal(specinfer_target_open(e->reg, "gguf", cfg.c_str(), &small, nullptr), SPECINFER_OK);
+    Env e2{e->reg, small};
+    specinfer_drafter *d = open_drafter(&e2, "draft-model:path=" + g_draft + ",p_min=0");
+    specinfer_session_stats st;
+    run(&e2, d, nullptr, 0, 0, kPrompts[1], g_tokens, &st, 6, false);
+    std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted, (long long)st.n_accepted);
+    assert_true(st.n_drafted >= g_tokens / 2);
+    assert_true(st.n_accepted >= st.n_drafted * 95 / 100);
+    assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+    assert_int_equal(specinfer_target_destroy(small), SPECINFER_OK);
+    return;
+  }
+  specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft + ",p_min=0");
+  specinfer_session_stats st;
+  run(e, d, nullptr, 0, 0, kPrompts[1], g_tokens, &st, 6, false);
+  std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted, (long long)st.n_accepted);
+  assert_true(st.n_drafted >= g_tokens / 2);
+  assert_true(st.n_accepted >= st.n_drafted * 95 / 100);
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+}
+
+void test_bad_configs(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_drafter *d = nullptr;
+  char *err = nullptr;
+  // Unknown key, missing file, and a model with another vocabulary (Gemma) when it is there.
+  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,bogus=1", e->target, &d, &err),
+                   SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_not_equal(specinfer_drafter_open(e->reg, "draft-model", "path=/nonexistent.gguf", e->target, &d, &err),
+                       SPECINFER_OK);
+  assert_non_null(err);
+  specinfer_free(err);
+  err = nullptr;
+  std::string gemma = models_dir() + "/gemma-3-270m.gguf";
+  if (exists(gemma)) {
+    std::string cfg = "path=" + gemma;
+    assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", cfg.c_str(), e->target, &d, &err),
+                     SPECINFER_ERR_UNSUPPORTED);
+    assert_non_null(std::strstr(err, "vocabulary"));
+    specinfer_free(err);
+  }
+}
+
+}  // namespace
+
+int main(void) {
+  std::string dir = models_dir();
+  g_sanitized = std::getenv("SPECINFER_SANITIZED") && std::strcmp(std::getenv("SPECINFER_SANITIZED"), "1") == 0;
+  std::string big = dir + "/qwen2.5-coder-1.5b.gguf", small = dir + "/qwen2.5-coder-0.5b.gguf";
+  if (exists(small) && (g_sanitized || exists(big))) {
+    g_draft = small;
+    g_target = g_sanitized ? small : big;
+    g_tokens = g_sanitized ? 8 : 24;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_greedy_equals_plain),
+      cmocka_unit_test(test_gumbel_equals_plain),
+      cmocka_unit_test(test_rollback_logits),
+      cmocka_unit_test(test_draft_model_follows_text),
+      cmocka_unit_test(test_bad_configs),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
