@@ -226,9 +226,10 @@ struct KQ32 {
   static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
     const int64_t nb = a.n_cols / kQK;
     const ActQ8 *x[NT];
-    // Two accumulator sets (even / odd blocks) while registers allow: the float accumulation
-    // chain otherwise limits few-token passes to one block per FMA latency.
-    constexpr int kSets = NT <= 4 ? 2 : 1;
+    // Two accumulator sets (even / odd blocks): the float accumulation chain otherwise limits
+    // few-token passes to one block per FMA latency. The same for every NT: a token's result must
+    // not depend on its batch (tests/test_batch_invariance.cpp).
+    constexpr int kSets = 2;
     __m256 acc[kSets][NT];
     float accm[NT];
     for (int t = 0; t < NT; ++t) {
