@@ -23,26 +23,49 @@ bool is_llama3_family(std::string_view pre) {
   return false;
 }
 
-// Spellings llama.cpp treats as control tokens whatever the file says (end of turn / message /
-// text and fill-in-middle markers), so that they are not cut out of plain text.
-constexpr const char *kControlByName[] = {
-    "<|eot_id|>",     "<|im_end|>",     "<|end|>",        "<end_of_turn>",  "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>",         "_<EOT>",         "<|eom_id|>",     "<|fim_prefix|>",
-    "<fim-prefix>",   "<fim_prefix>",   "<PRE>",          "<|fim_suffix|>", "<fim-suffix>",
-    "<fim_suffix>",   "<SUF>",          "<|fim_middle|>", "<fim-middle>",   "<fim_middle>",
-    "<MID>",          "<|fim_pad|>",    "<fim-pad>",      "<fim_pad>",      "<PAD>",
-    "<|fim_repo|>",   "<|repo_name|>",  "<fim-repo>",     "<REPO>",         "<reponame>",
-    "<|file_sep|>",   "<end_of_utterance>",
+// The spelling lists below follow llama.cpp's vocabulary loader (the version the reference data in
+// tests/data/reference was made with: llama-cpp-python 0.3.36). llama.cpp makes every token
+// spelt like one of them a control token whatever type the file gives it, so that it renders as
+// nothing with special = false and is cut out of the text only with parse_special. That includes
+// plain-looking spellings such as "</s>" (listed for PaddleOCR), which Qwen2.5 has as a normal
+// token (id 128247) and Gemma 3 as a user-defined one (id 212).
+
+// End of turn; the first present is eot() when the file names none.
+constexpr const char *kEndOfTurn[] = {
+    "<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>",      "_<EOT>",     "[EOT]",         "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>",
+};
+
+// Fill-in-middle markers (prefix, suffix, middle, pad, repository, file separator).
+constexpr const char *kFillInMiddle[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
+    "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>",
+    "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
+    "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    "<|file_sep|>",
+};
+
+// Fill-in-middle markers that also end generation (pad, repository, file separator).
+constexpr const char *kFillInMiddleEnd[] = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
+    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
 };
 
 // Spellings that end generation when present.
 constexpr const char *kEndOfGeneration[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[",
 };
 
-// Spellings searched for the end-of-turn token when the file names none, in this order.
-constexpr const char *kEndOfTurn[] = {"<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<EOT>"};
+// Spellings llama.cpp always makes user-defined (rendered even with special = false; gpt-oss).
+constexpr const char *kUserDefinedByName[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 // "<0xAB>" -> 0xAB, or -1.
 int parse_byte_token(std::string_view text) {
@@ -153,9 +176,17 @@ void Tokenizer::build(TokenizerSpec &spec) {
     }
   }
   by_text_.build(&texts_, std::vector<bool>(n, true));
-  for (const char *name : kControlByName) {
+  const auto make_control = [&](const char *name) {
     const int32_t id = find_token(name);
     if (id >= 0) types_[id] = TokenType::Control;
+  };
+  for (const char *name : kEndOfTurn) make_control(name);
+  make_control("<|eom_id|>");
+  for (const char *name : kFillInMiddle) make_control(name);
+  for (const char *name : kEndOfGeneration) make_control(name);
+  for (const char *name : kUserDefinedByName) {
+    const int32_t id = find_token(name);
+    if (id >= 0) types_[id] = TokenType::UserDefined;
   }
 
   // Special ids and flags: llama.cpp's defaults, then the file's values.
@@ -196,6 +227,25 @@ void Tokenizer::build(TokenizerSpec &spec) {
     const int32_t id = find_token(name);
     if (id >= 0) eog_.push_back(id);
   }
+  for (const char *name : kFillInMiddleEnd) {
+    const int32_t id = find_token(name);
+    if (id >= 0) eog_.push_back(id);
+  }
+  // llama.cpp's exceptions: with "<|return|>" and "<|call|>" (gpt-oss), or "<|calls|>" and
+  // "<|flush|>" (Solar Open), "<|end|>" does not end generation and is user-defined; with
+  // "<|tool_response>" (Gemma 4) or "<|plamo:eos|>" (PLaMo), "</s>" is a normal token.
+  const auto present = [&](const char *name) { return find_token(name) >= 0; };
+  const auto demote = [&](const char *name, TokenType to) {
+    const int32_t id = find_token(name);
+    if (id < 0) return;
+    eog_.erase(std::remove(eog_.begin(), eog_.end(), id), eog_.end());
+    types_[id] = to;
+  };
+  const bool call = present("<|call|>") || present("<|calls|>");
+  if (present("<|end|>") && call && (present("<|return|>") || present("<|flush|>"))) {
+    demote("<|end|>", TokenType::UserDefined);
+  }
+  if (present("<|tool_response>") || present("<|plamo:eos|>")) demote("</s>", TokenType::Normal);
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
 
