@@ -269,6 +269,48 @@ void test_special_tokens(void **) {
   assert_true(t->decode(t->encode(chat, false, true)) == chat);
 }
 
+// llama.cpp's loader retypes tokens by spelling whatever the file says: end-of-generation and
+// fill-in-middle spellings become control tokens (even "</s>", a normal token in Qwen2.5's
+// vocabulary), the gpt-oss channel markers user-defined; with Gemma 4's "<|tool_response>",
+// "</s>" stays normal, and with gpt-oss's "<|return|>" and "<|call|>", "<|end|>" is user-defined.
+void test_control_by_name(void **) {
+  {
+    ByteLevelVocab v("qwen2");
+    const int32_t s_end = v.add("</s>");
+    const int32_t file_sep = v.add("<|file_sep|>");
+    const int32_t channel = v.add("<|channel|>", TokenType::Control);
+    auto t = Tokenizer::from_spec(v.spec);
+    assert_int_equal(t->token_type(s_end), static_cast<int>(TokenType::Control));
+    assert_int_equal(t->token_type(file_sep), static_cast<int>(TokenType::Control));
+    assert_int_equal(t->token_type(channel), static_cast<int>(TokenType::UserDefined));
+    assert_true(t->is_eog(s_end));
+    assert_true(t->is_eog(file_sep));
+    assert_false(t->is_eog(channel));
+    assert_string_equal(t->token_bytes(s_end).c_str(), "</s>");
+    assert_string_equal(t->token_bytes(s_end, false).c_str(), "");
+    assert_string_equal(t->token_bytes(channel, false).c_str(), "<|channel|>");
+    expect_ids(t->encode("a</s>", false, true), {'a', s_end}, "</s> parsed as control");
+    expect_ids(t->encode("a</s>", false, false), {'a', '<', '/', 's', '>'}, "</s> as text");
+    expect_ids(t->encode("a<|channel|>", false, false), {'a', channel}, "user-defined always parsed");
+  }
+  {
+    ByteLevelVocab v("qwen2");
+    const int32_t s_end = v.add("</s>");
+    const int32_t tool_response = v.add("<|tool_response>", TokenType::Control);
+    const int32_t end = v.add("<|end|>", TokenType::Control);
+    v.add("<|return|>", TokenType::Control);
+    v.add("<|call|>", TokenType::Control);
+    auto t = Tokenizer::from_spec(v.spec);
+    assert_int_equal(t->token_type(s_end), static_cast<int>(TokenType::Normal));
+    assert_false(t->is_eog(s_end));
+    assert_true(t->is_eog(tool_response));
+    assert_int_equal(t->token_type(end), static_cast<int>(TokenType::UserDefined));
+    assert_false(t->is_eog(end));
+    assert_string_equal(t->token_bytes(s_end, false).c_str(), "</s>");
+    expect_ids(t->encode("</s>", false, true), {'<', '/', 's', '>'}, "normal </s> is text");
+  }
+}
+
 // A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens (ids 3..258), then pieces.
 struct SpmVocab {
   TokenizerSpec spec;
@@ -709,8 +751,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_byte_map),       cmocka_unit_test(test_bpe_merge_order),
       cmocka_unit_test(test_bpe_bytes),      cmocka_unit_test(test_pretokenizers),
-      cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_spm),
-      cmocka_unit_test(test_long_inputs),    cmocka_unit_test(test_from_gguf),
+      cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_control_by_name),
+      cmocka_unit_test(test_spm),            cmocka_unit_test(test_long_inputs),
+      cmocka_unit_test(test_from_gguf),
       cmocka_unit_test(test_real_models),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
