@@ -10,7 +10,9 @@
 //    left without a token becomes byte tokens <0xAB>.
 //
 // Special tokens: control (type 3) and unknown (2) tokens are recognised in the text by their
-// literal spelling only when parse_special is true; user-defined tokens (4) always. Longer
+// literal spelling only when parse_special is true; user-defined tokens (4) always. As in
+// llama.cpp, end-of-turn / end-of-generation / fill-in-middle spellings ("<|im_end|>", "</s>",
+// "<|fim_prefix|>", ...) are made control tokens whatever type the file gives them. Longer
 // spellings win over shorter ones, and each spelling takes its leftmost occurrences.
 //
 // Threads: a Tokenizer is immutable after construction; all methods may run concurrently.
@@ -91,13 +93,14 @@ class Tokenizer {
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
   // End of turn: tokenizer.ggml.eot_token_id, else the first of <|eot_id|>, <|im_end|>,
-  // <end_of_turn>, <|end|>, <EOT> present in the vocabulary.
+  // <end_of_turn>, <|end|>, <|endoftext|>, ... (kEndOfTurn in tokenizer.cpp) in the vocabulary.
   int32_t eot() const { return eot_; }
   int32_t unk() const { return unk_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
-  // True for ids that end generation: eos, eot, eom and the well-known end-of-text spellings.
+  // True for ids that end generation: eos, eot, eom, the well-known end-of-text spellings and the
+  // fill-in-middle pad / repository / file-separator markers (llama.cpp's list).
   bool is_eog(int32_t id) const;
 
   bool is_byte_level() const { return kind_ == Kind::Bpe; }
