@@ -16,6 +16,7 @@ void Lookahead::reset() {
   draft_ms_per_token_ = 0;
   pass_ms_.fill(0);
   paused_ = 0;
+  since_plain_ = 0;
 }
 
 double Lookahead::cost_ratio() const {
@@ -54,6 +55,12 @@ double Lookahead::batch_ratio(int32_t k) const {
 int32_t Lookahead::next() {
   if (max_draft_ == 0) return 0;
   if (!adaptive_) return max_draft_;
+  // The cost model needs the time of a plain one-token pass: measure it in the first round and
+  // refresh it now and then (a plain round costs at most the tokens a draft would have added).
+  if (pass_ms_[1] <= 0 || ++since_plain_ >= kRefreshRounds) {
+    since_plain_ = 0;
+    return 0;
+  }
   if (paused_ > 0) {
     --paused_;
     return paused_ == 0 ? std::min<int32_t>(2, max_draft_) : 0;  // probe when the pause ends

@@ -30,6 +30,7 @@ class Lookahead {
 
   static constexpr double prior_acceptance = 0.6;
   static constexpr int32_t pause_rounds = 16;
+  static constexpr int32_t kRefreshRounds = 64;  // rounds between plain rounds that re-measure
 
  private:
   int32_t max_draft_ = 8;
@@ -38,6 +39,7 @@ class Lookahead {
   double draft_ms_per_token_ = 0;       // moving average
   std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
   int32_t paused_ = 0;
+  int32_t since_plain_ = 0;
 };
 
 }  // namespace specinfer
