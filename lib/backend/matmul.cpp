@@ -86,7 +86,7 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
       if (simd) quantize_act_q8k_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
       else quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
     }
-    const ActPrep prep = picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype) : ActPrep::none;
+    const ActPrep prep = picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype, a.n_tok) : ActPrep::none;
     if (prep == ActPrep::quarters_subsums) {
       act_pair_quarters(q, a.n_tok * a.xq_blocks);
       aux.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * 8);

@@ -50,7 +50,7 @@ MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept;
 //  quarters_subsums: qs in act_pair_quarters order, and MatmulArgs::xaux = act_sub_sums;
 //  lanes16: qs in act_pair_lanes16 order.
 enum class ActPrep { none, quarters_subsums, lanes16 };
-ActPrep matmul_avx2_act_prep(int32_t wtype) noexcept;
+ActPrep matmul_avx2_act_prep(int32_t wtype, int64_t n_tok) noexcept;
 // Paired order: in every 64-value chunk of the activation blocks' qs, the 16-byte quarters 1 and 2
 // are swapped (bsums and d unchanged). Its own inverse.
 void act_pair_quarters(ActQ8K *a, int64_t n_blocks) noexcept;

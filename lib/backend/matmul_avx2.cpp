@@ -541,6 +541,14 @@ struct KQ6KPaired {
   }
 };
 
+// Q6_K: one token takes the plain kernel (no register pairing to pay for), more take the paired
+// one. Both compute the same exact int32 sums and the same float steps after them, so a token's
+// result is bit-identical either way (batch invariance).
+void rows_q6k(const MatmulArgs &a, int64_t r0, int64_t r1) {
+  if (a.n_tok == 1) rows_tiled<KQ6K>(a, r0, r1);
+  else rows_tiled<KQ6KPaired>(a, r0, r1);
+}
+
 }  // namespace
 
 MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept {
@@ -556,14 +564,14 @@ MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept {
     case SPECINFER_WTYPE_Q8_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_1>>;
     case SPECINFER_WTYPE_Q4_K: return rows_tiled<KQ4KPaired>;
     case SPECINFER_WTYPE_Q5_K: return rows_tiled<KQ45K<true>>;
-    case SPECINFER_WTYPE_Q6_K: return rows_tiled<KQ6KPaired>;
+    case SPECINFER_WTYPE_Q6_K: return rows_q6k;
     default: return nullptr;  // Q2_K, Q3_K, Q8_K: the scalar kernels
   }
 }
 
-ActPrep matmul_avx2_act_prep(int32_t wtype) noexcept {
+ActPrep matmul_avx2_act_prep(int32_t wtype, int64_t n_tok) noexcept {
   if (wtype == SPECINFER_WTYPE_Q4_K) return ActPrep::quarters_subsums;
-  if (wtype == SPECINFER_WTYPE_Q6_K) return ActPrep::lanes16;
+  if (wtype == SPECINFER_WTYPE_Q6_K && n_tok > 1) return ActPrep::lanes16;
   return ActPrep::none;
 }
 
