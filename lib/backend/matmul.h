@@ -49,6 +49,7 @@ MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept;
 // How an AVX2 kernel wants its ActQ8K activations prepared (once per call, by the dispatcher):
 //  quarters_subsums: qs in act_pair_quarters order, and MatmulArgs::xaux = act_sub_sums;
 //  lanes16: qs in act_pair_lanes16 order.
+// (Q4_K: quarters_subsums; Q6_K with more than one token: lanes16; everything else: none.)
 enum class ActPrep { none, quarters_subsums, lanes16 };
 ActPrep matmul_avx2_act_prep(int32_t wtype, int64_t n_tok) noexcept;
 // Paired order: in every 64-value chunk of the activation blocks' qs, the 16-byte quarters 1 and 2
