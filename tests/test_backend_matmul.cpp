@@ -138,7 +138,8 @@ int64_t cols_for(int32_t wtype) {
 // Checks one (type, isa, path, n_tok); returns the number of mismatches (printed).
 int check(int32_t wtype, Isa isa, MatmulPath path, int64_t n_rows, int64_t n_cols, int64_t n_tok,
           const std::vector<uint8_t> &w, const std::vector<float> &wdeq, const std::vector<float> &x) {
-  const bool blas = path == MatmulPath::blas || (path == MatmulPath::automatic && n_tok >= kBlasMinTokens);
+  const bool blas = path == MatmulPath::blas || (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
+                                                     wtype == SPECINFER_WTYPE_F32);
   const std::vector<float> xv = blas ? x : kernel_view_of_x(wtype, x, n_tok, n_cols);
   std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
   matmul_with(isa, path, wtype, w.data(), n_rows, n_cols, x.data(), n_tok, y.data());

@@ -2,8 +2,9 @@
 // must not depend on which other tokens share the call. Verifying k+1 tokens in one pass must give
 // bit for bit the logits that k+1 single-token passes give, or greedy speculative output could
 // differ from plain greedy output at a near tie. This test checks that property through the
-// kernel table for every weight type and every instruction set the CPU has, for batches below the
-// sgemm threshold (the verify path; sessions draft at most 16 tokens, so verify batches are <= 17).
+// kernel table for every weight type and every instruction set the CPU has; for quantized weights
+// at any batch size (prefill included), for float weights below the sgemm threshold (sessions draft
+// at most 16 tokens, so verify batches are <= 17).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,15 +82,18 @@ void test_token_outputs_do_not_depend_on_batch(void **) {
   const specinfer_kernels *k = specinfer::backend_kernel_table();
   std::mt19937 rng(1234);
   std::normal_distribution<float> gauss(0, 1);
-  const int64_t rows = 67, cols = 512;
+  const int64_t rows = 67;
   int failures = 0;
   for (specinfer::Isa isa : {specinfer::Isa::scalar, specinfer::Isa::avx2, specinfer::Isa::avx512}) {
     if (!specinfer::isa_available(isa)) continue;
     specinfer::Isa prev = specinfer::set_active_isa(isa);
-    for (const Layout &l : kLayouts) {
+    for (const Layout &l : kLayouts)
+     for (int64_t cols : {int64_t{512}, int64_t{1536}}) {
       assert_int_equal(k->row_size(l.wtype, cols), static_cast<size_t>(cols / k->block_size(l.wtype) * l.block_bytes));
       std::vector<uint8_t> w = weights(l, rows, cols, rng);
-      for (int64_t n_tok : {2, 3, 5, 8, 9, 13, 17}) {
+      for (int64_t n_tok : {2, 3, 5, 8, 9, 13, 17, 40}) {
+        // F32 weights go to sgemm from 32 tokens on (prefill); quantized weights never do.
+        if (n_tok >= 32 && l.wtype == SPECINFER_WTYPE_F32) continue;
         std::vector<float> x(static_cast<size_t>(n_tok * cols));
         for (auto &v : x) v = gauss(rng);
         std::vector<float> batched(static_cast<size_t>(n_tok * rows));

@@ -107,8 +107,8 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
 }
 
 void blas_single_thread() {
-  // Each TBB task makes its own sgemm call on one panel; OpenBLAS's own threads would fight the
-  // host's. Note: this setting is process-wide for OpenBLAS.
+  // OpenBLAS's own threads would fight the host's oneTBB threads. Note: this setting is
+  // process-wide for OpenBLAS.
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
@@ -117,29 +117,29 @@ void run_blas(const MatmulArgs &a) {
   blas_single_thread();
   const int n_cols = static_cast<int>(a.n_cols);
   if (a.wtype == SPECINFER_WTYPE_F32) {
-    // No conversion needed: panels straight from the weights.
-    const int64_t panel = 256;
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, panel), [&](const tbb::blocked_range<int64_t> &r) {
-      const auto *wp = reinterpret_cast<const float *>(a.w + static_cast<size_t>(r.begin()) * a.row_bytes);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
-                  static_cast<int>(r.size()), n_cols, 1.0f, a.x, n_cols, wp, n_cols, 0.0f,
-                  a.y + r.begin(), static_cast<int>(a.n_rows));
-    });
+    // No conversion needed: one call straight on the weights.
+    const auto *wp = reinterpret_cast<const float *>(a.w);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
+                static_cast<int>(a.n_rows), n_cols, 1.0f, a.x, n_cols, wp, n_cols, 0.0f, a.y,
+                static_cast<int>(a.n_rows));
     return;
   }
   // Panels of about 256 KiB of floats so the dequantized panel stays in L2.
   const int64_t panel = std::clamp<int64_t>(65536 / a.n_cols, 4, 256);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, panel), [&](const tbb::blocked_range<int64_t> &r) {
-    thread_local std::vector<float> buf;
-    const size_t need = static_cast<size_t>(r.size()) * static_cast<size_t>(a.n_cols);
-    if (buf.size() < need) buf.resize(need);
-    for (int64_t row = r.begin(); row < r.end(); ++row)
-      dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
-                     buf.data() + static_cast<size_t>(row - r.begin()) * a.n_cols, a.n_cols);
+  // Panels one after another (OpenBLAS is not safe to call concurrently); rows of a panel are
+  // dequantized in parallel.
+  std::vector<float> buf(static_cast<size_t>(std::min(panel, a.n_rows)) * static_cast<size_t>(a.n_cols));
+  for (int64_t p0 = 0; p0 < a.n_rows; p0 += panel) {
+    const int64_t p1 = std::min(a.n_rows, p0 + panel);
+    tbb::parallel_for(tbb::blocked_range<int64_t>(p0, p1), [&](const tbb::blocked_range<int64_t> &r) {
+      for (int64_t row = r.begin(); row < r.end(); ++row)
+        dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
+                       buf.data() + static_cast<size_t>(row - p0) * a.n_cols, a.n_cols);
+    });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
-                static_cast<int>(r.size()), n_cols, 1.0f, a.x, n_cols, buf.data(), n_cols, 0.0f,
-                a.y + r.begin(), static_cast<int>(a.n_rows));
-  });
+                static_cast<int>(p1 - p0), n_cols, 1.0f, a.x, n_cols, buf.data(), n_cols, 0.0f,
+                a.y + p0, static_cast<int>(a.n_rows));
+  }
 }
 
 }  // namespace
@@ -161,7 +161,8 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
   a.x = x;
   a.y = y;
   const bool blas = path == MatmulPath::blas ||
-                    (path == MatmulPath::automatic && n_tok >= kBlasMinTokens);
+                    (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
+                     wtype == SPECINFER_WTYPE_F32);
   if (blas) run_blas(a);
   else run_kernels(isa, a);
 }

@@ -3,8 +3,10 @@
 // Decoding is memory-bound, so the kernels stream each weight row once and apply it to a tile of
 // up to several tokens while it sits in L1. Quantized weights multiply int8-quantized activations
 // (ActQ8 / ActQ8K, quantized once per call); float weights multiply float activations. Rows are
-// split over oneTBB tasks (in the caller's task_arena). From kBlasMinTokens tokens on, row panels
-// are dequantized to float and handed to OpenBLAS sgemm instead.
+// split over oneTBB tasks (in the caller's task_arena). F32 weights with kBlasMinTokens tokens or
+// more go to OpenBLAS sgemm instead (prefill). Quantized weights always take the row kernels: they
+// are as fast as dequantize + sgemm for prefill on this class of CPU, and a token's result then
+// never depends on the batch it is computed in, at any batch size (exact speculative decoding).
 #pragma once
 
 #include <cstddef>
@@ -19,9 +21,10 @@ namespace specinfer {
 constexpr int64_t kBlasMinTokens = 32;
 
 enum class MatmulPath {
-  automatic,  // quantized kernels below kBlasMinTokens tokens, sgemm from there on
+  automatic,  // row kernels; sgemm for F32 weights from kBlasMinTokens tokens on
   kernels,    // always the row kernels of the chosen instruction set
-  blas        // always dequantize + sgemm
+  blas        // always dequantize + sgemm (panels one after another: OpenBLAS gives wrong or
+              // run-to-run different results when called concurrently from several threads)
 };
 
 // One call's operands, as seen by a row kernel.
