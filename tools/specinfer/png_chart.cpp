@@ -177,8 +177,9 @@ std::vector<double> ticks_for(double lo, double hi, bool log_axis) {
   if (log_axis) {
     const double span = hi - lo;
     for (int e = static_cast<int>(std::floor(lo)); e <= static_cast<int>(std::ceil(hi)); ++e) {
-      for (double mult : {1.0, 2.0, 5.0}) {
+      for (double mult : {1.0, 2.0, 3.0, 5.0}) {
         if (mult != 1.0 && span > 2.5) continue;  // wide ranges: powers of ten only
+        if (mult == 3.0 && span > 1.2) continue;  // narrow ranges: 1, 2, 3, 5 per decade
         const double v = e + std::log10(mult);
         if (v >= lo - 1e-9 && v <= hi + 1e-9) t.push_back(v);
       }
