@@ -307,7 +307,8 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   args.scale = hp_.attn_scale;
   args.out = att;
 
-  for (Layer &L : layers_) {
+  for (size_t li = 0; li < layers_.size(); li++) {
+    Layer &L = layers_[li];
     float *kc = L.k_cache.data() + size_t(n_cached_) * size_t(KV);
     float *vc = L.v_cache.data() + size_t(n_cached_) * size_t(KV);
     for (int32_t i = 0; i < n; i++) k_->rmsnorm(x + i * E, L.attn_norm.data(), E, eps, h + i * E);
@@ -326,6 +327,7 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       k_->rope(q + i * QD, H, hd, hp_.n_rot, positions[i], L.rope_base, hp_.rope_neox ? 1 : 0);
       k_->rope(kc + i * KV, Hkv, hd, hp_.n_rot, positions[i], L.rope_base, hp_.rope_neox ? 1 : 0);
     }
+    if (qk_observer_) qk_observer_(int32_t(li), q, kc, n);
     args.k = L.k_cache.data();
     args.v = L.v_cache.data();
     args.mask = L.swa ? swa_mask : mask;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ class Model {
   void forward(const int32_t *tokens, const int32_t *positions, int32_t n, const uint8_t *tree_mask,
                int32_t n_logits, float *logits, float *hidden);
 
+  // Observer of each layer's attention inputs, for analysis tools (sketch-eval on real vectors):
+  // called once per layer and forward with the n tokens' queries [n][n_head * head_dim] and keys
+  // [n][n_head_kv * head_dim], both after bias, norm and RoPE (what the attention scores use).
+  // Empty (the default) costs nothing.
+  using QkObserver = std::function<void(int32_t layer, const float *q, const float *k, int32_t n)>;
+  void set_qk_observer(QkObserver fn) { qk_observer_ = std::move(fn); }
+
   // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op).
   void kv_truncate(int32_t n_keep);
   // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.
@@ -98,6 +106,7 @@ class Model {
   Weight tok_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
+  QkObserver qk_observer_;
 
   // Scratch, grown as needed, never shrunk.
   int32_t scratch_n_ = 0;
