@@ -20,6 +20,7 @@
 
 #include "commands.h"
 #include "png_chart.h"
+#include "sketch_eval_real.h"
 #include "specinfer.h"
 
 namespace {
@@ -53,7 +54,12 @@ void usage(FILE *out) {
                "  --jl-dist D         sign (default, as in the paper) or gaussian\n"
                "  --data-seed S       seed of the synthetic vectors (default 9)\n"
                "  --png PREFIX        write PREFIX-overlap-<pct>.png charts (default sketch-eval)\n"
-               "  --no-png            do not write charts\n");
+               "  --no-png            do not write charts\n\n"
+               "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
+               "The same on real query/key vectors from a model's attention layers (plus top-1 / top-8\n"
+               "agreement of the keys each query ranks highest); options:\n");
+  if (out == stdout) sketch_eval_real_usage("  ");
+  else std::fprintf(out, "  see `specinfer sketch-eval --help`\n");
 }
 
 std::vector<std::string> split(const std::string &s, char sep) {
@@ -187,6 +193,8 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
 }  // namespace
 
 int cmd_sketch_eval(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--model")) return sketch_eval_real(argc, argv);
   Config cfg;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

@@ -1,0 +1,775 @@
+// specinfer sketch-eval --model PATH: the sketch experiment of cmd_sketch_eval.cpp on real query and
+// key vectors. The model (plugins/gguf, linked in as its static core gguf_core) reads a text in
+// chunks; Model::set_qk_observer hands over each layer's queries and keys after bias, norm and RoPE.
+// The model runs on the kernels and threads of libspecinfer's host table, obtained by registering a
+// tiny in-process plugin whose init() receives it (see docs/ARCHITECTURE.md).
+//
+// Evaluation, per selected layer and kv head g (query heads map to g as h / (n_head / n_head_kv)):
+// for every storage budget S, method and trial seed one sketcher of dimension head_dim is made;
+// it sketches every key of g (key role) and, for each query head of g, `queries` sampled query
+// positions t (query role; only qjl tells the roles apart). Each query is then scored against every
+// key it attends to (positions <= t, inside the sliding window on such layers) with
+// specinfer_sketcher_estimate_many, which is how attention would use the sketches. Reported:
+//   error   mean over all those (q, k) pairs of |est - <q,k>| / (||q|| ||k||);
+//   top-1   share of queries whose highest estimated score is a key with the highest exact score;
+//   top-8   mean |estimated top 8 ∩ exact top 8| / 8.
+// Storage accounting as in the synthetic experiment: S 64-bit words give jl, countsketch and qjl
+// m = S rows and threshold, priority m = S / 1.5 samples. The mean serialized key sketch size is
+// printed too (qjl keys hold m bits, so they are far smaller than S words).
+#include "sketch_eval_real.h"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+#include "gguf/model.h"
+#include "gguf/tokenizer.h"
+#include "png_chart.h"
+#include "specinfer.h"
+#include "specinfer_plugin.h"
+
+namespace {
+
+namespace gg = specinfer::gguf;
+
+struct Config {
+  std::string model, text_file;
+  int64_t tokens = 1024, chunk = 256;
+  std::string layers = "all";
+  std::vector<int64_t> storage;  // empty: head_dim / 16, / 8, / 4, / 2, / 1
+  std::vector<std::string> methods = {"jl", "countsketch", "qjl", "threshold", "priority"};
+  int64_t trials = 3;
+  int64_t queries = 16;
+  int64_t min_pos = 64;
+  std::string jl_dist = "sign";
+  uint64_t seed = 1;
+  std::string png_prefix = "sketch-eval-real";
+  bool png = true;
+};
+
+constexpr int kTopK = 8;
+
+struct Failure {
+  std::string message;
+};
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t next = s.find(sep, pos);
+    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+bool parse_int(const std::string &s, int64_t lo, int64_t hi, int64_t *out) {
+  if (s.empty()) return false;
+  char *end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// "all", or a comma-separated list of layer numbers and ranges "a-b".
+bool parse_layers(const std::string &spec, int32_t n_layer, std::vector<int32_t> *out) {
+  out->clear();
+  if (spec == "all") {
+    for (int32_t l = 0; l < n_layer; ++l) out->push_back(l);
+    return true;
+  }
+  for (const std::string &part : split(spec, ',')) {
+    const size_t dash = part.find('-');
+    int64_t a = 0, b = 0;
+    if (dash == std::string::npos) {
+      if (!parse_int(part, 0, n_layer - 1, &a)) return false;
+      b = a;
+    } else if (!parse_int(part.substr(0, dash), 0, n_layer - 1, &a) ||
+               !parse_int(part.substr(dash + 1), 0, n_layer - 1, &b) || b < a) {
+      return false;
+    }
+    for (int64_t l = a; l <= b; ++l) out->push_back(static_cast<int32_t>(l));
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return !out->empty();
+}
+
+// Appends the UTF-8 encoding of code point c.
+void put_utf8(std::string &out, uint32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xc0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3f));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xe0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (c & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (c & 0x3f));
+  }
+}
+
+// Reads the JSON string starting at s[i] == '"'; returns false on malformed input.
+bool json_string(const std::string &s, size_t &i, std::string *out) {
+  if (i >= s.size() || s[i] != '"') return false;
+  ++i;
+  auto hex4 = [&](uint32_t *v) {
+    if (i + 4 > s.size()) return false;
+    *v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s[i++];
+      *v <<= 4;
+      if (c >= '0' && c <= '9') *v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') *v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') *v |= static_cast<uint32_t>(c - 'A' + 10);
+      else return false;
+    }
+    return true;
+  };
+  while (i < s.size()) {
+    const char c = s[i++];
+    if (c == '"') return true;
+    if (c != '\\') {
+      *out += c;
+      continue;
+    }
+    if (i >= s.size()) return false;
+    const char e = s[i++];
+    switch (e) {
+      case 'n': *out += '\n'; break;
+      case 't': *out += '\t'; break;
+      case 'r': *out += '\r'; break;
+      case 'b': *out += '\b'; break;
+      case 'f': *out += '\f'; break;
+      case '"': case '\\': case '/': *out += e; break;
+      case 'u': {
+        uint32_t cp = 0;
+        if (!hex4(&cp)) return false;
+        if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < s.size() && s[i] == '\\' && s[i + 1] == 'u') {
+          i += 2;
+          uint32_t lo = 0;
+          if (!hex4(&lo) || lo < 0xdc00 || lo >= 0xe000) return false;
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        }
+        put_utf8(*out, cp);
+        break;
+      }
+      default: return false;
+    }
+  }
+  return false;
+}
+
+// The text to run: the file as it is, or for *.jsonl the "prompt" strings of its lines joined by
+// blank lines (the format of bench/prompts).
+bool read_text(const std::string &path, std::string *text, std::string *error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read " + path;
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string raw = ss.str();
+  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".jsonl") != 0) {
+    *text = raw;
+    return true;
+  }
+  text->clear();
+  size_t line_no = 0;
+  for (const std::string &line : split(raw, '\n')) {
+    ++line_no;
+    const size_t key = line.find("\"prompt\"");
+    if (key == std::string::npos) continue;
+    size_t i = key + 8;
+    while (i < line.size() && (line[i] == ' ' || line[i] == ':')) ++i;
+    std::string prompt;
+    if (!json_string(line, i, &prompt)) {
+      *error = path + ":" + std::to_string(line_no) + ": malformed \"prompt\" string";
+      return false;
+    }
+    if (!text->empty()) *text += "\n\n";
+    *text += prompt;
+  }
+  if (text->empty()) {
+    *error = path + ": no \"prompt\" strings found";
+    return false;
+  }
+  return true;
+}
+
+// splitmix64, for sampling query positions and deriving sketch seeds.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// ---- the host table of libspecinfer, received by an in-process plugin ----
+
+const specinfer_host *g_host = nullptr;
+
+int32_t probe_init(const specinfer_host *host) {
+  g_host = host;
+  return 0;
+}
+
+specinfer_status probe_create(const specinfer_host *, const char *, const specinfer_model_info *,
+                              const specinfer_host_target *, void **, const specinfer_drafter_vtable **,
+                              specinfer_plugin_error *err) {
+  std::snprintf(err->message, sizeof err->message,
+                "the sketch-eval plugin only receives the host table; it drafts nothing");
+  return SPECINFER_ERR_UNSUPPORTED;
+}
+
+const specinfer_drafter_factory kProbeFactory = {sizeof(specinfer_drafter_factory), probe_create};
+
+const void *probe_get_factory(const char *id) {
+  return std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &kProbeFactory : nullptr;
+}
+
+const specinfer_plugin_descriptor kProbe = {
+    SPECINFER_PLUGIN_ABI_VERSION, sizeof(specinfer_plugin_descriptor), "sketch-eval-host",
+    SPECINFER_VERSION_STRING, "lends libspecinfer's host table to `specinfer sketch-eval --model`",
+    probe_init, nullptr, probe_get_factory};
+
+// ---- captured vectors ----
+
+struct Capture {
+  int32_t n_head = 0, n_kv = 0, hd = 0, n_tok = 0;
+  int32_t swa_window = 0, swa_pattern = 0;
+  std::vector<int32_t> layers;        // model layer of each slot
+  std::vector<std::vector<float>> q;  // per slot: [n_tok][n_head * hd]
+  std::vector<std::vector<float>> k;  // per slot: [n_tok][n_kv * hd]
+  bool swa(int32_t layer) const { return swa_window > 0 && swa_pattern > 0 && (layer + 1) % swa_pattern != 0; }
+};
+
+// ---- accumulators: one cell per (slot, budget, method) ----
+
+struct Cell {
+  double err_sum = 0;
+  int64_t pairs = 0;
+  int64_t top1 = 0, topk_hits = 0, queries = 0;
+  double key_bytes = 0;
+  int64_t keys = 0;
+  void add(const Cell &o) {
+    err_sum += o.err_sum;
+    pairs += o.pairs;
+    top1 += o.top1;
+    topk_hits += o.topk_hits;
+    queries += o.queries;
+    key_bytes += o.key_bytes;
+    keys += o.keys;
+  }
+};
+
+int64_t size_for(const std::string &method, int64_t storage) {
+  if (method == "threshold" || method == "priority") return std::max<int64_t>(1, static_cast<int64_t>(storage / 1.5));
+  return storage;
+}
+
+// One sketcher through the C ABI; throws Failure.
+struct Sketcher {
+  specinfer_sketcher *s = nullptr;
+  Sketcher(const std::string &kind, int64_t d, int64_t m, uint64_t seed, const std::string &opt) {
+    char *err = nullptr;
+    if (specinfer_sketcher_create(kind.c_str(), d, m, seed, opt.c_str(), &s, &err) != SPECINFER_OK) {
+      Failure f{kind + ": " + (err ? err : "sketcher_create failed")};
+      specinfer_free(err);
+      throw f;
+    }
+  }
+  ~Sketcher() { specinfer_sketcher_destroy(s); }
+  Sketcher(const Sketcher &) = delete;
+  Sketcher &operator=(const Sketcher &) = delete;
+
+  void check(specinfer_status rc, char *err, const char *what) const {
+    if (rc == SPECINFER_OK) return;
+    Failure f{std::string(what) + ": " + specinfer_status_str(rc) + (err ? std::string(": ") + err : "")};
+    specinfer_free(err);
+    throw f;
+  }
+  // Sketches n rows of length dim (stride floats apart) into buf/offsets.
+  void rows(const float *x, size_t n, size_t stride, int32_t flags,
+            std::vector<unsigned char> &buf, std::vector<size_t> &offsets) const {
+    offsets.assign(n + 1, 0);
+    size_t total = 0;
+    char *err = nullptr;
+    specinfer_status rc = specinfer_sketcher_sketch_rows(s, x, n, stride, flags, nullptr, 0, nullptr, &total, &err);
+    if (rc != SPECINFER_ERR_BUFFER_TOO_SMALL && rc != SPECINFER_OK) check(rc, err, "sketch_rows");
+    specinfer_free(err);
+    err = nullptr;
+    buf.resize(std::max<size_t>(total, 1));
+    check(specinfer_sketcher_sketch_rows(s, x, n, stride, flags, buf.data(), buf.size(), offsets.data(), &total, &err),
+          err, "sketch_rows");
+  }
+};
+
+// The exact side of one sampled query: its position, head, and exact scores over its visible keys.
+struct Query {
+  int32_t head = 0, pos = 0, lo = 0;  // keys lo..pos are visible
+  double norm = 0;
+  std::vector<double> exact;           // <q, k_s> for s = lo..pos
+  std::vector<int32_t> top;            // exact top-k key offsets (relative to lo)
+  double best = 0;                     // the highest exact score
+};
+
+std::vector<int32_t> top_indices(const double *x, int32_t n, int k) {
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  const int kk = std::min(k, n);
+  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(), [&](int32_t a, int32_t b) {
+    return x[a] > x[b] || (x[a] == x[b] && a < b);
+  });
+  idx.resize(static_cast<size_t>(kk));
+  return idx;
+}
+
+// Evaluates one (slot, kv head) unit into cells[budget][method].
+void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
+               const std::vector<int64_t> &storages, std::vector<std::vector<Cell>> &cells) {
+  const int32_t layer = cap.layers[slot], hd = cap.hd, N = cap.n_tok;
+  const int32_t group = cap.n_head / cap.n_kv;
+  const size_t qstride = size_t(cap.n_head) * hd, kstride = size_t(cap.n_kv) * hd;
+  const float *K = cap.k[slot].data() + size_t(g) * hd;
+  std::vector<double> knorm(static_cast<size_t>(N));
+  for (int32_t s = 0; s < N; ++s) {
+    double a = 0;
+    for (int32_t i = 0; i < hd; ++i) a += double(K[s * kstride + i]) * K[s * kstride + i];
+    knorm[size_t(s)] = std::sqrt(a);
+  }
+
+  // Sample query positions per head of the group, and the exact scores.
+  std::vector<Query> qs;
+  std::vector<float> qrows;  // the sampled queries, [qs.size()][hd]
+  for (int32_t h = g * group; h < (g + 1) * group; ++h) {
+    std::vector<int32_t> cand;
+    for (int32_t t = static_cast<int32_t>(cfg.min_pos); t < N; ++t) cand.push_back(t);
+    uint64_t st = mix(cfg.seed ^ (uint64_t(layer) << 32) ^ (uint64_t(h) << 16));
+    const size_t want = std::min<size_t>(cand.size(), static_cast<size_t>(cfg.queries));
+    for (size_t i = 0; i < want; ++i) {
+      st = mix(st);
+      std::swap(cand[i], cand[i + st % (cand.size() - i)]);
+    }
+    cand.resize(want);
+    std::sort(cand.begin(), cand.end());
+    for (int32_t t : cand) {
+      Query q;
+      q.head = h;
+      q.pos = t;
+      q.lo = cap.swa(layer) ? std::max<int32_t>(0, t - cap.swa_window + 1) : 0;
+      const float *qv = cap.q[slot].data() + size_t(t) * qstride + size_t(h) * hd;
+      qrows.insert(qrows.end(), qv, qv + hd);
+      for (int32_t i = 0; i < hd; ++i) q.norm += double(qv[i]) * qv[i];
+      q.norm = std::sqrt(q.norm);
+      for (int32_t s = q.lo; s <= t; ++s) {
+        double a = 0;
+        for (int32_t i = 0; i < hd; ++i) a += double(qv[i]) * K[s * kstride + i];
+        q.exact.push_back(a);
+      }
+      q.top = top_indices(q.exact.data(), int32_t(q.exact.size()), kTopK);
+      q.best = q.exact[size_t(q.top[0])];
+      qs.push_back(std::move(q));
+    }
+  }
+  if (qs.empty()) return;
+  int32_t kmax = 0;  // the last key any sampled query sees
+  for (const Query &q : qs) kmax = std::max(kmax, q.pos);
+
+  std::vector<unsigned char> kbuf, qbuf;
+  std::vector<size_t> koff, qoff;
+  std::vector<double> est;
+  for (size_t bi = 0; bi < storages.size(); ++bi) {
+    for (size_t mi = 0; mi < cfg.methods.size(); ++mi) {
+      const std::string &method = cfg.methods[mi];
+      const std::string opt = method == "jl" ? "dist=" + cfg.jl_dist : "";
+      Cell &c = cells[bi][mi];
+      for (int64_t t = 0; t < cfg.trials; ++t) {
+        const uint64_t seed = mix(cfg.seed * 0x100000001b3ULL + uint64_t(layer) * 1000003ULL + uint64_t(g) * 7919ULL +
+                                  uint64_t(t)) | 1;
+        Sketcher sk(method, hd, size_for(method, storages[bi]), seed, opt);
+        sk.rows(K, size_t(kmax) + 1, kstride, 0, kbuf, koff);
+        sk.rows(qrows.data(), qs.size(), size_t(hd), SPECINFER_SKETCH_QUERY, qbuf, qoff);
+        c.key_bytes += double(koff[size_t(kmax) + 1]);
+        c.keys += kmax + 1;
+        for (size_t qi = 0; qi < qs.size(); ++qi) {
+          const Query &q = qs[qi];
+          const int32_t n = q.pos - q.lo + 1;
+          est.resize(size_t(n));
+          char *err = nullptr;
+          sk.check(specinfer_sketcher_estimate_many(sk.s, qbuf.data() + qoff[qi], qoff[qi + 1] - qoff[qi],
+                                                    kbuf.data(), koff.data() + q.lo, size_t(n), est.data(), &err),
+                   err, "estimate_many");
+          for (int32_t s = 0; s < n; ++s) {
+            const double scale = q.norm * knorm[size_t(q.lo + s)];
+            if (scale > 0) {
+              c.err_sum += std::fabs(est[size_t(s)] - q.exact[size_t(s)]) / scale;
+              c.pairs++;
+            }
+          }
+          const std::vector<int32_t> et = top_indices(est.data(), n, kTopK);
+          if (q.exact[size_t(et[0])] >= q.best) c.top1++;
+          for (int32_t a : et)
+            if (std::find(q.top.begin(), q.top.end(), a) != q.top.end()) c.topk_hits++;
+          c.queries++;
+        }
+      }
+    }
+  }
+}
+
+void usage_options(FILE *out, const char *indent) {
+  std::fprintf(out,
+               "%s--model PATH         GGUF model whose attention queries and keys are used\n"
+               "%s--text FILE          text the model reads (*.jsonl: the \"prompt\" strings, as in\n"
+               "%s                     bench/prompts/*.jsonl); required with --model\n"
+               "%s--tokens N           tokens of the text to run (default 1024)\n"
+               "%s--chunk N            tokens per forward pass (default 256)\n"
+               "%s--layers LIST        all (default) or layers and ranges, e.g. 0,5-7,27\n"
+               "%s--storage LIST       budgets in 64-bit words, e.g. 8,16,32 (default head_dim/16,\n"
+               "%s                     /8, /4, /2, /1)\n"
+               "%s--methods LIST       of jl,countsketch,qjl,threshold,priority (default all)\n"
+               "%s--trials T           sketch seeds per layer, kv head and point (default 3)\n"
+               "%s--queries Q          query positions sampled per layer and query head (default 16)\n"
+               "%s--min-pos P          queries at positions >= P (default 64)\n"
+               "%s--jl-dist D          sign (default) or gaussian\n"
+               "%s--seed S             seed of the query sampling and the sketches (default 1)\n"
+               "%s--png PREFIX         write PREFIX-error.png and PREFIX-top8.png (default sketch-eval-real)\n"
+               "%s--no-png             do not write charts\n",
+               indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent,
+               indent, indent, indent, indent);
+}
+
+int run(const Config &cfg) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto secs = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+
+  std::string text, error;
+  if (!read_text(cfg.text_file, &text, &error)) {
+    std::fprintf(stderr, "sketch-eval: %s\n", error.c_str());
+    return 1;
+  }
+
+  // The host table: a registry with an in-process plugin that receives it.
+  specinfer_registry *reg = nullptr;
+  char *err = nullptr;
+  specinfer_registry_params params;
+  specinfer_registry_params_init(&params);
+  params.load_builtin = 0;
+  if (specinfer_registry_create(&params, &reg, &err) != SPECINFER_OK ||
+      specinfer_registry_register_plugin(reg, &kProbe, &err) != SPECINFER_OK || !g_host) {
+    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n", err ? err : "no host table");
+    specinfer_free(err);
+    if (reg) specinfer_registry_destroy(reg);
+    return 1;
+  }
+  struct RegGuard {
+    specinfer_registry *r;
+    ~RegGuard() { specinfer_registry_destroy(r); }
+  } guard{reg};
+
+  Capture cap;
+  std::string model_name;
+  try {
+    std::unique_ptr<gg::File> file = gg::File::open(cfg.model);
+    std::unique_ptr<gg::Tokenizer> tok = gg::Tokenizer::from_gguf(*file);
+    // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
+    size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
+    while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+    std::vector<int32_t> ids = tok->encode(std::string_view(text).substr(0, cut), true, false);
+    if (ids.size() > static_cast<size_t>(cfg.tokens)) ids.resize(static_cast<size_t>(cfg.tokens));
+    if (static_cast<int64_t>(ids.size()) <= cfg.min_pos + kTopK) {
+      std::fprintf(stderr, "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
+                   cfg.text_file.c_str(), ids.size(), static_cast<long long>(cfg.min_pos), kTopK);
+      return 1;
+    }
+    const int32_t N = static_cast<int32_t>(ids.size());
+    gg::Model model(*file, g_host, N);
+    const gg::Hparams &hp = model.hparams();
+    model_name = hp.name;
+    if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
+      std::fprintf(stderr, "sketch-eval: %d query heads do not group onto %d kv heads\n", hp.n_head, hp.n_head_kv);
+      return 1;
+    }
+    if (!parse_layers(cfg.layers, hp.n_layer, &cap.layers)) {
+      std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n", cfg.layers.c_str(),
+                   hp.n_layer - 1);
+      return 2;
+    }
+    cap.n_head = hp.n_head;
+    cap.n_kv = hp.n_head_kv;
+    cap.hd = hp.head_dim;
+    cap.n_tok = N;
+    cap.swa_window = hp.swa_window;
+    cap.swa_pattern = hp.swa_pattern;
+    std::vector<int32_t> slot_of(static_cast<size_t>(hp.n_layer), -1);
+    for (size_t i = 0; i < cap.layers.size(); ++i) slot_of[size_t(cap.layers[i])] = int32_t(i);
+    const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
+    cap.q.assign(cap.layers.size(), std::vector<float>(size_t(N) * qw));
+    cap.k.assign(cap.layers.size(), std::vector<float>(size_t(N) * kw));
+    int32_t at = 0;  // position of the chunk being run
+    model.set_qk_observer([&](int32_t layer, const float *q, const float *k, int32_t n) {
+      if (layer < 0 || layer >= hp.n_layer || slot_of[size_t(layer)] < 0) return;
+      const size_t s = size_t(slot_of[size_t(layer)]);
+      std::memcpy(cap.q[s].data() + size_t(at) * qw, q, size_t(n) * qw * sizeof(float));
+      std::memcpy(cap.k[s].data() + size_t(at) * kw, k, size_t(n) * kw * sizeof(float));
+    });
+    std::fprintf(stderr, "sketch-eval: %s: %d tokens through %d layers\n", hp.name.c_str(), N, hp.n_layer);
+    std::vector<int32_t> pos;
+    while (at < N) {
+      const int32_t n = static_cast<int32_t>(std::min<int64_t>(cfg.chunk, N - at));
+      pos.resize(size_t(n));
+      std::iota(pos.begin(), pos.end(), at);
+      model.forward(ids.data() + at, pos.data(), n, nullptr, 0, nullptr, nullptr);
+      at += n;
+      std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, secs());
+    }
+    std::fprintf(stderr, "\n");
+    model.set_qk_observer(nullptr);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(), e.what());
+    return 1;
+  }
+
+  std::vector<int64_t> storages = cfg.storage;
+  if (storages.empty())
+    for (int div : {16, 8, 4, 2, 1}) storages.push_back(std::max<int64_t>(2, cap.hd / div));
+  for (int64_t s : storages)
+    for (const std::string &m : cfg.methods)
+      if (size_for(m, s) > (int64_t{1} << 24)) {
+        std::fprintf(stderr, "sketch-eval: storage %lld is too large\n", static_cast<long long>(s));
+        return 2;
+      }
+
+  // Evaluate every (layer, kv head) unit; results per unit, summed in order (deterministic).
+  const size_t n_units = cap.layers.size() * size_t(cap.n_kv);
+  const size_t nb = storages.size(), nm = cfg.methods.size();
+  std::vector<std::vector<std::vector<Cell>>> unit_cells(
+      n_units, std::vector<std::vector<Cell>>(nb, std::vector<Cell>(nm)));
+  std::atomic<size_t> done{0};
+  std::mutex mu;
+  std::string failure;
+  std::fprintf(stderr, "  sketching: %zu layers x %d kv heads, %zu budgets x %zu methods x %lld seeds\n",
+               cap.layers.size(), cap.n_kv, nb, nm, static_cast<long long>(cfg.trials));
+  tbb::parallel_for(size_t(0), n_units, [&](size_t u) {
+    try {
+      eval_unit(cfg, cap, u / size_t(cap.n_kv), int32_t(u % size_t(cap.n_kv)), storages, unit_cells[u]);
+    } catch (const Failure &f) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failure.empty()) failure = f.message;
+    }
+    const size_t d = ++done;
+    std::lock_guard<std::mutex> lock(mu);
+    std::fprintf(stderr, "\r  sketching: %zu/%zu layer-heads (%.1f s)", d, n_units, secs());
+  });
+  std::fprintf(stderr, "\n");
+  if (!failure.empty()) {
+    std::fprintf(stderr, "sketch-eval: %s\n", failure.c_str());
+    return 1;
+  }
+
+  std::vector<std::vector<Cell>> total(nb, std::vector<Cell>(nm));
+  std::vector<std::vector<Cell>> per_layer(cap.layers.size(), std::vector<Cell>(nm));  // at the middle budget
+  const size_t mid = nb / 2;
+  for (size_t u = 0; u < n_units; ++u)
+    for (size_t b = 0; b < nb; ++b)
+      for (size_t m = 0; m < nm; ++m) {
+        total[b][m].add(unit_cells[u][b][m]);
+        if (b == mid) per_layer[u / size_t(cap.n_kv)][m].add(unit_cells[u][b][m]);
+      }
+
+  // Tables.
+  std::string layer_desc = cfg.layers == "all" ? "all " + std::to_string(cap.layers.size()) : cfg.layers;
+  std::printf("sketch-eval on real attention vectors: %s (%s)\n", model_name.c_str(), cfg.model.c_str());
+  std::printf("text %s: %d tokens; layers %s; %d query heads on %d kv heads; head_dim d = %d\n",
+              cfg.text_file.c_str(), cap.n_tok, layer_desc.c_str(), cap.n_head, cap.n_kv, cap.hd);
+  std::printf("%lld queries per layer and query head at positions >= %lld, each against every key it "
+              "attends to: %lld (q, k) pairs x %lld seeds; jl dist=%s\n",
+              static_cast<long long>(cfg.queries), static_cast<long long>(cfg.min_pos),
+              static_cast<long long>(total[0][0].pairs / std::max<int64_t>(1, cfg.trials)),
+              static_cast<long long>(cfg.trials), cfg.jl_dist.c_str());
+  std::printf("storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 samples\n");
+
+  auto table = [&](const char *title, auto value, const char *fmt) {
+    std::printf("\n%s\n%8s", title, "storage");
+    for (const std::string &m : cfg.methods) std::printf(" %12s", m.c_str());
+    std::printf("\n");
+    for (size_t b = 0; b < nb; ++b) {
+      std::printf("%8lld", static_cast<long long>(storages[b]));
+      for (size_t m = 0; m < nm; ++m) std::printf(fmt, value(total[b][m]));
+      std::printf("\n");
+    }
+  };
+  table("mean |est - <q,k>| / (||q|| ||k||)",
+        [](const Cell &c) { return c.pairs ? c.err_sum / double(c.pairs) : NAN; }, " %12.5f");
+  table("top-1: share of queries whose best estimated key is an exact best key",
+        [](const Cell &c) { return c.queries ? double(c.top1) / double(c.queries) : NAN; }, " %12.3f");
+  table("top-8 recall: |estimated top 8 & exact top 8| / 8",
+        [](const Cell &c) { return c.queries ? double(c.topk_hits) / double(kTopK * c.queries) : NAN; },
+        " %12.3f");
+  char bytes_title[160];
+  std::snprintf(bytes_title, sizeof bytes_title,
+                "mean key sketch bytes, header included (the key itself: %d bytes f32, %d f16)", 4 * cap.hd,
+                2 * cap.hd);
+  table(bytes_title, [](const Cell &c) { return c.keys ? c.key_bytes / double(c.keys) : NAN; }, " %12.1f");
+
+  std::printf("\nper layer at storage %lld: mean |est - <q,k>| / (||q|| ||k||)\n%8s",
+              static_cast<long long>(storages[mid]), "layer");
+  for (const std::string &m : cfg.methods) std::printf(" %12s", m.c_str());
+  std::printf("\n");
+  for (size_t s = 0; s < cap.layers.size(); ++s) {
+    std::printf("%8d", cap.layers[s]);
+    for (size_t m = 0; m < nm; ++m) {
+      const Cell &c = per_layer[s][m];
+      std::printf(" %12.5f", c.pairs ? c.err_sum / double(c.pairs) : NAN);
+    }
+    std::printf("\n");
+  }
+
+  if (cfg.png) {
+    std::string model_stem = cfg.model.substr(cfg.model.find_last_of('/') + 1);  // npos + 1 = 0
+    if (model_stem.size() > 5 && model_stem.compare(model_stem.size() - 5, 5, ".gguf") == 0)
+      model_stem.resize(model_stem.size() - 5);
+    for (int which = 0; which < 2; ++which) {
+      pngchart::Chart chart;
+      char title[160];
+      std::snprintf(title, sizeof title, "%s on real q/k: %s (d = %d)", which == 0 ? "Error" : "Top-8 recall",
+                    model_stem.c_str(), cap.hd);
+      chart.title = title;
+      chart.x_label = "storage (64-bit words)";
+      chart.y_label = which == 0 ? "mean |est - <q,k>| / (|q| |k|)" : "|est top 8 & exact top 8| / 8";
+      chart.log_x = true;
+      chart.log_y = which == 0;
+      for (size_t m = 0; m < nm; ++m) {
+        pngchart::Series s{cfg.methods[m], {}, {}, 0, true};
+        for (size_t b = 0; b < nb; ++b) {
+          const Cell &c = total[b][m];
+          s.x.push_back(double(storages[b]));
+          s.y.push_back(which == 0 ? (c.pairs ? c.err_sum / double(c.pairs) : NAN)
+                                   : (c.queries ? double(c.topk_hits) / double(kTopK * c.queries) : NAN));
+        }
+        chart.series.push_back(std::move(s));
+      }
+      const std::string path = cfg.png_prefix + (which == 0 ? "-error.png" : "-top8.png");
+      std::string werr;
+      if (!pngchart::write_png(path, chart, &werr)) {
+        std::fprintf(stderr, "sketch-eval: %s\n", werr.c_str());
+        return 1;
+      }
+      std::printf("chart: %s\n", path.c_str());
+    }
+  }
+  std::fprintf(stderr, "sketch-eval: done in %.1f s\n", secs());
+  return 0;
+}
+
+}  // namespace
+
+void sketch_eval_real_usage(const char *indent) { usage_options(stdout, indent); }
+
+int sketch_eval_real(int argc, char **argv) {
+  Config cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string v;
+    auto value = [&]() {
+      if (i + 1 >= argc) return false;
+      v = argv[++i];
+      return true;
+    };
+    bool ok = true;
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
+                  "The sketch experiment on real query/key vectors from a model's attention layers:\n"
+                  "mean |est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys\n"
+                  "a query attends to, against storage.\n\noptions:\n");
+      usage_options(stdout, "  ");
+      return 0;
+    } else if (arg == "--model") {
+      ok = value();
+      cfg.model = v;
+    } else if (arg == "--text" || arg == "--prompt-file") {
+      ok = value();
+      cfg.text_file = v;
+    } else if (arg == "--tokens") {
+      ok = value() && parse_int(v, 16, 1 << 20, &cfg.tokens);
+    } else if (arg == "--chunk") {
+      ok = value() && parse_int(v, 1, 1 << 16, &cfg.chunk);
+    } else if (arg == "--layers") {
+      ok = value() && !v.empty();
+      cfg.layers = v;
+    } else if (arg == "--storage") {
+      ok = value();
+      cfg.storage.clear();
+      for (const std::string &p : split(v, ',')) {
+        int64_t s = 0;
+        ok = ok && parse_int(p, 2, int64_t{1} << 24, &s);
+        cfg.storage.push_back(s);
+      }
+    } else if (arg == "--methods") {
+      ok = value();
+      cfg.methods = split(v, ',');
+      for (const std::string &m : cfg.methods)
+        ok = ok && (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
+    } else if (arg == "--trials") {
+      ok = value() && parse_int(v, 1, 100000, &cfg.trials);
+    } else if (arg == "--queries") {
+      ok = value() && parse_int(v, 1, 1 << 20, &cfg.queries);
+    } else if (arg == "--min-pos") {
+      ok = value() && parse_int(v, 0, 1 << 20, &cfg.min_pos);
+    } else if (arg == "--jl-dist") {
+      ok = value() && (v == "sign" || v == "gaussian");
+      cfg.jl_dist = v;
+    } else if (arg == "--seed") {
+      int64_t s = 0;
+      ok = value() && parse_int(v, 0, INT64_MAX, &s);
+      cfg.seed = static_cast<uint64_t>(s);
+    } else if (arg == "--png") {
+      ok = value() && !v.empty();
+      cfg.png_prefix = v;
+      cfg.png = true;
+    } else if (arg == "--no-png") {
+      cfg.png = false;
+    } else {
+      std::fprintf(stderr, "sketch-eval: unknown option '%s' (with --model); see sketch-eval --model x --help\n",
+                   arg.c_str());
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "sketch-eval: bad or missing value for %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (cfg.model.empty() || cfg.text_file.empty()) {
+    std::fprintf(stderr, "sketch-eval: --model needs a path and --text FILE (the text the model reads)\n");
+    return 2;
+  }
+  return run(cfg);
+}
