@@ -90,6 +90,9 @@ typedef struct specinfer_attention_args {
   float *out;         /* [n_q][n_head][head_dim] */
 } specinfer_attention_args;
 
+/* Opaque: a weight matrix prepared by pack_weight. */
+typedef struct specinfer_packed_weight specinfer_packed_weight;
+
 typedef struct specinfer_kernels {
   uint32_t struct_size;
   /* Bytes in one row of n_cols values of type wtype; 0 if the type is unknown or n_cols is not a
@@ -120,6 +123,17 @@ typedef struct specinfer_kernels {
   void (*add)(float *y, const float *x, int64_t n);
   /* The instruction set the kernels dispatched to: "avx512", "avx2" or "scalar". */
   const char *(*isa)(void);
+
+  /* Packed weights (added in 0.1; check struct_size before use). pack_weight prepares W for
+   * repeated matmuls, reordering it into a faster layout when the type has one (a copy of the
+   * weights; Q4_K today) or else referring to w, which must then outlive the handle. Results equal
+   * matmul's up to float summation order, and a token's result never depends on n_tok. */
+  specinfer_status (*pack_weight)(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                                  specinfer_packed_weight **out);
+  specinfer_status (*matmul_packed)(const specinfer_packed_weight *pw, const float *x,
+                                    int64_t n_tok, float *y);
+  /* Frees a handle (NULL is a no-op). */
+  void (*free_packed)(specinfer_packed_weight *pw);
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

@@ -56,7 +56,9 @@ struct Model {
       specinfer_free(msg);
       return;
     }
-    const std::string config = "path=" + path;
+    // SPECINFER_BENCH_CONFIG: extra target config, e.g. "pack=0" to time the unpacked kernels.
+    std::string config = "path=" + path;
+    if (const char *extra = std::getenv("SPECINFER_BENCH_CONFIG"); extra && *extra) config += std::string(",") + extra;
     if (specinfer_target_open(reg, "gguf", config.c_str(), &target, &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";
       specinfer_free(msg);

@@ -5,6 +5,7 @@
 #include "backend/isa.h"
 #include "backend/matmul.h"
 #include "backend/ops.h"
+#include "backend/packed.h"
 #include "backend/quant.h"
 #include "util/error.h"
 
@@ -62,12 +63,31 @@ void k_add(float *y, const float *x, int64_t n) { add(y, x, n); }
 
 const char *k_isa() { return backend_isa(); }
 
+// The opaque ABI handle is the backend's PackedWeight.
+specinfer_status k_pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                               specinfer_packed_weight **out) {
+  if (out == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
+  *out = nullptr;
+  return guarded([&] {
+    *out = reinterpret_cast<specinfer_packed_weight *>(pack_weight(wtype, w, n_rows, n_cols).release());
+  });
+}
+
+specinfer_status k_matmul_packed(const specinfer_packed_weight *pw, const float *x, int64_t n_tok,
+                                 float *y) {
+  if (pw == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guarded([&] { matmul_packed(*reinterpret_cast<const PackedWeight *>(pw), x, n_tok, y); });
+}
+
+void k_free_packed(specinfer_packed_weight *pw) { delete reinterpret_cast<PackedWeight *>(pw); }
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
   static const specinfer_kernels table = {
       sizeof(specinfer_kernels), k_row_size, k_block_size, k_dequantize_row, k_matmul, k_rmsnorm,
-      k_rope, k_softmax, k_attention, k_silu_mul, k_add, k_isa};
+      k_rope, k_softmax, k_attention, k_silu_mul, k_add, k_isa, k_pack_weight, k_matmul_packed,
+      k_free_packed};
   return &table;
 }
 

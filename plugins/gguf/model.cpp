@@ -43,7 +43,7 @@ void check_status(specinfer_status st, const char *what) {
 
 }  // namespace
 
-Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx)
+Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack_weights)
     : file_(file), host_(host) {
   if (host == nullptr || host->kernels == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: the host provides no kernel table");
@@ -147,6 +147,15 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx)
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
 
+  const bool can_pack =
+      k_->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k_->free_packed) &&
+      k_->pack_weight && k_->matmul_packed && k_->free_packed;
+  if (pack_weights && can_pack) {
+    for (Layer &L : layers_)
+      for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) pack(*w);
+    pack(output_);
+  }
+
   if (n_ctx <= 0) n_ctx = std::min<int32_t>(hp_.n_ctx_train, 4096);
   if (n_ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", n_ctx);
   n_ctx_ = n_ctx;
@@ -193,8 +202,18 @@ std::vector<float> Model::vec(const std::string &name, int64_t n, bool required)
   return out;
 }
 
+void Model::pack(Weight &w) {
+  specinfer_packed_weight *p = nullptr;
+  check_status(k_->pack_weight(w.type, w.data, w.rows, w.cols, &p), "pack_weight");
+  packed_.emplace_back(p, PackedFree{k_});
+  w.packed = p;
+}
+
 void Model::matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const {
-  check_status(k_->matmul(w.type, w.data, w.rows, w.cols, x, n_tok, y), "matmul");
+  if (w.packed)
+    check_status(k_->matmul_packed(w.packed, x, n_tok, y), "matmul_packed");
+  else
+    check_status(k_->matmul(w.type, w.data, w.rows, w.cols, x, n_tok, y), "matmul");
 }
 
 void Model::ensure_capacity(int32_t n_pos) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct Weight {
   const void *data = nullptr;
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;
+  const specinfer_packed_weight *packed = nullptr;  // the kernels' packed form (owned by the Model)
 };
 
 class Model {
@@ -53,8 +55,12 @@ class Model {
   // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks
   // min(context_length, 4096). The File must outlive the Model. Throws gguf::Error
   // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
-  // or misshapen tensors, CONFIG for a bad n_ctx).
-  Model(const File &file, const specinfer_host *host, int32_t n_ctx);
+  // or misshapen tensors, CONFIG for a bad n_ctx). pack: hand every matrix to the host's
+  // pack_weight once (faster kernels; Q4_K matrices are copied into the packed layout), if the host
+  // has it.
+  Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack = true);
+  Model(const Model &) = delete;
+  Model &operator=(const Model &) = delete;
 
   const Hparams &hparams() const { return hp_; }
   int32_t n_ctx() const { return n_ctx_; }
@@ -107,6 +113,12 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   QkObserver qk_observer_;
+  struct PackedFree {
+    const specinfer_kernels *k;
+    void operator()(specinfer_packed_weight *p) const noexcept { k->free_packed(p); }
+  };
+  std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
+  void pack(Weight &w);
 
   // Scratch, grown as needed, never shrunk.
   int32_t scratch_n_ = 0;

@@ -52,6 +52,7 @@ struct Target {
 struct Config {
   std::string path;
   int32_t n_ctx = 0;  // 0 = min(model context, 4096)
+  bool pack = true;   // repack weights at load for the faster kernels
 };
 
 std::string_view trim(std::string_view s) {
@@ -84,8 +85,12 @@ Config parse_config(const char *text) {
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'n_ctx' needs an integer in 1..16777216, got '%s'",
              value.c_str());
       cfg.n_ctx = int32_t(v);
+    } else if (key == "pack") {
+      if (value != "0" && value != "1")
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
+      cfg.pack = value == "1";
     } else {
-      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx)", key.c_str());
+      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack)", key.c_str());
     }
   }
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
@@ -202,7 +207,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     Config cfg = parse_config(config);
     auto t = std::make_unique<Target>();
     t->file = File::open(cfg.path);
-    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx);
+    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, cfg.pack);
     t->tokenizer = Tokenizer::from_gguf(*t->file);
     if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
       fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",

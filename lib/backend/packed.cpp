@@ -1,0 +1,227 @@
+// Packed weights: repacking, activation preparation, dispatch, and the scalar q4k_x8 kernel (the
+// reference the AVX2 kernel must match bit for bit: same integer sums, same float steps).
+#include "backend/packed.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include "backend/matmul.h"
+#include "util/error.h"
+
+namespace specinfer {
+
+void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
+
+PackLayout pack_layout(int32_t wtype) noexcept {
+  return wtype == SPECINFER_WTYPE_Q4_K ? PackLayout::q4k_x8 : PackLayout::plain;
+}
+
+namespace {
+
+// Value i (0..31) of group s (0..7) in a file-order Q4_K nibble array.
+inline int q4k_value(const uint8_t *qs, int s, int i) {
+  const uint8_t b = qs[32 * (s / 2) + i];
+  return (s & 1) ? b >> 4 : b & 15;
+}
+
+// Position of value i of group s in the q4k_x8 order: byte and nibble shift.
+inline void x8_pos(int s, int i, int *byte, int *shift) {
+  const int k = i / 4, j = i % 4;  // register k, byte 4s + j of it
+  *byte = 32 * (k / 2) + 4 * s + j;
+  *shift = 4 * (k % 2);
+}
+
+void check_sizes(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
+  const int64_t bs = wtype_block_size(wtype);
+  if (bs == 0) fail(SPECINFER_ERR_UNSUPPORTED, "pack_weight: unknown weight type %d", wtype);
+  if (w == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "pack_weight: NULL weights");
+  if (n_rows <= 0 || n_cols <= 0 || n_cols % bs != 0 || n_cols > (int64_t{1} << 30) ||
+      n_rows >= (int64_t{1} << 31))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "pack_weight: bad shape %lld x %lld for %s",
+         static_cast<long long>(n_rows), static_cast<long long>(n_cols), wtype_name(wtype));
+}
+
+// Rows per task, as the plain matmul does.
+int64_t grain_for(int64_t n_rows, size_t row_bytes) {
+  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t by_bytes = static_cast<int64_t>(16384 / std::max<size_t>(row_bytes, 1));
+  const int64_t by_split = std::max<int64_t>(1, n_rows / (threads * 8));
+  return std::max<int64_t>(1, std::min(by_bytes, by_split));
+}
+
+}  // namespace
+
+namespace {
+
+// For each nibble of the packed order (byte b, low nibble at 2b, high at 2b + 1): where it comes
+// from in the file order (byte index into qs, shift).
+struct NibbleSource {
+  uint8_t byte[256];
+  uint8_t shift[256];
+};
+
+NibbleSource make_nibble_sources() {
+  NibbleSource t{};
+  for (int s = 0; s < 8; ++s)
+    for (int i = 0; i < 32; ++i) {
+      int byte, shift;
+      x8_pos(s, i, &byte, &shift);
+      const int n = 2 * byte + shift / 4;
+      t.byte[n] = static_cast<uint8_t>(32 * (s / 2) + i);
+      t.shift[n] = static_cast<uint8_t>(4 * (s & 1));
+    }
+  return t;
+}
+
+const NibbleSource &nibble_sources() {
+  static const NibbleSource t = make_nibble_sources();
+  return t;
+}
+
+}  // namespace
+
+void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
+  const NibbleSource &t = nibble_sources();
+  const uint8_t *qs = src + 16;
+  uint8_t out[128];
+  for (int b = 0; b < 128; ++b) {
+    const int lo = (qs[t.byte[2 * b]] >> t.shift[2 * b]) & 15;
+    const int hi = (qs[t.byte[2 * b + 1]] >> t.shift[2 * b + 1]) & 15;
+    out[b] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  std::memcpy(dst, src, 16);  // d, dmin, scales
+  std::memcpy(dst + 16, out, 128);
+}
+
+void unpack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
+  std::memcpy(dst, src, 16);
+  uint8_t out[128] = {};
+  for (int s = 0; s < 8; ++s)
+    for (int i = 0; i < 32; ++i) {
+      int byte, shift;
+      x8_pos(s, i, &byte, &shift);
+      const int v = (src[16 + byte] >> shift) & 15;
+      out[32 * (s / 2) + i] = static_cast<uint8_t>(out[32 * (s / 2) + i] | (v << ((s & 1) * 4)));
+    }
+  std::memcpy(dst + 16, out, 128);
+}
+
+void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < 8; ++k)
+      for (int s = 0; s < 8; ++s) std::memcpy(out[b].qs + 32 * k + 4 * s, a[b].qs + 32 * s + 4 * k, 4);
+    for (int s = 0; s < 8; ++s)
+      out[b].xs[s] = a[b].d * static_cast<float>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    out[b].d = a[b].d;
+  }
+}
+
+std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
+  check_sizes(wtype, w, n_rows, n_cols);
+  auto pw = std::make_unique<PackedWeight>();
+  pw->wtype = wtype;
+  pw->layout = pack_layout(wtype);
+  pw->rows = n_rows;
+  pw->cols = n_cols;
+  pw->row_bytes = wtype_row_size(wtype, n_cols);
+  if (pw->layout == PackLayout::plain) {
+    pw->data = static_cast<const uint8_t *>(w);
+    return pw;
+  }
+  const size_t bytes = pw->row_bytes * static_cast<size_t>(n_rows);
+  auto *mem = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  if (mem == nullptr) fail(SPECINFER_ERR_OUT_OF_MEMORY, "pack_weight: cannot allocate %zu bytes", bytes);
+  pw->owned.reset(mem);
+  pw->data = mem;
+  const auto *src = static_cast<const uint8_t *>(w);
+  const int64_t n_blocks = static_cast<int64_t>(bytes / sizeof(BlockQ4_K));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_blocks, 4096), [&](const tbb::blocked_range<int64_t> &r) {
+    for (int64_t b = r.begin(); b < r.end(); ++b)
+      pack_block_q4k_x8(src + static_cast<size_t>(b) * sizeof(BlockQ4_K), mem + static_cast<size_t>(b) * sizeof(BlockQ4_K));
+  });
+  return pw;
+}
+
+void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      const ActQ8KP *x = a.x + t * a.n_blocks;
+      float acc[8] = {};
+      for (int64_t i = 0; i < a.n_blocks; ++i) {
+        const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+        uint16_t dh, dmh;
+        std::memcpy(&dh, blk, 2);
+        std::memcpy(&dmh, blk + 2, 2);
+        const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
+        const float dx = d * x[i].d;
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, mn;
+          kquant_scale_min(s, blk + 4, &sc, &mn);
+          int32_t sum = 0;
+          for (int k = 0; k < 8; ++k)
+            for (int j = 0; j < 4; ++j) {
+              const int byte = 32 * (k / 2) + 4 * s + j;
+              const int q = (blk[16 + byte] >> (4 * (k % 2))) & 15;
+              sum += q * x[i].qs[32 * k + 4 * s + j];
+            }
+          const float mv = dmin * static_cast<float>(mn);
+          // As the AVX2 kernel: fmsub(int sum * scale, d * xd, mv * xs), then added.
+          acc[s] += std::fma(static_cast<float>(sum * sc), dx, -(mv * x[i].xs[s]));
+        }
+      }
+      // The AVX2 horizontal sum's order.
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
+    }
+  }
+}
+
+void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
+  if (pw.layout == PackLayout::plain) {
+    matmul_with(isa, MatmulPath::automatic, pw.wtype, pw.data, pw.rows, pw.cols, x, n_tok, y);
+    return;
+  }
+  if (x == nullptr || y == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL input or output");
+  if (n_tok <= 0 || n_tok > (int64_t{1} << 24))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: %lld tokens", static_cast<long long>(n_tok));
+  if (!isa_available(isa)) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
+  const bool simd = static_cast<int>(isa) >= static_cast<int>(Isa::avx2);
+  PackedArgs a;
+  a.w = pw.data;
+  a.row_bytes = pw.row_bytes;
+  a.n_blocks = pw.cols / kQKK;
+  a.n_tok = n_tok;
+  a.y_stride = pw.rows;
+  a.y = y;
+  std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
+  std::vector<ActQ8KP> xp(q.size());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+    else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+  }
+  if (simd) act_to_q8kp_avx2(q.data(), xp.data(), static_cast<int64_t>(q.size()));
+  else act_to_q8kp(q.data(), xp.data(), static_cast<int64_t>(q.size()));
+  a.x = xp.data();
+  auto fn = simd ? q4k_x8_rows_avx2 : q4k_x8_rows_scalar;
+  const int64_t grain = grain_for(pw.rows, pw.row_bytes);
+  if (pw.rows <= grain) {
+    fn(a, 0, pw.rows);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, pw.rows, grain),
+                    [&](const tbb::blocked_range<int64_t> &r) { fn(a, r.begin(), r.end()); });
+}
+
+void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
+  matmul_packed_with(active_isa(), pw, x, n_tok, y);
+}
+
+}  // namespace specinfer

@@ -1,0 +1,83 @@
+// Weights repacked once, at model load, into layouts that the matmul kernels read with less work
+// than the file's own. Repacking is lossless (the same integers and scales, reordered), so packed
+// and plain matmuls compute the same exact integer sums; only the float summation order differs.
+//
+// Layouts:
+//  q4k_x8 (Q4_K): the same 144-byte super-blocks with the same d, dmin and 12 scale bytes; only the
+//    128 nibble bytes are reordered. Nibble register k (k = 0..7: register 2c is the low nibbles of
+//    bytes 32c..32c+31, register 2c+1 their high nibbles) holds in bytes 4s..4s+3 the values
+//    4k..4k+3 of group s (s = 0..7). Activations are permuted the same way (ActQ8KP), so that every
+//    16-bit lane of a vpmaddubsw product belongs to one group in all eight registers: the eight
+//    products of a super-block add up in int16 (at most 16 * 15 * 127 = 30480 per lane) and a
+//    single vpmaddwd applies the eight group scales. One vpmaddwd per 256 weights and token instead
+//    of four, and no lane permutes when unpacking (the AVX2 kernels are bound by the one
+//    integer-multiply pipe on Zen 2/3 class CPUs).
+//  plain: every other type; the handle refers to the caller's weights and the ordinary kernels
+//    (matmul.h) run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/isa.h"
+#include "backend/quant.h"
+
+namespace specinfer {
+
+enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1 };
+
+// Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
+// 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
+struct alignas(32) ActQ8KP {
+  int8_t qs[256];
+  float xs[8];
+  float d;
+};
+
+struct PackedWeight {
+  int32_t wtype = 0;
+  PackLayout layout = PackLayout::plain;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  const uint8_t *data = nullptr;  // packed copy (owned below) or the caller's weights
+  struct Free {
+    void operator()(uint8_t *p) const noexcept;
+  };
+  std::unique_ptr<uint8_t, Free> owned;
+};
+
+// Which layout wtype packs to.
+PackLayout pack_layout(int32_t wtype) noexcept;
+
+// Packs w (n_rows x n_cols of wtype; rows in parallel on the caller's task arena). For the plain
+// layout nothing is copied and w must outlive the result. Throws specinfer::Error like matmul
+// (INVALID_ARGUMENT for NULL or bad sizes, UNSUPPORTED for an unknown type), OUT_OF_MEMORY.
+std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols);
+
+// Y[t][r] = sum_c W[r][c] * X[t][c] with the active instruction set. A token's result does not
+// depend on n_tok (batch invariance). Throws like matmul.
+void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
+// The same with an explicit instruction set (tests, benchmarks).
+void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
+
+// One Q4_K super-block (144 bytes) into the q4k_x8 order, and back (tests).
+void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept;
+void unpack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept;
+// ActQ8K -> ActQ8KP (scalar; the AVX2 version must give the same bytes).
+void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept;
+
+// Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
+// each), y[t * y_stride + r].
+struct PackedArgs {
+  const uint8_t *w = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
+  const ActQ8KP *x = nullptr;  // [n_tok][n_blocks]
+  float *y = nullptr;
+};
+void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
+void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
+void act_to_q8kp_avx2(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept;
+
+}  // namespace specinfer

@@ -1,0 +1,134 @@
+// AVX2 kernels for packed weights (packed.h). Bit-identical to the scalar ones in packed.cpp.
+//
+// As in matmul_avx2.cpp: everything in an anonymous namespace or a plain function, no inline
+// function shared with other translation units.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/packed.h"
+
+namespace specinfer {
+
+namespace {
+
+constexpr int kTile = 6;  // tokens per pass over a row (8 nibble registers + kTile accumulators)
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+
+template <int NT>
+void q4k_x8_tile(const PackedArgs &a, const uint8_t *row, int64_t t0, float *out) {
+  const ActQ8KP *x[NT];
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    x[t] = a.x + (t0 + t) * a.n_blocks;
+    acc[t] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < a.n_blocks; ++i) {
+    const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    _mm_prefetch(reinterpret_cast<const char *>(blk + 4 * sizeof(BlockQ4_K)), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char *>(blk + 4 * sizeof(BlockQ4_K) + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char *>(blk + 4 * sizeof(BlockQ4_K) + 128), _MM_HINT_T0);
+    uint16_t dh, dmh;
+    std::memcpy(&dh, blk, 2);
+    std::memcpy(&dmh, blk + 2, 2);
+    uint32_t a0, a1, a2;
+    std::memcpy(&a0, blk + 4, 4);
+    std::memcpy(&a1, blk + 8, 4);
+    std::memcpy(&a2, blk + 12, 4);
+    const uint32_t sc_lo = a0 & 0x3F3F3F3Fu, mn_lo = a1 & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
+    const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo));
+    const __m256i scv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));  // s0 s0 s1 s1 ... s7 s7
+    const __m256 mv = _mm256_mul_ps(
+        _mm256_set1_ps(_cvtsh_ss(dmh)),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)))));
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
+    const uint8_t *qs = blk + 16;
+    __m256i w[8];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load256(qs + 32 * c);
+      w[2 * c] = _mm256_and_si256(raw, m4);
+      w[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t *xq = x[t][i].qs;
+      const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], load256(xq)),
+                                          _mm256_maddubs_epi16(w[1], load256(xq + 32)));
+      const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], load256(xq + 64)),
+                                          _mm256_maddubs_epi16(w[3], load256(xq + 96)));
+      const __m256i p2 = _mm256_add_epi16(_mm256_maddubs_epi16(w[4], load256(xq + 128)),
+                                          _mm256_maddubs_epi16(w[5], load256(xq + 160)));
+      const __m256i p3 = _mm256_add_epi16(_mm256_maddubs_epi16(w[6], load256(xq + 192)),
+                                          _mm256_maddubs_epi16(w[7], load256(xq + 224)));
+      const __m256i i32 = _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)), scv);
+      const __m256 dx = _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t][i].d));
+      const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(i32), dx, _mm256_mul_ps(mv, _mm256_load_ps(x[t][i].xs)));
+      acc[t] = _mm256_add_ps(acc[t], f);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+}
+
+}  // namespace
+
+void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t t0 = 0; t0 < a.n_tok;) {
+      // Even tiles (7 tokens: 4 + 3, not 6 + 1): every pass re-unpacks the row.
+      const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
+      const int nt = static_cast<int>((left + passes - 1) / passes);
+      float out[kTile];
+      switch (nt) {
+        case 6: q4k_x8_tile<6>(a, row, t0, out); break;
+        case 5: q4k_x8_tile<5>(a, row, t0, out); break;
+        case 4: q4k_x8_tile<4>(a, row, t0, out); break;
+        case 3: q4k_x8_tile<3>(a, row, t0, out); break;
+        case 2: q4k_x8_tile<2>(a, row, t0, out); break;
+        default: q4k_x8_tile<1>(a, row, t0, out); break;
+      }
+      for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.y_stride + r] = out[t];
+      t0 += nt;
+    }
+  }
+}
+
+void act_to_q8kp_avx2(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    // An 8 x 8 transpose of 32-bit words: row s = group s's values (8 words of 4), column k.
+    __m256i r[8];
+    for (int s = 0; s < 8; ++s) r[s] = load256(a[b].qs + 32 * s);
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    auto *o = reinterpret_cast<__m256i *>(out[b].qs);
+    _mm256_store_si256(o + 0, _mm256_permute2x128_si256(u0, u4, 0x20));
+    _mm256_store_si256(o + 1, _mm256_permute2x128_si256(u1, u5, 0x20));
+    _mm256_store_si256(o + 2, _mm256_permute2x128_si256(u2, u6, 0x20));
+    _mm256_store_si256(o + 3, _mm256_permute2x128_si256(u3, u7, 0x20));
+    _mm256_store_si256(o + 4, _mm256_permute2x128_si256(u0, u4, 0x31));
+    _mm256_store_si256(o + 5, _mm256_permute2x128_si256(u1, u5, 0x31));
+    _mm256_store_si256(o + 6, _mm256_permute2x128_si256(u2, u6, 0x31));
+    _mm256_store_si256(o + 7, _mm256_permute2x128_si256(u3, u7, 0x31));
+    for (int s = 0; s < 8; ++s)
+      out[b].xs[s] = a[b].d * static_cast<float>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    out[b].d = a[b].d;
+  }
+}
+
+}  // namespace specinfer

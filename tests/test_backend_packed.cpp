@@ -1,0 +1,214 @@
+// Packed weights (lib/backend/packed.h): the q4k_x8 repacking is lossless, packed matmuls match a
+// double-precision reference on every instruction set the CPU has, the scalar and AVX2 kernels
+// agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
+// entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
+// |y - ref| <= 2e-5 * sum_c |W[r][c] * X[t][c]| + 1e-6.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/kernel_table.h"
+#include "backend/matmul.h"
+#include "backend/packed.h"
+#include "backend/quant.h"
+
+// cmocka last: it defines a fail() macro.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+using namespace specinfer;
+
+namespace {
+
+void set16(uint8_t *p, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random Q4_K rows with finite scales; `extreme` rows are all 0xFF nibbles and scales (the
+// largest int16 lane sums the packed kernel forms: 16 * 15 * 127).
+std::vector<uint8_t> q4k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  const size_t rs = wtype_row_size(SPECINFER_WTYPE_Q4_K, n_cols);
+  std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0001f, 0.005f);
+  for (auto &b : w) b = extreme ? 0xFF : static_cast<uint8_t>(byte(rng));
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ4_K)) {
+    set16(w.data() + off, scale(rng));
+    set16(w.data() + off + 2, scale(rng));
+  }
+  return w;
+}
+
+std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  std::vector<float> x(static_cast<size_t>(n_tok * n_cols));
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = extreme ? (i % 3 == 0 ? -2.0f : 2.0f) : nd(rng);
+  return x;
+}
+
+// Mismatches of y against the double-precision product of the dequantized weights and the int8
+// activations the kernels multiply.
+int check_against_reference(const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
+                            const std::vector<float> &x, int64_t n_tok, const std::vector<float> &y,
+                            const char *what) {
+  std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
+  dequantize_row_ref(SPECINFER_WTYPE_Q4_K, w.data(), wdeq.data(), n_rows * n_cols);
+  int bad = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
+    quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double ref = 0.0, mag = 0.0;
+      for (int64_t c = 0; c < n_cols; ++c) {
+        const double xv = static_cast<double>(q[static_cast<size_t>(c / 256)].d) * q[static_cast<size_t>(c / 256)].qs[c % 256];
+        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) * xv;
+        ref += p;
+        mag += std::fabs(p);
+      }
+      const double got = y[static_cast<size_t>(t * n_rows + r)];
+      if (!(std::fabs(got - ref) <= 2e-5 * mag + 1e-6)) {
+        if (bad < 3)
+          print_error("%s tok=%lld t=%lld r=%lld: got %.8g want %.8g (mag %.3g)\n", what,
+                      static_cast<long long>(n_tok), static_cast<long long>(t),
+                      static_cast<long long>(r), got, ref, mag);
+        ++bad;
+      }
+    }
+  }
+  return bad;
+}
+
+void test_repack_is_lossless(void **) {
+  std::mt19937 rng(7);
+  const std::vector<uint8_t> w = q4k_weights(3, 1024, rng, false);
+  std::vector<uint8_t> packed(w.size()), back(w.size());
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ4_K)) {
+    pack_block_q4k_x8(w.data() + off, packed.data() + off);
+    unpack_block_q4k_x8(packed.data() + off, back.data() + off);
+  }
+  assert_memory_equal(back.data(), w.data(), w.size());
+  assert_memory_not_equal(packed.data(), w.data(), w.size());  // it does reorder
+  // The activation permutation: scalar and AVX2 give the same bytes.
+  if (isa_available(Isa::avx2)) {
+    const std::vector<float> x = activations(1, 1024, rng, false);
+    std::vector<ActQ8K> q(4);
+    quantize_act_q8k(x.data(), q.data(), 1024);
+    std::vector<ActQ8KP> a(4), b(4);
+    act_to_q8kp(q.data(), a.data(), 4);
+    act_to_q8kp_avx2(q.data(), b.data(), 4);
+    for (int i = 0; i < 4; ++i) {
+      assert_memory_equal(a[i].qs, b[i].qs, 256);
+      assert_memory_equal(a[i].xs, b[i].xs, sizeof a[i].xs);
+    }
+  }
+}
+
+void test_packed_matches_reference(void **) {
+  std::mt19937 rng(20261122);
+  int bad = 0;
+  for (bool extreme : {false, true}) {
+    for (int64_t n_cols : {256, 1536}) {
+      const int64_t n_rows = 37;
+      const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng, extreme);
+      auto pw = pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
+      assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::q4k_x8));
+      for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 13}) {
+        const std::vector<float> x = activations(n_tok, n_cols, rng, extreme);
+        std::vector<float> y_scalar(static_cast<size_t>(n_tok * n_rows), NAN);
+        matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, y_scalar.data());
+        bad += check_against_reference(w, n_rows, n_cols, x, n_tok, y_scalar, "scalar");
+        for (int isa_i = 1; isa_i <= 2; ++isa_i) {
+          const Isa isa = static_cast<Isa>(isa_i);
+          if (!isa_available(isa)) continue;
+          std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
+          matmul_packed_with(isa, *pw, x.data(), n_tok, y.data());
+          bad += check_against_reference(w, n_rows, n_cols, x, n_tok, y, isa_name(isa));
+          // Same integer sums and the same float steps: bit for bit.
+          assert_memory_equal(y.data(), y_scalar.data(), y.size() * sizeof(float));
+        }
+      }
+    }
+  }
+  assert_int_equal(bad, 0);
+}
+
+// A token's result is the same whatever batch it is in (speculative output == plain output).
+void test_packed_batch_invariance(void **) {
+  std::mt19937 rng(99);
+  const int64_t n_rows = 300, n_cols = 1024, n_tok = 11;
+  const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng, false);
+  auto pw = pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
+  const std::vector<float> x = activations(n_tok, n_cols, rng, false);
+  for (int isa_i = 0; isa_i <= 2; ++isa_i) {
+    const Isa isa = static_cast<Isa>(isa_i);
+    if (!isa_available(isa)) continue;
+    std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
+    matmul_packed_with(isa, *pw, x.data(), n_tok, all.data());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      std::vector<float> one(static_cast<size_t>(n_rows));
+      matmul_packed_with(isa, *pw, x.data() + t * n_cols, 1, one.data());
+      assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
+    }
+  }
+}
+
+// Types without a packed layout run the plain kernels on the caller's weights: same bits.
+void test_plain_layout(void **) {
+  std::mt19937 rng(5);
+  const int64_t n_rows = 20, n_cols = 512, n_tok = 3;
+  std::vector<uint8_t> w(wtype_row_size(SPECINFER_WTYPE_Q8_0, n_cols) * n_rows);
+  for (auto &b : w) b = static_cast<uint8_t>(rng());
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ8_0)) set16(w.data() + off, 0.01f);
+  auto pw = pack_weight(SPECINFER_WTYPE_Q8_0, w.data(), n_rows, n_cols);
+  assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
+  assert_ptr_equal(pw->data, w.data());
+  const std::vector<float> x = activations(n_tok, n_cols, rng, false);
+  std::vector<float> a(static_cast<size_t>(n_tok * n_rows)), b(a.size());
+  matmul_packed(*pw, x.data(), n_tok, a.data());
+  matmul(SPECINFER_WTYPE_Q8_0, w.data(), n_rows, n_cols, x.data(), n_tok, b.data());
+  assert_memory_equal(a.data(), b.data(), a.size() * sizeof(float));
+}
+
+void test_kernel_table_packed(void **) {
+  const specinfer_kernels *k = backend_kernel_table();
+  assert_true(k->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k->free_packed));
+  std::vector<uint8_t> w(wtype_row_size(SPECINFER_WTYPE_Q4_K, 256) * 2);
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ4_K)) set16(w.data() + off, 0.01f);
+  specinfer_packed_weight *pw = nullptr;
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 256, nullptr), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, nullptr, 2, 256, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_null(pw);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 100, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 0, 256, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(4, w.data(), 2, 256, &pw), SPECINFER_ERR_UNSUPPORTED);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 256, &pw), SPECINFER_OK);
+  assert_non_null(pw);
+  float x[256] = {}, y[2] = {1.0f, 1.0f};
+  assert_int_equal(k->matmul_packed(nullptr, x, 1, y), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul_packed(pw, nullptr, 1, y), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul_packed(pw, x, 0, y), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul_packed(pw, x, 1, y), SPECINFER_OK);
+  assert_true(y[0] == 0.0f && y[1] == 0.0f);
+  k->free_packed(pw);
+  k->free_packed(nullptr);
+}
+
+}  // namespace
+
+int main() {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_repack_is_lossless),
+      cmocka_unit_test(test_packed_matches_reference),
+      cmocka_unit_test(test_packed_batch_invariance),
+      cmocka_unit_test(test_plain_layout),
+      cmocka_unit_test(test_kernel_table_packed),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
