@@ -28,11 +28,6 @@ std::string library_dir() {
   return {};
 }
 
-bool is_dir(const std::string &path) {
-  struct stat st{};
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 bool is_file(const std::string &path) {
   struct stat st{};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
