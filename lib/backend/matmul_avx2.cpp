@@ -34,12 +34,14 @@ inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const
 // Runs K::run<NT> over the rows, NT = the tokens left (at most kTile) per pass.
 template <class K>
 void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
-    for (int64_t t0 = 0; t0 < a.n_tok;) {
-      const int64_t left = a.n_tok - t0;
+  // Token tiles outer, rows inner: the task's rows stay in cache while each tile's activations are
+  // read once per task rather than once per row (prefill).
+  for (int64_t t0 = 0; t0 < a.n_tok;) {
+    const int64_t left = a.n_tok - t0;
+    const int nt = left >= kTile ? kTile : static_cast<int>(left);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
       float out[kTile];
-      const int nt = left >= kTile ? kTile : static_cast<int>(left);
       switch (nt) {
         case 8: K::template run<8>(a, row, t0, out); break;
         case 7: K::template run<7>(a, row, t0, out); break;
@@ -51,8 +53,8 @@ void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
         default: K::template run<1>(a, row, t0, out); break;
       }
       for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.n_rows + r] = out[t];
-      t0 += nt;
     }
+    t0 += nt;
   }
 }
 

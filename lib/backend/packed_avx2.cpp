@@ -82,12 +82,14 @@ void q4k_x8_tile(const PackedArgs &a, const uint8_t *row, int64_t t0, float *out
 }  // namespace
 
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
-    for (int64_t t0 = 0; t0 < a.n_tok;) {
-      // Even tiles (7 tokens: 4 + 3, not 6 + 1): every pass re-unpacks the row.
-      const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
-      const int nt = static_cast<int>((left + passes - 1) / passes);
+  // Token tiles outer, rows inner: the task's rows (a few KiB) stay in cache while each tile's
+  // activations are read once per task instead of once per row (prefill of hundreds of tokens).
+  for (int64_t t0 = 0; t0 < a.n_tok;) {
+    // Even tiles (7 tokens: 4 + 3, not 6 + 1): every pass re-unpacks the rows.
+    const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
+    const int nt = static_cast<int>((left + passes - 1) / passes);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
       float out[kTile];
       switch (nt) {
         case 6: q4k_x8_tile<6>(a, row, t0, out); break;
@@ -98,8 +100,8 @@ void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
         default: q4k_x8_tile<1>(a, row, t0, out); break;
       }
       for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.y_stride + r] = out[t];
-      t0 += nt;
     }
+    t0 += nt;
   }
 }
 
