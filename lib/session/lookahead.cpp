@@ -13,10 +13,30 @@ void Lookahead::configure(int32_t max_draft, bool adaptive) {
 
 void Lookahead::reset() {
   accepted_ = drafted_ = 0;
+  for (auto &a : reached_) a.fill(0);
+  for (auto &a : rejected_) a.fill(0);
+  hot_ = false;
   draft_ms_per_token_ = 0;
   pass_ms_.fill(0);
   paused_ = 0;
   since_plain_ = 0;
+}
+
+double Lookahead::acceptance() const {
+  // Two pseudo-trials at the prior rate: one early rejection does not read as "never accepted".
+  return (accepted_ + 2.0 * prior_acceptance) / (drafted_ + 2.0);
+}
+
+double Lookahead::expected_tokens(int32_t k) const {
+  const int s = hot_ ? 1 : 0;
+  double hazard = 1.0 - std::clamp(acceptance(), 0.0, 0.999);
+  double survive = 1.0, sum = 1.0;
+  for (int32_t i = 1; i <= k && i <= kMaxBatch; ++i) {
+    if (reached_[s][i] >= 2.0) hazard = std::clamp(rejected_[s][i] / reached_[s][i], 0.001, 1.0);
+    survive *= 1.0 - hazard;
+    sum += survive;
+  }
+  return sum;
 }
 
 double Lookahead::cost_ratio() const {
@@ -65,18 +85,19 @@ int32_t Lookahead::next() {
     --paused_;
     return paused_ == 0 ? std::min<int32_t>(2, max_draft_) : 0;  // probe when the pause ends
   }
-  double a = std::clamp(acceptance(), 0.0, 0.999);
   double c = cost_ratio();
   int32_t best_k = 0;
   double best = 1.0;  // plain decoding: one token per single-token pass
   for (int32_t k = 1; k <= max_draft_; ++k) {
-    double e = (1.0 - std::pow(a, k + 1)) / ((1.0 - a) * (k * c + batch_ratio(k)));
+    double e = expected_tokens(k) / (k * c + batch_ratio(k));
     if (e > best * 1.0001) {
       best = e;
       best_k = k;
     }
   }
-  if (best_k == 0) paused_ = pause_rounds;
+  // Pause: long when drafting costs real time (a draft model), short when drafts are nearly free
+  // (prompt lookup), whose next match may come a few tokens later.
+  if (best_k == 0) paused_ = c > 0.05 ? pause_rounds : pause_rounds / 4;
   return best_k;
 }
 
@@ -88,6 +109,16 @@ void Lookahead::observe(int32_t drafted, int32_t accepted, double draft_ms, doub
     int32_t trials = accepted + (accepted < drafted ? 1 : 0);
     accepted_ = accepted_ * decay + accepted;
     drafted_ = drafted_ * decay + trials;
+    const int s = hot_ ? 1 : 0;
+    for (int32_t i = 1; i <= kMaxBatch; ++i) {
+      reached_[s][i] *= decay;
+      rejected_[s][i] *= decay;
+    }
+    for (int32_t i = 1; i <= std::min(drafted, accepted + 1) && i <= kMaxBatch; ++i) {
+      reached_[s][i] += 1.0;
+      if (i == accepted + 1) rejected_[s][i] += 1.0;
+    }
+    hot_ = accepted == drafted;
     double per_token = draft_ms / drafted;
     draft_ms_per_token_ = draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
   }

@@ -4,6 +4,13 @@
 // single-token target pass) and r(k), the measured time of a (k+1)-token target pass relative to a
 // single-token pass (1 for a perfectly memory-bound target). When no k > 0 beats plain decoding
 // (E = 1), drafting pauses for a while and then probes again.
+//
+// Acceptance is bursty (prompt lookup copies long runs, then misses at an edit), so the numerator
+// is not taken from one rate a: the expected tokens per round are 1 + sum_{i<=k} S_i, with S_i the
+// measured chance that the first i drafted tokens are all accepted (a per-position rejection
+// hazard, estimated from recent rounds), kept separately after a round whose draft was accepted
+// whole ("hot") and after any other round. With too few observations at a position, the hazard
+// falls back to the one before it, then to the overall rate 1 - a.
 #pragma once
 
 #include <array>
@@ -23,7 +30,10 @@ class Lookahead {
   void observe(int32_t drafted, int32_t accepted, double draft_ms, double target_ms, int32_t batch);
   void reset();
 
-  double acceptance() const { return drafted_ > 0 ? accepted_ / drafted_ : prior_acceptance; }
+  // Per-token acceptance over recent rounds, all states together.
+  double acceptance() const;
+  // Expected tokens per round when drafting k, in the current state: 1 + sum_{i<=k} S_i.
+  double expected_tokens(int32_t k) const;
   double cost_ratio() const;
   // r(k): time of a (k+1)-token pass relative to a one-token pass (measured, or interpolated).
   double batch_ratio(int32_t k) const;
@@ -36,6 +46,10 @@ class Lookahead {
   int32_t max_draft_ = 8;
   bool adaptive_ = true;
   double accepted_ = 0, drafted_ = 0;   // exponentially decayed counts
+  // Per state [cold, hot] and draft position i (1-based): decayed counts of rounds whose first
+  // i - 1 drafted tokens were accepted and that drafted an i-th, and of those that rejected it.
+  std::array<std::array<double, kMaxBatch + 1>, 2> reached_{}, rejected_{};
+  bool hot_ = false;                    // the last round's draft was accepted whole
   double draft_ms_per_token_ = 0;       // moving average
   std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
   int32_t paused_ = 0;

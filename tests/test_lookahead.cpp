@@ -1,0 +1,93 @@
+// The adaptive draft length (lib/session/lookahead.h) on synthetic round histories: it drafts long
+// when drafts are accepted and target passes cost the same at any size, stops when they are
+// rejected, pauses briefly for free drafters and longer for costly ones, and uses the burst state
+// (a draft accepted whole) to draft longer than the average rate alone would.
+#include "session/lookahead.h"
+
+// cmocka last.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+extern "C" {
+#include <cmocka.h>
+}
+
+using specinfer::Lookahead;
+
+namespace {
+
+// One round: ask for k, draft it, accept `accept(k)` tokens; passes cost base * (1 + slope * k).
+template <class F>
+int32_t round(Lookahead &la, F accept, double draft_ms_per_token, double base, double slope) {
+  const int32_t k = la.next();
+  const int32_t a = k > 0 ? accept(k) : 0;
+  la.observe(k, a, k * draft_ms_per_token, base * (1.0 + slope * k), k + 1);
+  return k;
+}
+
+void test_all_accepted_memory_bound(void **) {
+  Lookahead la;
+  la.configure(8, true);
+  int32_t k = 0;
+  for (int i = 0; i < 30; ++i) k = round(la, [](int32_t n) { return n; }, 0.0, 40.0, 0.0);
+  assert_int_equal(k, 8);  // every token accepted, passes free: draft the most allowed
+}
+
+void test_rejections_pause(void **) {
+  // Free drafts, all rejected: drafting stops, with short pauses (probes every few rounds).
+  Lookahead la;
+  la.configure(8, true);
+  int drafted_rounds = 0;
+  for (int i = 0; i < 60; ++i)
+    if (round(la, [](int32_t) { return 0; }, 0.0, 40.0, 0.2) > 0) ++drafted_rounds;
+  assert_true(drafted_rounds >= 6 && drafted_rounds <= 20);
+  // Costly drafts (c = 0.5), all rejected: long pauses.
+  Lookahead lb;
+  lb.configure(8, true);
+  int costly_rounds = 0;
+  for (int i = 0; i < 60; ++i)
+    if (round(lb, [](int32_t) { return 0; }, 20.0, 40.0, 0.2) > 0) ++costly_rounds;
+  assert_true(costly_rounds >= 1 && costly_rounds <= 5);
+  assert_true(costly_rounds < drafted_rounds);
+}
+
+void test_bursts(void **) {
+  // Rounds follow a Markov chain: a copy round (whole draft accepted) is followed by another copy
+  // with probability 0.9, a miss (first token rejected) by a copy with probability 0.2 (fixed
+  // pseudo-random sequence). The hot state (after a copy) should ask for longer drafts than the
+  // cold one.
+  Lookahead la;
+  la.configure(8, true);
+  bool copying = true;
+  uint32_t rng = 12345;
+  double sum_hot = 0, sum_cold = 0;
+  int n_hot = 0, n_cold = 0;
+  for (int i = 0; i < 400; ++i) {
+    const bool hot_now = copying;
+    const int32_t k = round(la, [&](int32_t n) { return copying ? n : 0; }, 0.0, 40.0, 0.25);
+    if (k > 0) {
+      if (i > 50) {
+        if (hot_now) sum_hot += k, ++n_hot;
+        else sum_cold += k, ++n_cold;
+      }
+      rng = rng * 1664525u + 1013904223u;
+      const double u = (rng >> 8) / 16777216.0;
+      copying = u < (copying ? 0.9 : 0.2);
+    }
+  }
+  assert_true(n_hot > 10 && n_cold > 3);
+  print_message("mean k: hot %.2f (%d rounds), cold %.2f (%d rounds)\n", sum_hot / n_hot, n_hot,
+                sum_cold / n_cold, n_cold);
+  assert_true(sum_hot / n_hot > sum_cold / n_cold + 1.0);
+}
+
+}  // namespace
+
+int main() {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_all_accepted_memory_bound),
+      cmocka_unit_test(test_rejections_pause),
+      cmocka_unit_test(test_bursts),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
