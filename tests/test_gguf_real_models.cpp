@@ -53,6 +53,10 @@ namespace {
 // logits differ from llama.cpp's by 0.32 on average (an open discrepancy, docs/MODELS.md), so that
 // float-summation-order changes in our kernels flip its gaps of up to ~0.4.
 double tie_gap(const char *name) { return std::strstr(name, "gemma") ? 0.5 : 0.3; }
+// Greedy continuations may part where llama.cpp's top-2 gap is below this: for Gemma 3 its max
+// |logit difference| to llama.cpp (1.6), since any ulp change in our kernels (e.g. the attention
+// summation order) moves its logits by that much somewhere in 32 steps; the others as tie_gap.
+double greedy_tie_gap(const char *name) { return std::strstr(name, "gemma") ? 1.6 : tie_gap(name); }
 // Batch vs sequential: max |logit difference| (measured 0.7 on the Qwen models, 2.1 on Gemma).
 constexpr double kBatchMaxAbs = 3.0;
 constexpr double kMinAgree = 0.99;  // share of prompt positions whose top-1 agrees
@@ -169,7 +173,7 @@ void check_model(const char *name) {
       int want = int(greedy[s].num);
       if (!diverged && tok != want) {
         double gap = top2[s].arr[0].arr[1].num - top2[s].arr[1].arr[1].num;
-        if (gap >= tie_gap(name)) {
+        if (gap >= greedy_tie_gap(name)) {
           print_error("%s %s: greedy step %zu: ours %d, llama.cpp %d (its top-2 gap %.3f)\n", name,
                       pname.c_str(), s, tok, want, gap);
           fail();

@@ -20,6 +20,17 @@ struct VecOps {
   float (*exp_sub_sum)(float *x, float m, int64_t n);  // x = exp(x - m), returns the sum
   void (*silu_mul)(float *gate, const float *up, int64_t n);
   void (*add)(float *y, const float *x, int64_t n);
+  // Attention over the g query heads that share one kv head (grouped-query attention); each key
+  // and value row is loaded once for all g heads.
+  // scores: out[h * out_stride + j] = dot(q + h * q_stride, k + j * stride) * scale, h < g, j < n
+  // (hd values each). A key's score is computed the same way whatever n and g are (batch
+  // invariance).
+  void (*scores)(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride, int64_t n,
+                 int64_t hd, float scale, float *out, int64_t out_stride);
+  // out[h * q_stride + 0..hd) = sum_j p[h * p_stride + j] * v[j * stride ..], j ascending, skipping
+  // p == 0 (masked keys), for h < g.
+  void (*weighted_sum)(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride,
+                       int64_t n, int64_t hd, float *out, int64_t q_stride);
 };
 
 const VecOps &vec_ops_scalar() noexcept;
