@@ -8,7 +8,7 @@
 //   3. static: n-gram counts over a corpus file (tokenized with the target's tokenizer).
 // The count caches propose the most frequent follower when it was seen at least min_count times
 // and makes up at least min_share of the followers; n runs from n_max down to cache_n_min.
-//   config: n_min=<1..16> (1), n_max=<1..16> (4), max_draft=<1..64> (16), dynamic=0|1 (1),
+//   config: n_min=<1..16> (3), n_max=<1..16> (8), max_draft=<1..64> (16), dynamic=0|1 (1),
 //           static=<path of a text file> (none), cache_n_min=<1..16> (2), min_count=<1..> (2),
 //           min_share=<0..1> (0.5)
 #include <algorithm>
@@ -35,7 +35,7 @@ void set_err(specinfer_plugin_error *err, const std::string &msg) {
 }
 
 struct Drafter {
-  int32_t n_min = 1, n_max = 4, max_draft = 16;
+  int32_t n_min = 3, n_max = 8, max_draft = 16;
   bool use_dynamic = true;
   int32_t cache_n_min = 2;
   uint32_t min_count = 2;
@@ -184,8 +184,8 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
     Config cfg(config, {"n_min", "n_max", "max_draft", "dynamic", "static", "cache_n_min",
                         "min_count", "min_share"});
     auto d = std::make_unique<Drafter>();
-    d->n_min = static_cast<int32_t>(cfg.get_int("n_min", 1, 1, 16));
-    d->n_max = static_cast<int32_t>(cfg.get_int("n_max", 4, 1, 16));
+    d->n_min = static_cast<int32_t>(cfg.get_int("n_min", 3, 1, 16));
+    d->n_max = static_cast<int32_t>(cfg.get_int("n_max", 8, 1, 16));
     d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 16, 1, 64));
     d->use_dynamic = cfg.get_int("dynamic", 1, 0, 1) != 0;
     d->cache_n_min = static_cast<int32_t>(cfg.get_int("cache_n_min", 2, 1, 16));
