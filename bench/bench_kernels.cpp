@@ -17,6 +17,7 @@
 
 #include "backend/matmul.h"
 #include "backend/ops.h"
+#include "backend/packed.h"
 #include "backend/quant.h"
 
 using namespace specinfer;
@@ -150,6 +151,33 @@ void matmul_args(benchmark::internal::Benchmark *b) {
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The packed path (pack_weight / matmul_packed) on the same shapes: Q4_K repacked at load.
+void BM_MatmulPacked(benchmark::State &state) {
+  const auto wtype = static_cast<int32_t>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n_tok = state.range(3);
+  const Weights &w = weights(wtype, rows, cols);
+  const auto pw = pack_weight(wtype, w.data.data(), rows, cols);
+  std::vector<float> x(static_cast<size_t>(n_tok * cols)), y(static_cast<size_t>(n_tok * rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto &v : x) v = nd(rng);
+  for (auto _ : state) {
+    arena().execute([&] { matmul_packed(*pw, x.data(), n_tok, y.data()); });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.data.size()));
+  state.SetLabel(std::string(wtype_name(wtype)) + " packed " + isa_name(active_isa()));
+}
+
+void matmul_packed_args(benchmark::internal::Benchmark *b) {
+  const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536}, {1536, 8960}, {256, 1536}};
+  const int64_t toks[] = {1, 2, 4, 5, 8, 16};
+  for (auto &s : shapes)
+    for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_K, s[0], s[1], n});
+  b->ArgNames({"type", "rows", "cols", "tok"});
+}
+BENCHMARK(BM_MatmulPacked)->Apply(matmul_packed_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The same kernels on a weight matrix that stays in L2 (256 x 1536): compute cost alone, without
 // memory stalls. Compare cpu_time per token count (SPECINFER_BENCH_THREADS=1).
