@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "sample_stats.h"
 #include "sketch/format.h"
 #include "sketch/kernels.h"
 #include "sketch/sketcher.h"
@@ -96,27 +97,8 @@ std::vector<Pair> make_pairs() {
   return pairs;
 }
 
-struct Stats {
-  double mean = 0, var = 0, se_mean = 0, se_var = 0;
-};
-
-Stats stats_of(const std::vector<double> &x) {
-  Stats s;
-  const double n = static_cast<double>(x.size());
-  for (double v : x) s.mean += v;
-  s.mean /= n;
-  double m2 = 0, m4 = 0;
-  for (double v : x) {
-    const double d = (v - s.mean) * (v - s.mean);
-    m2 += d;
-    m4 += d * d;
-  }
-  s.var = m2 / (n - 1);
-  m4 /= n;
-  s.se_mean = std::sqrt(s.var / n);
-  s.se_var = std::sqrt(std::max(0.0, m4 - (m2 / n) * (m2 / n)) / n);
-  return s;
-}
+using test_stats::Stats;
+using test_stats::stats_of;
 
 std::vector<unsigned char> sketch_of(const sk::Sketcher &s, const std::vector<float> &x,
                                      sk::Role role = sk::Role::key) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "sample_stats.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
@@ -169,27 +170,8 @@ std::vector<Pair> capture_pairs(const std::string &path, int *d_out) {
   return pairs;
 }
 
-struct Stats {
-  double mean = 0, var = 0, se_mean = 0, se_var = 0;
-};
-
-Stats stats_of(const std::vector<double> &x) {
-  Stats s;
-  const double n = double(x.size());
-  for (double v : x) s.mean += v;
-  s.mean /= n;
-  double m2 = 0, m4 = 0;
-  for (double v : x) {
-    const double d = (v - s.mean) * (v - s.mean);
-    m2 += d;
-    m4 += d * d;
-  }
-  s.var = m2 / (n - 1);
-  m4 /= n;
-  s.se_mean = std::sqrt(s.var / n);
-  s.se_var = std::sqrt(std::max(0.0, m4 - (m2 / n) * (m2 / n)) / n);
-  return s;
-}
+using test_stats::Stats;
+using test_stats::stats_of;
 
 Stats run_trials(const char *kind, const char *options, const Pair &p) {
   std::vector<double> est;

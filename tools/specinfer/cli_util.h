@@ -6,8 +6,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace cli {
+
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""}.
+inline std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t next = s.find(sep, pos);
+    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
 
 // "gguf:path=a.gguf,n_ctx=2048" -> ("gguf", "path=a.gguf,n_ctx=2048"); "ngram" -> ("ngram", "").
 inline void split_spec(const std::string &spec, std::string *plugin, std::string *config) {

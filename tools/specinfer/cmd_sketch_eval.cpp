@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "png_chart.h"
 #include "sketch_eval_real.h"
@@ -62,17 +63,7 @@ void usage(FILE *out) {
   else std::fprintf(out, "  see `specinfer sketch-eval --help`\n");
 }
 
-std::vector<std::string> split(const std::string &s, char sep) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t next = s.find(sep, pos);
-    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return out;
-}
+using cli::split;
 
 bool parse_double(const std::string &s, double *out) {
   char *end = nullptr;

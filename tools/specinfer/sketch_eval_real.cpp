@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
@@ -69,17 +70,7 @@ struct Failure {
   std::string message;
 };
 
-std::vector<std::string> split(const std::string &s, char sep) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t next = s.find(sep, pos);
-    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return out;
-}
+using cli::split;
 
 bool parse_int(const std::string &s, int64_t lo, int64_t hi, int64_t *out) {
   if (s.empty()) return false;
