@@ -222,6 +222,41 @@ void check_model(const char *name) {
 }
 
 void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
+
+// vocab_limit: the logits of the first ids are bit-identical to the full model's, the rest -inf.
+void test_vocab_limit(void **) {
+  const std::string path = model_dir() + "/qwen2.5-coder-0.5b.gguf";
+  if (FILE *f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    print_message("skipping: %s not found (run scripts/fetch-models)\n", path.c_str());
+    skip();
+  }
+  std::unique_ptr<File> file = File::open(path);
+  Model full(*file, specinfer::default_host(), 64);
+  const int32_t limit = 32768;
+  Model cut(*file, specinfer::default_host(), 64, true, limit);
+  const int V = full.hparams().n_vocab;
+  const int32_t ids[] = {750, 3974, 9003, 1006, 7, 25, 262, 470};  // any valid ids
+  const int n = int(sizeof ids / sizeof ids[0]);
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<float> a(size_t(n) * size_t(V)), b(a.size());
+  full.forward(ids, pos.data(), n, nullptr, n, a.data(), nullptr);
+  cut.forward(ids, pos.data(), n, nullptr, n, b.data(), nullptr);
+  for (int t = 0; t < n; t++) {
+    const float *ra = a.data() + size_t(t) * size_t(V), *rb = b.data() + size_t(t) * size_t(V);
+    assert_memory_equal(ra, rb, size_t(limit) * sizeof(float));
+    for (int v = limit; v < V; v++) assert_true(std::isinf(rb[v]) && rb[v] < 0);
+  }
+  bool threw = false;
+  try {
+    Model m(*file, specinfer::default_host(), 64, true, -1);
+  } catch (const specinfer::gguf::Error &e) {
+    threw = e.code == SPECINFER_ERR_CONFIG;
+  }
+  assert_true(threw);
+}
 void test_qwen_15b(void **) { check_model("qwen2.5-coder-1.5b"); }
 void test_gemma_270m(void **) { check_model("gemma-3-270m"); }
 
@@ -230,6 +265,7 @@ void test_gemma_270m(void **) { check_model("gemma-3-270m"); }
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen_05b),
+      cmocka_unit_test(test_vocab_limit),
       cmocka_unit_test(test_gemma_270m),
       cmocka_unit_test(test_qwen_15b),
   };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 namespace specinfer::gguf {
 
@@ -43,7 +44,8 @@ void check_status(specinfer_status st, const char *what) {
 
 }  // namespace
 
-Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack_weights)
+Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack_weights,
+             int32_t vocab_limit)
     : file_(file), host_(host) {
   if (host == nullptr || host->kernels == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: the host provides no kernel table");
@@ -147,6 +149,10 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool p
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
 
+  if (vocab_limit < 0)
+    fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
+  n_out_ = vocab_limit > 0 && vocab_limit < hp_.n_vocab ? vocab_limit : hp_.n_vocab;
+  output_.rows = n_out_;  // rows are contiguous: the first n_out_ rows are a matrix of their own
   const bool can_pack =
       k_->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k_->free_packed) &&
       k_->pack_weight && k_->matmul_packed && k_->free_packed;
@@ -373,7 +379,17 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   for (int32_t i = first; i < n; i++) k_->rmsnorm(x + i * E, output_norm_.data(), E, eps, h + i * E);
   if (n_logits > 0) {
     if (hidden) std::memcpy(hidden, h + first * E, size_t(n_logits) * size_t(E) * sizeof(float));
-    matmul(output_, h + first * E, n_logits, logits);
+    if (n_out_ == hp_.n_vocab) {
+      matmul(output_, h + first * E, n_logits, logits);
+    } else {
+      out_rows_.resize(size_t(n_logits) * size_t(n_out_));
+      matmul(output_, h + first * E, n_logits, out_rows_.data());
+      for (int32_t i = 0; i < n_logits; i++) {
+        float *row = logits + size_t(i) * size_t(hp_.n_vocab);
+        std::memcpy(row, out_rows_.data() + size_t(i) * size_t(n_out_), size_t(n_out_) * sizeof(float));
+        std::fill(row + n_out_, row + hp_.n_vocab, -std::numeric_limits<float>::infinity());
+      }
+    }
   }
   n_cached_ = n_kv;
 }

@@ -57,8 +57,11 @@ class Model {
   // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
   // or misshapen tensors, CONFIG for a bad n_ctx). pack: hand every matrix to the host's
   // pack_weight once (faster kernels; Q4_K matrices are copied into the packed layout), if the host
-  // has it.
-  Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack = true);
+  // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it and write
+  // -inf for the rest (a cheaper output matrix for draft models; ids are roughly in frequency
+  // order in BPE vocabularies); 0 = all.
+  Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack = true,
+        int32_t vocab_limit = 0);
   Model(const Model &) = delete;
   Model &operator=(const Model &) = delete;
 
@@ -110,6 +113,8 @@ class Model {
   int32_t n_cached_ = 0;
   int32_t capacity_ = 0;  // positions the caches hold room for
   Weight tok_embd_, output_;
+  int32_t n_out_ = 0;             // output rows computed (n_vocab, or the vocab limit)
+  std::vector<float> out_rows_;   // scratch for limited logits
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   QkObserver qk_observer_;

@@ -53,6 +53,7 @@ struct Config {
   std::string path;
   int32_t n_ctx = 0;  // 0 = min(model context, 4096)
   bool pack = true;   // repack weights at load for the faster kernels
+  int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
 };
 
 std::string_view trim(std::string_view s) {
@@ -85,12 +86,19 @@ Config parse_config(const char *text) {
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'n_ctx' needs an integer in 1..16777216, got '%s'",
              value.c_str());
       cfg.n_ctx = int32_t(v);
+    } else if (key == "vocab_limit") {
+      char *end = nullptr;
+      long v = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || v < 0 || v > (1L << 24))
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'vocab_limit' needs an integer in 0..16777216, got '%s'",
+             value.c_str());
+      cfg.vocab_limit = int32_t(v);
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
       cfg.pack = value == "1";
     } else {
-      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack)", key.c_str());
+      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit)", key.c_str());
     }
   }
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
@@ -207,7 +215,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     Config cfg = parse_config(config);
     auto t = std::make_unique<Target>();
     t->file = File::open(cfg.path);
-    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, cfg.pack);
+    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, cfg.pack, cfg.vocab_limit);
     t->tokenizer = Tokenizer::from_gguf(*t->file);
     if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
       fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",
