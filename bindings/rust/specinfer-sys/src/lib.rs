@@ -263,7 +263,23 @@ pub struct specinfer_kernels {
     pub silu_mul: Option<unsafe extern "C" fn(gate: *mut f32, up: *const f32, n: i64)>,
     pub add: Option<unsafe extern "C" fn(y: *mut f32, x: *const f32, n: i64)>,
     pub isa: Option<unsafe extern "C" fn() -> *const c_char>,
+    pub pack_weight: Option<
+        unsafe extern "C" fn(
+            wtype: i32,
+            w: *const c_void,
+            n_rows: i64,
+            n_cols: i64,
+            out: *mut *mut specinfer_packed_weight,
+        ) -> specinfer_status,
+    >,
+    pub matmul_packed: Option<
+        unsafe extern "C" fn(pw: *const specinfer_packed_weight, x: *const f32, n_tok: i64, y: *mut f32) -> specinfer_status,
+    >,
+    pub free_packed: Option<unsafe extern "C" fn(pw: *mut specinfer_packed_weight)>,
 }
+
+// Opaque: a weight matrix prepared by `pack_weight`.
+opaque!(specinfer_packed_weight);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
