@@ -144,7 +144,7 @@ static void test_unknown_plugin_and_config(void **state) {
   specinfer_free(err);
   assert_int_equal(specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=99"), &t, &err), SPECINFER_ERR_CONFIG);
   specinfer_free(err);
-  assert_int_equal(specinfer_target_open(reg, "kgram", "path=/nonexistent/file.txt", &t, &err), SPECINFER_ERR_PLUGIN);
+  assert_int_equal(specinfer_target_open(reg, "kgram", "path=/nonexistent/file.txt", &t, &err), SPECINFER_ERR_NOT_FOUND);
   assert_non_null(strstr(err, "/nonexistent/file.txt"));
   specinfer_free(err);
   assert_int_equal(specinfer_target_open(reg, "kgram", "k=3", &t, &err), SPECINFER_ERR_CONFIG);

@@ -11,7 +11,7 @@ namespace specinfer_kgram {
 Model::Model(const std::string &path, int order, double smoothing)
     : order_(order), smoothing_(smoothing) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open training text '" + path + "'");
+  if (!in) throw FileNotFound("cannot open training text '" + path + "'");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw std::runtime_error("cannot read training text '" + path + "'");
   if (text.empty()) throw std::runtime_error("training text '" + path + "' is empty");

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -16,6 +17,11 @@ namespace specinfer_kgram {
 
 constexpr int kVocab = 256;
 constexpr int kMaxOrder = 7;
+
+// The training text cannot be opened (missing file): reported as NOT_FOUND, not as a plugin fault.
+struct FileNotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class Model {
  public:

@@ -32,6 +32,9 @@ specinfer_status guarded(specinfer_plugin_error *err, F &&fn) {
   } catch (const specinfer_plugin::ConfigError &e) {
     set_err(err, e.what());
     return SPECINFER_ERR_CONFIG;
+  } catch (const specinfer_kgram::FileNotFound &e) {
+    set_err(err, e.what());
+    return SPECINFER_ERR_NOT_FOUND;
   } catch (const std::bad_alloc &) {
     set_err(err, "out of memory");
     return SPECINFER_ERR_OUT_OF_MEMORY;
