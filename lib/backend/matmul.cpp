@@ -50,15 +50,6 @@ void check_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, co
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL weight, input or output");
 }
 
-// Rows per task: enough that each task streams a good chunk of weights, small enough that the
-// threads balance.
-int64_t row_grain(int64_t n_rows, size_t row_bytes) {
-  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
-  const int64_t by_bytes = static_cast<int64_t>(16384 / std::max<size_t>(row_bytes, 1));
-  const int64_t by_split = std::max<int64_t>(1, n_rows / (threads * 8));
-  return std::max<int64_t>(1, std::min(by_bytes, by_split));
-}
-
 void run_kernels(Isa isa, const MatmulArgs &base) {
   MatmulArgs a = base;
   Isa picked;
@@ -97,7 +88,7 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
     }
     a.xq = q;
   }
-  const int64_t grain = row_grain(a.n_rows, a.row_bytes);
+  const int64_t grain = matmul_row_grain(a.n_rows, a.row_bytes);
   if (a.n_rows <= grain) {
     fn(a, 0, a.n_rows);
     return;
@@ -143,6 +134,15 @@ void run_blas(const MatmulArgs &a) {
 }
 
 }  // namespace
+
+// Rows per task: enough that each task streams a good chunk of weights, small enough that the
+// threads balance.
+int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes) {
+  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t by_bytes = static_cast<int64_t>(16384 / std::max<size_t>(row_bytes, 1));
+  const int64_t by_split = std::max<int64_t>(1, n_rows / (threads * 8));
+  return std::max<int64_t>(1, std::min(by_bytes, by_split));
+}
 
 void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
                  int64_t n_cols, const float *x, int64_t n_tok, float *y) {

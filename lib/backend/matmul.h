@@ -80,6 +80,9 @@ void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const 
 void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
                  int64_t n_cols, const float *x, int64_t n_tok, float *y);
 
+// Rows per oneTBB task for a matmul over n_rows rows of row_bytes (in the caller's arena).
+int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes);
+
 // Fast dequantization of n values (a multiple of the block size); same results as
 // dequantize_row_ref. Throws like dequantize_row_ref.
 void dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n);

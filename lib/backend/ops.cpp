@@ -67,7 +67,7 @@ void weighted_sum_s(const float *p, int64_t p_stride, int64_t g, const float *v,
 }  // namespace
 
 const VecOps &vec_ops_scalar() noexcept {
-  static const VecOps ops = {dot_s, axpy_s, scale_s, sumsq_s, mul_scaled_s, exp_sub_sum_s,
+  static const VecOps ops = {scale_s, sumsq_s, mul_scaled_s, exp_sub_sum_s,
                              silu_mul_s, add_s, scores_s, weighted_sum_s};
   return ops;
 }

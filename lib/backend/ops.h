@@ -12,8 +12,6 @@ namespace specinfer {
 
 // Vector primitives of one instruction set.
 struct VecOps {
-  float (*dot)(const float *a, const float *b, int64_t n);
-  void (*axpy)(float a, const float *x, float *y, int64_t n);           // y += a * x
   void (*scale)(float *x, float s, int64_t n);                          // x *= s
   float (*sumsq)(const float *x, int64_t n);                            // sum x^2
   void (*mul_scaled)(const float *x, const float *w, float s, float *y, int64_t n);  // y = x*w*s

@@ -239,7 +239,7 @@ void weighted_sum_a(const float *p, int64_t p_stride, int64_t g, const float *v,
 }  // namespace
 
 const VecOps &vec_ops_avx2() noexcept {
-  static const VecOps ops = {dot_a, axpy_a, scale_a, sumsq_a, mul_scaled_a, exp_sub_sum_a,
+  static const VecOps ops = {scale_a, sumsq_a, mul_scaled_a, exp_sub_sum_a,
                              silu_mul_a, add_a, scores_a, weighted_sum_a};
   return ops;
 }

@@ -10,7 +10,6 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "backend/matmul.h"
 #include "util/error.h"
@@ -24,12 +23,6 @@ PackLayout pack_layout(int32_t wtype) noexcept {
 }
 
 namespace {
-
-// Value i (0..31) of group s (0..7) in a file-order Q4_K nibble array.
-inline int q4k_value(const uint8_t *qs, int s, int i) {
-  const uint8_t b = qs[32 * (s / 2) + i];
-  return (s & 1) ? b >> 4 : b & 15;
-}
 
 // Position of value i of group s in the q4k_x8 order: byte and nibble shift.
 inline void x8_pos(int s, int i, int *byte, int *shift) {
@@ -47,18 +40,6 @@ void check_sizes(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "pack_weight: bad shape %lld x %lld for %s",
          static_cast<long long>(n_rows), static_cast<long long>(n_cols), wtype_name(wtype));
 }
-
-// Rows per task, as the plain matmul does.
-int64_t grain_for(int64_t n_rows, size_t row_bytes) {
-  const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
-  const int64_t by_bytes = static_cast<int64_t>(16384 / std::max<size_t>(row_bytes, 1));
-  const int64_t by_split = std::max<int64_t>(1, n_rows / (threads * 8));
-  return std::max<int64_t>(1, std::min(by_bytes, by_split));
-}
-
-}  // namespace
-
-namespace {
 
 // For each nibble of the packed order (byte b, low nibble at 2b, high at 2b + 1): where it comes
 // from in the file order (byte index into qs, shift).
@@ -211,7 +192,7 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
   else act_to_q8kp(q.data(), xp.data(), static_cast<int64_t>(q.size()));
   a.x = xp.data();
   auto fn = simd ? q4k_x8_rows_avx2 : q4k_x8_rows_scalar;
-  const int64_t grain = grain_for(pw.rows, pw.row_bytes);
+  const int64_t grain = matmul_row_grain(pw.rows, pw.row_bytes);
   if (pw.rows <= grain) {
     fn(a, 0, pw.rows);
     return;
