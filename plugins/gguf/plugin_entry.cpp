@@ -62,6 +62,16 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The integer value of a config key, in [lo, hi].
+int32_t int_value(const std::string &key, const std::string &value, long lo, long hi) {
+  char *end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < lo || v > hi)
+    fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' needs an integer in %ld..%ld, got '%s'", key.c_str(),
+         lo, hi, value.c_str());
+  return int32_t(v);
+}
+
 Config parse_config(const char *text) {
   Config cfg;
   std::string_view rest = text ? text : "";
@@ -80,19 +90,9 @@ Config parse_config(const char *text) {
       if (value.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is empty");
       cfg.path = value;
     } else if (key == "n_ctx") {
-      char *end = nullptr;
-      long v = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v < 1 || v > (1L << 24))
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'n_ctx' needs an integer in 1..16777216, got '%s'",
-             value.c_str());
-      cfg.n_ctx = int32_t(v);
+      cfg.n_ctx = int_value(key, value, 1, 1L << 24);
     } else if (key == "vocab_limit") {
-      char *end = nullptr;
-      long v = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || v < 0 || v > (1L << 24))
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'vocab_limit' needs an integer in 0..16777216, got '%s'",
-             value.c_str());
-      cfg.vocab_limit = int32_t(v);
+      cfg.vocab_limit = int_value(key, value, 0, 1L << 24);
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
