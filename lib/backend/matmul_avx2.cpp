@@ -149,8 +149,10 @@ inline uint32_t le32(const uint8_t *p) {
 // Q8_0, unsigned for the _1 formats (which then carry a min m).
 template <int32_t W>
 struct Block32 {
-  static constexpr bool kSigned = W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q5_0 ||
-                                  W == SPECINFER_WTYPE_Q8_0 || W == SPECINFER_WTYPE_Q8_1;
+  static constexpr bool kSigned = W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q8_0 || W == SPECINFER_WTYPE_Q8_1;
+  // Unsigned values whose offset is subtracted from the exact integer sum (offset * sum of x):
+  // vpmaddubsw takes them as they are, without the two vpsignb per block and token.
+  static constexpr int kOffset = W == SPECINFER_WTYPE_Q5_0 ? 16 : 0;
   static constexpr bool kMin = W == SPECINFER_WTYPE_Q4_1 || W == SPECINFER_WTYPE_Q5_1;
   static void unpack(const uint8_t *blk, __m256i &q, float &d, float &m) {
     if constexpr (W == SPECINFER_WTYPE_Q4_0) {
@@ -164,9 +166,10 @@ struct Block32 {
       d = h2f(b->d);
       m = h2f(b->m);
     } else if constexpr (W == SPECINFER_WTYPE_Q5_0) {
+      // Unsigned 0..31; the -16 offset is applied to the integer sum (kOffset).
       const auto *b = reinterpret_cast<const BlockQ5_0 *>(blk);
       const __m256i hi = _mm256_and_si256(bits_to_bytes(le32(b->qh)), _mm256_set1_epi8(0x10));
-      q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), hi), _mm256_set1_epi8(16));
+      q = _mm256_or_si256(nibbles32(b->qs), hi);
       d = h2f(b->d);
       m = 0.0f;
     } else if constexpr (W == SPECINFER_WTYPE_Q5_1) {
@@ -213,6 +216,13 @@ struct KQ32 {
         const ActQ8 &xb = x[t][i];
         const __m256i sx = _mm256_sign_epi8(load256(xb.qs), q);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+      }
+    } else if constexpr (B::kOffset != 0) {
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8 &xb = x[t][i];
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
+        p = _mm256_sub_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(B::kOffset * xb.sum)));
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
       }
     } else {
