@@ -10,8 +10,8 @@
 //    16-bit lane of a vpmaddubsw product belongs to one group in all eight registers: the eight
 //    products of a super-block add up in int16 (at most 16 * 15 * 127 = 30480 per lane) and a
 //    single vpmaddwd applies the eight group scales. One vpmaddwd per 256 weights and token instead
-//    of four, and no lane permutes when unpacking (the AVX2 kernels are bound by the one
-//    integer-multiply pipe on Zen 2/3 class CPUs).
+//    of four, and no lane permutes when unpacking. (Zen 3 issues vpmaddubsw, vpmaddwd and FMAs
+//    on the same two pipes, two per cycle; bench_kernels BM_PipeThroughput measures it.)
 //  plain: every other type; the handle refers to the caller's weights and the ordinary kernels
 //    (matmul.h) run.
 #pragma once
