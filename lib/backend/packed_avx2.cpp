@@ -29,13 +29,15 @@ inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<co
 // (two registers) at a time and applied to every token before the next chunk: the live registers
 // are NT int16 sums, NT float accumulators and the chunk (no spills up to NT = 5).
 template <int NT>
-void q4k_x8_tile(const PackedArgs &a, const uint8_t *row, int64_t t0, float *out) {
+void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
   const ActQ8KP *x = a.x + t0 * a.n_blocks;
-  const int64_t xstep = a.n_blocks;
+  const int64_t xstep = a.n_blocks, nb = a.n_blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t r = r0; r < r1; ++r) {
+  const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t i = 0; i < a.n_blocks; ++i) {
+  for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
     const uint8_t *qs = blk + 16;
     __m256i s[NT];
@@ -76,7 +78,8 @@ void q4k_x8_tile(const PackedArgs &a, const uint8_t *row, int64_t t0, float *out
       acc[t] = _mm256_add_ps(acc[t], _mm256_fmsub_ps(f, dx, _mm256_mul_ps(mv, _mm256_load_ps(xb.xs))));
     }
   }
-  for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
+  }
 }
 
 }  // namespace
@@ -88,20 +91,15 @@ void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
     // Even tiles (7 tokens: 4 + 3, not 6 + 1): every pass re-unpacks the rows.
     const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
-      float out[kTile];
-      switch (nt) {
-        case 8: q4k_x8_tile<8>(a, row, t0, out); break;
-        case 7: q4k_x8_tile<7>(a, row, t0, out); break;
-        case 6: q4k_x8_tile<6>(a, row, t0, out); break;
-        case 5: q4k_x8_tile<5>(a, row, t0, out); break;
-        case 4: q4k_x8_tile<4>(a, row, t0, out); break;
-        case 3: q4k_x8_tile<3>(a, row, t0, out); break;
-        case 2: q4k_x8_tile<2>(a, row, t0, out); break;
-        default: q4k_x8_tile<1>(a, row, t0, out); break;
-      }
-      for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.y_stride + r] = out[t];
+    switch (nt) {
+      case 8: q4k_x8_tile<8>(a, r0, r1, t0); break;
+      case 7: q4k_x8_tile<7>(a, r0, r1, t0); break;
+      case 6: q4k_x8_tile<6>(a, r0, r1, t0); break;
+      case 5: q4k_x8_tile<5>(a, r0, r1, t0); break;
+      case 4: q4k_x8_tile<4>(a, r0, r1, t0); break;
+      case 3: q4k_x8_tile<3>(a, r0, r1, t0); break;
+      case 2: q4k_x8_tile<2>(a, r0, r1, t0); break;
+      default: q4k_x8_tile<1>(a, r0, r1, t0); break;
     }
     t0 += nt;
   }
