@@ -243,6 +243,7 @@ void matmul_packed_args(benchmark::internal::Benchmark *b) {
   const int64_t toks[] = {1, 2, 4, 5, 8, 16};
   for (auto &s : shapes)
     for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_K, s[0], s[1], n});
+  for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_0, 256, 1536, n});  // q40_x4, in L2
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(matmul_packed_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -250,7 +251,8 @@ BENCHMARK(BM_MatmulPacked)->Apply(matmul_packed_args)->Unit(benchmark::kMicrosec
 // The same kernels on a weight matrix that stays in L2 (256 x 1536): compute cost alone, without
 // memory stalls. Compare cpu_time per token count (SPECINFER_BENCH_THREADS=1).
 void matmul_l2_args(benchmark::internal::Benchmark *b) {
-  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0};
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0,
+                           SPECINFER_WTYPE_Q4_0};
   const int64_t toks[] = {1, 2, 4, 5, 8, 16};
   for (int32_t t : types)
     for (int64_t n : toks) b->Args({t, 256, 1536, n});

@@ -1,4 +1,4 @@
-// Packed weights (lib/backend/packed.h): the q4k_x8 repacking is lossless, packed matmuls match a
+// Packed weights (lib/backend/packed.h): the q4k_x8 and q40_x4 repackings are lossless, packed matmuls match a
 // double-precision reference on every instruction set the CPU has, the scalar and AVX2 kernels
 // agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
 // entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
@@ -46,6 +46,22 @@ std::vector<uint8_t> q4k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
   return w;
 }
 
+// Random Q4_0 rows; `extreme`: all nibbles 15 (the largest int16 lane sums of q40_x4: 4 * 2 * 15 * 127).
+std::vector<uint8_t> q40_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  const size_t rs = wtype_row_size(SPECINFER_WTYPE_Q4_0, n_cols);
+  std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0001f, 0.005f);
+  for (auto &b : w) b = extreme ? 0xFF : static_cast<uint8_t>(byte(rng));
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ4_0)) set16(w.data() + off, scale(rng));
+  return w;
+}
+
+std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  return wtype == SPECINFER_WTYPE_Q4_K ? q4k_weights(n_rows, n_cols, rng, extreme)
+                                       : q40_weights(n_rows, n_cols, rng, extreme);
+}
+
 std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng, bool extreme) {
   std::vector<float> x(static_cast<size_t>(n_tok * n_cols));
   std::normal_distribution<float> nd;
@@ -55,20 +71,30 @@ std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng,
 
 // Mismatches of y against the double-precision product of the dequantized weights and the int8
 // activations the kernels multiply.
-int check_against_reference(const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
+// (Q4_K multiplies ActQ8K activations, one scale per 256 values; Q4_0 ActQ8, one per 32.)
+int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
                             const std::vector<float> &x, int64_t n_tok, const std::vector<float> &y,
                             const char *what) {
   std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
-  dequantize_row_ref(SPECINFER_WTYPE_Q4_K, w.data(), wdeq.data(), n_rows * n_cols);
+  dequantize_row_ref(wtype, w.data(), wdeq.data(), n_rows * n_cols);
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
-    std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
-    quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
+    std::vector<double> xv(static_cast<size_t>(n_cols));
+    if (wtype == SPECINFER_WTYPE_Q4_K) {
+      std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
+      quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
+      for (int64_t c = 0; c < n_cols; ++c)
+        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 256)].d) * q[static_cast<size_t>(c / 256)].qs[c % 256];
+    } else {
+      std::vector<ActQ8> q(static_cast<size_t>(n_cols / 32));
+      quantize_act_q8(x.data() + t * n_cols, q.data(), n_cols);
+      for (int64_t c = 0; c < n_cols; ++c)
+        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 32)].d) * q[static_cast<size_t>(c / 32)].qs[c % 32];
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
       double ref = 0.0, mag = 0.0;
       for (int64_t c = 0; c < n_cols; ++c) {
-        const double xv = static_cast<double>(q[static_cast<size_t>(c / 256)].d) * q[static_cast<size_t>(c / 256)].qs[c % 256];
-        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) * xv;
+        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) * xv[static_cast<size_t>(c)];
         ref += p;
         mag += std::fabs(p);
       }
@@ -95,6 +121,14 @@ void test_repack_is_lossless(void **) {
   }
   assert_memory_equal(back.data(), w.data(), w.size());
   assert_memory_not_equal(packed.data(), w.data(), w.size());  // it does reorder
+  const std::vector<uint8_t> w0 = q40_weights(3, 256, rng, false);
+  std::vector<uint8_t> packed0(w0.size()), back0(w0.size());
+  for (size_t off = 0; off < w0.size(); off += 4 * sizeof(BlockQ4_0)) {
+    pack_q40_x4(w0.data() + off, packed0.data() + off);
+    unpack_q40_x4(packed0.data() + off, back0.data() + off);
+  }
+  assert_memory_equal(back0.data(), w0.data(), w0.size());
+  assert_memory_not_equal(packed0.data(), w0.data(), w0.size());
   // The activation permutation: scalar and AVX2 give the same bytes.
   if (isa_available(Isa::avx2)) {
     const std::vector<float> x = activations(1, 1024, rng, false);
@@ -113,29 +147,37 @@ void test_repack_is_lossless(void **) {
 void test_packed_matches_reference(void **) {
   std::mt19937 rng(20261122);
   int bad = 0;
-  for (bool extreme : {false, true}) {
-    for (int64_t n_cols : {256, 1536}) {
-      const int64_t n_rows = 37;
-      const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng, extreme);
-      auto pw = pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
-      assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::q4k_x8));
-      for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 13}) {
-        const std::vector<float> x = activations(n_tok, n_cols, rng, extreme);
-        std::vector<float> y_scalar(static_cast<size_t>(n_tok * n_rows), NAN);
-        matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, y_scalar.data());
-        bad += check_against_reference(w, n_rows, n_cols, x, n_tok, y_scalar, "scalar");
-        for (int isa_i = 1; isa_i <= 2; ++isa_i) {
-          const Isa isa = static_cast<Isa>(isa_i);
-          if (!isa_available(isa)) continue;
-          std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
-          matmul_packed_with(isa, *pw, x.data(), n_tok, y.data());
-          bad += check_against_reference(w, n_rows, n_cols, x, n_tok, y, isa_name(isa));
-          // Same integer sums and the same float steps: bit for bit.
-          assert_memory_equal(y.data(), y_scalar.data(), y.size() * sizeof(float));
+  struct Case {
+    int32_t wtype;
+    PackLayout layout;
+    int64_t cols[2];
+  };
+  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536}},
+                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}}};
+  for (const Case &cs : cases)
+    for (bool extreme : {false, true}) {
+      for (int64_t n_cols : cs.cols) {
+        const int64_t n_rows = 37;
+        const std::vector<uint8_t> w = weights(cs.wtype, n_rows, n_cols, rng, extreme);
+        auto pw = pack_weight(cs.wtype, w.data(), n_rows, n_cols);
+        assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(cs.layout));
+        for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 13}) {
+          const std::vector<float> x = activations(n_tok, n_cols, rng, extreme);
+          std::vector<float> y_scalar(static_cast<size_t>(n_tok * n_rows), NAN);
+          matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, y_scalar.data());
+          bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y_scalar, "scalar");
+          for (int isa_i = 1; isa_i <= 2; ++isa_i) {
+            const Isa isa = static_cast<Isa>(isa_i);
+            if (!isa_available(isa)) continue;
+            std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
+            matmul_packed_with(isa, *pw, x.data(), n_tok, y.data());
+            bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y, isa_name(isa));
+            // Same integer sums and the same float steps: bit for bit.
+            assert_memory_equal(y.data(), y_scalar.data(), y.size() * sizeof(float));
+          }
         }
       }
     }
-  }
   assert_int_equal(bad, 0);
 }
 
@@ -143,8 +185,10 @@ void test_packed_matches_reference(void **) {
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
   const int64_t n_rows = 300, n_cols = 1024, n_tok = 11;
-  const std::vector<uint8_t> w = q4k_weights(n_rows, n_cols, rng, false);
-  auto pw = pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q4_0}) {
+  const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
+  auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
+  assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
   const std::vector<float> x = activations(n_tok, n_cols, rng, false);
   for (int isa_i = 0; isa_i <= 2; ++isa_i) {
     const Isa isa = static_cast<Isa>(isa_i);
@@ -156,6 +200,7 @@ void test_packed_batch_invariance(void **) {
       matmul_packed_with(isa, *pw, x.data() + t * n_cols, 1, one.data());
       assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
     }
+  }
   }
 }
 
@@ -174,6 +219,11 @@ void test_plain_layout(void **) {
   matmul_packed(*pw, x.data(), n_tok, a.data());
   matmul(SPECINFER_WTYPE_Q8_0, w.data(), n_rows, n_cols, x.data(), n_tok, b.data());
   assert_memory_equal(a.data(), b.data(), a.size() * sizeof(float));
+  // Q4_0 packs only when the columns are a multiple of 128.
+  const std::vector<uint8_t> w0 = q40_weights(n_rows, 96, rng, false);
+  auto pw0 = pack_weight(SPECINFER_WTYPE_Q4_0, w0.data(), n_rows, 96);
+  assert_int_equal(static_cast<int>(pw0->layout), static_cast<int>(PackLayout::plain));
+  assert_ptr_equal(pw0->data, w0.data());
 }
 
 void test_kernel_table_packed(void **) {

@@ -1,8 +1,11 @@
 // Block formats: handcrafted blocks per type checked against values worked out by hand from the
 // documented formulas; fp16 / bf16 conversion; activation quantization bounds; sizes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "backend/matmul.h"
@@ -259,6 +262,75 @@ void test_dequant_errors(void **) {
   }
 }
 
+// Weight quantization (requant of a draft model): Q4_0 reproduces a block already on a Q4_0 grid
+// exactly, never does worse (squared error) than the plain d = m / -8 rule, and Q8_0 is within
+// half a step; bad input gets a status.
+void test_quantize_rows(void **) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> nib(0, 15);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (int rep = 0; rep < 200; ++rep) {
+    BlockQ4_0 src{};
+    src.d = fp32_to_fp16(0.001f + 0.0001f * static_cast<float>(rep));
+    for (int j = 0; j < 16; ++j) src.qs[j] = static_cast<uint8_t>(nib(rng) | (nib(rng) << 4));
+    src.qs[rep % 16] &= 0xF0;  // one value at q = 0: the block's value of largest magnitude, -8 d
+    const std::vector<float> x = deq(SPECINFER_WTYPE_Q4_0, &src, 32);
+    BlockQ4_0 back{};
+    quantize_row_ref(SPECINFER_WTYPE_Q4_0, x.data(), &back, 32);
+    const std::vector<float> y = deq(SPECINFER_WTYPE_Q4_0, &back, 32);
+    for (size_t j = 0; j < 32; ++j) expect(y, j, x[j]);
+  }
+  for (int rep = 0; rep < 200; ++rep) {
+    float x[64];
+    for (float &v : x) v = nd(rng) * (rep % 7 == 0 ? 50.0f : 1.0f);
+    BlockQ4_0 q[2];
+    BlockQ8_0 q8[2];
+    quantize_row_ref(SPECINFER_WTYPE_Q4_0, x, q, 64);
+    quantize_row_ref(SPECINFER_WTYPE_Q8_0, x, q8, 64);
+    const std::vector<float> y = deq(SPECINFER_WTYPE_Q4_0, q, 64), y8 = deq(SPECINFER_WTYPE_Q8_0, q8, 64);
+    for (int b = 0; b < 2; ++b) {
+      // The plain rule's error, computed here independently.
+      float m = 0.0f;
+      for (int j = 0; j < 32; ++j)
+        if (std::fabs(x[32 * b + j]) > std::fabs(m)) m = x[32 * b + j];
+      const float d = fp16_to_fp32(fp32_to_fp16(m / -8.0f));
+      float plain = 0.0f, ours = 0.0f, amax = 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        const float v = x[32 * b + j];
+        const float qv = std::min(15.0f, std::max(0.0f, std::nearbyint(v / d) + 8.0f));
+        plain += (v - d * (qv - 8.0f)) * (v - d * (qv - 8.0f));
+        ours += (v - y[static_cast<size_t>(32 * b + j)]) * (v - y[static_cast<size_t>(32 * b + j)]);
+        amax = std::max(amax, std::fabs(v));
+      }
+      assert_true(ours <= plain * (1.0f + 1e-5f));
+      const float d8 = fp16_to_fp32(q8[b].d);
+      assert_true(std::fabs(d8 - amax / 127.0f) <= amax / 127.0f * 1e-3f);
+      for (int j = 0; j < 32; ++j)
+        assert_true(std::fabs(x[32 * b + j] - y8[static_cast<size_t>(32 * b + j)]) <= 0.5f * d8 * (1.0f + 1e-5f));
+    }
+  }
+  float bad[32] = {};
+  BlockQ4_0 out{};
+  const auto code = [&](int32_t wtype, const float *src, int64_t n) {
+    try {
+      quantize_row_ref(wtype, src, &out, n);
+    } catch (const Error &e) {
+      return e.code();
+    }
+    return SPECINFER_OK;
+  };
+  assert_int_equal(code(SPECINFER_WTYPE_Q4_0, bad, 32), SPECINFER_OK);  // all zeros: d = 0
+  assert_int_equal(out.d, 0);
+  assert_int_equal(code(SPECINFER_WTYPE_Q4_0, bad, 31), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(code(SPECINFER_WTYPE_Q4_0, nullptr, 32), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(code(SPECINFER_WTYPE_Q4_K, bad, 256), SPECINFER_ERR_UNSUPPORTED);
+  assert_int_equal(code(999, bad, 32), SPECINFER_ERR_UNSUPPORTED);
+  bad[7] = std::numeric_limits<float>::quiet_NaN();
+  assert_int_equal(code(SPECINFER_WTYPE_Q8_0, bad, 32), SPECINFER_ERR_INVALID_ARGUMENT);
+  bad[7] = std::numeric_limits<float>::infinity();
+  assert_int_equal(code(SPECINFER_WTYPE_Q4_0, bad, 32), SPECINFER_ERR_INVALID_ARGUMENT);
+}
+
 // The int8 activations: within half a step of the input, and the block sums match.
 void test_act_quant(void **) {
   std::vector<float> x(512);
@@ -352,7 +424,7 @@ int main() {
       cmocka_unit_test(test_q3_k),         cmocka_unit_test(test_q4_k_q5_k),
       cmocka_unit_test(test_q6_k),         cmocka_unit_test(test_float_types),
       cmocka_unit_test(test_dequant_errors), cmocka_unit_test(test_act_quant),
-      cmocka_unit_test(test_act_quant_avx2),
+      cmocka_unit_test(test_act_quant_avx2), cmocka_unit_test(test_quantize_rows),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -81,13 +81,17 @@ specinfer_status k_matmul_packed(const specinfer_packed_weight *pw, const float 
 
 void k_free_packed(specinfer_packed_weight *pw) { delete reinterpret_cast<PackedWeight *>(pw); }
 
+specinfer_status k_quantize_row(int32_t wtype, const float *src, void *dst, int64_t n) {
+  return guarded([&] { quantize_row_ref(wtype, src, dst, n); });
+}
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
   static const specinfer_kernels table = {
       sizeof(specinfer_kernels), k_row_size, k_block_size, k_dequantize_row, k_matmul, k_rmsnorm,
       k_rope, k_softmax, k_attention, k_silu_mul, k_add, k_isa, k_pack_weight, k_matmul_packed,
-      k_free_packed};
+      k_free_packed, k_quantize_row};
   return &table;
 }
 

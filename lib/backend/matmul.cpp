@@ -88,13 +88,7 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
     }
     a.xq = q;
   }
-  const int64_t grain = matmul_row_grain(a.n_rows, a.row_bytes);
-  if (a.n_rows <= grain) {
-    fn(a, 0, a.n_rows);
-    return;
-  }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, a.n_rows, grain),
-                    [&](const tbb::blocked_range<int64_t> &r) { fn(a, r.begin(), r.end()); });
+  for_row_ranges(a.n_rows, a.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
 void blas_single_thread() {

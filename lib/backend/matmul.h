@@ -12,6 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include "backend/isa.h"
 #include "backend/quant.h"
 
@@ -82,6 +85,19 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
 
 // Rows per oneTBB task for a matmul over n_rows rows of row_bytes (in the caller's arena).
 int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes);
+
+// Calls fn(r0, r1) over [0, n_rows) in matmul_row_grain chunks: inline when one chunk covers it,
+// else as oneTBB tasks in the caller's arena.
+template <class Fn>
+void for_row_ranges(int64_t n_rows, size_t row_bytes, Fn &&fn) {
+  const int64_t grain = matmul_row_grain(n_rows, row_bytes);
+  if (n_rows <= grain) {
+    fn(int64_t{0}, n_rows);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_rows, grain),
+                    [&](const tbb::blocked_range<int64_t> &r) { fn(r.begin(), r.end()); });
+}
 
 // Fast dequantization of n values (a multiple of the block size); same results as
 // dequantize_row_ref. Throws like dequantize_row_ref.

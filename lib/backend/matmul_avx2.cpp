@@ -145,19 +145,21 @@ inline uint32_t le32(const uint8_t *p) {
   return v;
 }
 
-// Unpacks one block: `q` are the 32 integer values, signed (offset applied) for the _0 formats and
-// Q8_0, unsigned for the _1 formats (which then carry a min m).
+// Unpacks one block: `q` are the 32 integer values, signed for Q8_0 / Q8_1, unsigned for the
+// others (Q4_0 and Q5_0 without their offset, which comes off the integer sum; the _1 formats
+// carry a min m).
 template <int32_t W>
 struct Block32 {
-  static constexpr bool kSigned = W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q8_0 || W == SPECINFER_WTYPE_Q8_1;
+  static constexpr bool kSigned = W == SPECINFER_WTYPE_Q8_0 || W == SPECINFER_WTYPE_Q8_1;
   // Unsigned values whose offset is subtracted from the exact integer sum (offset * sum of x):
   // vpmaddubsw takes them as they are, without the two vpsignb per block and token.
-  static constexpr int kOffset = W == SPECINFER_WTYPE_Q5_0 ? 16 : 0;
+  static constexpr int kOffset = W == SPECINFER_WTYPE_Q5_0 ? 16 : W == SPECINFER_WTYPE_Q4_0 ? 8 : 0;
   static constexpr bool kMin = W == SPECINFER_WTYPE_Q4_1 || W == SPECINFER_WTYPE_Q5_1;
   static void unpack(const uint8_t *blk, __m256i &q, float &d, float &m) {
     if constexpr (W == SPECINFER_WTYPE_Q4_0) {
+      // Unsigned 0..15; the -8 offset is applied to the integer sum (kOffset).
       const auto *b = reinterpret_cast<const BlockQ4_0 *>(blk);
-      q = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+      q = nibbles32(b->qs);
       d = h2f(b->d);
       m = 0.0f;
     } else if constexpr (W == SPECINFER_WTYPE_Q4_1) {

@@ -18,8 +18,10 @@ namespace specinfer {
 
 void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
 
-PackLayout pack_layout(int32_t wtype) noexcept {
-  return wtype == SPECINFER_WTYPE_Q4_K ? PackLayout::q4k_x8 : PackLayout::plain;
+PackLayout pack_layout(int32_t wtype, int64_t n_cols) noexcept {
+  if (wtype == SPECINFER_WTYPE_Q4_K) return PackLayout::q4k_x8;
+  if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
+  return PackLayout::plain;
 }
 
 namespace {
@@ -94,6 +96,55 @@ void unpack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
   std::memcpy(dst + 16, out, 128);
 }
 
+void pack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept {
+  uint8_t vals[4][32];
+  for (int g = 0; g < 4; ++g) {
+    const uint8_t *b = src + g * sizeof(BlockQ4_0);
+    std::memcpy(dst + 2 * g, b, 2);  // d
+    for (int j = 0; j < 16; ++j) {
+      vals[g][j] = b[2 + j] & 15;
+      vals[g][j + 16] = b[2 + j] >> 4;
+    }
+  }
+  for (int c = 0; c < 2; ++c)
+    for (int g = 0; g < 4; ++g)
+      for (int i = 0; i < 8; ++i)
+        dst[8 + 32 * c + 8 * g + i] = static_cast<uint8_t>(vals[g][16 * c + i] | (vals[g][16 * c + 8 + i] << 4));
+}
+
+void unpack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept {
+  uint8_t vals[4][32];
+  for (int c = 0; c < 2; ++c)
+    for (int g = 0; g < 4; ++g)
+      for (int i = 0; i < 8; ++i) {
+        const uint8_t b = src[8 + 32 * c + 8 * g + i];
+        vals[g][16 * c + i] = b & 15;
+        vals[g][16 * c + 8 + i] = b >> 4;
+      }
+  for (int g = 0; g < 4; ++g) {
+    uint8_t *b = dst + g * sizeof(BlockQ4_0);
+    std::memcpy(b, src + 2 * g, 2);
+    for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(vals[g][j] | (vals[g][j + 16] << 4));
+  }
+}
+
+void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept {
+  for (int64_t b = 0; b < n_super; ++b) {
+    ActQ8X4 &o = out[b];
+    for (int g = 0; g < 4; ++g) {
+      const ActQ8 &blk = a[4 * b + g];
+      for (int k = 0; k < 4; ++k) std::memcpy(o.qs + 32 * k + 8 * g, blk.qs + 8 * k, 8);
+      for (int h = 0; h < 2; ++h) {
+        int32_t sum = 0;
+        for (int k = 0; k < 4; ++k)
+          for (int j = 0; j < 4; ++j) sum += blk.qs[8 * k + 4 * h + j];
+        o.xd[2 * g + h] = blk.d;
+        o.osum[2 * g + h] = 8 * sum;
+      }
+    }
+  }
+}
+
 void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int k = 0; k < 8; ++k)
@@ -108,7 +159,7 @@ std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t 
   check_sizes(wtype, w, n_rows, n_cols);
   auto pw = std::make_unique<PackedWeight>();
   pw->wtype = wtype;
-  pw->layout = pack_layout(wtype);
+  pw->layout = pack_layout(wtype, n_cols);
   pw->rows = n_rows;
   pw->cols = n_cols;
   pw->row_bytes = wtype_row_size(wtype, n_cols);
@@ -122,10 +173,14 @@ std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t 
   pw->owned.reset(mem);
   pw->data = mem;
   const auto *src = static_cast<const uint8_t *>(w);
-  const int64_t n_blocks = static_cast<int64_t>(bytes / sizeof(BlockQ4_K));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_blocks, 4096), [&](const tbb::blocked_range<int64_t> &r) {
+  // Both layouts keep the size: q4k_x8 one 144-byte super-block for one, q40_x4 72 bytes for four
+  // 18-byte blocks (which never straddle rows: n_cols is a multiple of 128).
+  const size_t unit = pw->layout == PackLayout::q4k_x8 ? sizeof(BlockQ4_K) : 4 * sizeof(BlockQ4_0);
+  const auto pack_unit = pw->layout == PackLayout::q4k_x8 ? pack_block_q4k_x8 : pack_q40_x4;
+  const auto n_units = static_cast<int64_t>(bytes / unit);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_units, 4096), [&](const tbb::blocked_range<int64_t> &r) {
     for (int64_t b = r.begin(); b < r.end(); ++b)
-      pack_block_q4k_x8(src + static_cast<size_t>(b) * sizeof(BlockQ4_K), mem + static_cast<size_t>(b) * sizeof(BlockQ4_K));
+      pack_unit(src + static_cast<size_t>(b) * unit, mem + static_cast<size_t>(b) * unit);
   });
   return pw;
 }
@@ -165,6 +220,37 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
   }
 }
 
+void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
+  constexpr size_t kSuper = 4 * sizeof(BlockQ4_0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      const ActQ8X4 *x = a.x + t * a.n_blocks;
+      float acc[8] = {};
+      for (int64_t i = 0; i < a.n_blocks; ++i) {
+        const uint8_t *sb = row + static_cast<size_t>(i) * kSuper;
+        for (int lane = 0; lane < 8; ++lane) {
+          const int g = lane / 2, h = lane % 2;
+          uint16_t dh;
+          std::memcpy(&dh, sb + 2 * g, 2);
+          int32_t sum = 0;
+          for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < 4; ++j) {
+              const int byte = 8 * g + 4 * h + j;  // within chunk k / 2
+              const int q = (sb[8 + 32 * (k / 2) + byte] >> (4 * (k % 2))) & 15;
+              sum += q * x[i].qs[32 * k + 8 * g + 4 * h + j];
+            }
+          sum -= x[i].osum[lane];
+          // As the AVX2 kernel: fma(int sum, d * xd, acc).
+          acc[lane] = std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x[i].xd[lane], acc[lane]);
+        }
+      }
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
+    }
+  }
+}
+
 void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
   if (pw.layout == PackLayout::plain) {
     matmul_with(isa, MatmulPath::automatic, pw.wtype, pw.data, pw.rows, pw.cols, x, n_tok, y);
@@ -175,6 +261,26 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: %lld tokens", static_cast<long long>(n_tok));
   if (!isa_available(isa)) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
   const bool simd = static_cast<int>(isa) >= static_cast<int>(Isa::avx2);
+  if (pw.layout == PackLayout::q40_x4) {
+    PackedArgsX4 a;
+    a.w = pw.data;
+    a.row_bytes = pw.row_bytes;
+    a.n_blocks = pw.cols / 128;
+    a.n_tok = n_tok;
+    a.y_stride = pw.rows;
+    a.y = y;
+    std::vector<ActQ8> q(static_cast<size_t>(n_tok * a.n_blocks * 4));
+    std::vector<ActQ8X4> xp(static_cast<size_t>(n_tok * a.n_blocks));
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (simd) quantize_act_q8_avx2(x + t * pw.cols, q.data() + t * a.n_blocks * 4, pw.cols);
+      else quantize_act_q8(x + t * pw.cols, q.data() + t * a.n_blocks * 4, pw.cols);
+    }
+    act_to_q8x4(q.data(), xp.data(), static_cast<int64_t>(xp.size()));
+    a.x = xp.data();
+    const auto fn = simd ? q40_x4_rows_avx2 : q40_x4_rows_scalar;
+    for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+    return;
+  }
   PackedArgs a;
   a.w = pw.data;
   a.row_bytes = pw.row_bytes;
@@ -191,14 +297,8 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
   if (simd) act_to_q8kp_avx2(q.data(), xp.data(), static_cast<int64_t>(q.size()));
   else act_to_q8kp(q.data(), xp.data(), static_cast<int64_t>(q.size()));
   a.x = xp.data();
-  auto fn = simd ? q4k_x8_rows_avx2 : q4k_x8_rows_scalar;
-  const int64_t grain = matmul_row_grain(pw.rows, pw.row_bytes);
-  if (pw.rows <= grain) {
-    fn(a, 0, pw.rows);
-    return;
-  }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, pw.rows, grain),
-                    [&](const tbb::blocked_range<int64_t> &r) { fn(a, r.begin(), r.end()); });
+  const auto fn = simd ? q4k_x8_rows_avx2 : q4k_x8_rows_scalar;
+  for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
 void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {

@@ -82,7 +82,57 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
+// q40_x4: rows [r0, r1) for NT tokens from t0. Per super-block the two 32-byte chunks unpack into
+// four nibble registers, which every token then uses: four vpmaddubsw added in int16, one
+// vpmaddwd, the offset, one float multiply-add.
+template <int NT>
+void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
+  constexpr size_t kSuper = 4 * sizeof(BlockQ4_0);
+  const ActQ8X4 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint8_t *sb = row + static_cast<size_t>(i) * kSuper;
+      const __m128i dh = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb));
+      const __m256 dv = _mm256_cvtph_ps(_mm_unpacklo_epi16(dh, dh));  // d0 d0 d1 d1 ... d3 d3
+      const __m256i raw0 = load256(sb + 8), raw1 = load256(sb + 40);
+      const __m256i n0 = _mm256_and_si256(raw0, m4), n1 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4);
+      const __m256i n2 = _mm256_and_si256(raw1, m4), n3 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4);
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8X4 &xb = x[t * nb + i];
+        const __m256i s = _mm256_add_epi16(
+            _mm256_add_epi16(_mm256_maddubs_epi16(n0, load256(xb.qs)), _mm256_maddubs_epi16(n1, load256(xb.qs + 32))),
+            _mm256_add_epi16(_mm256_maddubs_epi16(n2, load256(xb.qs + 64)), _mm256_maddubs_epi16(n3, load256(xb.qs + 96))));
+        const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_load_si256(reinterpret_cast<const __m256i *>(xb.osum)));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_load_ps(xb.xd)), acc[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
+  }
+}
+
 }  // namespace
+
+void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
+  constexpr int kTileX4 = 6;  // 4 nibble registers, the scales, 6 sums and temporaries: no spills
+  for (int64_t t0 = 0; t0 < a.n_tok;) {
+    const int64_t left = a.n_tok - t0, passes = (left + kTileX4 - 1) / kTileX4;
+    const int nt = static_cast<int>((left + passes - 1) / passes);
+    switch (nt) {
+      case 6: q40_x4_tile<6>(a, r0, r1, t0); break;
+      case 5: q40_x4_tile<5>(a, r0, r1, t0); break;
+      case 4: q40_x4_tile<4>(a, r0, r1, t0); break;
+      case 3: q40_x4_tile<3>(a, r0, r1, t0); break;
+      case 2: q40_x4_tile<2>(a, r0, r1, t0); break;
+      default: q40_x4_tile<1>(a, r0, r1, t0); break;
+    }
+    t0 += nt;
+  }
+}
 
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
   // Token tiles outer, rows inner: the task's rows (a few KiB) stay in cache while each tile's

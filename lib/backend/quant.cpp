@@ -2,7 +2,9 @@
 // quantization. Written for clarity; these are the oracle the SIMD kernels are tested against.
 #include "backend/quant.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "util/error.h"
@@ -356,6 +358,91 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
     default: break;
   }
   fail(SPECINFER_ERR_UNSUPPORTED, "dequantize: unsupported weight type %d", wtype);
+}
+
+namespace {
+
+// Q4_0 block: value = d * (q - 8), q in 0..15. The scale is the best (least squared error) of a
+// few candidates d = m / k, where m is the value of largest magnitude (sign kept, so that it lands
+// on the wider negative side) and k runs over -9 .. -6.5: -8 puts m exactly on the grid, the
+// others trade a little clipping of m or a coarser grid for less error on the rest. Returns false
+// if the block holds inf or NaN.
+bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
+  float m = 0.0f, amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (!std::isfinite(x[j])) return false;
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      m = x[j];
+    }
+  }
+  uint8_t best_q[kQK] = {};
+  uint16_t best_d = 0;
+  if (amax > 0.0f) {
+    float best_err = std::numeric_limits<float>::infinity();
+    for (int c = 0; c <= 10; ++c) {
+      const uint16_t dh = fp32_to_fp16(m / (-9.0f + 0.25f * static_cast<float>(c)));
+      const float d = fp16_to_fp32(dh);
+      if (!(d != 0.0f) || !std::isfinite(d)) continue;
+      const float id = 1.0f / d;
+      uint8_t q[kQK];
+      float err = 0.0f;
+      for (int j = 0; j < kQK; ++j) {
+        const float v = std::nearbyint(x[j] * id) + 8.0f;
+        const float qc = v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v);
+        q[j] = static_cast<uint8_t>(qc);
+        const float e = x[j] - d * (qc - 8.0f);
+        err += e * e;
+      }
+      if (err < best_err) {
+        best_err = err;
+        best_d = dh;
+        std::memcpy(best_q, q, sizeof(q));
+      }
+    }
+  }
+  out->d = best_d;
+  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(best_q[j] | (best_q[j + 16] << 4));
+  return true;
+}
+
+// Q8_0 block: value = d * q, d = amax / 127, q = round(x / d).
+bool quantize_block_q8_0(const float *x, BlockQ8_0 *out) noexcept {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (!std::isfinite(x[j])) return false;
+    amax = std::max(amax, std::fabs(x[j]));
+  }
+  const uint16_t dh = fp32_to_fp16(amax / 127.0f);
+  const float d = fp16_to_fp32(dh);
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  out->d = dh;
+  for (int j = 0; j < kQK; ++j) {
+    const float v = std::nearbyint(x[j] * id);
+    out->qs[j] = static_cast<int8_t>(v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v));
+  }
+  return true;
+}
+
+}  // namespace
+
+void quantize_row_ref(int32_t wtype, const float *src, void *dst, int64_t n) {
+  if (wtype != SPECINFER_WTYPE_Q4_0 && wtype != SPECINFER_WTYPE_Q8_0)
+    fail(SPECINFER_ERR_UNSUPPORTED, "quantize: cannot quantize to %s (supported: q4_0, q8_0)",
+         wtype_block_size(wtype) ? wtype_name(wtype) : "an unknown type");
+  if (n < 0 || n % kQK != 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: %lld values is not a multiple of 32 (%s)",
+         static_cast<long long>(n), wtype_name(wtype));
+  if (n == 0) return;
+  if (src == nullptr || dst == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: NULL");
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const bool ok = wtype == SPECINFER_WTYPE_Q4_0
+                        ? quantize_block_q4_0(src + b * kQK, static_cast<BlockQ4_0 *>(dst) + b)
+                        : quantize_block_q8_0(src + b * kQK, static_cast<BlockQ8_0 *>(dst) + b);
+    if (!ok)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: value %lld..%lld holds inf or NaN",
+           static_cast<long long>(b * kQK), static_cast<long long>(b * kQK + kQK - 1));
+  }
 }
 
 ActKind act_kind(int32_t wtype) noexcept {

@@ -128,6 +128,12 @@ void q3k_scales(const uint8_t *s12, int8_t out[16]) noexcept;
 // specinfer::Error(INVALID_ARGUMENT / UNSUPPORTED) on a bad count or type.
 void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n);
 
+// Quantizes n floats (a multiple of 32) to Q4_0 or Q8_0 (weights: a cheaper copy of a draft
+// model). Q4_0 picks each block's scale among a few candidates by least squared error. Throws
+// specinfer::Error: UNSUPPORTED for any other type, INVALID_ARGUMENT for a bad count, NULL, or a
+// block holding inf or NaN.
+void quantize_row_ref(int32_t wtype, const float *src, void *dst, int64_t n);
+
 // ---- int8 activation formats ----------------------------------------------------------------
 // The quantized matmul kernels multiply weight blocks with activations quantized once per call to
 // one of these (every instruction set uses the same scalar-defined quantization, so the kernels

@@ -14,7 +14,7 @@
 //    drafters combined.
 //
 // config: path=<model file> (required unless the plugin's config needs none), plugin=<target
-// plugin> (gguf), n_ctx=<..>, k=<..> and vocab_limit=<..> passed on to the target, p_min=<0..1> (0.3),
+// plugin> (gguf), n_ctx=<..>, k=<..>, vocab_limit=<..> and requant=<..> passed on to the target, p_min=<0..1> (0.3),
 // max_draft=<1..64> (16), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5).
 #include <algorithm>
 #include <cmath>
@@ -282,7 +282,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     if (!host || !self || !vtable) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL argument");
     if (!host->open_target || !host->close_target)
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host cannot open targets");
-    Config cfg(config, {"plugin", "path", "n_ctx", "k", "vocab_limit", "p_min", "max_draft", "lookup",
+    Config cfg(config, {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft", "lookup",
                         "lookup_n_min", "lookup_n_max"});
     auto d = std::make_unique<Drafter>();
     d->p_min = static_cast<float>(cfg.get_float("p_min", 0.3, 0.0, 1.0));
@@ -295,7 +295,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     std::string plugin = cfg.get("plugin", "gguf");
     if (plugin.empty() || plugin == "draft-model") throw ConfigError("draft-model: bad plugin '" + plugin + "'");
     std::string tcfg;
-    for (const char *key : {"path", "n_ctx", "k", "vocab_limit"})
+    for (const char *key : {"path", "n_ctx", "k", "vocab_limit", "requant"})
       if (cfg.has(key)) {
         if (!tcfg.empty()) tcfg.push_back(',');
         tcfg.append(key).push_back('=');

@@ -4,6 +4,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -44,9 +45,9 @@ void check_status(specinfer_status st, const char *what) {
 
 }  // namespace
 
-Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack_weights,
-             int32_t vocab_limit)
+Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt)
     : file_(file), host_(host) {
+  const int32_t vocab_limit = opt.vocab_limit;
   if (host == nullptr || host->kernels == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: the host provides no kernel table");
   k_ = host->kernels;
@@ -153,10 +154,20 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool p
     fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
   n_out_ = vocab_limit > 0 && vocab_limit < hp_.n_vocab ? vocab_limit : hp_.n_vocab;
   output_.rows = n_out_;  // rows are contiguous: the first n_out_ rows are a matrix of their own
+  if (opt.requant >= 0) {
+    if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q8_0)
+      fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q8_0)", opt.requant);
+    if (k_->struct_size < offsetof(specinfer_kernels, quantize_row) + sizeof(k_->quantize_row) ||
+        !k_->quantize_row)
+      fail(SPECINFER_ERR_UNSUPPORTED, "gguf: requant needs a host kernel table with quantize_row");
+    for (Layer &L : layers_)
+      for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) requant(*w, opt.requant);
+    requant(output_, opt.requant);
+  }
   const bool can_pack =
       k_->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k_->free_packed) &&
       k_->pack_weight && k_->matmul_packed && k_->free_packed;
-  if (pack_weights && can_pack) {
+  if (opt.pack && can_pack) {
     for (Layer &L : layers_)
       for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) pack(*w);
     pack(output_);
@@ -213,6 +224,49 @@ void Model::pack(Weight &w) {
   check_status(k_->pack_weight(w.type, w.data, w.rows, w.cols, &p), "pack_weight");
   packed_.emplace_back(p, PackedFree{k_});
   w.packed = p;
+}
+
+void Model::requant(Weight &w, int32_t wtype) {
+  const size_t rb = k_->row_size(wtype, w.cols);
+  if (rb == 0 || rb >= w.row_bytes) return;  // columns not a multiple of 32, or not wider
+  const size_t bytes = rb * size_t(w.rows);
+  void *mem = host_->alloc(bytes, 64);
+  if (mem == nullptr) fail(SPECINFER_ERR_OUT_OF_MEMORY, "gguf: requant: cannot allocate %zu bytes", bytes);
+  owned_.emplace_back(static_cast<uint8_t *>(mem), host_->free);
+  struct Job {
+    const specinfer_kernels *k;
+    const Weight *w;
+    int32_t wtype;
+    size_t rb;
+    uint8_t *dst;
+    std::atomic<int32_t> status{SPECINFER_OK};
+  } job{k_, &w, wtype, rb, static_cast<uint8_t *>(mem)};
+  // Rows in parallel; a failing row (inf / NaN weights) records its status, the others go on.
+  host_->parallel_for(host_, w.rows, 16, [](void *ctx, int64_t begin, int64_t end) {
+    Job &j = *static_cast<Job *>(ctx);
+    std::vector<float> row;
+    try {
+      row.resize(size_t(j.w->cols));
+    } catch (...) {
+      j.status.store(SPECINFER_ERR_OUT_OF_MEMORY);
+      return;
+    }
+    for (int64_t r = begin; r < end; ++r) {
+      const auto *src = static_cast<const uint8_t *>(j.w->data) + size_t(r) * j.w->row_bytes;
+      specinfer_status st = j.k->dequantize_row(j.w->type, src, row.data(), j.w->cols);
+      if (st == SPECINFER_OK) st = j.k->quantize_row(j.wtype, row.data(), j.dst + size_t(r) * j.rb, j.w->cols);
+      if (st != SPECINFER_OK) {
+        j.status.store(st);
+        return;
+      }
+    }
+  }, &job);
+  if (const auto st = specinfer_status(job.status.load()); st != SPECINFER_OK)
+    fail(st, "gguf: requant of a %lld x %lld %s matrix to %s failed (status %d: inf or NaN weights?)",
+         (long long)w.rows, (long long)w.cols, type_name(w.type), type_name(wtype), int(st));
+  w.type = wtype;
+  w.data = mem;
+  w.row_bytes = rb;
 }
 
 void Model::matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const {

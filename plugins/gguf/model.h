@@ -50,6 +50,13 @@ struct Weight {
   const specinfer_packed_weight *packed = nullptr;  // the kernels' packed form (owned by the Model)
 };
 
+// How to load: see Model's constructor.
+struct ModelOptions {
+  bool pack = true;         // hand every matrix to the host's pack_weight
+  int32_t vocab_limit = 0;  // logits only for token ids below it; 0 = all
+  int32_t requant = -1;     // SPECINFER_WTYPE_Q4_0 or _Q8_0: re-quantize wider matrices; -1 = keep
+};
+
 class Model {
  public:
   // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks
@@ -59,9 +66,12 @@ class Model {
   // pack_weight once (faster kernels; Q4_K matrices are copied into the packed layout), if the host
   // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it and write
   // -inf for the rest (a cheaper output matrix for draft models; ids are roughly in frequency
-  // order in BPE vocabularies); 0 = all.
-  Model(const File &file, const specinfer_host *host, int32_t n_ctx, bool pack = true,
-        int32_t vocab_limit = 0);
+  // order in BPE vocabularies); 0 = all. requant (a draft model's cheaper copy): every matrix
+  // stored with more bits per weight than that type (and a multiple of 32 columns) is decoded and
+  // re-quantized to it in memory (the file is not touched): for the Qwen2.5 0.5B draft,
+  // Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the draft's proposals change,
+  // the target's output does not.
+  Model(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt = {});
   Model(const Model &) = delete;
   Model &operator=(const Model &) = delete;
 
@@ -124,6 +134,8 @@ class Model {
   };
   std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
   void pack(Weight &w);
+  void requant(Weight &w, int32_t wtype);
+  std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
 
   // Scratch, grown as needed, never shrunk.
   int32_t scratch_n_ = 0;

@@ -54,6 +54,7 @@ struct Config {
   int32_t n_ctx = 0;  // 0 = min(model context, 4096)
   bool pack = true;   // repack weights at load for the faster kernels
   int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
+  int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
 };
 
 std::string_view trim(std::string_view s) {
@@ -93,12 +94,18 @@ Config parse_config(const char *text) {
       cfg.n_ctx = int_value(key, value, 1, 1L << 24);
     } else if (key == "vocab_limit") {
       cfg.vocab_limit = int_value(key, value, 0, 1L << 24);
+    } else if (key == "requant") {
+      if (value == "q4_0") cfg.requant = SPECINFER_WTYPE_Q4_0;
+      else if (value == "q8_0") cfg.requant = SPECINFER_WTYPE_Q8_0;
+      else if (value == "none" || value == "0") cfg.requant = -1;
+      else
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'requant' needs q4_0, q8_0 or none, got '%s'", value.c_str());
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
       cfg.pack = value == "1";
     } else {
-      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit)", key.c_str());
+      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant)", key.c_str());
     }
   }
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
@@ -215,7 +222,11 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     Config cfg = parse_config(config);
     auto t = std::make_unique<Target>();
     t->file = File::open(cfg.path);
-    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, cfg.pack, cfg.vocab_limit);
+    ModelOptions opt;
+    opt.pack = cfg.pack;
+    opt.vocab_limit = cfg.vocab_limit;
+    opt.requant = cfg.requant;
+    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, opt);
     t->tokenizer = Tokenizer::from_gguf(*t->file);
     if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
       fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",
