@@ -70,6 +70,7 @@ int setup(void **state) {
 
 int teardown(void **state) {
   auto *fx = static_cast<Fixture *>(*state);
+  if (fx == nullptr) return 0;  // setup failed (and said why)
   unlink(fx->model_path.c_str());
   dlclose(fx->so);
   delete fx;
@@ -98,6 +99,14 @@ void test_config_errors(void **state) {
   assert_non_null(std::strstr(err.message, "n_ctx"));
   assert_int_equal(create(fx, "path=" + fx->model_path + ",n_ctx", &self, &vt, &err),
                    SPECINFER_ERR_CONFIG);
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q5_0", &self, &vt, &err),
+                   SPECINFER_ERR_CONFIG);
+  assert_non_null(std::strstr(err.message, "requant"));
+  // A valid requant on the tiny model loads (its F32 matrices become Q4_0) and runs a forward.
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err), SPECINFER_OK);
+  assert_non_null(self);
+  vt->destroy(self);
+  self = nullptr;
   assert_int_equal(create(fx, "path=/nonexistent/model.gguf", &self, &vt, &err),
                    SPECINFER_ERR_NOT_FOUND);
   assert_non_null(std::strstr(err.message, "/nonexistent/model.gguf"));

@@ -138,8 +138,9 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, floa
 }
 
 std::vector<std::string> drafter_specs() {
-  return {"draft-model:path=" + g_draft, "ngram", "draft-model:path=" + g_draft + ",lookup=1",
-          "draft-model:path=" + g_draft + ",vocab_limit=32768,requant=q4_0"};
+  // (draft-model re-quantizes the draft to Q4_0 unless requant=none: both are covered.)
+  return {"draft-model:path=" + g_draft + ",requant=none", "ngram", "draft-model:path=" + g_draft + ",lookup=1",
+          "draft-model:path=" + g_draft + ",vocab_limit=32768"};
 }
 
 void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got, const char *what,
