@@ -150,9 +150,10 @@ void test_packed_matches_reference(void **) {
   struct Case {
     int32_t wtype;
     PackLayout layout;
-    int64_t cols[2];
+    std::vector<int64_t> cols;
   };
-  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536}},
+  // 8960 columns: the AVX2 q4k_x8 kernel then works in column chunks (activations beyond L1).
+  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}},
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
