@@ -223,17 +223,23 @@ void check_model(const char *name) {
   assert_true(mean_abs <= mean_abs_tolerance(name));
 }
 
-void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
-
-// vocab_limit: the logits of the first ids are bit-identical to the full model's, the rest -inf.
-void test_vocab_limit(void **) {
-  const std::string path = model_dir() + "/qwen2.5-coder-0.5b.gguf";
+// The path of a fetched model, or skip the test (with a message) when it is absent.
+std::string model_or_skip(const char *name) {
+  const std::string path = model_dir() + "/" + name + ".gguf";
   if (FILE *f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {
     print_message("skipping: %s not found (run scripts/fetch-models)\n", path.c_str());
     skip();
   }
+  return path;
+}
+
+void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
+
+// vocab_limit: the logits of the first ids are bit-identical to the full model's, the rest -inf.
+void test_vocab_limit(void **) {
+  const std::string path = model_or_skip("qwen2.5-coder-0.5b");
   std::unique_ptr<File> file = File::open(path);
   Model full(*file, specinfer::default_host(), 64);
   const int32_t limit = 32768;
@@ -268,13 +274,7 @@ void test_vocab_limit(void **) {
 // requant to Q8_0 converts only wider matrices, so for this file (nothing wider than Q8_0) it
 // changes no logit; an unsupported type is a CONFIG error.
 void test_requant(void **) {
-  const std::string path = model_dir() + "/qwen2.5-coder-0.5b.gguf";
-  if (FILE *f = std::fopen(path.c_str(), "rb")) {
-    std::fclose(f);
-  } else {
-    print_message("skipping: %s not found (run scripts/fetch-models)\n", path.c_str());
-    skip();
-  }
+  const std::string path = model_or_skip("qwen2.5-coder-0.5b");
   std::unique_ptr<File> file = File::open(path);
   const specinfer_host *host = specinfer::default_host();
   Model full(*file, host, 128);
