@@ -362,11 +362,11 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
 
 namespace {
 
-// Q4_0 block: value = d * (q - 8), q in 0..15. The scale is the best (least squared error) of a
-// few candidates d = m / k, where m is the value of largest magnitude (sign kept, so that it lands
-// on the wider negative side) and k runs over -9 .. -6.5: -8 puts m exactly on the grid, the
-// others trade a little clipping of m or a coarser grid for less error on the rest. Returns false
-// if the block holds inf or NaN.
+// Q4_0 block: value = d * (q - 8), q in 0..15, with d = m / -8 where m is the value of largest
+// magnitude (sign kept), so that m lands exactly on the wider, negative end of the grid. (A search
+// over a few scales for the least squared error per block was tried: the re-quantized Qwen2.5
+// 0.5B's logits came out no closer to the file model's, 0.543 vs 0.539 mean |dlogit|, and loading
+// took 9x longer.) Returns false if the block holds inf or NaN.
 bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
   float m = 0.0f, amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
@@ -376,33 +376,18 @@ bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
       m = x[j];
     }
   }
-  uint8_t best_q[kQK] = {};
-  uint16_t best_d = 0;
-  if (amax > 0.0f) {
-    float best_err = std::numeric_limits<float>::infinity();
-    for (int c = 0; c <= 10; ++c) {
-      const uint16_t dh = fp32_to_fp16(m / (-9.0f + 0.25f * static_cast<float>(c)));
-      const float d = fp16_to_fp32(dh);
-      if (!(d != 0.0f) || !std::isfinite(d)) continue;
-      const float id = 1.0f / d;
-      uint8_t q[kQK];
-      float err = 0.0f;
-      for (int j = 0; j < kQK; ++j) {
-        const float v = std::nearbyint(x[j] * id) + 8.0f;
-        const float qc = v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v);
-        q[j] = static_cast<uint8_t>(qc);
-        const float e = x[j] - d * (qc - 8.0f);
-        err += e * e;
-      }
-      if (err < best_err) {
-        best_err = err;
-        best_d = dh;
-        std::memcpy(best_q, q, sizeof(q));
-      }
-    }
+  const uint16_t dh = amax > 0.0f ? fp32_to_fp16(m / -8.0f) : 0;  // (not -0 for a zero block)
+  const float d = fp16_to_fp32(dh);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  // Round to nearest even by the 1.5 * 2^23 trick (as quantize_group); |x / d| <= 8.01 here.
+  constexpr float kMagic = 12582912.0f;
+  uint8_t q[kQK];
+  for (int j = 0; j < kQK; ++j) {
+    const float v = (x[j] * id + kMagic) - kMagic + 8.0f;
+    q[j] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v));
   }
-  out->d = best_d;
-  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(best_q[j] | (best_q[j + 16] << 4));
+  out->d = dh;
+  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
   return true;
 }
 
