@@ -362,11 +362,30 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
 
 namespace {
 
-// Q4_0 block: value = d * (q - 8), q in 0..15, with d = m / -8 where m is the value of largest
-// magnitude (sign kept), so that m lands exactly on the wider, negative end of the grid. (A search
-// over a few scales for the least squared error per block was tried: the re-quantized Qwen2.5
-// 0.5B's logits came out no closer to the file model's, 0.543 vs 0.539 mean |dlogit|, and loading
-// took 9x longer.) Returns false if the block holds inf or NaN.
+// Q4_0 block: value = d * (q - 8), q in 0..15. Start from d = m / -8 (m: the value of largest
+// magnitude, sign kept, so that it lands on the wider negative end of the grid), then refit twice:
+// the least-squares scale for the current levels, sum x (q - 8) / sum (q - 8)^2, and new levels for
+// it; keep the scale with the least squared error. (The start alone loads a draft faster but the
+// re-quantized Qwen2.5 0.5B then agreed less with the target: HumanEval acceptance 0.806, against
+// 0.851 for a search over 11 scales and 0.855 for the file's Q5_0.) Returns false for inf or NaN.
+constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: round to nearest even, vectorizable
+
+// Levels for scale d (1 / d = id) and their squared error; also the sums a least-squares refit needs.
+float q4_0_levels(const float *x, float d, float id, float *q, float *sxq, float *sqq) {
+  float err = 0.0f, a = 0.0f, b = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    const float v = (x[j] * id + kMagic) - kMagic + 8.0f;
+    q[j] = v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v);
+    const float l = q[j] - 8.0f, e = x[j] - d * l;
+    err += e * e;
+    a += x[j] * l;
+    b += l * l;
+  }
+  *sxq = a;
+  *sqq = b;
+  return err;
+}
+
 bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
   float m = 0.0f, amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
@@ -376,18 +395,28 @@ bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
       m = x[j];
     }
   }
-  const uint16_t dh = amax > 0.0f ? fp32_to_fp16(m / -8.0f) : 0;  // (not -0 for a zero block)
-  const float d = fp16_to_fp32(dh);
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  // Round to nearest even by the 1.5 * 2^23 trick (as quantize_group); |x / d| <= 8.01 here.
-  constexpr float kMagic = 12582912.0f;
-  uint8_t q[kQK];
-  for (int j = 0; j < kQK; ++j) {
-    const float v = (x[j] * id + kMagic) - kMagic + 8.0f;
-    q[j] = static_cast<uint8_t>(v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v));
+  float q[kQK] = {};
+  uint16_t best = 0;
+  if (amax > 0.0f) {
+    float best_err = std::numeric_limits<float>::infinity(), d_next = m / -8.0f;
+    for (int iter = 0; iter < 3; ++iter) {
+      const uint16_t dh = fp32_to_fp16(d_next);
+      const float d = fp16_to_fp32(dh);
+      if (!(d != 0.0f) || !std::isfinite(d)) break;
+      float qc[kQK], sxq, sqq;
+      const float err = q4_0_levels(x, d, 1.0f / d, qc, &sxq, &sqq);
+      if (err < best_err) {
+        best_err = err;
+        best = dh;
+        std::memcpy(q, qc, sizeof q);
+      }
+      if (!(sqq > 0.0f)) break;
+      d_next = sxq / sqq;
+    }
   }
-  out->d = dh;
-  for (int j = 0; j < 16; ++j) out->qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+  out->d = best;
+  for (int j = 0; j < 16; ++j)
+    out->qs[j] = static_cast<uint8_t>(static_cast<int>(q[j]) | (static_cast<int>(q[j + 16]) << 4));
   return true;
 }
 

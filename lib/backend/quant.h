@@ -129,8 +129,8 @@ void q3k_scales(const uint8_t *s12, int8_t out[16]) noexcept;
 void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n);
 
 // Quantizes n floats (a multiple of 32) to Q4_0 or Q8_0 (weights: a cheaper copy of a draft
-// model). Q4_0: d = m / -8 with m the block's value of largest magnitude; Q8_0: d = amax / 127.
-// Throws
+// model). Q4_0: d = m / -8 (m the block's value of largest magnitude), refitted twice by least
+// squares, the best of the three kept; Q8_0: d = amax / 127. Throws
 // specinfer::Error: UNSUPPORTED for any other type, INVALID_ARGUMENT for a bad count, NULL, or a
 // block holding inf or NaN.
 void quantize_row_ref(int32_t wtype, const float *src, void *dst, int64_t n);
