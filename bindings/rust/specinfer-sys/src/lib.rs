@@ -276,6 +276,8 @@ pub struct specinfer_kernels {
         unsafe extern "C" fn(pw: *const specinfer_packed_weight, x: *const f32, n_tok: i64, y: *mut f32) -> specinfer_status,
     >,
     pub free_packed: Option<unsafe extern "C" fn(pw: *mut specinfer_packed_weight)>,
+    pub quantize_row:
+        Option<unsafe extern "C" fn(wtype: i32, src: *const f32, dst: *mut c_void, n: i64) -> specinfer_status>,
 }
 
 // Opaque: a weight matrix prepared by `pack_weight`.
