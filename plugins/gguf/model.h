@@ -63,7 +63,7 @@ class Model {
   // min(context_length, 4096). The File must outlive the Model. Throws gguf::Error
   // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
   // or misshapen tensors, CONFIG for a bad n_ctx). pack: hand every matrix to the host's
-  // pack_weight once (faster kernels; Q4_K matrices are copied into the packed layout), if the host
+  // pack_weight once (faster kernels; Q4_K and Q4_0 matrices are copied into packed layouts), if the host
   // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it and write
   // -inf for the rest (a cheaper output matrix for draft models; ids are roughly in frequency
   // order in BPE vocabularies); 0 = all. requant (a draft model's cheaper copy): every matrix
