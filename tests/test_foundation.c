@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -558,6 +559,44 @@ static void test_tokenize_detokenize(void **state) {
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
 }
 
+/* ---- threads ---- */
+
+struct open_job {
+  specinfer_registry *reg;
+  specinfer_target *t;
+  specinfer_status rc;
+  char *err;
+};
+
+static void *open_kgram_thread(void *arg) {
+  struct open_job *j = arg;
+  j->rc = specinfer_target_open(j->reg, "kgram", kgram_config(CORPUS, "k=3"), &j->t, &j->err);
+  return NULL;
+}
+
+/* Several threads opening the same plugin that no one has loaded yet (it comes from the plugin
+ * path on first use): every open succeeds (the registry loads it once). */
+static void test_concurrent_autoload(void **state) {
+  (void)state;
+  for (int rep = 0; rep < 16; ++rep) {
+    specinfer_registry *reg = new_registry();
+    struct open_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; ++i) {
+      jobs[i] = (struct open_job){reg, NULL, SPECINFER_ERR_INTERNAL, NULL};
+      assert_int_equal(pthread_create(&th[i], NULL, open_kgram_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; ++i) assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 4; ++i) {
+      if (jobs[i].rc != SPECINFER_OK) fprintf(stderr, "thread %d: %s\n", i, jobs[i].err ? jobs[i].err : "?");
+      assert_int_equal(jobs[i].rc, SPECINFER_OK);
+      specinfer_free(jobs[i].err);
+      assert_int_equal(specinfer_target_destroy(jobs[i].t), SPECINFER_OK);
+    }
+    assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version),
@@ -571,6 +610,7 @@ int main(void) {
       cmocka_unit_test(test_streaming_utf8),
       cmocka_unit_test(test_in_process_drafter),
       cmocka_unit_test(test_tokenize_detokenize),
+      cmocka_unit_test(test_concurrent_autoload),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -232,6 +232,12 @@ LoadedPlugin &Registry::find(const std::string &name) {
   }
   if (!valid_name(name.c_str()))
     fail(SPECINFER_ERR_NOT_FOUND, "'%s' is not a plugin name", name.c_str());
+  std::lock_guard<std::mutex> autoload(autoload_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // another thread may have loaded it meanwhile
+    for (auto &p : plugins_)
+      if (p->name == name) return *p;
+  }
   for (const std::string &dir : split_path(search_path_)) {
     std::string file = dir + "/specinfer-" + name + ".so";
     if (!is_file(file)) continue;

@@ -61,6 +61,9 @@ class Registry {
   void release(LoadedPlugin &plugin);
 
   mutable std::mutex mu_;
+  // Held across find()'s look-up-then-load from the plugin path, so that two threads opening the
+  // same not-yet-loaded plugin do not both load it (the second would fail: already loaded).
+  std::mutex autoload_mu_;
   std::vector<std::unique_ptr<LoadedPlugin>> plugins_;
   std::string search_path_;
   int n_threads_ = 1;
