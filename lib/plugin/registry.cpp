@@ -225,26 +225,23 @@ void Registry::unload(const std::string &name) {
 }
 
 LoadedPlugin &Registry::find(const std::string &name) {
-  {
+  const auto loaded = [&]() -> LoadedPlugin * {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto &p : plugins_)
-      if (p->name == name) return *p;
-  }
+      if (p->name == name) return p.get();
+    return nullptr;
+  };
+  if (LoadedPlugin *p = loaded()) return *p;
   if (!valid_name(name.c_str()))
     fail(SPECINFER_ERR_NOT_FOUND, "'%s' is not a plugin name", name.c_str());
   std::lock_guard<std::mutex> autoload(autoload_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);  // another thread may have loaded it meanwhile
-    for (auto &p : plugins_)
-      if (p->name == name) return *p;
-  }
+  if (LoadedPlugin *p = loaded()) return *p;  // another thread may have loaded it meanwhile
   for (const std::string &dir : split_path(search_path_)) {
     std::string file = dir + "/specinfer-" + name + ".so";
     if (!is_file(file)) continue;
     load_file(file);
+    if (LoadedPlugin *p = loaded()) return *p;
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto &p : plugins_)
-      if (p->name == name) return *p;
     fail(SPECINFER_ERR_FORMAT, "%s calls itself '%s', not '%s'", file.c_str(),
          plugins_.back()->name.c_str(), name.c_str());
   }
