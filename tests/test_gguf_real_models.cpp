@@ -237,28 +237,57 @@ std::string model_or_skip(const char *name) {
 
 void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
 
-// vocab_limit: the logits of the first ids are bit-identical to the full model's, the rest -inf.
+// vocab_limit: the logits of the first ids are bit-identical to the full model's, and so are those
+// of ids above the limit that were fed (from the batch that feeds them on) or added with
+// add_output_ids; every other id is -inf. With requant the added rows are re-quantized like the
+// rest of the output matrix (same logits as the re-quantized full model's, up to summation order).
 void test_vocab_limit(void **) {
   const std::string path = model_or_skip("qwen2.5-coder-0.5b");
   std::unique_ptr<File> file = File::open(path);
-  Model full(*file, specinfer::default_host(), 64);
   const int32_t limit = 32768;
-  ModelOptions cut_opt;
-  cut_opt.vocab_limit = limit;
-  Model cut(*file, specinfer::default_host(), 64, cut_opt);
-  const int V = full.hparams().n_vocab;
-  const int32_t ids[] = {750, 3974, 9003, 1006, 7, 25, 262, 470};  // any valid ids
+  const int32_t fed = 54364, added = 100000;  // above the limit
+  const int32_t ids[] = {750, 3974, fed, 1006, 7, 25, 262, 470};
   const int n = int(sizeof ids / sizeof ids[0]);
   std::vector<int32_t> pos(n);
   std::iota(pos.begin(), pos.end(), 0);
-  std::vector<float> a(size_t(n) * size_t(V)), b(a.size());
-  full.forward(ids, pos.data(), n, nullptr, n, a.data(), nullptr);
-  cut.forward(ids, pos.data(), n, nullptr, n, b.data(), nullptr);
-  for (int t = 0; t < n; t++) {
-    const float *ra = a.data() + size_t(t) * size_t(V), *rb = b.data() + size_t(t) * size_t(V);
-    assert_memory_equal(ra, rb, size_t(limit) * sizeof(float));
-    for (int v = limit; v < V; v++) assert_true(std::isinf(rb[v]) && rb[v] < 0);
+  for (int requant : {-1, int(SPECINFER_WTYPE_Q4_0)}) {
+    ModelOptions full_opt, cut_opt;
+    full_opt.requant = cut_opt.requant = requant;
+    cut_opt.vocab_limit = limit;
+    Model full(*file, specinfer::default_host(), 64, full_opt);
+    Model cut(*file, specinfer::default_host(), 64, cut_opt);
+    const int V = full.hparams().n_vocab;
+    cut.add_output_ids(&added, 1);
+    std::vector<float> a(size_t(n) * size_t(V)), b(a.size());
+    full.forward(ids, pos.data(), n, nullptr, n, a.data(), nullptr);
+    cut.forward(ids, pos.data(), n, nullptr, n, b.data(), nullptr);
+    assert_int_equal(cut.extra_output_ids().size(), 2);
+    for (int t = 0; t < n; t++) {
+      const float *ra = a.data() + size_t(t) * size_t(V), *rb = b.data() + size_t(t) * size_t(V);
+      assert_memory_equal(ra, rb, size_t(limit) * sizeof(float));
+      for (int v = limit; v < V; v++) {
+        if (v == fed || v == added) {
+          if (requant < 0) assert_true(ra[v] == rb[v]);
+          else assert_true(std::fabs(ra[v] - rb[v]) <= 1e-3f * (1.0f + std::fabs(ra[v])));
+        } else {
+          assert_true(std::isinf(rb[v]) && rb[v] < 0);
+        }
+      }
+    }
   }
+  Model cut(*file, specinfer::default_host(), 64, [] {
+    ModelOptions o;
+    o.vocab_limit = limit;
+    return o;
+  }());
+  const int32_t bad = -3;
+  bool bad_id = false;
+  try {
+    cut.add_output_ids(&bad, 1);
+  } catch (const specinfer::gguf::Error &e) {
+    bad_id = e.code == SPECINFER_ERR_INVALID_ARGUMENT;
+  }
+  assert_true(bad_id);
   bool threw = false;
   try {
     ModelOptions opt;

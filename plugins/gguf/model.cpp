@@ -153,7 +153,11 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
   if (vocab_limit < 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
   n_out_ = vocab_limit > 0 && vocab_limit < hp_.n_vocab ? vocab_limit : hp_.n_vocab;
+  output_file_ = output_;
   output_.rows = n_out_;  // rows are contiguous: the first n_out_ rows are a matrix of their own
+  extra_type_ = output_.type;
+  extra_row_bytes_ = output_.row_bytes;
+  if (n_out_ < hp_.n_vocab) is_extra_.assign(size_t(hp_.n_vocab), 0);
   if (opt.requant >= 0) {
     if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q8_0)
       fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q8_0)", opt.requant);
@@ -163,6 +167,8 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
     for (Layer &L : layers_)
       for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) requant(*w, opt.requant);
     requant(output_, opt.requant);
+    extra_type_ = output_.type;
+    extra_row_bytes_ = output_.row_bytes;
   }
   const bool can_pack =
       k_->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k_->free_packed) &&
@@ -269,6 +275,32 @@ void Model::requant(Weight &w, int32_t wtype) {
   w.row_bytes = rb;
 }
 
+void Model::add_output_ids(const int32_t *ids, int32_t n) {
+  if (n > 0 && ids == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: NULL ids");
+  if (n_out_ == hp_.n_vocab) return;
+  const int64_t E = hp_.n_embd;
+  for (int32_t i = 0; i < n; i++) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= hp_.n_vocab)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: id %d is outside the vocabulary of %d", id,
+           hp_.n_vocab);
+    if (id < n_out_ || is_extra_[size_t(id)]) continue;
+    // The file's row, re-quantized like the rest of the output matrix if the model asked for it.
+    const auto *src = static_cast<const uint8_t *>(output_file_.data) + size_t(id) * output_file_.row_bytes;
+    const size_t at = extra_rows_.size();
+    extra_rows_.resize(at + extra_row_bytes_);
+    if (extra_type_ == output_file_.type) {
+      std::memcpy(extra_rows_.data() + at, src, extra_row_bytes_);
+    } else {
+      extra_row_f_.resize(size_t(E));
+      check_status(k_->dequantize_row(output_file_.type, src, extra_row_f_.data(), E), "dequantize_row");
+      check_status(k_->quantize_row(extra_type_, extra_row_f_.data(), extra_rows_.data() + at, E), "quantize_row");
+    }
+    extra_ids_.push_back(id);
+    is_extra_[size_t(id)] = 1;
+  }
+}
+
 void Model::matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const {
   if (w.packed)
     check_status(k_->matmul_packed(w.packed, x, n_tok, y), "matmul_packed");
@@ -325,6 +357,10 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
     if (tree_mask && tree_mask[size_t(i) * size_t(n) + size_t(i)] == 0)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: tree mask hides token %d from itself", i);
   }
+
+  // Tokens in the context are likely to come again: with a vocabulary limit their logits are
+  // computed from now on (before anything changes, so that a failure leaves the cache as it was).
+  add_output_ids(tokens, n);
 
   const int32_t n_kv = n_cached_ + n;
   ensure_capacity(n_kv);
@@ -438,10 +474,19 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
     } else {
       out_rows_.resize(size_t(n_logits) * size_t(n_out_));
       matmul(output_, h + first * E, n_logits, out_rows_.data());
+      const auto n_extra = static_cast<int64_t>(extra_ids_.size());
+      if (n_extra > 0) {
+        extra_logits_.resize(size_t(n_logits) * size_t(n_extra));
+        check_status(k_->matmul(extra_type_, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
+                                extra_logits_.data()),
+                     "matmul");
+      }
       for (int32_t i = 0; i < n_logits; i++) {
         float *row = logits + size_t(i) * size_t(hp_.n_vocab);
         std::memcpy(row, out_rows_.data() + size_t(i) * size_t(n_out_), size_t(n_out_) * sizeof(float));
         std::fill(row + n_out_, row + hp_.n_vocab, -std::numeric_limits<float>::infinity());
+        for (int64_t j = 0; j < n_extra; j++)
+          row[extra_ids_[size_t(j)]] = extra_logits_[size_t(i) * size_t(n_extra) + size_t(j)];
       }
     }
   }

@@ -64,9 +64,10 @@ class Model {
   // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
   // or misshapen tensors, CONFIG for a bad n_ctx). pack: hand every matrix to the host's
   // pack_weight once (faster kernels; Q4_K and Q4_0 matrices are copied into packed layouts), if the host
-  // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it and write
-  // -inf for the rest (a cheaper output matrix for draft models; ids are roughly in frequency
-  // order in BPE vocabularies); 0 = all. requant (a draft model's cheaper copy): every matrix
+  // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it, for every
+  // token the model has been fed and for ids given to add_output_ids, and write -inf for the rest
+  // (a cheaper output matrix for draft models: ids are roughly in frequency order in BPE
+  // vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 = all. requant (a draft model's cheaper copy): every matrix
   // stored with more bits per weight than that type (and a multiple of 32 columns) is decoded and
   // re-quantized to it in memory (the file is not touched): for the Qwen2.5 0.5B draft,
   // Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the draft's proposals change,
@@ -94,6 +95,13 @@ class Model {
   // Empty (the default) costs nothing.
   using QkObserver = std::function<void(int32_t layer, const float *q, const float *k, int32_t n)>;
   void set_qk_observer(QkObserver fn) { qk_observer_ = std::move(fn); }
+
+  // With a vocabulary limit: also compute logits for these ids from now on (ids below the limit or
+  // already added are skipped). The plugin adds the end-of-generation tokens at load; forward adds
+  // every token it is fed. Throws INVALID_ARGUMENT for an id outside the vocabulary.
+  void add_output_ids(const int32_t *ids, int32_t n);
+  // Ids at or above the limit whose logits are computed (empty without a limit).
+  const std::vector<int32_t> &extra_output_ids() const { return extra_ids_; }
 
   // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op).
   void kv_truncate(int32_t n_keep);
@@ -125,6 +133,16 @@ class Model {
   Weight tok_embd_, output_;
   int32_t n_out_ = 0;             // output rows computed (n_vocab, or the vocab limit)
   std::vector<float> out_rows_;   // scratch for limited logits
+  // With a vocabulary limit, the rows of ids above it that are computed too: the file's output
+  // matrix (all rows), the type the extra rows are kept in (the requant type if the model has
+  // one), their rows in the order of extra_ids_, and which ids are in.
+  Weight output_file_;
+  int32_t extra_type_ = 0;
+  size_t extra_row_bytes_ = 0;
+  std::vector<uint8_t> extra_rows_;
+  std::vector<int32_t> extra_ids_;
+  std::vector<uint8_t> is_extra_;
+  std::vector<float> extra_logits_, extra_row_f_;
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   QkObserver qk_observer_;

@@ -231,6 +231,13 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
       fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",
            t->tokenizer->vocab_size(), t->model->hparams().n_vocab);
+    if (cfg.vocab_limit > 0) {
+      // A draft must be able to propose the end of the text, whatever its id.
+      std::vector<int32_t> eog;
+      for (int32_t id = 0; id < t->tokenizer->vocab_size(); ++id)
+        if (t->tokenizer->is_eog(id)) eog.push_back(id);
+      t->model->add_output_ids(eog.data(), static_cast<int32_t>(eog.size()));
+    }
     t->name = t->model->hparams().name;
     t->arch = t->model->hparams().arch;
     *self = t.release();
