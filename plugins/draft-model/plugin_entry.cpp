@@ -8,7 +8,11 @@
 //    from q = softmax(logits / T) with the coupler's draft side (shared randomness for gumbel and
 //    minhash) and hand q to the coupler, so the output stays exact.
 //  - A draft ends early when the model's confidence (its largest probability at temperature 1
-//    for greedy, the largest probability of q when sampling) drops below p_min.
+//    for greedy, the largest probability of q when sampling) drops below p_min, and after at most
+//    max_draft tokens. The defaults (0.4, 4) came from replaying a HumanEval trace of 10-token
+//    drafts (draft confidence and acceptance at every position) under each rule: on this CPU a
+//    5-token target pass costs ~1.8 single passes, so long drafts rarely pay, and a confident
+//    cut at 4 beat both the old p_min 0.3 with no cap (by ~15%) and fixed lengths (docs/BENCHMARKS.md).
 //  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
@@ -16,13 +20,17 @@
 //  - With the gguf plugin the draft's matrices are re-quantized to Q4_0 in memory unless
 //    requant=none (the gguf plugin's requant option): drafting is memory-bound, and for the
 //    Qwen2.5-Coder 0.5B draft this reads 278 instead of 491 MB per token (12.3 vs 20.3 ms) while
-//    its acceptance stays (HumanEval, 3-token drafts: 0.855 either way). The target's output
-//    never changes.
+//    its acceptance stays (HumanEval, 3-token drafts: 0.855 either way). And unless vocab_limit
+//    is given (0 = off), the draft computes logits only for ids below 32768 plus the tokens of its
+//    context and the end-of-text ids (gguf's vocab_limit): the 0.5B's output matrix is 28% of
+//    its bytes, and 1.6% of HumanEval's solution tokens fall outside that set. The target's
+//    output never changes.
 //
 // config: path=<model file> (required unless the plugin's config needs none), plugin=<target
-// plugin> (gguf), n_ctx=<..>, k=<..>, vocab_limit=<..> and requant=<..> (q4_0 by default with
-// gguf) passed on to the target, p_min=<0..1> (0.3), max_draft=<1..64> (16), lookup=0|1 (0),
-// lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5).
+// plugin> (gguf), n_ctx=<..>, k=<..>, vocab_limit=<..> (32768 by default with gguf) and
+// requant=<..> (q4_0 by default with gguf) passed on to the target, p_min=<0..1> (0.4),
+// max_draft=<1..64> (4; the model's drafts only: prompt-lookup drafts are as long as the session
+// allows), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -80,8 +88,8 @@ struct Drafter {
   specinfer_host_target model{};
   int32_t vocab = 0;     // the draft model's logits per position
   int32_t n_ctx = 0;     // the draft model's context window
-  float p_min = 0.3f;
-  int32_t max_draft = 16;
+  float p_min = 0.4f;
+  int32_t max_draft = 4;  // for the model's drafts
   bool lookup = false;
   int32_t lookup_n_min = 3, lookup_n_max = 5;
 
@@ -161,7 +169,7 @@ struct Drafter {
   void propose(const specinfer_draft_request &req, specinfer_draft &out) {
     out.n_nodes = 0;
     out.has_probs = 0;
-    int32_t want = std::min({req.max_tokens, out.cap, max_draft});
+    int32_t want = std::min(req.max_tokens, out.cap);
     if (want <= 0 || req.n_context == 0) return;
     if (out.vocab_size <= 0) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
     for (size_t i = 0; i < req.n_context; ++i)
@@ -175,6 +183,7 @@ struct Drafter {
       }
     }
     // The draft model's window: stop drafting where it ends.
+    want = std::min(want, max_draft);
     want = std::min<int64_t>(want, static_cast<int64_t>(n_ctx) - static_cast<int64_t>(req.n_context));
     if (want <= 0) return;
     sync(req.context, req.n_context);
@@ -289,8 +298,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     Config cfg(config, {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft", "lookup",
                         "lookup_n_min", "lookup_n_max"});
     auto d = std::make_unique<Drafter>();
-    d->p_min = static_cast<float>(cfg.get_float("p_min", 0.3, 0.0, 1.0));
-    d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 16, 1, 64));
+    d->p_min = static_cast<float>(cfg.get_float("p_min", 0.4, 0.0, 1.0));
+    d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 4, 1, 64));
     d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
     d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 3, 1, 16));
     d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
@@ -306,6 +315,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
         tcfg.append(cfg.get(key, ""));
       }
     if (plugin == "gguf" && !cfg.has("requant")) tcfg.append(tcfg.empty() ? "requant=q4_0" : ",requant=q4_0");
+    if (plugin == "gguf" && !cfg.has("vocab_limit")) tcfg.append(",vocab_limit=32768");
     specinfer_plugin_error e{};
     specinfer_status rc = host->open_target(host, plugin.c_str(), tcfg.c_str(), &d->model, &e);
     if (rc != SPECINFER_OK) throw Failure(rc, std::string("draft-model: cannot open the draft model: ") + e.message);
