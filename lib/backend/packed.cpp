@@ -68,6 +68,15 @@ const NibbleSource &nibble_sources() {
   return t;
 }
 
+// The file's 12 scale bytes (K-quant order, kquant_scale_min) from eight scales and mins.
+void kquant_encode_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+}
+
 }  // namespace
 
 void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
@@ -79,12 +88,23 @@ void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
     const int hi = (qs[t.byte[2 * b + 1]] >> t.shift[2 * b + 1]) & 15;
     out[b] = static_cast<uint8_t>(lo | (hi << 4));
   }
-  std::memcpy(dst, src, 16);  // d, dmin, scales
+  uint8_t e[12] = {};
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, mn;
+    kquant_scale_min(s, src + 4, &sc, &mn);
+    e[s] = static_cast<uint8_t>(sc | ((mn & 3) << 6));
+    e[8 + s / 2] = static_cast<uint8_t>(e[8 + s / 2] | ((mn >> 2) << (4 * (s & 1))));
+  }
+  std::memcpy(dst, src, 4);  // d, dmin
+  std::memcpy(dst + 4, e, 12);
   std::memcpy(dst + 16, out, 128);
 }
 
 void unpack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
-  std::memcpy(dst, src, 16);
+  std::memcpy(dst, src, 4);
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) x8_scale_min(s, src + 4, &sc[s], &mn[s]);
+  kquant_encode_scales(sc, mn, dst + 4);
   uint8_t out[128] = {};
   for (int s = 0; s < 8; ++s)
     for (int i = 0; i < 32; ++i) {
@@ -200,7 +220,7 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
         const float dx = d * x[i].d;
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, mn;
-          kquant_scale_min(s, blk + 4, &sc, &mn);
+          x8_scale_min(s, blk + 4, &sc, &mn);
           int32_t sum = 0;
           for (int k = 0; k < 8; ++k)
             for (int j = 0; j < 4; ++j) {

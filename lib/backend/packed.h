@@ -3,8 +3,11 @@
 // and plain matmuls compute the same exact integer sums; only the float summation order differs.
 //
 // Layouts:
-//  q4k_x8 (Q4_K): the same 144-byte super-blocks with the same d, dmin and 12 scale bytes; only the
-//    128 nibble bytes are reordered. Nibble register k (k = 0..7: register 2c is the low nibbles of
+//  q4k_x8 (Q4_K): the same 144-byte super-blocks with the same d and dmin; the 12 bytes of scales
+//    and mins hold the same sixteen 6-bit values in an order that decodes with a few vector
+//    instructions (x8_scale_min: byte s = scale s | the low 2 bits of min s << 6, bytes 8..11 the
+//    mins' high 4 bits, two per byte), not with the scalar shifts of the K-quant order (decoding
+//    those cost ~20% of the AVX2 kernel's time). The 128 nibble bytes are reordered. Nibble register k (k = 0..7: register 2c is the low nibbles of
 //    bytes 32c..32c+31, register 2c+1 their high nibbles) holds in bytes 4s..4s+3 the values
 //    4k..4k+3 of group s (s = 0..7). Activations are permuted the same way (ActQ8KP), so that every
 //    16-bit lane of a vpmaddubsw product belongs to one group in all eight registers: the eight
@@ -79,6 +82,12 @@ std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t 
 void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
 // The same with an explicit instruction set (tests, benchmarks).
 void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
+
+// Scale and min of group s (0..7) from the 12 q4k_x8 scale bytes e (see the layout above).
+inline void x8_scale_min(int s, const uint8_t *e, uint8_t *sc, uint8_t *mn) noexcept {
+  *sc = static_cast<uint8_t>(e[s] & 63);
+  *mn = static_cast<uint8_t>((e[s] >> 6) | (((e[8 + s / 2] >> (4 * (s & 1))) & 15) << 2));
+}
 
 // One Q4_K super-block (144 bytes) into the q4k_x8 order, and back (tests).
 void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept;

@@ -53,18 +53,18 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
     uint16_t dh, dmh;
     std::memcpy(&dh, blk, 2);
     std::memcpy(&dmh, blk + 2, 2);
-    uint32_t a0, a1, a2;
-    std::memcpy(&a0, blk + 4, 4);
-    std::memcpy(&a1, blk + 8, 4);
-    std::memcpy(&a2, blk + 12, 4);
-    const uint32_t sc_lo = a0 & 0x3F3F3F3Fu, mn_lo = a1 & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
-    const uint32_t mn_hi = ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
-    const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo));
-    const __m256i scv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));  // s0 s0 s1 s1 ... s7 s7
-    const __m256 mv = _mm256_mul_ps(
-        _mm256_set1_ps(_cvtsh_ss(dmh)),
-        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)))));
+    // Scales and mins (x8_scale_min): bytes 0..7 give the scales (low 6 bits) and the mins' low
+    // 2 bits; bytes 8..11 the mins' high 4 bits, two per byte.
+    const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk + 4));
+    uint32_t eh;
+    std::memcpy(&eh, blk + 12, 4);
+    const __m128i m3f = _mm_set1_epi8(0x3F), m0f = _mm_set1_epi8(0x0F), m03 = _mm_set1_epi8(0x03);
+    const __m128i scb = _mm_and_si128(e, m3f);
+    const __m256i scv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(scb, scb));  // s0 s0 s1 s1 ... s7 s7
+    const __m128i w = _mm_cvtsi32_si128(static_cast<int>(eh));
+    const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+    const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+    const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
     const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
     for (int t = 0; t < NT; ++t) {
       const ActQ8KP &xb = x[t * xstep + i];
