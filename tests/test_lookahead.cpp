@@ -1,8 +1,11 @@
 // The adaptive draft length (lib/session/lookahead.h) on synthetic round histories: it drafts long
 // when drafts are accepted and target passes cost the same at any size, stops when they are
 // rejected, pauses briefly for free drafters and longer for costly ones, and uses the burst state
-// (a draft accepted whole) to draft longer than the average rate alone would.
+// (a draft accepted whole) to draft longer than the average rate alone would; a costly drafter that
+// ends its own drafts is asked for the most while it pays and paused when it does not.
 #include "session/lookahead.h"
+
+#include <algorithm>
 
 // cmocka last.
 #include <setjmp.h>
@@ -21,7 +24,7 @@ template <class F>
 int32_t round(Lookahead &la, F accept, double draft_ms_per_token, double base, double slope) {
   const int32_t k = la.next();
   const int32_t a = k > 0 ? accept(k) : 0;
-  la.observe(k, a, k * draft_ms_per_token, base * (1.0 + slope * k), k + 1);
+  la.observe(k, k, a, k * draft_ms_per_token, base * (1.0 + slope * k), k + 1);
   return k;
 }
 
@@ -81,6 +84,44 @@ void test_bursts(void **) {
   assert_true(sum_hot / n_hot > sum_cold / n_cold + 1.0);
 }
 
+// A costly drafter that ends its own drafts on evidence the rates do not have: rounds alternate
+// between a confident one (it drafts 4, all accepted) and an unsure one (it drafts 1, rejected,
+// and declines the rest). By the rates, a draft after a whole accepted one always fails, so they
+// would pause there; the drafter's own stop makes every round pay (6 tokens per 4.5 passes), so
+// the lookahead asks for the most in every round but the plain ones that re-measure the pass
+// time. When nothing is accepted, drafting pauses for most rounds.
+void test_self_limiting_drafter(void **) {
+  for (const bool pays : {true, false}) {
+    Lookahead la;
+    la.configure(8, true);
+    int asked_max = 0, drafting = 0;
+    bool confident = true;
+    for (int i = 0; i < 60; ++i) {
+      const int32_t k = la.next();
+      int32_t d = 0, a = 0;
+      if (k > 0) {
+        d = std::min<int32_t>(k, confident ? 4 : 1);
+        a = pays && confident ? d : 0;
+        confident = !confident;
+      }
+      // One draft step costs a quarter of a single-token pass; passes grow 20% per token.
+      la.observe(k, d, a, (d + (d < k ? 1 : 0)) * 10.0, 40.0 * (1.0 + 0.2 * d), d + 1);
+      if (i >= 10) {
+        if (k == 8) ++asked_max;
+        if (k > 0) ++drafting;
+      }
+    }
+    print_message("%s: asked for 8 in %d of 50 rounds, drafted in %d\n", pays ? "pays" : "rejected", asked_max,
+                  drafting);
+    if (pays) {
+      assert_true(la.self_stop_rate() > 0.3);
+      assert_true(asked_max >= 45);
+    } else {
+      assert_true(drafting <= 12);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -88,6 +129,7 @@ int main() {
       cmocka_unit_test(test_all_accepted_memory_bound),
       cmocka_unit_test(test_rejections_pause),
       cmocka_unit_test(test_bursts),
+      cmocka_unit_test(test_self_limiting_drafter),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

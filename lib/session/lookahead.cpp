@@ -16,6 +16,8 @@ void Lookahead::reset() {
   for (auto &a : reached_) a.fill(0);
   for (auto &a : rejected_) a.fill(0);
   hot_ = false;
+  asked_ = self_stops_ = 0;
+  realized_tokens_ = realized_ms_ = realized_rounds_ = 0;
   draft_ms_per_token_ = 0;
   pass_ms_.fill(0);
   paused_ = 0;
@@ -81,11 +83,24 @@ int32_t Lookahead::next() {
     since_plain_ = 0;
     return 0;
   }
+  const double c = cost_ratio();
+  // A drafter that costs real time and often ends its drafts itself (a draft model stopping when
+  // not confident) knows better than the rates below where each draft should end: ask it for the
+  // most, and decide only whether drafting pays, from what recent rounds gave (tokens per unit of
+  // time against plain decoding's one token per single-token pass). Replaying a HumanEval trace
+  // of the 0.5B draft, its confidence stop with its cap of 4 beat any k chosen from the rates.
+  const bool self_limiting = c > 0.05 && self_stop_rate() > 0.2;
   if (paused_ > 0) {
     --paused_;
-    return paused_ == 0 ? std::min<int32_t>(2, max_draft_) : 0;  // probe when the pause ends
+    if (paused_ > 0) return 0;
+    return self_limiting ? max_draft_ : std::min<int32_t>(2, max_draft_);  // probe
   }
-  double c = cost_ratio();
+  if (self_limiting) {
+    if (realized_rounds_ < 4 || realized_tokens_ * pass_ms_[1] >= realized_ms_) return max_draft_;
+    paused_ = pause_rounds;
+    realized_tokens_ = realized_ms_ = realized_rounds_ = 0;  // judge afresh after the pause
+    return 0;
+  }
   int32_t best_k = 0;
   double best = 1.0;  // plain decoding: one token per single-token pass
   for (int32_t k = 1; k <= max_draft_; ++k) {
@@ -101,9 +116,20 @@ int32_t Lookahead::next() {
   return best_k;
 }
 
-void Lookahead::observe(int32_t drafted, int32_t accepted, double draft_ms, double target_ms,
-                        int32_t batch) {
+double Lookahead::self_stop_rate() const { return asked_ > 0 ? self_stops_ / asked_ : 0.0; }
+
+void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms,
+                        double target_ms, int32_t batch) {
   const double decay = 0.9;
+  if (requested >= 2) {
+    asked_ = asked_ * decay + 1.0;
+    self_stops_ = self_stops_ * decay + (drafted < requested ? 1.0 : 0.0);
+  }
+  if (requested > 0) {
+    realized_tokens_ = realized_tokens_ * decay + (accepted + 1);
+    realized_ms_ = realized_ms_ * decay + draft_ms + target_ms;
+    realized_rounds_ += 1;
+  }
   if (drafted > 0) {
     // Each drafted token up to and including the first rejection is one trial of acceptance.
     int32_t trials = accepted + (accepted < drafted ? 1 : 0);
@@ -119,7 +145,8 @@ void Lookahead::observe(int32_t drafted, int32_t accepted, double draft_ms, doub
       if (i == accepted + 1) rejected_[s][i] += 1.0;
     }
     hot_ = accepted == drafted;
-    double per_token = draft_ms / drafted;
+    // One draft step per drafted token, and one more for a token the drafter declined.
+    double per_token = draft_ms / (drafted + (drafted < requested ? 1 : 0));
     draft_ms_per_token_ = draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
   }
   if (target_ms > 0 && batch >= 1 && batch <= kMaxBatch) {

@@ -11,6 +11,10 @@
 // hazard, estimated from recent rounds), kept separately after a round whose draft was accepted
 // whole ("hot") and after any other round. With too few observations at a position, the hazard
 // falls back to the one before it, then to the overall rate 1 - a.
+//
+// A costly drafter (c > 0.05) that often drafts fewer tokens than asked ends its drafts on its own
+// evidence (a draft model's confidence): then k is max_draft, and drafting pauses when recent
+// drafting rounds gave fewer tokens per unit of time than plain decoding would.
 #pragma once
 
 #include <array>
@@ -25,9 +29,13 @@ class Lookahead {
   void configure(int32_t max_draft, bool adaptive);
   // k for the next round (0 = do not draft).
   int32_t next();
-  // After a round: tokens drafted, accepted, the time spent drafting and in the target pass, and
-  // how many tokens that pass scored.
-  void observe(int32_t drafted, int32_t accepted, double draft_ms, double target_ms, int32_t batch);
+  // After a round: tokens asked for, drafted, accepted, the time spent drafting and in the target
+  // pass, and how many tokens that pass scored. c is the time of one draft step: a drafter that
+  // drafted fewer tokens than asked spent one step on the token it declined.
+  void observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms, double target_ms,
+               int32_t batch);
+  // Share of recent rounds (asking for 2 or more) in which the drafter drafted fewer than asked.
+  double self_stop_rate() const;
   void reset();
 
   // Per-token acceptance over recent rounds, all states together.
@@ -50,6 +58,9 @@ class Lookahead {
   // i - 1 drafted tokens were accepted and that drafted an i-th, and of those that rejected it.
   std::array<std::array<double, kMaxBatch + 1>, 2> reached_{}, rejected_{};
   bool hot_ = false;                    // the last round's draft was accepted whole
+  double asked_ = 0, self_stops_ = 0;   // decayed counts for self_stop_rate
+  // Decayed tokens and time (draft + target pass) of recent drafting rounds, and their number.
+  double realized_tokens_ = 0, realized_ms_ = 0, realized_rounds_ = 0;
   double draft_ms_per_token_ = 0;       // moving average
   std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
   int32_t paused_ = 0;

@@ -307,7 +307,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   n_generated_ += static_cast<int64_t>(emitted);
   n_drafted_ += n_draft;
   n_accepted_ += v.n_accepted;
-  if (drafter_) lookahead_.observe(n_draft, v.n_accepted, draft_ms, target_ms, n_batch);
+  if (drafter_) lookahead_.observe(k, n_draft, v.n_accepted, draft_ms, target_ms, n_batch);
 }
 
 void Session::step(std::vector<int32_t> &out, bool &done) {
