@@ -12,7 +12,8 @@
 //    max_draft tokens. The defaults (0.4, 4) came from replaying a HumanEval trace of 10-token
 //    drafts (draft confidence and acceptance at every position) under each rule: on this CPU a
 //    5-token target pass costs ~1.8 single passes, so long drafts rarely pay, and a confident
-//    cut at 4 beat both the old p_min 0.3 with no cap (by ~15%) and fixed lengths (docs/BENCHMARKS.md).
+//    cut at 4 beat both the old p_min 0.3 with a cap of 8 (by ~12%) and any fixed length
+//    (docs/BENCHMARKS.md).
 //  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
