@@ -229,8 +229,8 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
               sum += q * x[i].qs[32 * k + 4 * s + j];
             }
           const float mv = dmin * static_cast<float>(mn);
-          // As the AVX2 kernel: fmsub(int sum * scale, d * xd, mv * xs), then added.
-          acc[s] += std::fma(static_cast<float>(sum * sc), dx, -(mv * x[i].xs[s]));
+          // As the AVX2 kernel: fma(int sum * scale, d * xd, fma(-mv, xs, acc)).
+          acc[s] = std::fma(static_cast<float>(sum * sc), dx, std::fma(-mv, x[i].xs[s], acc[s]));
         }
       }
       // The AVX2 horizontal sum's order.

@@ -70,7 +70,7 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
       const ActQ8KP &xb = x[t * xstep + i];
       const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], scv));
       const __m256 dx = _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d));
-      acc[t] = _mm256_add_ps(acc[t], _mm256_fmsub_ps(f, dx, _mm256_mul_ps(mv, _mm256_load_ps(xb.xs))));
+      acc[t] = _mm256_fmadd_ps(f, dx, _mm256_fnmadd_ps(mv, _mm256_load_ps(xb.xs), acc[t]));
     }
   }
 }
