@@ -6,15 +6,16 @@
 //  q4k_x8 (Q4_K): the same 144-byte super-blocks with the same d and dmin; the 12 bytes of scales
 //    and mins hold the same sixteen 6-bit values in an order that decodes with a few vector
 //    instructions (x8_scale_min: byte s = scale s | the low 2 bits of min s << 6, bytes 8..11 the
-//    mins' high 4 bits, two per byte) instead of the scalar shifts of the K-quant order (which
-//    took a sixth of the kernel's time on 8960-column rows). The 128 nibble bytes are reordered.
-//    Nibble register k (k = 0..7: register 2c is the low nibbles of bytes 32c..32c+31, register
-//    2c+1 their high nibbles) holds in bytes 4s..4s+3 the values 4k..4k+3 of group s (s = 0..7). Activations are permuted the same way (ActQ8KP), so that every
-//    16-bit lane of a vpmaddubsw product belongs to one group in all eight registers: the eight
-//    products of a super-block add up in int16 (at most 16 * 15 * 127 = 30480 per lane) and a
-//    single vpmaddwd applies the eight group scales. One vpmaddwd per 256 weights and token instead
-//    of four, and no lane permutes when unpacking. (Zen 3 issues vpmaddubsw, vpmaddwd and FMAs
-//    on the same two pipes, two per cycle; bench_kernels BM_PipeThroughput measures it.)
+//    mins' high 4 bits, two per byte) instead of the scalar shifts of the K-quant order (which took
+//    a sixth of the kernel's time on 8960-column rows). The 128 nibble bytes are reordered. Nibble
+//    register k (k = 0..7: register 2c is the low nibbles of bytes 32c..32c+31, register 2c+1 their
+//    high nibbles) holds in bytes 4s..4s+3 the values 4k..4k+3 of group s (s = 0..7). Activations
+//    are permuted the same way (ActQ8KP), so that every 16-bit lane of a vpmaddubsw product belongs
+//    to one group in all eight registers: the eight products of a super-block add up in int16 (at
+//    most 16 * 15 * 127 = 30480 per lane) and a single vpmaddwd applies the eight group scales. One
+//    vpmaddwd per 256 weights and token instead of four, and no lane permutes when unpacking. (Zen
+//    3 issues vpmaddubsw, vpmaddwd and FMAs on the same two pipes, two per cycle; bench_kernels
+//    BM_PipeThroughput measures it.)
 //  q40_x4 (Q4_0, columns a multiple of 128): four consecutive 18-byte blocks (a group each) become
 //    one 72-byte super-block: the four fp16 scales, then 64 nibble bytes. Byte 8g + i of 32-byte
 //    chunk c holds value 16c + i of group g in its low nibble and value 16c + 8 + i in its high

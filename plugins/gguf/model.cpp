@@ -155,8 +155,6 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
   n_out_ = vocab_limit > 0 && vocab_limit < hp_.n_vocab ? vocab_limit : hp_.n_vocab;
   output_file_ = output_;
   output_.rows = n_out_;  // rows are contiguous: the first n_out_ rows are a matrix of their own
-  extra_type_ = output_.type;
-  extra_row_bytes_ = output_.row_bytes;
   if (n_out_ < hp_.n_vocab) is_extra_.assign(size_t(hp_.n_vocab), 0);
   if (opt.requant >= 0) {
     if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q8_0)
@@ -167,8 +165,6 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
     for (Layer &L : layers_)
       for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) requant(*w, opt.requant);
     requant(output_, opt.requant);
-    extra_type_ = output_.type;
-    extra_row_bytes_ = output_.row_bytes;
   }
   const bool can_pack =
       k_->struct_size >= offsetof(specinfer_kernels, free_packed) + sizeof(k_->free_packed) &&
@@ -285,16 +281,16 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: id %d is outside the vocabulary of %d", id,
            hp_.n_vocab);
     if (id < n_out_ || is_extra_[size_t(id)]) continue;
-    // The file's row, re-quantized like the rest of the output matrix if the model asked for it.
+    // The file's row, in the output matrix's type (re-quantized like the rest if it was).
     const auto *src = static_cast<const uint8_t *>(output_file_.data) + size_t(id) * output_file_.row_bytes;
     const size_t at = extra_rows_.size();
-    extra_rows_.resize(at + extra_row_bytes_);
-    if (extra_type_ == output_file_.type) {
-      std::memcpy(extra_rows_.data() + at, src, extra_row_bytes_);
+    extra_rows_.resize(at + output_.row_bytes);
+    if (output_.type == output_file_.type) {
+      std::memcpy(extra_rows_.data() + at, src, output_.row_bytes);
     } else {
       extra_row_f_.resize(size_t(E));
       check_status(k_->dequantize_row(output_file_.type, src, extra_row_f_.data(), E), "dequantize_row");
-      check_status(k_->quantize_row(extra_type_, extra_row_f_.data(), extra_rows_.data() + at, E), "quantize_row");
+      check_status(k_->quantize_row(output_.type, extra_row_f_.data(), extra_rows_.data() + at, E), "quantize_row");
     }
     extra_ids_.push_back(id);
     is_extra_[size_t(id)] = 1;
@@ -477,7 +473,7 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       const auto n_extra = static_cast<int64_t>(extra_ids_.size());
       if (n_extra > 0) {
         extra_logits_.resize(size_t(n_logits) * size_t(n_extra));
-        check_status(k_->matmul(extra_type_, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
+        check_status(k_->matmul(output_.type, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
                                 extra_logits_.data()),
                      "matmul");
       }

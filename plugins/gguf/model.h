@@ -59,19 +59,19 @@ struct ModelOptions {
 
 class Model {
  public:
-  // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks
-  // min(context_length, 4096). The File must outlive the Model. Throws gguf::Error
-  // (UNSUPPORTED for an unknown architecture or a weight type the kernels lack, FORMAT for missing
-  // or misshapen tensors, CONFIG for a bad n_ctx). pack: hand every matrix to the host's
-  // pack_weight once (faster kernels; Q4_K and Q4_0 matrices are copied into packed layouts), if the host
-  // has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it, for every
-  // token the model has been fed and for ids given to add_output_ids, and write -inf for the rest
-  // (a cheaper output matrix for draft models: ids are roughly in frequency order in BPE
-  // vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 = all. requant (a draft model's cheaper copy): every matrix
-  // stored with more bits per weight than that type (and a multiple of 32 columns) is decoded and
-  // re-quantized to it in memory (the file is not touched): for the Qwen2.5 0.5B draft,
-  // Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the draft's proposals change,
-  // the target's output does not.
+  // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks min(context_length,
+  // 4096). The File must outlive the Model. Throws gguf::Error (UNSUPPORTED for an unknown
+  // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
+  // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K
+  // and Q4_0 matrices are copied into packed layouts), if the host has it. vocab_limit in (0,
+  // n_vocab): compute logits only for token ids below it, for every token the model has been fed
+  // and for ids given to add_output_ids, and write -inf for the rest (a cheaper output matrix for
+  // draft models: ids are roughly in frequency order in BPE vocabularies, and the rarer tokens a
+  // continuation needs are mostly in its context); 0 = all. requant (a draft model's cheaper copy):
+  // every matrix stored with more bits per weight than that type (and a multiple of 32 columns) is
+  // decoded and re-quantized to it in memory (the file is not touched): for the Qwen2.5 0.5B draft,
+  // Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the draft's proposals change, the
+  // target's output does not.
   Model(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt = {});
   Model(const Model &) = delete;
   Model &operator=(const Model &) = delete;
@@ -134,11 +134,8 @@ class Model {
   int32_t n_out_ = 0;             // output rows computed (n_vocab, or the vocab limit)
   std::vector<float> out_rows_;   // scratch for limited logits
   // With a vocabulary limit, the rows of ids above it that are computed too: the file's output
-  // matrix (all rows), the type the extra rows are kept in (the requant type if the model has
-  // one), their rows in the order of extra_ids_, and which ids are in.
+  // matrix (all rows), their rows in output_'s type in the order of extra_ids_, and which ids are in.
   Weight output_file_;
-  int32_t extra_type_ = 0;
-  size_t extra_row_bytes_ = 0;
   std::vector<uint8_t> extra_rows_;
   std::vector<int32_t> extra_ids_;
   std::vector<uint8_t> is_extra_;
