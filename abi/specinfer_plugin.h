@@ -138,8 +138,8 @@ typedef struct specinfer_kernels {
   /* Added in 0.1 after free_packed (check struct_size before use). Quantizes n floats (a multiple
    * of 32) into row_size(wtype, n) bytes of wtype: SPECINFER_WTYPE_Q4_0 (scale: the block's value
    * of largest magnitude / -8, refitted by least squares) or SPECINFER_WTYPE_Q8_0 (amax / 127);
-   * UNSUPPORTED for other
-   * types, INVALID_ARGUMENT for a bad n, NULL, or inf / NaN in the input. Slow-ish (load time). */
+   * UNSUPPORTED for other types, INVALID_ARGUMENT for a bad n, NULL, or inf / NaN in the input.
+   * Slow-ish (load time). */
   specinfer_status (*quantize_row)(int32_t wtype, const float *src, void *dst, int64_t n);
 } specinfer_kernels;
 
