@@ -563,6 +563,7 @@ static void test_tokenize_detokenize(void **state) {
 
 struct open_job {
   specinfer_registry *reg;
+  const char *config;
   specinfer_target *t;
   specinfer_status rc;
   char *err;
@@ -570,20 +571,23 @@ struct open_job {
 
 static void *open_kgram_thread(void *arg) {
   struct open_job *j = arg;
-  j->rc = specinfer_target_open(j->reg, "kgram", kgram_config(CORPUS, "k=3"), &j->t, &j->err);
+  j->rc = specinfer_target_open(j->reg, "kgram", j->config, &j->t, &j->err);
   return NULL;
 }
 
 /* Several threads opening the same plugin that no one has loaded yet (it comes from the plugin
- * path on first use): every open succeeds (the registry loads it once). */
+ * path on first use): every open succeeds (the registry loads it once). The config string is made
+ * once here: kgram_config returns a static buffer, which the threads must not rewrite. */
 static void test_concurrent_autoload(void **state) {
   (void)state;
+  char config[4200];
+  snprintf(config, sizeof config, "%s", kgram_config(CORPUS, "k=3"));
   for (int rep = 0; rep < 16; ++rep) {
     specinfer_registry *reg = new_registry();
     struct open_job jobs[4];
     pthread_t th[4];
     for (int i = 0; i < 4; ++i) {
-      jobs[i] = (struct open_job){reg, NULL, SPECINFER_ERR_INTERNAL, NULL};
+      jobs[i] = (struct open_job){reg, config, NULL, SPECINFER_ERR_INTERNAL, NULL};
       assert_int_equal(pthread_create(&th[i], NULL, open_kgram_thread, &jobs[i]), 0);
     }
     for (int i = 0; i < 4; ++i) assert_int_equal(pthread_join(th[i], NULL), 0);
