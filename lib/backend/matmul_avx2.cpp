@@ -449,13 +449,12 @@ struct KQ6K {
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
       const float d = h2f(dh);
-      const __m256i sc16 = _mm256_cvtepi8_epi16(load128(b->scales));
+      // The -32 offset, -32 * sum_g sc[g] * bsums[g], starts every token's sum: one vpmaddwd per
+      // token with the scales times -32 (|-32 sc| <= 4096 fits in int16; the pair sums fit in int32).
+      const __m256i sc16n = _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5);
+      const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), sc16n);
       __m256i ia[NT];
-      for (int t = 0; t < NT; ++t) {
-        // The -32 offset: subtract 32 * sum_g sc[g] * bsums[g].
-        const __m256i off = _mm256_madd_epi16(sc16, load256(x[t][i].bsums));
-        ia[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-      }
+      for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
       for (int h = 0; h < 2; ++h) {
         // Scales of groups 8h..8h+7 as int16 in both 128-bit lanes.
         const __m256i sch = _mm256_broadcastsi128_si256(
@@ -513,13 +512,12 @@ struct KQ6KPaired {
       const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
-      const __m256i sc16 = _mm256_cvtepi8_epi16(load128(b->scales));
+      // The -32 offset, -32 * sum_g sc[g] * bsums[g], starts every token's sum: one vpmaddwd per
+      // token with the scales times -32 (|-32 sc| <= 4096 fits in int16; the pair sums fit in int32).
+      const __m256i sc16n = _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5);
+      const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), sc16n);
       __m256i ia[NT];
-      for (int t = 0; t < NT; ++t) {
-        // The -32 offset: subtract 32 * sum_g sc[g] * bsums[g].
-        const __m256i off = _mm256_madd_epi16(sc16, load256(x[t][i].bsums));
-        ia[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-      }
+      for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
 #pragma GCC unroll 1
       for (int h = 0; h < 2; ++h) {
         const __m256i sch = _mm256_broadcastsi128_si256(
