@@ -425,6 +425,14 @@ struct KQ4KPaired {
 };
 
 // Q6_K: 16 groups of 16 with signed 8-bit scales, values q - 32 with q in 0..63.
+//
+// A token's sum starts at the -32 offset, -32 * sum_g sc[g] * bsums[g]: one vpmaddwd of its
+// bsums with these scales times -32 (|-32 sc| <= 4096 fits in int16, the pair sums in int32).
+inline __m256i q6k_scales_neg32(const void *scales) {
+  const __m256i sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(scales)), 5);
+  return _mm256_sub_epi16(_mm256_setzero_si256(), sc32);
+}
+
 struct KQ6K {
   template <int NT>
   static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
@@ -449,10 +457,7 @@ struct KQ6K {
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
       const float d = h2f(dh);
-      // The -32 offset, -32 * sum_g sc[g] * bsums[g], starts every token's sum: one vpmaddwd per
-      // token with the scales times -32 (|-32 sc| <= 4096 fits in int16; the pair sums fit in int32).
-      const __m256i sc16n = _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5);
-      const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), sc16n);
+      const __m256i scn = q6k_scales_neg32(b->scales);
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
       for (int h = 0; h < 2; ++h) {
@@ -512,10 +517,7 @@ struct KQ6KPaired {
       const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
-      // The -32 offset, -32 * sum_g sc[g] * bsums[g], starts every token's sum: one vpmaddwd per
-      // token with the scales times -32 (|-32 sc| <= 4096 fits in int16; the pair sums fit in int32).
-      const __m256i sc16n = _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5);
-      const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), sc16n);
+      const __m256i scn = q6k_scales_neg32(b->scales);
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
 #pragma GCC unroll 1
