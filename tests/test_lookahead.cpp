@@ -122,6 +122,39 @@ void test_self_limiting_drafter(void **) {
   }
 }
 
+// A draft model that drafts at most 4 tokens while the session allows 8, accepted at a rate of 0.85
+// per token, with every pass and draft time off by up to 15% either way (a shared machine): it
+// pays (about 1.2x plain decoding on average), so it is asked for the most from its first draft
+// on and never paused; after reset() (the next prompt) it drafts from the first round, without a
+// plain round to re-measure the costs.
+void test_noisy_paying_drafter_not_paused(void **) {
+  Lookahead la;
+  la.configure(8, true);
+  uint32_t rng = 777;
+  auto uniform = [&rng] {
+    rng = rng * 1664525u + 1013904223u;
+    return (rng >> 8) / 16777216.0;
+  };
+  int plain = 0, asked_max = 0, rounds = 0;
+  for (int text = 0; text < 4; ++text) {
+    la.reset();
+    for (int i = 0; i < 60; ++i, ++rounds) {
+      const int32_t k = la.next();
+      int32_t d = std::min<int32_t>(k, 4), a = 0;
+      while (a < d && uniform() < 0.85) ++a;
+      const double pass = (d == 0 ? 50.0 : d == 1 ? 52.0 : d == 2 ? 64.0 : d == 3 ? 75.0 : 106.0) * (0.85 + 0.3 * uniform());
+      const double draft = d * 12.0 * (0.85 + 0.3 * uniform());
+      la.observe(k, d, a, draft, pass, d + 1);
+      if (k == 0) ++plain;
+      if (k == 8) ++asked_max;
+      if (i == 0 && text > 0) assert_int_equal(k, 8);
+    }
+  }
+  print_message("%d rounds: %d plain, %d asked for 8\n", rounds, plain, asked_max);
+  assert_true(plain <= 5);  // the first round measures a plain pass, then one refresh per 64 rounds
+  assert_int_equal(asked_max, rounds - plain);
+}
+
 }  // namespace
 
 int main() {
@@ -130,6 +163,7 @@ int main() {
       cmocka_unit_test(test_rejections_pause),
       cmocka_unit_test(test_bursts),
       cmocka_unit_test(test_self_limiting_drafter),
+      cmocka_unit_test(test_noisy_paying_drafter_not_paused),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

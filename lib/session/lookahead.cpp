@@ -8,20 +8,24 @@ namespace specinfer {
 void Lookahead::configure(int32_t max_draft, bool adaptive) {
   max_draft_ = std::clamp<int32_t>(max_draft, 0, kMaxBatch - 1);
   adaptive_ = adaptive;
+  asked_ = self_stops_ = 0;
+  draft_ms_per_token_ = 0;
+  pass_ms_.fill(0);
+  since_plain_ = 0;
+  seen_draft_ = false;
   reset();
 }
 
 void Lookahead::reset() {
+  // A new text: what was learned about its acceptance goes, the costs and the drafter's habit of
+  // ending its own drafts stay (same models, same machine).
   accepted_ = drafted_ = 0;
   for (auto &a : reached_) a.fill(0);
   for (auto &a : rejected_) a.fill(0);
   hot_ = false;
-  asked_ = self_stops_ = 0;
   realized_tokens_ = realized_ms_ = realized_rounds_ = 0;
-  draft_ms_per_token_ = 0;
-  pass_ms_.fill(0);
   paused_ = 0;
-  since_plain_ = 0;
+  pause_len_ = pause_rounds;
 }
 
 double Lookahead::acceptance() const {
@@ -83,6 +87,9 @@ int32_t Lookahead::next() {
     since_plain_ = 0;
     return 0;
   }
+  // The first draft asks for the most: it measures the drafter's cost and shows whether it ends
+  // its drafts itself (asked for fewer tokens than it would draft, a draft model never shows it).
+  if (!seen_draft_) return max_draft_;
   const double c = cost_ratio();
   // A drafter that costs real time and often ends its drafts itself (a draft model stopping when
   // not confident) knows better than the rates below where each draft should end: ask it for the
@@ -96,8 +103,18 @@ int32_t Lookahead::next() {
     return self_limiting ? max_draft_ : std::min<int32_t>(2, max_draft_);  // probe
   }
   if (self_limiting) {
-    if (realized_rounds_ < 4 || realized_tokens_ * pass_ms_[1] >= realized_ms_) return max_draft_;
-    paused_ = pause_rounds;
+    // Pause only on clear evidence: timings on a shared machine move by 10% between rounds, and a
+    // pause in a stretch where drafting pays costs far more than drafting on in one where it
+    // barely does not. Pauses double while probes keep failing.
+    const double ratio = realized_tokens_ * pass_ms_[1] / std::max(realized_ms_, 1e-9);  // vs plain
+    const bool clear = (realized_rounds_ >= kQuickJudgeRounds && ratio < kQuickPauseMargin) ||
+                       (realized_rounds_ >= kJudgeRounds && ratio < kPauseMargin);
+    if (!clear) {
+      if (realized_rounds_ >= 2 * kJudgeRounds) pause_len_ = pause_rounds;  // a probe that paid
+      return max_draft_;
+    }
+    paused_ = pause_len_;
+    pause_len_ = std::min(2 * pause_len_, kMaxPauseRounds);
     realized_tokens_ = realized_ms_ = realized_rounds_ = 0;  // judge afresh after the pause
     return 0;
   }
@@ -126,6 +143,7 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     self_stops_ = self_stops_ * decay + (drafted < requested ? 1.0 : 0.0);
   }
   if (requested > 0) {
+    seen_draft_ = true;
     realized_tokens_ = realized_tokens_ * decay + (accepted + 1);
     realized_ms_ = realized_ms_ * decay + draft_ms + target_ms;
     realized_rounds_ += 1;

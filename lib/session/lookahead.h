@@ -14,7 +14,11 @@
 //
 // A costly drafter (c > 0.05) that often drafts fewer tokens than asked ends its drafts on its own
 // evidence (a draft model's confidence): then k is max_draft, and drafting pauses when recent
-// drafting rounds gave fewer tokens per unit of time than plain decoding would.
+// drafting rounds gave clearly fewer tokens per unit of time than plain decoding would (see
+// kPauseMargin below); pauses double, up to kMaxPauseRounds, while the
+// probes after them fail. The first draft asks for the most, so that such a drafter shows it.
+//
+// reset() starts a new text: acceptance is learned afresh, the measured costs are kept.
 #pragma once
 
 #include <array>
@@ -36,6 +40,7 @@ class Lookahead {
                int32_t batch);
   // Share of recent rounds (asking for 2 or more) in which the drafter drafted fewer than asked.
   double self_stop_rate() const;
+  // A new text: forgets the acceptance history and any pause, keeps the measured costs.
   void reset();
 
   // Per-token acceptance over recent rounds, all states together.
@@ -48,6 +53,12 @@ class Lookahead {
 
   static constexpr double prior_acceptance = 0.6;
   static constexpr int32_t pause_rounds = 16;
+  static constexpr int32_t kMaxPauseRounds = 64;
+  // A self-limiting drafter pauses when its recent drafting rounds ran below kQuickPauseMargin of
+  // plain decoding's speed over at least kQuickJudgeRounds rounds, or below kPauseMargin over at
+  // least kJudgeRounds: a few rounds vary too much (accepted lengths, timings) to judge a small gap.
+  static constexpr double kQuickJudgeRounds = 4, kQuickPauseMargin = 0.6;
+  static constexpr double kJudgeRounds = 16, kPauseMargin = 0.85;
   static constexpr int32_t kRefreshRounds = 64;  // rounds between plain rounds that re-measure
 
  private:
@@ -64,7 +75,9 @@ class Lookahead {
   double draft_ms_per_token_ = 0;       // moving average
   std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
   int32_t paused_ = 0;
+  int32_t pause_len_ = pause_rounds;    // the next pause of a self-limiting drafter
   int32_t since_plain_ = 0;
+  bool seen_draft_ = false;             // a round has asked for a draft since configure()
 };
 
 }  // namespace specinfer
