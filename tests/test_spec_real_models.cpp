@@ -8,7 +8,9 @@
 //    token equal (within 1e-3) those of a fresh target fed the same text the way plain decoding
 //    feeds it (prompt in one batch, then one token per pass);
 //  - the draft model follows the accepted text: drafting for the 0.5B with the 0.5B itself is
-//    accepted (almost) always.
+//    accepted (almost) always;
+//  - staged drafting (prompt-lookup tokens fed along, draft-model's stage option) drafts exactly
+//    what the model drafts without it.
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
 // and fewer tokens are generated.
 #include <setjmp.h>
@@ -140,7 +142,7 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, floa
 std::vector<std::string> drafter_specs() {
   // (draft-model re-quantizes the draft to Q4_0 unless requant=none: both are covered.)
   return {"draft-model:path=" + g_draft + ",requant=none", "ngram", "draft-model:path=" + g_draft + ",lookup=1",
-          "draft-model:path=" + g_draft + ",vocab_limit=32768"};
+          "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0"};
 }
 
 void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got, const char *what,
@@ -281,6 +283,32 @@ void test_draft_model_follows_text(void **state) {
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
 }
 
+// Staged drafting (draft-model's stage option) changes what the draft costs, never what it drafts:
+// with fixed-length drafts, the rounds, drafted and accepted counts are the same with and without
+// it, on a prompt whose text prompt lookup predicts in part (a rename: the staged tokens are used
+// and also refused), greedy and sampled.
+void test_staged_drafts_unchanged(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_drafter *plain = open_drafter(e, "draft-model:path=" + g_draft + ",stage=0");
+  specinfer_drafter *staged = open_drafter(e, "draft-model:path=" + g_draft + ",stage=4,stage_n_min=1");
+  for (float temp : {0.0f, 1.0f}) {
+    const char *coupler = temp > 0 ? "gumbel" : nullptr;
+    specinfer_session_stats a, b;
+    std::vector<int32_t> ta = run(e, plain, coupler, temp, 11, kPrompts[1], g_tokens, &a, 4, false);
+    std::vector<int32_t> tb = run(e, staged, coupler, temp, 11, kPrompts[1], g_tokens, &b, 4, false);
+    std::fprintf(stderr, "staged (T=%.1f): %lld rounds, drafted %lld, accepted %lld; unstaged: %lld, %lld, %lld\n", temp,
+                 (long long)b.n_rounds, (long long)b.n_drafted, (long long)b.n_accepted, (long long)a.n_rounds,
+                 (long long)a.n_drafted, (long long)a.n_accepted);
+    assert_true(ta == tb);
+    assert_int_equal(a.n_rounds, b.n_rounds);
+    assert_int_equal(a.n_drafted, b.n_drafted);
+    assert_int_equal(a.n_accepted, b.n_accepted);
+  }
+  assert_int_equal(specinfer_drafter_destroy(plain), SPECINFER_OK);
+  assert_int_equal(specinfer_drafter_destroy(staged), SPECINFER_OK);
+}
+
 void test_bad_configs(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -288,6 +316,14 @@ void test_bad_configs(void **state) {
   char *err = nullptr;
   // Unknown key, missing file, and a model with another vocabulary (Gemma) when it is there.
   assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,bogus=1", e->target, &d, &err),
+                   SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage=17", e->target, &d, &err),
+                   SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage_n_min=6", e->target, &d, &err),
                    SPECINFER_ERR_CONFIG);
   specinfer_free(err);
   err = nullptr;
@@ -322,6 +358,7 @@ int main(void) {
       cmocka_unit_test(test_gumbel_equals_plain),
       cmocka_unit_test(test_rollback_logits),
       cmocka_unit_test(test_draft_model_follows_text),
+      cmocka_unit_test(test_staged_drafts_unchanged),
       cmocka_unit_test(test_bad_configs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
