@@ -118,7 +118,7 @@ void BM_Forward(benchmark::State &state) {
                                                   benchmark::Counter::kIsRate);
   state.SetLabel(m.info.name ? m.info.name : "");
 }
-BENCHMARK(BM_Forward)->Arg(1)->Arg(2)->Arg(4)->Arg(5)->Arg(8)->Arg(16)->ArgName("tok")
+BENCHMARK(BM_Forward)->DenseRange(1, 8)->Arg(16)->ArgName("tok")
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Prefill: 512 tokens from an empty cache, logits for the last one.
