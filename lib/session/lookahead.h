@@ -15,8 +15,8 @@
 // A costly drafter (c > 0.05) that often drafts fewer tokens than asked ends its drafts on its own
 // evidence (a draft model's confidence): then k is max_draft, and drafting pauses when recent
 // drafting rounds gave clearly fewer tokens per unit of time than plain decoding would (see
-// kPauseMargin below); pauses double, up to kMaxPauseRounds, while the
-// probes after them fail. The first draft asks for the most, so that such a drafter shows it.
+// kPauseMargin below); pauses double, up to kMaxPauseRounds, while the probes after them fail.
+// The first draft asks for the most, so that such a drafter shows that it stops itself.
 //
 // reset() starts a new text: acceptance is learned afresh, the measured costs are kept.
 #pragma once
