@@ -167,8 +167,9 @@ struct Drafter {
   }
 
   // Up to `want` tokens that prompt lookup predicts after ctx (the context index's continuation,
-  // longest match first); the index must hold ctx.
+  // longest match first, matches of lookup_n_max down to n_min tokens); brings the index to ctx.
   size_t lookup_tokens(const int32_t *ctx, size_t n, int32_t want, int n_min, std::vector<int32_t> &outv) {
+    index.sync(ctx, n);
     outv.clear();
     size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
     tail.assign(ctx + n - keep, ctx + n);
@@ -189,7 +190,6 @@ struct Drafter {
   }
 
   int32_t lookup_draft(const specinfer_draft_request &req, specinfer_draft &out, int32_t want) {
-    index.sync(req.context, req.n_context);
     lookup_tokens(req.context, req.n_context, want, lookup_n_min, cand);
     int32_t k = 0;
     for (; k < static_cast<int32_t>(cand.size()) && cand[static_cast<size_t>(k)] < out.vocab_size; ++k) {
@@ -223,10 +223,7 @@ struct Drafter {
     // the model's own choice equals them, its next distribution is already computed. The draft
     // is the same as without them (up to float rounding: the kernels score each token alike).
     size_t n_cand = 0;
-    if (stage > 0) {
-      index.sync(req.context, req.n_context);
-      n_cand = lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
-    }
+    if (stage > 0) n_cand = lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
     sync(req.context, req.n_context, cand.data(), n_cand);
     const size_t base = req.n_context;  // cache index of the first drafted token
 
