@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -249,6 +250,44 @@ void matmul_packed_args(benchmark::internal::Benchmark *b) {
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
 BENCHMARK(BM_MatmulPacked)->Apply(matmul_packed_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Matmuls (packed where the type packs) on weights streamed from memory: copies of one matrix,
+// ~200 MB in all, used in turn so that none is in cache. Against BM_MatmulPacked (in cache) this
+// shows whether a multi-token matmul's compute overlaps the memory stream (time = the larger of the
+// two) or adds to it.
+void BM_MatmulStream(benchmark::State &state) {
+  const auto wtype = static_cast<int32_t>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n_tok = state.range(3);
+  static std::tuple<int32_t, int64_t, int64_t> key;
+  static std::vector<std::vector<uint8_t>> data;
+  static std::vector<std::unique_ptr<PackedWeight>> copies;
+  if (key != std::make_tuple(wtype, rows, cols)) {
+    copies.clear();
+    data.clear();
+    const Weights &w = weights(wtype, rows, cols);
+    for (size_t b = 0; b < (size_t{200} << 20); b += w.data.size()) data.push_back(w.data);
+    for (auto &d : data) copies.push_back(pack_weight(wtype, d.data(), rows, cols));
+    key = std::make_tuple(wtype, rows, cols);
+  }
+  std::vector<float> x(static_cast<size_t>(n_tok * cols)), y(static_cast<size_t>(n_tok * rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto &v : x) v = nd(rng);
+  size_t k = 0;
+  for (auto _ : state) {
+    const PackedWeight &pw = *copies[k++ % copies.size()];
+    arena().execute([&] { matmul_packed(pw, x.data(), n_tok, y.data()); });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(data[0].size()));
+  state.SetLabel(std::string(wtype_name(wtype)) + " " + isa_name(active_isa()));
+}
+BENCHMARK(BM_MatmulStream)
+    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {1536}, {8960}, {1, 2, 3, 4, 5, 8}})
+    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {8960}, {1536}, {1, 5}})
+    ->ArgNames({"type", "rows", "cols", "tok"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The same kernels on a weight matrix that stays in L2 (256 x 1536): compute cost alone, without
 // memory stalls. Compare cpu_time per token count (SPECINFER_BENCH_THREADS=1).

@@ -152,7 +152,7 @@ void test_packed_matches_reference(void **) {
     PackLayout layout;
     std::vector<int64_t> cols;
   };
-  // 8960 columns: the AVX2 q4k_x8 kernel then works in column chunks (activations beyond L1).
+  // 8960 columns: a token tile's activations then exceed L1.
   const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}},
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}}};
   for (const Case &cs : cases)

@@ -25,14 +25,13 @@ inline float hsum(__m256 v) {
 
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
-// Blocks [b0, b1) of one row for NT tokens into acc. Per super-block the nibbles are unpacked one
+// The n_blocks super-blocks of one row for NT tokens (x[t * n_blocks + i]) into acc. Per super-block the nibbles are unpacked one
 // 32-byte chunk (two registers) at a time and applied to every token before the next chunk: the
 // live registers are NT int16 sums, NT float accumulators and the chunk (no spills up to NT = 5).
 template <int NT>
-__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x, int64_t xstep, int64_t b0, int64_t b1,
-                          __m256 *acc) {
+__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x, int64_t n_blocks, __m256 *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t i = b0; i < b1; ++i) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
     const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
     const uint8_t *qs = blk + 16;
     __m256i s[NT];
@@ -45,7 +44,7 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
       if (c > 0)
         for (int t = 0; t < NT; ++t) __asm__("" : "+x"(lo), "+x"(hi) : "x"(s[t]));
       for (int t = 0; t < NT; ++t) {
-        const int8_t *xq = x[t * xstep + i].qs + 64 * c;
+        const int8_t *xq = x[t * n_blocks + i].qs + 64 * c;
         const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
         s[t] = c == 0 ? p : _mm256_add_epi16(s[t], p);
       }
@@ -67,7 +66,7 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
     const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
     const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
     for (int t = 0; t < NT; ++t) {
-      const ActQ8KP &xb = x[t * xstep + i];
+      const ActQ8KP &xb = x[t * n_blocks + i];
       const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[t], scv));
       const __m256 dx = _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d));
       acc[t] = _mm256_fmadd_ps(f, dx, _mm256_fnmadd_ps(mv, _mm256_load_ps(xb.xs), acc[t]));
@@ -75,53 +74,21 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
   }
 }
 
-// Activation bytes a token tile may take in L1 while rows stream past: beyond it (8960-column
-// matrices: 35 super-blocks x 5 tokens x 320 bytes = 56 KB) every row re-read them from L2, which
-// cost ~1.5x per block in a microbenchmark; such rows are then done in column chunks.
-constexpr size_t kActL1Bytes = 24 * 1024;
-constexpr int64_t kRowGroup = 32;  // rows whose accumulators wait in a stack buffer between chunks
-
-// Rows [r0, r1) for NT tokens from t0, every row in one pass (the activations fit in L1).
+// Rows [r0, r1) for NT tokens from t0, each row in one pass. For 8960-column rows a tile of
+// activations (5 tokens: 35 x 5 x 320 bytes = 56 KB) no longer fits L1 and comes from L2; doing
+// such rows in column chunks instead (rows in groups, accumulators parked between chunks) kept the
+// activations in L1 but broke the weights' sequential stream: with weights from memory
+// (bench_kernels BM_MatmulStream, 1536 x 8960, 2 threads) 3 / 5 tokens took 765 / 1030 us chunked
+// against 512 / 700-790 us whole (and in cache whole rows were as fast or faster).
 template <int NT>
-__attribute__((noinline)) void q4k_x8_rows_whole(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
+__attribute__((noinline)) void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
   const ActQ8KP *x = a.x + t0 * a.n_blocks;
   for (int64_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-    q4k_x8_blocks<NT>(a.w + static_cast<size_t>(r) * a.row_bytes, x, a.n_blocks, 0, a.n_blocks, acc);
+    q4k_x8_blocks<NT>(a.w + static_cast<size_t>(r) * a.row_bytes, x, a.n_blocks, acc);
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
   }
-}
-
-// The same in column chunks of kc blocks, for groups of kRowGroup rows. The accumulation order per
-// row (blocks in order, into the same eight lanes, then hsum) does not change: bit-identical to
-// q4k_x8_rows_whole and the scalar kernel.
-template <int NT>
-__attribute__((noinline)) void q4k_x8_rows_chunked(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0,
-                                                   int64_t kc) {
-  const ActQ8KP *x = a.x + t0 * a.n_blocks;
-  const int64_t nb = a.n_blocks;
-  alignas(32) __m256 acc[kRowGroup][NT];
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
-    const int64_t g1 = g0 + kRowGroup < r1 ? g0 + kRowGroup : r1;
-    for (int64_t r = g0; r < g1; ++r)
-      for (int t = 0; t < NT; ++t) acc[r - g0][t] = _mm256_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += kc) {
-      const int64_t b1 = b0 + kc < nb ? b0 + kc : nb;
-      for (int64_t r = g0; r < g1; ++r)
-        q4k_x8_blocks<NT>(a.w + static_cast<size_t>(r) * a.row_bytes, x, nb, b0, b1, acc[r - g0]);
-    }
-    for (int64_t r = g0; r < g1; ++r)
-      for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[r - g0][t]);
-  }
-}
-
-template <int NT>
-void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
-  const auto fit = static_cast<int64_t>(kActL1Bytes / (NT * sizeof(ActQ8KP)));
-  if (a.n_blocks <= fit) return q4k_x8_rows_whole<NT>(a, r0, r1, t0);
-  const int64_t n_chunks = (a.n_blocks + fit - 1) / fit;
-  q4k_x8_rows_chunked<NT>(a, r0, r1, t0, (a.n_blocks + n_chunks - 1) / n_chunks);  // even chunks
 }
 
 // q40_x4: rows [r0, r1) for NT tokens from t0. Per super-block the two 32-byte chunks unpack into
