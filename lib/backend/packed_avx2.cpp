@@ -25,11 +25,13 @@ inline float hsum(__m256 v) {
 
 inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 
-// The n_blocks super-blocks of one row for NT tokens (x[t * n_blocks + i]) into acc. Per super-block the nibbles are unpacked one
-// 32-byte chunk (two registers) at a time and applied to every token before the next chunk: the
-// live registers are NT int16 sums, NT float accumulators and the chunk (no spills up to NT = 5).
+// The n_blocks super-blocks of one row for NT tokens (x[t * n_blocks + i]) into acc. Per
+// super-block the nibbles are unpacked one 32-byte chunk (two registers) at a time and applied to
+// every token before the next chunk: the live registers are NT int16 sums, NT float accumulators
+// and the chunk (no spills up to NT = 5).
 template <int NT>
-__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x, int64_t n_blocks, __m256 *acc) {
+__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x, int64_t n_blocks,
+                                                         __m256 *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n_blocks; ++i) {
     const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
