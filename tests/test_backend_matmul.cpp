@@ -7,6 +7,7 @@
 // valid blocks: random bytes with finite scales.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -135,14 +136,10 @@ int64_t cols_for(int32_t wtype) {
   return bs == 256 ? 512 : bs == 32 ? 160 : 77;  // float types: odd count exercises the tails
 }
 
-// Checks one (type, isa, path, n_tok); returns the number of mismatches (printed).
-int check(int32_t wtype, Isa isa, MatmulPath path, int64_t n_rows, int64_t n_cols, int64_t n_tok,
-          const std::vector<uint8_t> &w, const std::vector<float> &wdeq, const std::vector<float> &x) {
-  const bool blas = path == MatmulPath::blas || (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
-                                                     wtype == SPECINFER_WTYPE_F32);
-  const std::vector<float> xv = blas ? x : kernel_view_of_x(wtype, x, n_tok, n_cols);
-  std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
-  matmul_with(isa, path, wtype, w.data(), n_rows, n_cols, x.data(), n_tok, y.data());
+// Compares y (n_tok x n_rows) with the double-precision reference; returns the number of
+// mismatches (the first few printed). xv: the activations as the kernel multiplies them.
+int compare(const char *what, int32_t wtype, int64_t n_rows, int64_t n_cols, int64_t n_tok,
+            const std::vector<float> &wdeq, const std::vector<float> &xv, const std::vector<float> &y) {
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -155,15 +152,27 @@ int check(int32_t wtype, Isa isa, MatmulPath path, int64_t n_rows, int64_t n_col
       const double got = y[static_cast<size_t>(t * n_rows + r)];
       if (!(std::fabs(got - ref) <= 2e-5 * mag + 1e-6)) {
         if (bad < 3)
-          print_error("%s isa=%s path=%d tok=%lld t=%lld r=%lld: got %.8g want %.8g (mag %.3g)\n",
-                      wtype_name(wtype), isa_name(isa), static_cast<int>(path),
-                      static_cast<long long>(n_tok), static_cast<long long>(t),
-                      static_cast<long long>(r), got, ref, mag);
+          print_error("%s %s tok=%lld t=%lld r=%lld: got %.8g want %.8g (mag %.3g)\n", wtype_name(wtype), what,
+                      static_cast<long long>(n_tok), static_cast<long long>(t), static_cast<long long>(r), got,
+                      ref, mag);
         ++bad;
       }
     }
   }
   return bad;
+}
+
+// Checks one (type, isa, path, n_tok); returns the number of mismatches (printed).
+int check(int32_t wtype, Isa isa, MatmulPath path, int64_t n_rows, int64_t n_cols, int64_t n_tok,
+          const std::vector<uint8_t> &w, const std::vector<float> &wdeq, const std::vector<float> &x) {
+  const bool blas = path == MatmulPath::blas || (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
+                                                     wtype == SPECINFER_WTYPE_F32);
+  const std::vector<float> xv = blas ? x : kernel_view_of_x(wtype, x, n_tok, n_cols);
+  std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
+  matmul_with(isa, path, wtype, w.data(), n_rows, n_cols, x.data(), n_tok, y.data());
+  char what[64];
+  std::snprintf(what, sizeof what, "isa=%s path=%d", isa_name(isa), static_cast<int>(path));
+  return compare(what, wtype, n_rows, n_cols, n_tok, wdeq, xv, y);
 }
 
 void test_all_types_all_isas(void **) {
@@ -327,6 +336,96 @@ void test_activation_orders(void **) {
     }
 }
 
+#if defined(SPECINFER_AVX512_EMULATION)
+}  // namespace
+namespace specinfer {
+MatmulRowsFn matmul_kernel_avx512_emulated(int32_t wtype) noexcept;  // tests/support
+}
+namespace {
+
+// Runs the emulated AVX-512 row kernel for wtype as the dispatcher runs a native one (activations
+// quantized once per call, all rows in one range).
+std::vector<float> run_emulated(MatmulRowsFn fn, int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows,
+                                int64_t n_cols, const float *x, int64_t n_tok) {
+  MatmulArgs a;
+  a.wtype = wtype;
+  a.w = w.data();
+  a.row_bytes = wtype_row_size(wtype, n_cols);
+  a.n_rows = n_rows;
+  a.n_cols = n_cols;
+  a.n_tok = n_tok;
+  a.x = x;
+  std::vector<ActQ8> q;
+  if (act_kind(wtype) == ActKind::q8) {
+    a.xq_blocks = n_cols / kQK;
+    q.resize(static_cast<size_t>(n_tok * a.xq_blocks));
+    for (int64_t t = 0; t < n_tok; ++t) quantize_act_q8(x + t * n_cols, q.data() + t * a.xq_blocks, n_cols);
+    a.xq = q.data();
+  }
+  std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
+  a.y = y.data();
+  fn(a, 0, n_rows);
+  return y;
+}
+#endif
+
+// The AVX-512 kernels on this CPU even without AVX-512: compiled over software intrinsics
+// (tests/support/avx512_emulation.h, SIMDe), against the same reference and tolerance as the
+// native kernels, at the integer extremes, and batch-invariant (a token's result bit-identical
+// alone and in any batch). Skipped when the build has no SIMDe or the CPU lacks AVX2 (the
+// emulation runs on AVX2 code).
+void test_avx512_emulated(void **) {
+#if defined(SPECINFER_AVX512_EMULATION)
+  if (!isa_available(Isa::avx2)) {
+    skip();
+    return;
+  }
+  std::mt19937 rng(512);
+  const int64_t n_rows = 37;
+  const int64_t toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33};
+  int bad = 0, covered = 0;
+  for (int32_t wtype : kTypes) {
+    const MatmulRowsFn fn = matmul_kernel_avx512_emulated(wtype);
+    if (fn == nullptr) continue;
+    ++covered;
+    for (int64_t n_cols : {cols_for(wtype), 4 * cols_for(wtype)}) {
+      auto w = random_weights(wtype, n_rows, n_cols, rng);
+      if (wtype_block_size(wtype) == 32) {
+        // Rows at the integer extremes (Q8_0: -128, whose magnitude only fits unsigned).
+        const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_block_bytes(wtype);
+        for (int64_t r = 0; r < 3; ++r)
+          for (size_t off = static_cast<size_t>(r) * rs; off < static_cast<size_t>(r + 1) * rs; off += bb)
+            std::memset(w.data() + off + 2, r == 0 ? 0x80 : r == 1 ? 0xFF : 0x00, bb - 2);
+      }
+      std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
+      dequantize_row_ref(wtype, w.data(), wdeq.data(), n_rows * n_cols);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(33 * n_cols));
+      for (auto &v : x) v = nd(rng);
+      for (int64_t c = 0; c < n_cols; ++c) x[static_cast<size_t>(c)] = c % 2 ? -1.0f : 1.0f;  // all +-127
+      for (int64_t nt : toks) {
+        const std::vector<float> y = run_emulated(fn, wtype, w, n_rows, n_cols, x.data(), nt);
+        bad += compare("avx512 (emulated)", wtype, n_rows, n_cols, nt, wdeq, kernel_view_of_x(wtype, x, nt, n_cols), y);
+        // Batch invariance: every token alone gives the same bits.
+        for (int64_t t = 0; t < nt; ++t) {
+          const std::vector<float> y1 = run_emulated(fn, wtype, w, n_rows, n_cols, x.data() + t * n_cols, 1);
+          if (std::memcmp(y1.data(), y.data() + t * n_rows, static_cast<size_t>(n_rows) * sizeof(float)) != 0) {
+            if (bad < 3)
+              print_error("%s avx512 (emulated): token %lld of %lld differs from the token alone\n",
+                          wtype_name(wtype), static_cast<long long>(t), static_cast<long long>(nt));
+            ++bad;
+          }
+        }
+      }
+    }
+  }
+  assert_true(covered >= 6);  // F32, F16, BF16, Q8_0, Q4_0, Q5_0
+  assert_int_equal(bad, 0);
+#else
+  skip();
+#endif
+}
+
 void test_kernel_table_errors(void **) {
   const specinfer_kernels *k = backend_kernel_table();
   assert_non_null(k);
@@ -365,6 +464,7 @@ int main() {
       cmocka_unit_test(test_activation_error_bound),
       cmocka_unit_test(test_extreme_blocks),
       cmocka_unit_test(test_activation_orders),
+      cmocka_unit_test(test_avx512_emulated),
       cmocka_unit_test(test_kernel_table_errors),
       cmocka_unit_test(test_isa_override),
   };

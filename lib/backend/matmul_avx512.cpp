@@ -3,15 +3,21 @@
 // The k-quants keep the AVX2 kernels (their per-group integer scales fit vpmaddwd, which AVX-512
 // would only widen, not shorten). Same structure and numerics as matmul_avx2.cpp.
 //
-// NOTE: the development machine has no AVX-512, so these kernels are compiled and reviewed but
-// were not executed there; tests run them automatically on a CPU that has the extensions.
+// The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
+// extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
+// avx512_emulation.h, as matmul_kernel_avx512_emulated) against the same references.
 //
 // Everything is in an anonymous namespace and calls no shared inline function (see the AVX2 file).
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own "undefined" placeholder vectors
 // (_mm512_undefined_*, used by the cast/extract intrinsics): a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if defined(SPECINFER_AVX512_EMULATED)
+#include "support/avx512_emulation.h"
+#define matmul_kernel_avx512 matmul_kernel_avx512_emulated
+#else
 #include <immintrin.h>
+#endif
 
 #include <cstring>
 
