@@ -1,12 +1,13 @@
 // Packed weights (lib/backend/packed.h): the q4k_x8 and q40_x4 repackings are lossless, packed matmuls match a
-// double-precision reference on every instruction set the CPU has, the scalar and AVX2 kernels
-// agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
+// double-precision reference on every instruction set the CPU has (and AVX-512 in emulation when
+// built with SIMDe), the scalar and SIMD kernels agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
 // entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
 // |y - ref| <= 2e-5 * sum_c |W[r][c] * X[t][c]| + 1e-6.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/kernel_table.h"
@@ -22,9 +23,39 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#if defined(SPECINFER_AVX512_EMULATION)
+namespace specinfer {  // tests/support/avx512_emulated_packed.cpp
+void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
+void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
+}  // namespace specinfer
+#endif
+
 using namespace specinfer;
 
 namespace {
+
+// The SIMD kernel sets to check against the scalar one: those of every instruction set above
+// scalar that this CPU has, and the AVX-512 kernels over software intrinsics when the build has
+// them (SIMDe; they run on AVX2 code).
+struct Variant {
+  std::string name;
+  PackedKernels k;
+};
+std::vector<Variant> simd_variants() {
+  std::vector<Variant> v;
+  for (Isa isa : {Isa::avx2, Isa::avx512})
+    if (isa_available(isa)) v.push_back({isa_name(isa), packed_kernels(isa)});
+#if defined(SPECINFER_AVX512_EMULATION)
+  if (isa_available(Isa::avx2)) {
+    PackedKernels k;
+    k.q4k_x8 = q4k_x8_rows_avx512_emulated;
+    k.q40_x4 = q40_x4_rows_avx512_emulated;
+    k.simd_prep = true;
+    v.push_back({"avx512 (emulated)", k});
+  }
+#endif
+  return v;
+}
 
 void set16(uint8_t *p, float v) {
   const uint16_t h = fp32_to_fp16(v);
@@ -167,12 +198,10 @@ void test_packed_matches_reference(void **) {
           std::vector<float> y_scalar(static_cast<size_t>(n_tok * n_rows), NAN);
           matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, y_scalar.data());
           bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y_scalar, "scalar");
-          for (int isa_i = 1; isa_i <= 2; ++isa_i) {
-            const Isa isa = static_cast<Isa>(isa_i);
-            if (!isa_available(isa)) continue;
+          for (const Variant &v : simd_variants()) {
             std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
-            matmul_packed_with(isa, *pw, x.data(), n_tok, y.data());
-            bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y, isa_name(isa));
+            matmul_packed_kernels(v.k, *pw, x.data(), n_tok, y.data());
+            bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y, v.name.c_str());
             // Same integer sums and the same float steps: bit for bit.
             assert_memory_equal(y.data(), y_scalar.data(), y.size() * sizeof(float));
           }
@@ -191,14 +220,14 @@ void test_packed_batch_invariance(void **) {
   auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
   assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
   const std::vector<float> x = activations(n_tok, n_cols, rng, false);
-  for (int isa_i = 0; isa_i <= 2; ++isa_i) {
-    const Isa isa = static_cast<Isa>(isa_i);
-    if (!isa_available(isa)) continue;
+  std::vector<Variant> vs = simd_variants();
+  vs.push_back({"scalar", packed_kernels(Isa::scalar)});
+  for (const Variant &v : vs) {
     std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
-    matmul_packed_with(isa, *pw, x.data(), n_tok, all.data());
+    matmul_packed_kernels(v.k, *pw, x.data(), n_tok, all.data());
     for (int64_t t = 0; t < n_tok; ++t) {
       std::vector<float> one(static_cast<size_t>(n_rows));
-      matmul_packed_with(isa, *pw, x.data() + t * n_cols, 1, one.data());
+      matmul_packed_kernels(v.k, *pw, x.data() + t * n_cols, 1, one.data());
       assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
     }
   }

@@ -271,16 +271,29 @@ void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept 
   }
 }
 
-void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
-  if (pw.layout == PackLayout::plain) {
-    matmul_with(isa, MatmulPath::automatic, pw.wtype, pw.data, pw.rows, pw.cols, x, n_tok, y);
-    return;
+PackedKernels packed_kernels(Isa isa) noexcept {
+  PackedKernels k;
+  if (isa == Isa::avx512) {
+    k.q4k_x8 = q4k_x8_rows_avx512;
+    k.q40_x4 = q40_x4_rows_avx512;
+    k.simd_prep = true;
+  } else if (isa == Isa::avx2) {
+    k.q4k_x8 = q4k_x8_rows_avx2;
+    k.q40_x4 = q40_x4_rows_avx2;
+    k.simd_prep = true;
+  } else {
+    k.q4k_x8 = q4k_x8_rows_scalar;
+    k.q40_x4 = q40_x4_rows_scalar;
   }
+  return k;
+}
+
+void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
+  if (pw.layout == PackLayout::plain) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: weights not packed");
   if (x == nullptr || y == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL input or output");
   if (n_tok <= 0 || n_tok > (int64_t{1} << 24))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: %lld tokens", static_cast<long long>(n_tok));
-  if (!isa_available(isa)) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
-  const bool simd = static_cast<int>(isa) >= static_cast<int>(Isa::avx2);
+  const bool simd = k.simd_prep;
   if (pw.layout == PackLayout::q40_x4) {
     PackedArgsX4 a;
     a.w = pw.data;
@@ -297,7 +310,7 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
     }
     act_to_q8x4(q.data(), xp.data(), static_cast<int64_t>(xp.size()));
     a.x = xp.data();
-    const auto fn = simd ? q40_x4_rows_avx2 : q40_x4_rows_scalar;
+    const auto fn = k.q40_x4;
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
   }
@@ -317,8 +330,17 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
   if (simd) act_to_q8kp_avx2(q.data(), xp.data(), static_cast<int64_t>(q.size()));
   else act_to_q8kp(q.data(), xp.data(), static_cast<int64_t>(q.size()));
   a.x = xp.data();
-  const auto fn = simd ? q4k_x8_rows_avx2 : q4k_x8_rows_scalar;
+  const auto fn = k.q4k_x8;
   for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+}
+
+void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
+  if (pw.layout == PackLayout::plain) {
+    matmul_with(isa, MatmulPath::automatic, pw.wtype, pw.data, pw.rows, pw.cols, x, n_tok, y);
+    return;
+  }
+  if (!isa_available(isa)) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
+  matmul_packed_kernels(packed_kernels(isa), pw, x, n_tok, y);
 }
 
 void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {

@@ -28,6 +28,10 @@
 //    the file's layout.
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
+// With AVX-512 VL + VNNI (packed_avx512.cpp) both layouts keep their meaning: a 32-bit lane of a
+// register holds four values of one group in either, so vpdpbusd forms the same int32 group sums
+// the AVX2 kernels form with vpmaddubsw, int16 adds and vpmaddwd, in one instruction per register
+// and token.
 #pragma once
 
 #include <cstddef>
@@ -124,5 +128,20 @@ void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 void act_to_q8kp_avx2(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept;
+// AVX-512 VL + VNNI (vpdpbusd on 256-bit registers); bit-identical to the scalar and AVX2 ones.
+void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
+void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
+
+// The row kernels of one instruction set for the packed layouts.
+struct PackedKernels {
+  void (*q4k_x8)(const PackedArgs &, int64_t, int64_t) noexcept = nullptr;
+  void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
+  bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
+};
+// Those of isa (the highest set up to isa that has them).
+PackedKernels packed_kernels(Isa isa) noexcept;
+// matmul_packed_with for a packed (not plain) layout with explicit row kernels (tests: the
+// emulated AVX-512 kernels). Throws like matmul.
+void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
 
 }  // namespace specinfer
