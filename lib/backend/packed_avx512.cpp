@@ -20,6 +20,7 @@
 #endif
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/packed.h"
 
@@ -120,46 +121,37 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
-}  // namespace
-
-void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  // Token tiles outer, rows inner, even tiles: as the AVX2 kernel (32 vector registers leave room
-  // for eight tokens' int32 sums and float accumulators).
-  constexpr int kTile = 8;
-  for (int64_t t0 = 0; t0 < a.n_tok;) {
-    const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
+// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 8
+// (7 tokens: 4 + 3, not 6 + 1; every pass re-reads the rows). Token tiles outer, rows inner, as
+// in the AVX2 kernels; 32 vector registers leave room for eight tokens' sums and accumulators.
+template <class Tile>
+void token_tiles(int64_t n_tok, Tile &&tile) {
+  constexpr int64_t kTile = 8;
+  for (int64_t t0 = 0; t0 < n_tok;) {
+    const int64_t left = n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
     switch (nt) {
-      case 8: q4k_x8_tile<8>(a, r0, r1, t0); break;
-      case 7: q4k_x8_tile<7>(a, r0, r1, t0); break;
-      case 6: q4k_x8_tile<6>(a, r0, r1, t0); break;
-      case 5: q4k_x8_tile<5>(a, r0, r1, t0); break;
-      case 4: q4k_x8_tile<4>(a, r0, r1, t0); break;
-      case 3: q4k_x8_tile<3>(a, r0, r1, t0); break;
-      case 2: q4k_x8_tile<2>(a, r0, r1, t0); break;
-      default: q4k_x8_tile<1>(a, r0, r1, t0); break;
+      case 8: tile(std::integral_constant<int, 8>{}, t0); break;
+      case 7: tile(std::integral_constant<int, 7>{}, t0); break;
+      case 6: tile(std::integral_constant<int, 6>{}, t0); break;
+      case 5: tile(std::integral_constant<int, 5>{}, t0); break;
+      case 4: tile(std::integral_constant<int, 4>{}, t0); break;
+      case 3: tile(std::integral_constant<int, 3>{}, t0); break;
+      case 2: tile(std::integral_constant<int, 2>{}, t0); break;
+      default: tile(std::integral_constant<int, 1>{}, t0); break;
     }
     t0 += nt;
   }
 }
 
+}  // namespace
+
+void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
+}
+
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
-  constexpr int kTile = 8;
-  for (int64_t t0 = 0; t0 < a.n_tok;) {
-    const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
-    const int nt = static_cast<int>((left + passes - 1) / passes);
-    switch (nt) {
-      case 8: q40_x4_tile<8>(a, r0, r1, t0); break;
-      case 7: q40_x4_tile<7>(a, r0, r1, t0); break;
-      case 6: q40_x4_tile<6>(a, r0, r1, t0); break;
-      case 5: q40_x4_tile<5>(a, r0, r1, t0); break;
-      case 4: q40_x4_tile<4>(a, r0, r1, t0); break;
-      case 3: q40_x4_tile<3>(a, r0, r1, t0); break;
-      case 2: q40_x4_tile<2>(a, r0, r1, t0); break;
-      default: q40_x4_tile<1>(a, r0, r1, t0); break;
-    }
-    t0 += nt;
-  }
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 }  // namespace specinfer
