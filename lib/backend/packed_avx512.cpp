@@ -2,8 +2,9 @@
 // the four byte products of each 32-bit lane straight into an int32 accumulator, where the AVX2
 // kernels need vpmaddubsw, int16 adds and a vpmaddwd: in both layouts a 32-bit lane holds four
 // values of one group, so the int32 sums are exactly the AVX2 kernels' (which never overflow their
-// int16 stage), and the float steps after them are the same instructions in the same order. The
-// results are therefore bit-identical to the scalar and AVX2 kernels, for any number of tokens.
+// int16 stage), and the float steps after them compute the same values in the same order (the
+// scale multiply is exact either way). The results are therefore bit-identical to the scalar and
+// AVX2 kernels, for any number of tokens.
 //
 // The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
 // extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
