@@ -356,11 +356,17 @@ std::vector<float> run_emulated(MatmulRowsFn fn, int32_t wtype, const std::vecto
   a.n_tok = n_tok;
   a.x = x;
   std::vector<ActQ8> q;
+  std::vector<ActQ8K> qk;
   if (act_kind(wtype) == ActKind::q8) {
     a.xq_blocks = n_cols / kQK;
     q.resize(static_cast<size_t>(n_tok * a.xq_blocks));
     for (int64_t t = 0; t < n_tok; ++t) quantize_act_q8(x + t * n_cols, q.data() + t * a.xq_blocks, n_cols);
     a.xq = q.data();
+  } else if (act_kind(wtype) == ActKind::q8k) {  // in file order: the AVX-512 kernels want no ActPrep
+    a.xq_blocks = n_cols / kQKK;
+    qk.resize(static_cast<size_t>(n_tok * a.xq_blocks));
+    for (int64_t t = 0; t < n_tok; ++t) quantize_act_q8k(x + t * n_cols, qk.data() + t * a.xq_blocks, n_cols);
+    a.xq = qk.data();
   }
   std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
   a.y = y.data();
@@ -390,13 +396,19 @@ void test_avx512_emulated(void **) {
     ++covered;
     for (int64_t n_cols : {cols_for(wtype), 4 * cols_for(wtype)}) {
       auto w = random_weights(wtype, n_rows, n_cols, rng);
-      if (wtype_block_size(wtype) == 32) {
-        // Rows at the integer extremes (Q8_0: -128, whose magnitude only fits unsigned).
-        const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_block_bytes(wtype);
-        for (int64_t r = 0; r < 3; ++r)
-          for (size_t off = static_cast<size_t>(r) * rs; off < static_cast<size_t>(r + 1) * rs; off += bb)
-            std::memset(w.data() + off + 2, r == 0 ? 0x80 : r == 1 ? 0xFF : 0x00, bb - 2);
-      }
+      // Rows at the integer extremes (Q8_0: -128, whose magnitude only fits unsigned; Q6_K: q = 63
+      // and 0 with scales 127 and -128, the largest vpmaddubsw pair sums).
+      const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_block_bytes(wtype);
+      for (int64_t r = 0; r < 3; ++r)
+        for (size_t off = static_cast<size_t>(r) * rs; off < static_cast<size_t>(r + 1) * rs; off += bb) {
+          const int fill = r == 0 ? 0x80 : r == 1 ? 0xFF : 0x00;
+          if (wtype_block_size(wtype) == 32) {
+            std::memset(w.data() + off + 2, fill, bb - 2);
+          } else if (wtype == SPECINFER_WTYPE_Q6_K) {
+            std::memset(w.data() + off, r == 0 ? 0xFF : fill, 192);  // ql, qh
+            for (int g = 0; g < 16; ++g) w[off + 192 + static_cast<size_t>(g)] = static_cast<uint8_t>(g % 2 ? 127 : -128);
+          }
+        }
       std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
       dequantize_row_ref(wtype, w.data(), wdeq.data(), n_rows * n_cols);
       std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -406,6 +418,15 @@ void test_avx512_emulated(void **) {
       for (int64_t nt : toks) {
         const std::vector<float> y = run_emulated(fn, wtype, w, n_rows, n_cols, x.data(), nt);
         bad += compare("avx512 (emulated)", wtype, n_rows, n_cols, nt, wdeq, kernel_view_of_x(wtype, x, nt, n_cols), y);
+        // Q6_K: the same int32 sums and float step as the AVX2 kernels, so the same bits.
+        if (wtype == SPECINFER_WTYPE_Q6_K) {
+          std::vector<float> y2(y.size());
+          matmul_with(Isa::avx2, MatmulPath::kernels, wtype, w.data(), n_rows, n_cols, x.data(), nt, y2.data());
+          if (std::memcmp(y2.data(), y.data(), y.size() * sizeof(float)) != 0) {
+            print_error("q6_K avx512 (emulated) differs from avx2 at %lld tokens\n", static_cast<long long>(nt));
+            ++bad;
+          }
+        }
         // Batch invariance: every token alone gives the same bits.
         for (int64_t t = 0; t < nt; ++t) {
           const std::vector<float> y1 = run_emulated(fn, wtype, w, n_rows, n_cols, x.data() + t * n_cols, 1);
@@ -419,7 +440,7 @@ void test_avx512_emulated(void **) {
       }
     }
   }
-  assert_true(covered >= 6);  // F32, F16, BF16, Q8_0, Q4_0, Q5_0
+  assert_true(covered >= 7);  // F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q6_K
   assert_int_equal(bad, 0);
 #else
   skip();

@@ -1,7 +1,8 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) row kernels: float weights (F32 / F16 / BF16) with 16-wide FMA,
-// and the 32-value signed formats (Q8_0, Q4_0, Q5_0) with VNNI vpdpbusd, two blocks per register.
-// The k-quants keep the AVX2 kernels (their per-group integer scales fit vpmaddwd, which AVX-512
-// would only widen, not shorten). Same structure and numerics as matmul_avx2.cpp.
+// the 32-value signed formats (Q8_0, Q4_0, Q5_0) with VNNI vpdpbusd, two blocks per register, and
+// Q6_K with vpdpwssd (its scaled products and their sum in one instruction). The other k-quants
+// keep the AVX2 kernels (Q4_K runs packed, packed_avx512.cpp). Same structure and numerics as
+// matmul_avx2.cpp.
 //
 // The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
 // extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
@@ -208,6 +209,67 @@ struct KQ32Vnni {
   }
 };
 
+// Q6_K: 16 groups of 16 with signed 8-bit scales, values q - 32 with q in 0..63. As the AVX2
+// kernel, with vpdpwssd fusing each vpmaddwd by the group scales with the int32 add: per 32
+// values and token one vpmaddubsw and one vpdpwssd. The token's sum starts at the -32 offset,
+// -32 * sum_g sc[g] * bsums[g] (|-32 sc| <= 4096 fits int16). Same int32 sums and float step as
+// the AVX2 kernels, so the same bits for any number of tokens.
+struct KQ6KVnni {
+  template <int NT>
+  static void run(const MatmulArgs &a, const uint8_t *row, int64_t t0, float *out) {
+    const int64_t nb = a.n_cols / kQKK;
+    const ActQ8K *x[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) {
+      x[t] = static_cast<const ActQ8K *>(a.xq) + (t0 + t) * a.xq_blocks;
+      acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    // Byte shuffles broadcasting int16 element 2k to the low lane and 2k+1 to the high lane.
+    const __m256i shuf[4] = {
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
+    for (int64_t i = 0; i < nb; ++i) {
+      const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
+      uint16_t dh;
+      std::memcpy(&dh, &b->d, 2);
+      const float d = h2f(dh);
+      const __m256i scn =
+          _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5));
+      __m256i ia[NT];
+      for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
+      for (int h = 0; h < 2; ++h) {
+        // Scales of groups 8h..8h+7 as int16 in both 128-bit lanes.
+        const __m256i sch = _mm256_broadcastsi128_si256(
+            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
+        const __m256i raw0 = load256(b->ql + 64 * h);
+        const __m256i raw1 = load256(b->ql + 64 * h + 32);
+        const __m256i hb = load256(b->qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4), _mm256_and_si256(hb, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+        for (int k = 0; k < 4; ++k) {
+          // Low lane: group 8h+2k, high lane: group 8h+2k+1.
+          const __m256i sc = _mm256_shuffle_epi8(sch, shuf[k]);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t *xq = x[t][i].qs + 128 * h + 32 * k;
+            ia[t] = _mm256_dpwssd_epi32(ia[t], _mm256_maddubs_epi16(q[k], load256(xq)), sc);
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_set1_ps(d * x[t][i].d), acc[t]);
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum256(acc[t]);
+  }
+};
+
 }  // namespace
 
 MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept {
@@ -218,7 +280,8 @@ MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept {
     case SPECINFER_WTYPE_Q8_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q8_0>>;
     case SPECINFER_WTYPE_Q4_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q4_0>>;
     case SPECINFER_WTYPE_Q5_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q5_0>>;
-    default: return nullptr;  // the AVX2 kernels
+    case SPECINFER_WTYPE_Q6_K: return rows_tiled<KQ6KVnni>;
+    default: return nullptr;  // the AVX2 kernels (Q4_K runs packed: packed_avx512.cpp)
   }
 }
 
