@@ -343,34 +343,11 @@ MatmulRowsFn matmul_kernel_avx512_emulated(int32_t wtype) noexcept;  // tests/su
 }
 namespace {
 
-// Runs the emulated AVX-512 row kernel for wtype as the dispatcher runs a native one (activations
-// quantized once per call, all rows in one range).
+// The emulated AVX-512 row kernel for wtype, run as the dispatcher runs a native one.
 std::vector<float> run_emulated(MatmulRowsFn fn, int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows,
                                 int64_t n_cols, const float *x, int64_t n_tok) {
-  MatmulArgs a;
-  a.wtype = wtype;
-  a.w = w.data();
-  a.row_bytes = wtype_row_size(wtype, n_cols);
-  a.n_rows = n_rows;
-  a.n_cols = n_cols;
-  a.n_tok = n_tok;
-  a.x = x;
-  std::vector<ActQ8> q;
-  std::vector<ActQ8K> qk;
-  if (act_kind(wtype) == ActKind::q8) {
-    a.xq_blocks = n_cols / kQK;
-    q.resize(static_cast<size_t>(n_tok * a.xq_blocks));
-    for (int64_t t = 0; t < n_tok; ++t) quantize_act_q8(x + t * n_cols, q.data() + t * a.xq_blocks, n_cols);
-    a.xq = q.data();
-  } else if (act_kind(wtype) == ActKind::q8k) {  // in file order: the AVX-512 kernels want no ActPrep
-    a.xq_blocks = n_cols / kQKK;
-    qk.resize(static_cast<size_t>(n_tok * a.xq_blocks));
-    for (int64_t t = 0; t < n_tok; ++t) quantize_act_q8k(x + t * n_cols, qk.data() + t * a.xq_blocks, n_cols);
-    a.xq = qk.data();
-  }
   std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
-  a.y = y.data();
-  fn(a, 0, n_rows);
+  matmul_rows_with(fn, Isa::avx512, wtype, w.data(), n_rows, n_cols, x, n_tok, y.data());
   return y;
 }
 #endif

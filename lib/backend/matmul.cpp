@@ -35,8 +35,9 @@ MatmulRowsFn pick_kernel(Isa isa, int32_t wtype, Isa *picked) {
   return fn;
 }
 
-void check_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
-                int64_t n_tok, float *y) {
+// Checks one call's operands and returns them as MatmulArgs.
+MatmulArgs checked_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
+                        int64_t n_tok, float *y) {
   const int64_t bs = wtype_block_size(wtype);
   if (bs == 0) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: unknown weight type %d", wtype);
   if (n_rows <= 0 || n_cols <= 0 || n_tok <= 0)
@@ -48,13 +49,24 @@ void check_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, co
          static_cast<long long>(n_cols), static_cast<long long>(bs), wtype_name(wtype));
   if (w == nullptr || x == nullptr || y == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL weight, input or output");
+  if (n_cols > (int64_t{1} << 30) || n_rows >= (int64_t{1} << 31) || n_tok > (int64_t{1} << 24))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes too large");
+  MatmulArgs a;
+  a.wtype = wtype;
+  a.w = static_cast<const uint8_t *>(w);
+  a.row_bytes = wtype_row_size(wtype, n_cols);
+  a.n_rows = n_rows;
+  a.n_cols = n_cols;
+  a.n_tok = n_tok;
+  a.x = x;
+  a.y = y;
+  return a;
 }
 
-void run_kernels(Isa isa, const MatmulArgs &base) {
+// Quantizes and prepares the activations as row kernel fn of instruction set `picked` wants them,
+// then runs it over all rows.
+void run_rows(MatmulRowsFn fn, Isa picked, const MatmulArgs &base) {
   MatmulArgs a = base;
-  Isa picked;
-  MatmulRowsFn fn = pick_kernel(isa, a.wtype, &picked);
-  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
   const ActKind kind = act_kind(a.wtype);
   std::vector<uint8_t> act;
   std::vector<float> aux;
@@ -89,6 +101,13 @@ void run_kernels(Isa isa, const MatmulArgs &base) {
     a.xq = q;
   }
   for_row_ranges(a.n_rows, a.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+}
+
+void run_kernels(Isa isa, const MatmulArgs &a) {
+  Isa picked;
+  MatmulRowsFn fn = pick_kernel(isa, a.wtype, &picked);
+  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
+  run_rows(fn, picked, a);
 }
 
 void blas_single_thread() {
@@ -140,25 +159,24 @@ int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes) {
 
 void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
                  int64_t n_cols, const float *x, int64_t n_tok, float *y) {
-  check_args(wtype, w, n_rows, n_cols, x, n_tok, y);
+  const MatmulArgs a = checked_args(wtype, w, n_rows, n_cols, x, n_tok, y);
   if (!isa_available(isa))
     fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
-  if (n_cols > (int64_t{1} << 30) || n_rows >= (int64_t{1} << 31) || n_tok > (int64_t{1} << 24))
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes too large");
-  MatmulArgs a;
-  a.wtype = wtype;
-  a.w = static_cast<const uint8_t *>(w);
-  a.row_bytes = wtype_row_size(wtype, n_cols);
-  a.n_rows = n_rows;
-  a.n_cols = n_cols;
-  a.n_tok = n_tok;
-  a.x = x;
-  a.y = y;
   const bool blas = path == MatmulPath::blas ||
                     (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
                      wtype == SPECINFER_WTYPE_F32);
   if (blas) run_blas(a);
   else run_kernels(isa, a);
+}
+
+void matmul_rows_with(MatmulRowsFn fn, Isa fn_isa, int32_t wtype, const void *w, int64_t n_rows,
+                      int64_t n_cols, const float *x, int64_t n_tok, float *y) {
+  const MatmulArgs a = checked_args(wtype, w, n_rows, n_cols, x, n_tok, y);
+  if (fn == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL row kernel");
+  const Isa prep = static_cast<int>(fn_isa) >= static_cast<int>(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+  if (!isa_available(prep))
+    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot prepare activations for %s kernels", isa_name(fn_isa));
+  run_rows(fn, fn_isa, a);
 }
 
 void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,

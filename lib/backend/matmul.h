@@ -82,6 +82,11 @@ void matmul(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const 
 // and benchmarks.
 void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t n_rows,
                  int64_t n_cols, const float *x, int64_t n_tok, float *y);
+// The row kernel fn, written for instruction set fn_isa (which decides how its activations are
+// prepared), run as matmul runs its own (tests: the AVX-512 kernels in emulation). Throws like
+// matmul; UNSUPPORTED if this CPU cannot prepare the activations (AVX2 for fn_isa >= avx2).
+void matmul_rows_with(MatmulRowsFn fn, Isa fn_isa, int32_t wtype, const void *w, int64_t n_rows,
+                      int64_t n_cols, const float *x, int64_t n_tok, float *y);
 
 // Rows per oneTBB task for a matmul over n_rows rows of row_bytes (in the caller's arena).
 int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes);

@@ -138,7 +138,7 @@ struct PackedKernels {
   void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
-// Those of isa (the highest set up to isa that has them).
+// The packed row kernels of isa (each set has both).
 PackedKernels packed_kernels(Isa isa) noexcept;
 // matmul_packed_with for a packed (not plain) layout with explicit row kernels (tests: the
 // emulated AVX-512 kernels). Throws like matmul.
