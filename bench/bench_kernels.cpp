@@ -245,6 +245,7 @@ void matmul_packed_args(benchmark::internal::Benchmark *b) {
   for (auto &s : shapes)
     for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_K, s[0], s[1], n});
   for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_0, 256, 1536, n});  // q40_x4, in L2
+  for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q6_K, 256, 1536, n});  // q6k_x16, in L2
   // The re-quantized 0.5B draft's shapes, one token (drafting): k/v, q/o, gate/up.
   for (int64_t r : {128, 896, 4864}) b->Args({SPECINFER_WTYPE_Q4_0, r, 896, 1});
   b->ArgNames({"type", "rows", "cols", "tok"});

@@ -1,4 +1,4 @@
-// Packed weights (lib/backend/packed.h): the q4k_x8 and q40_x4 repackings are lossless, packed matmuls match a
+// Packed weights (lib/backend/packed.h): the q4k_x8, q6k_x16 and q40_x4 repackings are lossless, packed matmuls match a
 // double-precision reference on every instruction set the CPU has (and AVX-512 in emulation when
 // built with SIMDe), the scalar and SIMD kernels agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
 // entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
@@ -27,6 +27,7 @@ extern "C" {
 namespace specinfer {  // tests/support/avx512_emulated_packed.cpp
 void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
+void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
 #endif
 
@@ -50,6 +51,7 @@ std::vector<Variant> simd_variants() {
     PackedKernels k;
     k.q4k_x8 = q4k_x8_rows_avx512_emulated;
     k.q40_x4 = q40_x4_rows_avx512_emulated;
+    k.q6k_x16 = q6k_x16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
   }
@@ -88,9 +90,25 @@ std::vector<uint8_t> q40_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
   return w;
 }
 
+// Random Q6_K rows; `extreme`: every value 63 and every scale -128 (the largest int16 lane sums of
+// q6k_x16: 2 * 2 * 63 * 128, and the largest scale magnitude).
+std::vector<uint8_t> q6k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  const size_t rs = wtype_row_size(SPECINFER_WTYPE_Q6_K, n_cols);
+  std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.00001f, 0.0005f);
+  for (auto &b : w) b = extreme ? 0xFF : static_cast<uint8_t>(byte(rng));
+  for (size_t off = 0; off < w.size(); off += sizeof(BlockQ6_K)) {
+    if (extreme) std::memset(w.data() + off + 192, 0x80, 16);
+    set16(w.data() + off + 208, scale(rng));
+  }
+  return w;
+}
+
 std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
-  return wtype == SPECINFER_WTYPE_Q4_K ? q4k_weights(n_rows, n_cols, rng, extreme)
-                                       : q40_weights(n_rows, n_cols, rng, extreme);
+  if (wtype == SPECINFER_WTYPE_Q4_K) return q4k_weights(n_rows, n_cols, rng, extreme);
+  if (wtype == SPECINFER_WTYPE_Q6_K) return q6k_weights(n_rows, n_cols, rng, extreme);
+  return q40_weights(n_rows, n_cols, rng, extreme);
 }
 
 std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng, bool extreme) {
@@ -102,7 +120,7 @@ std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng,
 
 // Mismatches of y against the double-precision product of the dequantized weights and the int8
 // activations the kernels multiply.
-// (Q4_K multiplies ActQ8K activations, one scale per 256 values; Q4_0 ActQ8, one per 32.)
+// (Q4_K and Q6_K multiply ActQ8K activations, one scale per 256 values; Q4_0 ActQ8, one per 32.)
 int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
                             const std::vector<float> &x, int64_t n_tok, const std::vector<float> &y,
                             const char *what) {
@@ -111,7 +129,7 @@ int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     std::vector<double> xv(static_cast<size_t>(n_cols));
-    if (wtype == SPECINFER_WTYPE_Q4_K) {
+    if (wtype != SPECINFER_WTYPE_Q4_0) {
       std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
       quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
       for (int64_t c = 0; c < n_cols; ++c)
@@ -160,6 +178,14 @@ void test_repack_is_lossless(void **) {
   }
   assert_memory_equal(back0.data(), w0.data(), w0.size());
   assert_memory_not_equal(packed0.data(), w0.data(), w0.size());
+  const std::vector<uint8_t> w6 = q6k_weights(3, 512, rng, false);
+  std::vector<uint8_t> packed6(w6.size()), back6(w6.size());
+  for (size_t off = 0; off < w6.size(); off += sizeof(BlockQ6_K)) {
+    pack_block_q6k_x16(w6.data() + off, packed6.data() + off);
+    unpack_block_q6k_x16(packed6.data() + off, back6.data() + off);
+  }
+  assert_memory_equal(back6.data(), w6.data(), w6.size());
+  assert_memory_not_equal(packed6.data(), w6.data(), w6.size());
   // The activation permutation: scalar and AVX2 give the same bytes.
   if (isa_available(Isa::avx2)) {
     const std::vector<float> x = activations(1, 1024, rng, false);
@@ -185,6 +211,7 @@ void test_packed_matches_reference(void **) {
   };
   // 8960 columns: a token tile's activations then exceed L1.
   const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}},
+                        {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}},
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
@@ -215,7 +242,7 @@ void test_packed_matches_reference(void **) {
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
   const int64_t n_rows = 300, n_cols = 1024, n_tok = 11;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q4_0}) {
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0}) {
   const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
   auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
   assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));

@@ -21,6 +21,7 @@ void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
 PackLayout pack_layout(int32_t wtype, int64_t n_cols) noexcept {
   if (wtype == SPECINFER_WTYPE_Q4_K) return PackLayout::q4k_x8;
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
+  if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   return PackLayout::plain;
 }
 
@@ -77,7 +78,77 @@ void kquant_encode_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *q) {
   }
 }
 
+// Sets value v (0..255, 0..63) of a Q6_K block in the file's order.
+void q6k_file_set(uint8_t *blk, int v, int q) {
+  const int n = v / 128, l = v % 32, quarter = (v % 128) / 32;
+  uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+  uint8_t &b = ql[l + 32 * (quarter % 2)];
+  const int nshift = quarter < 2 ? 0 : 4;
+  b = static_cast<uint8_t>((b & ~(15 << nshift)) | ((q & 15) << nshift));
+  qh[l] = static_cast<uint8_t>((qh[l] & ~(3 << (2 * quarter))) | (((q >> 4) & 3) << (2 * quarter)));
+}
+
+// Where value 2k + j of group g lives in the q6k_x16 order: the nibble (byte, shift) and the
+// 2-bit pair (byte, shift).
+void x16_pos(int g, int k, int j, int *nb, int *ns, int *hb, int *hs) {
+  *nb = 32 * (k / 2) + 2 * g + j;
+  *ns = 4 * (k % 2);
+  *hb = 128 + 32 * (k / 4) + 2 * g + j;
+  *hs = 2 * (k % 4);
+}
+
+int q6k_x16_get(const uint8_t *blk, int g, int k, int j) {
+  int nb, ns, hb, hs;
+  x16_pos(g, k, j, &nb, &ns, &hb, &hs);
+  return ((blk[nb] >> ns) & 15) | (((blk[hb] >> hs) & 3) << 4);
+}
+
 }  // namespace
+
+void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
+  // All 256 values first (the file's order: per half n, ql[l] and ql[l + 32] give values l, l + 32
+  // in their low nibbles and l + 64, l + 96 in their high ones, qh[l] the high bit pairs of all
+  // four), then the packed bytes (this runs for every Q6_K block at model load).
+  uint8_t q[256];
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t *ql = src + 64 * n, *qh = src + 128 + 32 * n;
+    uint8_t *v = q + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      const int h = qh[l];
+      v[l] = static_cast<uint8_t>((ql[l] & 15) | ((h & 3) << 4));
+      v[l + 32] = static_cast<uint8_t>((ql[l + 32] & 15) | (((h >> 2) & 3) << 4));
+      v[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((h >> 4) & 3) << 4));
+      v[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4));
+    }
+  }
+  for (int g = 0; g < 16; ++g)
+    for (int j = 0; j < 2; ++j) {
+      const uint8_t *v = q + 16 * g + j;  // v[2k] = value 2k + j of group g
+      for (int c = 0; c < 4; ++c)
+        dst[32 * c + 2 * g + j] = static_cast<uint8_t>((v[4 * c] & 15) | ((v[4 * c + 2] & 15) << 4));
+      for (int h = 0; h < 2; ++h)
+        dst[128 + 32 * h + 2 * g + j] = static_cast<uint8_t>((v[8 * h] >> 4) | ((v[8 * h + 2] >> 4) << 2) |
+                                                             ((v[8 * h + 4] >> 4) << 4) | ((v[8 * h + 6] >> 4) << 6));
+    }
+  std::memcpy(dst + 192, src + 192, 18);  // scales, d
+}
+
+void unpack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
+  std::memset(dst, 0, 192);
+  for (int g = 0; g < 16; ++g)
+    for (int k = 0; k < 8; ++k)
+      for (int j = 0; j < 2; ++j) q6k_file_set(dst, 16 * g + 2 * k + j, q6k_x16_get(src, g, k, j));
+  std::memcpy(dst + 192, src + 192, 18);
+}
+
+void act_to_q8k16(const ActQ8K *a, ActQ8K16 *out, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < 8; ++k)
+      for (int g = 0; g < 16; ++g) std::memcpy(out[b].qs + 32 * k + 2 * g, a[b].qs + 16 * g + 2 * k, 2);
+    std::memcpy(out[b].bsums, a[b].bsums, sizeof out[b].bsums);
+    out[b].d = a[b].d;
+  }
+}
 
 void pack_block_q4k_x8(const uint8_t *src, uint8_t *dst) noexcept {
   const NibbleSource &t = nibble_sources();
@@ -193,10 +264,18 @@ std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t 
   pw->owned.reset(mem);
   pw->data = mem;
   const auto *src = static_cast<const uint8_t *>(w);
-  // Both layouts keep the size: q4k_x8 one 144-byte super-block for one, q40_x4 72 bytes for four
-  // 18-byte blocks (which never straddle rows: n_cols is a multiple of 128).
-  const size_t unit = pw->layout == PackLayout::q4k_x8 ? sizeof(BlockQ4_K) : 4 * sizeof(BlockQ4_0);
-  const auto pack_unit = pw->layout == PackLayout::q4k_x8 ? pack_block_q4k_x8 : pack_q40_x4;
+  // Every layout keeps the size: q4k_x8 one 144-byte super-block for one, q6k_x16 210 bytes for
+  // 210, q40_x4 72 bytes for four 18-byte blocks (which never straddle rows: n_cols is a multiple
+  // of 128).
+  size_t unit = 4 * sizeof(BlockQ4_0);
+  void (*pack_unit)(const uint8_t *, uint8_t *) noexcept = pack_q40_x4;
+  if (pw->layout == PackLayout::q4k_x8) {
+    unit = sizeof(BlockQ4_K);
+    pack_unit = pack_block_q4k_x8;
+  } else if (pw->layout == PackLayout::q6k_x16) {
+    unit = sizeof(BlockQ6_K);
+    pack_unit = pack_block_q6k_x16;
+  }
   const auto n_units = static_cast<int64_t>(bytes / unit);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_units, 4096), [&](const tbb::blocked_range<int64_t> &r) {
     for (int64_t b = r.begin(); b < r.end(); ++b)
@@ -240,6 +319,35 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
   }
 }
 
+void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      const ActQ8K16 *x = a.x + t * a.n_blocks;
+      float acc[8] = {};
+      for (int64_t i = 0; i < a.n_blocks; ++i) {
+        const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+        uint16_t dh;
+        std::memcpy(&dh, blk + 208, 2);
+        const float dx = fp16_to_fp32(dh) * x[i].d;
+        for (int lane = 0; lane < 8; ++lane) {  // int32 lane l: groups 2l and 2l + 1
+          int32_t sum = 0;
+          for (int g = 2 * lane; g < 2 * lane + 2; ++g) {
+            int32_t gs = 0;
+            for (int k = 0; k < 8; ++k)
+              for (int j = 0; j < 2; ++j) gs += q6k_x16_get(blk, g, k, j) * x[i].qs[32 * k + 2 * g + j];
+            sum += static_cast<int8_t>(blk[192 + g]) * (gs - 32 * x[i].bsums[g]);
+          }
+          // As the AVX2 kernel: fma(int sum, d * xd, acc).
+          acc[lane] = std::fma(static_cast<float>(sum), dx, acc[lane]);
+        }
+      }
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
+    }
+  }
+}
+
 void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
   constexpr size_t kSuper = 4 * sizeof(BlockQ4_0);
   for (int64_t r = r0; r < r1; ++r) {
@@ -276,14 +384,17 @@ PackedKernels packed_kernels(Isa isa) noexcept {
   if (isa == Isa::avx512) {
     k.q4k_x8 = q4k_x8_rows_avx512;
     k.q40_x4 = q40_x4_rows_avx512;
+    k.q6k_x16 = q6k_x16_rows_avx512;
     k.simd_prep = true;
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;
     k.q40_x4 = q40_x4_rows_avx2;
+    k.q6k_x16 = q6k_x16_rows_avx2;
     k.simd_prep = true;
   } else {
     k.q4k_x8 = q4k_x8_rows_scalar;
     k.q40_x4 = q40_x4_rows_scalar;
+    k.q6k_x16 = q6k_x16_rows_scalar;
   }
   return k;
 }
@@ -311,6 +422,26 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     act_to_q8x4(q.data(), xp.data(), static_cast<int64_t>(xp.size()));
     a.x = xp.data();
     const auto fn = k.q40_x4;
+    for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+    return;
+  }
+  if (pw.layout == PackLayout::q6k_x16) {
+    PackedArgsQ6 a;
+    a.w = pw.data;
+    a.row_bytes = pw.row_bytes;
+    a.n_blocks = pw.cols / kQKK;
+    a.n_tok = n_tok;
+    a.y_stride = pw.rows;
+    a.y = y;
+    std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
+    std::vector<ActQ8K16> xp(q.size());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+      else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+    }
+    act_to_q8k16(q.data(), xp.data(), static_cast<int64_t>(q.size()));
+    a.x = xp.data();
+    const auto fn = k.q6k_x16;
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
   }

@@ -26,6 +26,18 @@
 //    weights and token instead of about 44 for four separate blocks. The values stay unsigned
 //    (0..15) and the -8 offset comes off the exact integer sums (ActQ8X4::osum). Same bytes as
 //    the file's layout.
+//  q6k_x16 (Q6_K): the same 210-byte super-blocks, the sixteen int8 scales and d at the file's
+//    offsets (bytes 192..207, 208..209); the 6-bit values are reordered so that register k
+//    (k = 0..7) holds in int16 lane g the values 16g + 2k and 16g + 2k + 1 of group g (a 16-value
+//    group with its own scale). Bytes 0..127 (4 chunks of 32): byte 2g + j of chunk c holds in its
+//    low nibble the low 4 bits of value 16g + 4c + j (register 2c) and in its high nibble those of
+//    value 16g + 4c + 2 + j (register 2c + 1). Bytes 128..191 (2 chunks of 32): bits 2i, 2i + 1 of
+//    byte 2g + j of chunk h are the high 2 bits of value 16g + 8h + 2i + j (register 4h + i).
+//    Activations are permuted the same way (ActQ8K16), so every int16 lane of a vpmaddubsw product
+//    belongs to one group: two registers' products add up in int16 (at most 2 * 2 * 63 * 128 =
+//    32256) and one vpmaddwd by the sixteen scales, loaded as they are, applies them; the file's
+//    order needs blends, byte shuffles and per-register scale shuffles for the same (12 fewer
+//    instructions per super-block, and the scale setup shrinks from ~11 to 3).
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) both layouts keep their meaning: a 32-bit lane of a
@@ -43,7 +55,7 @@
 
 namespace specinfer {
 
-enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2 };
+enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3 };
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
 // 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
@@ -60,6 +72,14 @@ struct alignas(32) ActQ8X4 {
   int8_t qs[128];
   float xd[8];
   int32_t osum[8];
+};
+
+// Q8_K activations in the q6k_x16 order: qs[32k + 2g + j] = value 16g + 2k + j (register k, int16
+// lane g), the sixteen group sums and d as in ActQ8K.
+struct alignas(32) ActQ8K16 {
+  int8_t qs[256];
+  int16_t bsums[16];
+  float d;
 };
 
 struct PackedWeight {
@@ -105,6 +125,12 @@ void unpack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept;
 // ActQ8 (4 * n_super blocks) -> ActQ8X4 (n_super).
 void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept;
 
+// One Q6_K super-block (210 bytes) into the q6k_x16 order, and back (tests).
+void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept;
+void unpack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept;
+// ActQ8K -> ActQ8K16.
+void act_to_q8k16(const ActQ8K *a, ActQ8K16 *out, int64_t n_blocks) noexcept;
+
 // Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
 // each), y[t * y_stride + r].
 struct PackedArgs {
@@ -123,6 +149,18 @@ struct PackedArgsX4 {
   const ActQ8X4 *x = nullptr;
   float *y = nullptr;
 };
+// The q6k_x16 kernels: x points at ActQ8K16 [n_tok][n_blocks], n_blocks super-blocks of 256.
+struct PackedArgsQ6 {
+  const uint8_t *w = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
+  const ActQ8K16 *x = nullptr;
+  float *y = nullptr;
+};
+void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
+void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
+// AVX-512 VL + VNNI: vpdpwssd applies the scales and adds (same bits as AVX2).
+void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
@@ -136,9 +174,10 @@ void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 struct PackedKernels {
   void (*q4k_x8)(const PackedArgs &, int64_t, int64_t) noexcept = nullptr;
   void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
+  void (*q6k_x16)(const PackedArgsQ6 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
-// The packed row kernels of isa (each set has both).
+// The packed row kernels of isa (each set has all three).
 PackedKernels packed_kernels(Isa isa) noexcept;
 // matmul_packed_with for a packed (not plain) layout with explicit row kernels (tests: the
 // emulated AVX-512 kernels). Throws like matmul.

@@ -126,7 +126,78 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
+// q6k_x16: the n_blocks super-blocks of one row for NT tokens into acc. Per super-block: the
+// sixteen scales as int16 (one conversion), the -32 offset from the group sums (one vpmaddwd per
+// token), then per 32-byte chunk two registers of 6-bit values, each applied to every token: two
+// vpmaddubsw added in int16, one vpmaddwd by the scales, added in int32. Int32 lane l sums groups
+// 2l and 2l + 1; one float multiply-add per super-block and token.
+template <int NT>
+__attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, const ActQ8K16 *x, int64_t n_blocks,
+                                                          __m256 *acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+    const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
+    __m256i ia[NT];
+    for (int t = 0; t < NT; ++t)
+      ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * n_blocks + i].bsums)));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
+      // Registers 2c and 2c + 1: their high bits are pairs 2(c % 2) * 2 and that + 2 of hb.
+      const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
+      const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
+      __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));
+      __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), _mm256_and_si256(h1, m30));
+      // As in q4k_x8_blocks: keep the compiler from hoisting the next chunk above these sums.
+      if (c > 0)
+        for (int t = 0; t < NT; ++t) __asm__("" : "+x"(lo), "+x"(hi) : "x"(ia[t]));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t *xq = x[t * n_blocks + i].qs + 64 * c;
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
+        ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(p, sc));
+      }
+    }
+    uint16_t dh;
+    std::memcpy(&dh, blk + 208, 2);
+    const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * n_blocks + i].d)),
+                               acc[t]);
+  }
+}
+
+template <int NT>
+__attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
+  const ActQ8K16 *x = a.x + t0 * a.n_blocks;
+  for (int64_t r = r0; r < r1; ++r) {
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    q6k_x16_blocks<NT>(a.w + static_cast<size_t>(r) * a.row_bytes, x, a.n_blocks, acc);
+    for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
+  }
+}
+
 }  // namespace
+
+void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
+  constexpr int kTileQ6 = kTile;
+  for (int64_t t0 = 0; t0 < a.n_tok;) {
+    const int64_t left = a.n_tok - t0, passes = (left + kTileQ6 - 1) / kTileQ6;
+    const int nt = static_cast<int>((left + passes - 1) / passes);
+    switch (nt) {
+      case 8: q6k_x16_tile<8>(a, r0, r1, t0); break;
+      case 7: q6k_x16_tile<7>(a, r0, r1, t0); break;
+      case 6: q6k_x16_tile<6>(a, r0, r1, t0); break;
+      case 5: q6k_x16_tile<5>(a, r0, r1, t0); break;
+      case 4: q6k_x16_tile<4>(a, r0, r1, t0); break;
+      case 3: q6k_x16_tile<3>(a, r0, r1, t0); break;
+      case 2: q6k_x16_tile<2>(a, r0, r1, t0); break;
+      default: q6k_x16_tile<1>(a, r0, r1, t0); break;
+    }
+    t0 += nt;
+  }
+}
 
 void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
   constexpr int kTileX4 = 6;  // 4 nibble registers, the scales, 6 sums and temporaries: no spills

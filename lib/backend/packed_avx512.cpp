@@ -1,10 +1,11 @@
 // AVX-512 (VL + VNNI) kernels for packed weights (packed.h), on 256-bit registers. vpdpbusd adds
 // the four byte products of each 32-bit lane straight into an int32 accumulator, where the AVX2
-// kernels need vpmaddubsw, int16 adds and a vpmaddwd: in both layouts a 32-bit lane holds four
-// values of one group, so the int32 sums are exactly the AVX2 kernels' (which never overflow their
-// int16 stage), and the float steps after them compute the same values in the same order (the
-// scale multiply is exact either way). The results are therefore bit-identical to the scalar and
-// AVX2 kernels, for any number of tokens.
+// kernels need vpmaddubsw, int16 adds and a vpmaddwd: in the q4k_x8 and q40_x4 layouts a 32-bit
+// lane holds four values of one group, so the int32 sums are exactly the AVX2 kernels' (which never
+// overflow their int16 stage), and the float steps after them compute the same values in the same
+// order (the scale multiply is exact either way). In q6k_x16 a 32-bit lane spans two groups with
+// different scales: there vpdpwssd fuses the AVX2 kernel's vpmaddwd by the scales and its vpaddd.
+// The results are therefore bit-identical to the scalar and AVX2 kernels, for any number of tokens.
 //
 // The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
 // extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
@@ -16,6 +17,7 @@
 #include "support/avx512_emulation.h"
 #define q4k_x8_rows_avx512 q4k_x8_rows_avx512_emulated
 #define q40_x4_rows_avx512 q40_x4_rows_avx512_emulated
+#define q6k_x16_rows_avx512 q6k_x16_rows_avx512_emulated
 #else
 #include <immintrin.h>
 #endif
@@ -122,6 +124,48 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
+// q6k_x16: rows [r0, r1) for NT tokens from t0. Per 32-byte chunk and token two vpmaddubsw added
+// in int16 (each int16 lane one group, as in AVX2), then vpdpwssd applies the sixteen scales and
+// adds into the int32 sums in one instruction where AVX2 needs vpmaddwd + vpaddd. Same int32 sums,
+// same float step.
+template <int NT>
+void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
+  const ActQ8K16 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    __m256 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+      const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
+      __m256i ia[NT];
+      for (int t = 0; t < NT; ++t)
+        ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * nb + i].bsums)));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
+        const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
+        const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), _mm256_and_si256(h1, m30));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t *xq = x[t * nb + i].qs + 64 * c;
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
+          ia[t] = _mm256_dpwssd_epi32(ia[t], p, sc);
+        }
+      }
+      uint16_t dh;
+      std::memcpy(&dh, blk + 208, 2);
+      const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * nb + i].d)), acc[t]);
+    }
+    for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
+  }
+}
+
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 8
 // (7 tokens: 4 + 3, not 6 + 1; every pass re-reads the rows). Token tiles outer, rows inner, as
 // in the AVX2 kernels; 32 vector registers leave room for eight tokens' sums and accumulators.
@@ -153,6 +197,10 @@ void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
 
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
+}
+
+void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 }  // namespace specinfer
