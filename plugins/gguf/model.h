@@ -62,8 +62,8 @@ class Model {
   // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks min(context_length,
   // 4096). The File must outlive the Model. Throws gguf::Error (UNSUPPORTED for an unknown
   // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
-  // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K
-  // and Q4_0 matrices are copied into packed layouts), if the host has it. vocab_limit in (0,
+  // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K,
+  // Q6_K and Q4_0 matrices are copied into packed layouts), if the host has it. vocab_limit in (0,
   // n_vocab): compute logits only for token ids below it, for every token the model has been fed
   // and for ids given to add_output_ids, and write -inf for the rest (a cheaper output matrix for
   // draft models: ids are roughly in frequency order in BPE vocabularies, and the rarer tokens a
