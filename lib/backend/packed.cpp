@@ -399,6 +399,34 @@ PackedKernels packed_kernels(Isa isa) noexcept {
   return k;
 }
 
+namespace {
+
+// The layouts over Q8_K activations (q4k_x8, q6k_x16): quantizes every token to Q8_K, permutes
+// the blocks into the layout's order (Act, by prep) and runs fn over the rows.
+template <class Args, class Act>
+void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n_tok, float *y,
+                    void (*prep)(const ActQ8K *, Act *, int64_t) noexcept,
+                    void (*fn)(const Args &, int64_t, int64_t) noexcept) {
+  Args a;
+  a.w = pw.data;
+  a.row_bytes = pw.row_bytes;
+  a.n_blocks = pw.cols / kQKK;
+  a.n_tok = n_tok;
+  a.y_stride = pw.rows;
+  a.y = y;
+  std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
+  std::vector<Act> xp(q.size());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+    else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+  }
+  prep(q.data(), xp.data(), static_cast<int64_t>(q.size()));
+  a.x = xp.data();
+  for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+}
+
+}  // namespace
+
 void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
   if (pw.layout == PackLayout::plain) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: weights not packed");
   if (x == nullptr || y == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL input or output");
@@ -425,44 +453,10 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
   }
-  if (pw.layout == PackLayout::q6k_x16) {
-    PackedArgsQ6 a;
-    a.w = pw.data;
-    a.row_bytes = pw.row_bytes;
-    a.n_blocks = pw.cols / kQKK;
-    a.n_tok = n_tok;
-    a.y_stride = pw.rows;
-    a.y = y;
-    std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
-    std::vector<ActQ8K16> xp(q.size());
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-      else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-    }
-    act_to_q8k16(q.data(), xp.data(), static_cast<int64_t>(q.size()));
-    a.x = xp.data();
-    const auto fn = k.q6k_x16;
-    for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
-    return;
-  }
-  PackedArgs a;
-  a.w = pw.data;
-  a.row_bytes = pw.row_bytes;
-  a.n_blocks = pw.cols / kQKK;
-  a.n_tok = n_tok;
-  a.y_stride = pw.rows;
-  a.y = y;
-  std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
-  std::vector<ActQ8KP> xp(q.size());
-  for (int64_t t = 0; t < n_tok; ++t) {
-    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-    else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-  }
-  if (simd) act_to_q8kp_avx2(q.data(), xp.data(), static_cast<int64_t>(q.size()));
-  else act_to_q8kp(q.data(), xp.data(), static_cast<int64_t>(q.size()));
-  a.x = xp.data();
-  const auto fn = k.q4k_x8;
-  for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+  if (pw.layout == PackLayout::q6k_x16)
+    run_q8k_layout<PackedArgsQ6, ActQ8K16>(pw, simd, x, n_tok, y, act_to_q8k16, k.q6k_x16);
+  else
+    run_q8k_layout<PackedArgs, ActQ8KP>(pw, simd, x, n_tok, y, simd ? act_to_q8kp_avx2 : act_to_q8kp, k.q4k_x8);
 }
 
 void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/packed.h"
 
@@ -178,63 +179,45 @@ __attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, i
   }
 }
 
+// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most
+// kMax (7 tokens with kMax 8: 4 + 3, not 6 + 1; every pass re-unpacks the rows). Token tiles
+// outer, rows inner: the task's rows (a few KiB) stay in cache while each tile's activations are
+// read once per task instead of once per row (prefill of hundreds of tokens).
+template <int kMax, class Tile>
+void token_tiles(int64_t n_tok, Tile &&tile) {
+  static_assert(kMax >= 1 && kMax <= 8, "tiles of 1..8 tokens");
+  for (int64_t t0 = 0; t0 < n_tok;) {
+    const int64_t left = n_tok - t0, passes = (left + kMax - 1) / kMax;
+    const int nt = static_cast<int>((left + passes - 1) / passes);
+    switch (nt) {
+      case 8: if constexpr (kMax >= 8) tile(std::integral_constant<int, 8>{}, t0); break;
+      case 7: if constexpr (kMax >= 7) tile(std::integral_constant<int, 7>{}, t0); break;
+      case 6: if constexpr (kMax >= 6) tile(std::integral_constant<int, 6>{}, t0); break;
+      case 5: if constexpr (kMax >= 5) tile(std::integral_constant<int, 5>{}, t0); break;
+      case 4: if constexpr (kMax >= 4) tile(std::integral_constant<int, 4>{}, t0); break;
+      case 3: if constexpr (kMax >= 3) tile(std::integral_constant<int, 3>{}, t0); break;
+      case 2: if constexpr (kMax >= 2) tile(std::integral_constant<int, 2>{}, t0); break;
+      default: tile(std::integral_constant<int, 1>{}, t0); break;
+    }
+    t0 += nt;
+  }
+}
+
 }  // namespace
 
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   // At most 6 tokens a pass: 8 spill (bench_kernels, 256 x 1536 in L2, one thread: 8 tokens
   // 75.5 us as one tile of 8, 62.1 as two of 4; 16 tokens 141 / 118).
-  constexpr int kTileQ6 = 6;
-  for (int64_t t0 = 0; t0 < a.n_tok;) {
-    const int64_t left = a.n_tok - t0, passes = (left + kTileQ6 - 1) / kTileQ6;
-    const int nt = static_cast<int>((left + passes - 1) / passes);
-    switch (nt) {
-      case 6: q6k_x16_tile<6>(a, r0, r1, t0); break;
-      case 5: q6k_x16_tile<5>(a, r0, r1, t0); break;
-      case 4: q6k_x16_tile<4>(a, r0, r1, t0); break;
-      case 3: q6k_x16_tile<3>(a, r0, r1, t0); break;
-      case 2: q6k_x16_tile<2>(a, r0, r1, t0); break;
-      default: q6k_x16_tile<1>(a, r0, r1, t0); break;
-    }
-    t0 += nt;
-  }
+  token_tiles<6>(a.n_tok, [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
-  constexpr int kTileX4 = 6;  // 4 nibble registers, the scales, 6 sums and temporaries: no spills
-  for (int64_t t0 = 0; t0 < a.n_tok;) {
-    const int64_t left = a.n_tok - t0, passes = (left + kTileX4 - 1) / kTileX4;
-    const int nt = static_cast<int>((left + passes - 1) / passes);
-    switch (nt) {
-      case 6: q40_x4_tile<6>(a, r0, r1, t0); break;
-      case 5: q40_x4_tile<5>(a, r0, r1, t0); break;
-      case 4: q40_x4_tile<4>(a, r0, r1, t0); break;
-      case 3: q40_x4_tile<3>(a, r0, r1, t0); break;
-      case 2: q40_x4_tile<2>(a, r0, r1, t0); break;
-      default: q40_x4_tile<1>(a, r0, r1, t0); break;
-    }
-    t0 += nt;
-  }
+  // 4 nibble registers, the scales, 6 sums and temporaries: no spills up to 6.
+  token_tiles<6>(a.n_tok, [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  // Token tiles outer, rows inner: the task's rows (a few KiB) stay in cache while each tile's
-  // activations are read once per task instead of once per row (prefill of hundreds of tokens).
-  for (int64_t t0 = 0; t0 < a.n_tok;) {
-    // Even tiles (7 tokens: 4 + 3, not 6 + 1): every pass re-unpacks the rows.
-    const int64_t left = a.n_tok - t0, passes = (left + kTile - 1) / kTile;
-    const int nt = static_cast<int>((left + passes - 1) / passes);
-    switch (nt) {
-      case 8: q4k_x8_tile<8>(a, r0, r1, t0); break;
-      case 7: q4k_x8_tile<7>(a, r0, r1, t0); break;
-      case 6: q4k_x8_tile<6>(a, r0, r1, t0); break;
-      case 5: q4k_x8_tile<5>(a, r0, r1, t0); break;
-      case 4: q4k_x8_tile<4>(a, r0, r1, t0); break;
-      case 3: q4k_x8_tile<3>(a, r0, r1, t0); break;
-      case 2: q4k_x8_tile<2>(a, r0, r1, t0); break;
-      default: q4k_x8_tile<1>(a, r0, r1, t0); break;
-    }
-    t0 += nt;
-  }
+  token_tiles<kTile>(a.n_tok, [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void act_to_q8kp_avx2(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
