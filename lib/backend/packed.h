@@ -40,10 +40,11 @@
 //    instructions per super-block, and the scale setup shrinks from ~11 to 3).
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
-// With AVX-512 VL + VNNI (packed_avx512.cpp) both layouts keep their meaning: a 32-bit lane of a
-// register holds four values of one group in either, so vpdpbusd forms the same int32 group sums
-// the AVX2 kernels form with vpmaddubsw, int16 adds and vpmaddwd, in one instruction per register
-// and token.
+// With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
+// a 32-bit lane of a register holds four values of one group, so vpdpbusd forms the same int32
+// group sums the AVX2 kernels form with vpmaddubsw, int16 adds and vpmaddwd, in one instruction
+// per register and token. In q6k_x16 a 32-bit lane spans two groups; there vpdpwssd applies the
+// scales to the int16 sums and adds in one instruction (vpmaddwd + vpaddd in AVX2).
 #pragma once
 
 #include <cstddef>

@@ -145,7 +145,8 @@ __attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, co
       ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * n_blocks + i].bsums)));
     for (int c = 0; c < 4; ++c) {
       const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
-      // Registers 2c and 2c + 1: their high bits are pairs 2(c % 2) * 2 and that + 2 of hb.
+      // Registers 2c and 2c + 1 (k % 4 = 2(c % 2) and that + 1): their high bits are bit pairs
+      // k % 4 of the bytes of qh chunk c / 2, moved to bits 4..5.
       const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
       const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
       __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));

@@ -146,6 +146,7 @@ void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
         ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * nb + i].bsums)));
       for (int c = 0; c < 4; ++c) {
         const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
+        // High bits as in the AVX2 kernel.
         const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
         const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
         const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));
