@@ -9,6 +9,7 @@
 // never depends on the batch it is computed in, at any batch size (exact speculative decoding).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -88,20 +89,25 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
 void matmul_rows_with(MatmulRowsFn fn, Isa fn_isa, int32_t wtype, const void *w, int64_t n_rows,
                       int64_t n_cols, const float *x, int64_t n_tok, float *y);
 
-// Rows per oneTBB task for a matmul over n_rows rows of row_bytes (in the caller's arena).
+// Rows (or groups of rows) per oneTBB task for a matmul over n_rows of row_bytes each (in the
+// caller's arena).
 int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes);
 
 // Calls fn(r0, r1) over [0, n_rows) in matmul_row_grain chunks: inline when one chunk covers it,
-// else as oneTBB tasks in the caller's arena.
+// else as oneTBB tasks in the caller's arena. Chunks start at multiples of four rows and hold
+// whole groups of four (but the last): the AVX-512 packed kernels run four rows at a time.
 template <class Fn>
 void for_row_ranges(int64_t n_rows, size_t row_bytes, Fn &&fn) {
-  const int64_t grain = matmul_row_grain(n_rows, row_bytes);
-  if (n_rows <= grain) {
+  constexpr int64_t kUnit = 4;
+  const int64_t units = (n_rows + kUnit - 1) / kUnit;
+  const int64_t grain = matmul_row_grain(units, row_bytes * kUnit);
+  if (units <= grain) {
     fn(int64_t{0}, n_rows);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_rows, grain),
-                    [&](const tbb::blocked_range<int64_t> &r) { fn(r.begin(), r.end()); });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, units, grain), [&](const tbb::blocked_range<int64_t> &r) {
+    fn(r.begin() * kUnit, std::min(r.end() * kUnit, n_rows));
+  });
 }
 
 // Fast dequantization of n values (a multiple of the block size); same results as

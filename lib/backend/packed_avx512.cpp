@@ -7,12 +7,28 @@
 // different scales: there vpdpwssd fuses the AVX2 kernel's vpmaddwd by the scales and its vpaddd.
 // The results are therefore bit-identical to the scalar and AVX2 kernels, for any number of tokens.
 //
-// The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
-// extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
-// avx512_emulation.h, under the names *_avx512_emulated) against the scalar kernels, bit for bit.
+// The row kernels run four rows at a time on 512-bit registers (*_tile_pairs): two rows side by
+// side in a register, the activations broadcast to both halves, each activation register used for
+// two such pairs. On the Zen 5 machine of the twelfth session a 512-bit vpdpbusd issues at half
+// the rate of a 256-bit one, so the gain is not wider arithmetic but fewer loads and float steps
+// per row: a 256-bit kernel loads every activation again for every row, which at 5 tokens and
+// 8960 columns (56 KB of activations) means from L2. for_row_ranges hands out whole groups of
+// four rows; a range's last one to three rows run in pairs or alone (the 256-bit *_tile).
+//
+// Tests run these kernels natively where the CPU has the extensions and, everywhere, compiled
+// over software intrinsics (SIMDe, tests/support/avx512_emulation.h, under the names
+// *_avx512_emulated) against the scalar kernels, bit for bit.
 //
 // As in matmul_avx2.cpp: everything in an anonymous namespace or a plain function, no inline
 // function shared with other translation units.
+//
+// GCC 12's AVX-512 headers build some results on _mm512_undefined_*() (a self-initialized
+// variable), and -Wall then reports them as uninitialized where they inline (GCC PR 105593,
+// fixed in GCC 13): a false positive, silenced for this file before the headers are included.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #if defined(SPECINFER_AVX512_EMULATED)
 #include "support/avx512_emulation.h"
 #define q4k_x8_rows_avx512 q4k_x8_rows_avx512_emulated
@@ -56,17 +72,19 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
       const uint8_t *qs = blk + 16;
-      __m256i s[NT];
-      for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+      // Two int32 sums per token (low and high nibbles): shorter dependency chains.
+      __m256i s[NT], s2[NT];
+      for (int t = 0; t < NT; ++t) s[t] = s2[t] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i raw = load256(qs + 32 * c);
         const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         for (int t = 0; t < NT; ++t) {
           const int8_t *xq = x[t * nb + i].qs + 64 * c;
           s[t] = _mm256_dpbusd_epi32(s[t], lo, load256(xq));
-          s[t] = _mm256_dpbusd_epi32(s[t], hi, load256(xq + 32));
+          s2[t] = _mm256_dpbusd_epi32(s2[t], hi, load256(xq + 32));
         }
       }
+      for (int t = 0; t < NT; ++t) s[t] = _mm256_add_epi32(s[t], s2[t]);
       uint16_t dh, dmh;
       std::memcpy(&dh, blk, 2);
       std::memcpy(&dmh, blk + 2, 2);
@@ -89,6 +107,101 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
     }
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
   }
+}
+
+// Prefetches [p, p + bytes), a line at a time. The row-group kernels read their rows side by side,
+// a pattern the hardware prefetchers do not follow (weights streamed from memory ran 2-3x slower
+// than in cache without it): each group fetches the rows of the group kAheadGroups after it,
+// spread over its own super-blocks (1, 2 and 4 measured; 2 was best with two threads).
+constexpr size_t kAheadGroups = 2;
+inline void prefetch_lines(const uint8_t *p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+}
+
+// The two 256-bit halves of a 512-bit register: one row each in the row-pair kernels below.
+inline __m512i pair256(const void *lo, const void *hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
+}
+inline __m512 pair_ps(__m256 lo, __m256 hi) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+inline __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(load256(p)); }
+
+// Stores the sums of the two halves as rows r and r + 1, each half added exactly as hsum does.
+inline void store_pair(float *y, int64_t r, __m512 acc) {
+  y[r] = hsum(_mm512_castps512_ps256(acc));
+  y[r + 1] = hsum(_mm512_extractf32x8_ps(acc, 1));
+}
+
+// q4k_x8 on 512-bit registers, 2 * NP rows from r: rows r + 2p and r + 2p + 1 side by side in
+// register p (the even row in the low half), the activations broadcast to both halves. This CPU
+// class issues a 512-bit vpdpbusd as fast as a 256-bit one but loads run short first: each
+// broadcast activation register serves NP pairs. Every lane does what q4k_x8_tile's does, in the
+// same order, so the results are the same bits.
+template <int NT, int NP>
+void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
+  const ActQ8KP *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m128i m3f = _mm_set1_epi8(0x3F), m0f = _mm_set1_epi8(0x0F), m03 = _mm_set1_epi8(0x03);
+  const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
+  __m512 acc[NP][NT];
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * sizeof(BlockQ4_K);
+  for (int64_t i = 0; i < nb; ++i) {
+    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
+    const uint8_t *blk[2 * NP];
+    for (int h = 0; h < 2 * NP; ++h)
+      blk[h] = row0 + static_cast<size_t>(h) * a.row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    __m512i s[NP][NT];
+    for (int p = 0; p < NP; ++p)
+      for (int t = 0; t < NT; ++t) s[p][t] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[NP], hi[NP];
+      for (int p = 0; p < NP; ++p) {
+        const __m512i raw = pair256(blk[2 * p] + 16 + 32 * c, blk[2 * p + 1] + 16 + 32 * c);
+        lo[p] = _mm512_and_si512(raw, m4);
+        hi[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t *xq = x[t * nb + i].qs + 64 * c;
+        const __m512i xa = bcast256(xq), xb = bcast256(xq + 32);
+        for (int p = 0; p < NP; ++p) {
+          s[p][t] = _mm512_dpbusd_epi32(s[p][t], lo[p], xa);
+          s[p][t] = _mm512_dpbusd_epi32(s[p][t], hi[p], xb);
+        }
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      __m256 scf[2], mv[2], dv[2];
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t *b = blk[2 * p + h];
+        uint16_t dh, dmh;
+        std::memcpy(&dh, b, 2);
+        std::memcpy(&dmh, b + 2, 2);
+        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 4));
+        uint32_t eh;
+        std::memcpy(&eh, b + 12, 4);
+        scf[h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(e, m3f)));
+        const __m128i w = _mm_cvtsi32_si128(static_cast<int>(eh));
+        const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+        const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+        mv[h] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+        dv[h] = _mm256_set1_ps(_cvtsh_ss(dh));
+      }
+      const __m512 scf2 = pair_ps(scf[0], scf[1]), mv2 = pair_ps(mv[0], mv[1]), dv2 = pair_ps(dv[0], dv[1]);
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8KP &xb = x[t * nb + i];
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[p][t]), scf2);
+        const __m512 dx = _mm512_mul_ps(dv2, _mm512_set1_ps(xb.d));
+        const __m512 xs = _mm512_broadcast_f32x8(_mm256_load_ps(xb.xs));
+        acc[p][t] = _mm512_fmadd_ps(f, dx, _mm512_fnmadd_ps(mv2, xs, acc[p][t]));
+      }
+    }
+  }
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
 }
 
 // q40_x4: rows [r0, r1) for NT tokens from t0. Per super-block and token four vpdpbusd give two
@@ -167,12 +280,119 @@ void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
+// q40_x4 on 512-bit registers, 2 * NP rows from r, paired as in q4k_x8_tile_pairs (same bits as
+// q40_x4_tile).
+template <int NT, int NP>
+void q40_x4_tile_pairs(const PackedArgsX4 &a, int64_t r, int64_t t0) {
+  constexpr size_t kSuper = 4 * sizeof(BlockQ4_0);
+  const ActQ8X4 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
+  __m512 acc[NP][NT];
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * kSuper;
+  for (int64_t i = 0; i < nb; ++i) {
+    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
+    __m512 dv[NP];
+    __m512i n[NP][4];
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t *sb0 = row0 + static_cast<size_t>(2 * p) * a.row_bytes + static_cast<size_t>(i) * kSuper;
+      const uint8_t *sb1 = sb0 + a.row_bytes;
+      const __m128i dh0 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb0));
+      const __m128i dh1 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb1));
+      dv[p] = pair_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(dh0, dh0)), _mm256_cvtph_ps(_mm_unpacklo_epi16(dh1, dh1)));
+      const __m512i raw0 = pair256(sb0 + 8, sb1 + 8), raw1 = pair256(sb0 + 40, sb1 + 40);
+      n[p][0] = _mm512_and_si512(raw0, m4);
+      n[p][1] = _mm512_and_si512(_mm512_srli_epi16(raw0, 4), m4);
+      n[p][2] = _mm512_and_si512(raw1, m4);
+      n[p][3] = _mm512_and_si512(_mm512_srli_epi16(raw1, 4), m4);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8X4 &xb = x[t * nb + i];
+      const __m512i x0 = bcast256(xb.qs), x1 = bcast256(xb.qs + 32), x2 = bcast256(xb.qs + 64),
+                    x3 = bcast256(xb.qs + 96);
+      const __m512i os = bcast256(xb.osum);
+      const __m512 xd = _mm512_broadcast_f32x8(_mm256_load_ps(xb.xd));
+      for (int p = 0; p < NP; ++p) {
+        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), n[p][0], x0);
+        sum = _mm512_dpbusd_epi32(sum, n[p][1], x1);
+        sum = _mm512_dpbusd_epi32(sum, n[p][2], x2);
+        sum = _mm512_dpbusd_epi32(sum, n[p][3], x3);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, os)), _mm512_mul_ps(dv[p], xd), acc[p][t]);
+      }
+    }
+  }
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
+}
+
+// q6k_x16 on 512-bit registers, 2 * NP rows from r, paired as in q4k_x8_tile_pairs: the six-bit
+// values, the scales and the sums of rows r + 2p and r + 2p + 1 side by side, the activations
+// broadcast. Every lane does what q6k_x16_tile's does, in the same order (same bits).
+template <int NT, int NP>
+void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
+  const ActQ8K16 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
+  __m512 acc[NP][NT];
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * sizeof(BlockQ6_K);
+  for (int64_t i = 0; i < nb; ++i) {
+    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
+    const uint8_t *blk[2 * NP];
+    for (int h = 0; h < 2 * NP; ++h)
+      blk[h] = row0 + static_cast<size_t>(h) * a.row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    __m512i sc[NP], ia[NP][NT];
+    for (int p = 0; p < NP; ++p) {
+      const __m256i sc8 = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2 * p] + 192))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2 * p + 1] + 192)), 1);
+      sc[p] = _mm512_cvtepi8_epi16(sc8);
+      const __m512i scn = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(sc[p], 5));
+      for (int t = 0; t < NT; ++t) ia[p][t] = _mm512_madd_epi16(scn, bcast256(x[t * nb + i].bsums));
+    }
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[NP], hi[NP];
+      for (int p = 0; p < NP; ++p) {
+        const __m512i raw = pair256(blk[2 * p] + 32 * c, blk[2 * p + 1] + 32 * c);
+        const __m512i hb = pair256(blk[2 * p] + 128 + 32 * (c / 2), blk[2 * p + 1] + 128 + 32 * (c / 2));
+        const __m512i h0 = (c % 2 == 0) ? _mm512_slli_epi16(hb, 4) : hb;
+        const __m512i h1 = (c % 2 == 0) ? _mm512_slli_epi16(hb, 2) : _mm512_srli_epi16(hb, 2);
+        lo[p] = _mm512_or_si512(_mm512_and_si512(raw, m4), _mm512_and_si512(h0, m30));
+        hi[p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), _mm512_and_si512(h1, m30));
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t *xq = x[t * nb + i].qs + 64 * c;
+        const __m512i xa = bcast256(xq), xb = bcast256(xq + 32);
+        for (int p = 0; p < NP; ++p) {
+          const __m512i prod = _mm512_add_epi16(_mm512_maddubs_epi16(lo[p], xa), _mm512_maddubs_epi16(hi[p], xb));
+          ia[p][t] = _mm512_dpwssd_epi32(ia[p][t], prod, sc[p]);
+        }
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      uint16_t dh[2];
+      std::memcpy(&dh[0], blk[2 * p] + 208, 2);
+      std::memcpy(&dh[1], blk[2 * p + 1] + 208, 2);
+      const __m512 dv = pair_ps(_mm256_set1_ps(_cvtsh_ss(dh[0])), _mm256_set1_ps(_cvtsh_ss(dh[1])));
+      for (int t = 0; t < NT; ++t)
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv, _mm512_set1_ps(x[t * nb + i].d)),
+                                    acc[p][t]);
+    }
+  }
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
+}
+
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 8
 // (7 tokens: 4 + 3, not 6 + 1; every pass re-reads the rows). Token tiles outer, rows inner, as
 // in the AVX2 kernels; 32 vector registers leave room for eight tokens' sums and accumulators.
-template <class Tile>
+template <int64_t kTile = 8, class Tile>
 void token_tiles(int64_t n_tok, Tile &&tile) {
-  constexpr int64_t kTile = 8;
   for (int64_t t0 = 0; t0 < n_tok;) {
     const int64_t left = n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
@@ -193,15 +413,33 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
 }  // namespace
 
 void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+    constexpr int NT = decltype(nt)::value;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) q4k_x8_tile_pairs<NT, 2>(a, r, t0);
+    for (; r + 2 <= r1; r += 2) q4k_x8_tile_pairs<NT, 1>(a, r, t0);
+    if (r < r1) q4k_x8_tile<NT>(a, r, r1, t0);
+  });
 }
 
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+    constexpr int NT = decltype(nt)::value;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) q40_x4_tile_pairs<NT, 2>(a, r, t0);
+    for (; r + 2 <= r1; r += 2) q40_x4_tile_pairs<NT, 1>(a, r, t0);
+    if (r < r1) q40_x4_tile<NT>(a, r, r1, t0);
+  });
 }
 
 void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+    constexpr int NT = decltype(nt)::value;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) q6k_x16_tile_pairs<NT, 2>(a, r, t0);
+    for (; r + 2 <= r1; r += 2) q6k_x16_tile_pairs<NT, 1>(a, r, t0);
+    if (r < r1) q6k_x16_tile<NT>(a, r, r1, t0);
+  });
 }
 
 }  // namespace specinfer

@@ -55,6 +55,10 @@ inline simde__m256 extractf32x8_ps(simde__m512 a, int imm) {
 
 }  // namespace specinfer_avx512_emulation
 
+// SIMDe 0.7.4 implements _mm512_madd_epi16 (simde_mm512_madd_epi16) but aliases the native
+// name with the wrong parameter list.
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
 #undef _mm512_cvtepi32_ps
 #undef _mm512_cvtepu16_epi32
 #undef _mm512_cvtph_ps
