@@ -174,23 +174,25 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
       }
     }
     for (int p = 0; p < NP; ++p) {
-      __m256 scf[2], mv[2], dv[2];
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t *b = blk[2 * p + h];
-        uint16_t dh, dmh;
-        std::memcpy(&dh, b, 2);
-        std::memcpy(&dmh, b + 2, 2);
-        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 4));
-        uint32_t eh;
-        std::memcpy(&eh, b + 12, 4);
-        scf[h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(e, m3f)));
-        const __m128i w = _mm_cvtsi32_si128(static_cast<int>(eh));
-        const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
-        const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
-        mv[h] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
-        dv[h] = _mm256_set1_ps(_cvtsh_ss(dh));
-      }
-      const __m512 scf2 = pair_ps(scf[0], scf[1]), mv2 = pair_ps(mv[0], mv[1]), dv2 = pair_ps(dv[0], dv[1]);
+      // Both rows' scales and mins at once (row 2p in the low bytes), decoded as in q4k_x8_tile.
+      const uint8_t *b0 = blk[2 * p], *b1 = blk[2 * p + 1];
+      const __m128i e = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b0 + 4)),
+                                           _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b1 + 4)));
+      uint32_t eh0, eh1, dd0, dd1;
+      std::memcpy(&eh0, b0 + 12, 4);
+      std::memcpy(&eh1, b1 + 12, 4);
+      std::memcpy(&dd0, b0, 4);  // d, dmin (fp16)
+      std::memcpy(&dd1, b1, 4);
+      const __m512 scf2 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
+      const __m128i w = _mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(eh0)), _mm_cvtsi32_si128(static_cast<int>(eh1)));
+      const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+      const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+      // [d0, dmin0, d1, dmin1] as floats, spread to the halves.
+      const __m128 dd = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(dd0)), _mm_cvtsi32_si128(static_cast<int>(dd1))));
+      const __m512 ddz = _mm512_castps128_ps512(dd);
+      const __m512 dv2 = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), ddz);
+      const __m512 dm2 = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), ddz);
+      const __m512 mv2 = _mm512_mul_ps(dm2, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
       for (int t = 0; t < NT; ++t) {
         const ActQ8KP &xb = x[t * nb + i];
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[p][t]), scf2);
