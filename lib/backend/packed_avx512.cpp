@@ -173,6 +173,7 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
         }
       }
     }
+    __m512 scf2[NP], mv2[NP], dv2[NP];
     for (int p = 0; p < NP; ++p) {
       // Both rows' scales and mins at once (row 2p in the low bytes), decoded as in q4k_x8_tile.
       const uint8_t *b0 = blk[2 * p], *b1 = blk[2 * p + 1];
@@ -183,22 +184,23 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
       std::memcpy(&eh1, b1 + 12, 4);
       std::memcpy(&dd0, b0, 4);  // d, dmin (fp16)
       std::memcpy(&dd1, b1, 4);
-      const __m512 scf2 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
+      scf2[p] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
       const __m128i w = _mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(eh0)), _mm_cvtsi32_si128(static_cast<int>(eh1)));
       const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
       const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
       // [d0, dmin0, d1, dmin1] as floats, spread to the halves.
       const __m128 dd = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(dd0)), _mm_cvtsi32_si128(static_cast<int>(dd1))));
       const __m512 ddz = _mm512_castps128_ps512(dd);
-      const __m512 dv2 = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), ddz);
+      dv2[p] = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), ddz);
       const __m512 dm2 = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), ddz);
-      const __m512 mv2 = _mm512_mul_ps(dm2, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
-      for (int t = 0; t < NT; ++t) {
-        const ActQ8KP &xb = x[t * nb + i];
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[p][t]), scf2);
-        const __m512 dx = _mm512_mul_ps(dv2, _mm512_set1_ps(xb.d));
-        const __m512 xs = _mm512_broadcast_f32x8(_mm256_load_ps(xb.xs));
-        acc[p][t] = _mm512_fmadd_ps(f, dx, _mm512_fnmadd_ps(mv2, xs, acc[p][t]));
+      mv2[p] = _mm512_mul_ps(dm2, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
+    }
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8KP &xb = x[t * nb + i];
+      const __m512 d = _mm512_set1_ps(xb.d), xs = _mm512_broadcast_f32x8(_mm256_load_ps(xb.xs));
+      for (int p = 0; p < NP; ++p) {
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[p][t]), scf2[p]);
+        acc[p][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dv2[p], d), _mm512_fnmadd_ps(mv2[p], xs, acc[p][t]));
       }
     }
   }
@@ -376,14 +378,17 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
         }
       }
     }
+    __m512 dv[NP];
     for (int p = 0; p < NP; ++p) {
       uint16_t dh[2];
       std::memcpy(&dh[0], blk[2 * p] + 208, 2);
       std::memcpy(&dh[1], blk[2 * p + 1] + 208, 2);
-      const __m512 dv = pair_ps(_mm256_set1_ps(_cvtsh_ss(dh[0])), _mm256_set1_ps(_cvtsh_ss(dh[1])));
-      for (int t = 0; t < NT; ++t)
-        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv, _mm512_set1_ps(x[t * nb + i].d)),
-                                    acc[p][t]);
+      dv[p] = pair_ps(_mm256_set1_ps(_cvtsh_ss(dh[0])), _mm256_set1_ps(_cvtsh_ss(dh[1])));
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m512 d = _mm512_set1_ps(x[t * nb + i].d);
+      for (int p = 0; p < NP; ++p)
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv[p], d), acc[p][t]);
     }
   }
   for (int p = 0; p < NP; ++p)
