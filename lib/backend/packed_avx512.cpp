@@ -118,6 +118,16 @@ inline void prefetch_lines(const uint8_t *p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
 }
 
+// Super-block i (block_bytes each) of the 2 * NP rows from row0 into blk, after prefetching the
+// matching part of the group kAheadGroups ahead.
+template <int NP>
+inline void group_blocks(const uint8_t *row0, size_t row_bytes, size_t block_bytes, int64_t i, const uint8_t **blk) {
+  const size_t chunk = 2 * NP * block_bytes;
+  prefetch_lines(row0 + kAheadGroups * 2 * NP * row_bytes + static_cast<size_t>(i) * chunk, chunk);
+  for (int h = 0; h < 2 * NP; ++h)
+    blk[h] = row0 + static_cast<size_t>(h) * row_bytes + static_cast<size_t>(i) * block_bytes;
+}
+
 // The two 256-bit halves of a 512-bit register: one row each in the row-pair kernels below.
 inline __m512i pair256(const void *lo, const void *hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
@@ -133,6 +143,19 @@ inline void store_pair(float *y, int64_t r, __m512 acc) {
   y[r + 1] = hsum(_mm512_extractf32x8_ps(acc, 1));
 }
 
+// The NP x NT accumulators of a row group (pairs from row r) into y, token t at y + (t0 + t) * stride.
+template <int NP, int NT>
+inline void store_group(const __m512 (&acc)[NP][NT], float *y, int64_t stride, int64_t t0, int64_t r) {
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) store_pair(y + (t0 + t) * stride, r + 2 * p, acc[p][t]);
+}
+
+template <int NP, int NT>
+inline void zero_group(__m512 (&acc)[NP][NT]) {
+  for (int p = 0; p < NP; ++p)
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+}
+
 // q4k_x8 on 512-bit registers, 2 * NP rows from r: rows r + 2p and r + 2p + 1 side by side in
 // register p (the even row in the low half), the activations broadcast to both halves. This CPU
 // class issues a 512-bit vpdpbusd as fast as a 256-bit one but loads run short first: each
@@ -146,14 +169,10 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
   const __m128i m3f = _mm_set1_epi8(0x3F), m0f = _mm_set1_epi8(0x0F), m03 = _mm_set1_epi8(0x03);
   const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
   __m512 acc[NP][NT];
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
-  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * sizeof(BlockQ4_K);
+  zero_group(acc);
   for (int64_t i = 0; i < nb; ++i) {
-    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
     const uint8_t *blk[2 * NP];
-    for (int h = 0; h < 2 * NP; ++h)
-      blk[h] = row0 + static_cast<size_t>(h) * a.row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    group_blocks<NP>(row0, a.row_bytes, sizeof(BlockQ4_K), i, blk);
     __m512i s[NP][NT];
     for (int p = 0; p < NP; ++p)
       for (int t = 0; t < NT; ++t) s[p][t] = _mm512_setzero_si512();
@@ -204,8 +223,7 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
       }
     }
   }
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
+  store_group(acc, a.y, a.y_stride, t0, r);
 }
 
 // q40_x4: rows [r0, r1) for NT tokens from t0. Per super-block and token four vpdpbusd give two
@@ -294,16 +312,14 @@ void q40_x4_tile_pairs(const PackedArgsX4 &a, int64_t r, int64_t t0) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
   __m512 acc[NP][NT];
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
-  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * kSuper;
+  zero_group(acc);
   for (int64_t i = 0; i < nb; ++i) {
-    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
+    const uint8_t *blk[2 * NP];
+    group_blocks<NP>(row0, a.row_bytes, kSuper, i, blk);
     __m512 dv[NP];
     __m512i n[NP][4];
     for (int p = 0; p < NP; ++p) {
-      const uint8_t *sb0 = row0 + static_cast<size_t>(2 * p) * a.row_bytes + static_cast<size_t>(i) * kSuper;
-      const uint8_t *sb1 = sb0 + a.row_bytes;
+      const uint8_t *sb0 = blk[2 * p], *sb1 = blk[2 * p + 1];
       const __m128i dh0 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb0));
       const __m128i dh1 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb1));
       dv[p] = pair_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(dh0, dh0)), _mm256_cvtph_ps(_mm_unpacklo_epi16(dh1, dh1)));
@@ -328,8 +344,7 @@ void q40_x4_tile_pairs(const PackedArgsX4 &a, int64_t r, int64_t t0) {
       }
     }
   }
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
+  store_group(acc, a.y, a.y_stride, t0, r);
 }
 
 // q6k_x16 on 512-bit registers, 2 * NP rows from r, paired as in q4k_x8_tile_pairs: the six-bit
@@ -342,14 +357,10 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   const uint8_t *row0 = a.w + static_cast<size_t>(r) * a.row_bytes;
   __m512 acc[NP][NT];
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
-  const size_t ahead = kAheadGroups * 2 * NP * a.row_bytes, chunk = 2 * NP * sizeof(BlockQ6_K);
+  zero_group(acc);
   for (int64_t i = 0; i < nb; ++i) {
-    prefetch_lines(row0 + ahead + static_cast<size_t>(i) * chunk, chunk);
     const uint8_t *blk[2 * NP];
-    for (int h = 0; h < 2 * NP; ++h)
-      blk[h] = row0 + static_cast<size_t>(h) * a.row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    group_blocks<NP>(row0, a.row_bytes, sizeof(BlockQ6_K), i, blk);
     __m512i sc[NP], ia[NP][NT];
     for (int p = 0; p < NP; ++p) {
       const __m256i sc8 = _mm256_inserti128_si256(
@@ -391,8 +402,7 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
         acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv[p], d), acc[p][t]);
     }
   }
-  for (int p = 0; p < NP; ++p)
-    for (int t = 0; t < NT; ++t) store_pair(a.y + (t0 + t) * a.y_stride, r + 2 * p, acc[p][t]);
+  store_group(acc, a.y, a.y_stride, t0, r);
 }
 
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 8
