@@ -649,7 +649,8 @@ const char *kRoundTrip[] = {
     "<|im_start|>user\nhi<|im_end|><start_of_turn>model\n",
 };
 
-void test_real_models(void **) {
+// The checks of test_real_models; returns how many models were present.
+int check_real_models() {
   const RealModel models[] = {
       {"qwen2.5-coder-1.5b", {9707, 1879}},
       {"qwen2.5-coder-0.5b", {9707, 1879}},
@@ -742,7 +743,13 @@ void test_real_models(void **) {
     assert_int_equal(static_cast<size_t>(n_roundtrip), cases->arr.size());
     assert_int_equal(n_pieces_ok, n_pieces);
   }
-  if (n_models == 0) skip();
+  return n_models;
+}
+
+// cmocka's skip() leaves by longjmp, so it is called here, where nothing with a destructor is
+// alive (the model table above holds vectors that would leak under LeakSanitizer).
+void test_real_models(void **) {
+  if (check_real_models() == 0) skip();
 }
 
 }  // namespace

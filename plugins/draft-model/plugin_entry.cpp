@@ -10,7 +10,7 @@
 //  - A draft ends early when the model's confidence (its largest probability at temperature 1
 //    for greedy, the largest probability of q when sampling) drops below p_min, and after at most
 //    max_draft tokens. The defaults (0.4, 4) came from replaying a HumanEval trace of 10-token
-//    drafts (draft confidence and acceptance at every position) under each rule: on this CPU a
+//    drafts (draft confidence and acceptance at every position) under each rule: on a Zen 3 CPU a
 //    5-token target pass costs ~1.8 single passes, so long drafts rarely pay, and a confident
 //    cut at 4 beat both the old p_min 0.3 with a cap of 8 (by ~12%) and any fixed length
 //    (docs/BENCHMARKS.md).
