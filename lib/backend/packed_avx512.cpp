@@ -73,19 +73,17 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
       const uint8_t *qs = blk + 16;
-      // Two int32 sums per token (low and high nibbles): shorter dependency chains.
-      __m256i s[NT], s2[NT];
-      for (int t = 0; t < NT; ++t) s[t] = s2[t] = _mm256_setzero_si256();
+      __m256i s[NT];
+      for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i raw = load256(qs + 32 * c);
         const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         for (int t = 0; t < NT; ++t) {
           const int8_t *xq = x[t * nb + i].qs + 64 * c;
           s[t] = _mm256_dpbusd_epi32(s[t], lo, load256(xq));
-          s2[t] = _mm256_dpbusd_epi32(s2[t], hi, load256(xq + 32));
+          s[t] = _mm256_dpbusd_epi32(s[t], hi, load256(xq + 32));
         }
       }
-      for (int t = 0; t < NT; ++t) s[t] = _mm256_add_epi32(s[t], s2[t]);
       uint16_t dh, dmh;
       std::memcpy(&dh, blk, 2);
       std::memcpy(&dmh, blk + 2, 2);
@@ -161,9 +159,9 @@ inline void zero_group(__m512 (&acc)[NP][NT]) {
 }
 
 // q4k_x8 on 512-bit registers, 2 * NP rows from r: rows r + 2p and r + 2p + 1 side by side in
-// register p (the even row in the low half), the activations broadcast to both halves. This CPU
-// class issues a 512-bit vpdpbusd as fast as a 256-bit one but loads run short first: each
-// broadcast activation register serves NP pairs. Every lane does what q4k_x8_tile's does, in the
+// register p (the even row in the low half), the activations broadcast to both halves; each
+// broadcast activation register serves NP pairs (loads, not dot products, bound the 256-bit
+// kernel: see the top of the file). Every lane does what q4k_x8_tile's does, in the
 // same order, so the results are the same bits.
 template <int NT, int NP>
 void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
@@ -409,18 +407,18 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
   store_group(acc, a.y, a.y_stride, t0, r);
 }
 
-// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 8
-// (7 tokens: 4 + 3, not 6 + 1; every pass re-reads the rows). Token tiles outer, rows inner, as
-// in the AVX2 kernels; 32 vector registers leave room for eight tokens' sums and accumulators.
-template <int64_t kTile = 8, class Tile>
+// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 5
+// (7 tokens: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer, rows inner, as
+// in the AVX2 kernels. Five tokens for two row pairs (sums and accumulators) fill the 32 vector
+// registers; tiles of 4 were slower at 5 tokens, and one pair with tiles of 8 was slower at 5 and
+// no faster at 8.
+template <class Tile>
 void token_tiles(int64_t n_tok, Tile &&tile) {
+  constexpr int64_t kTile = 5;
   for (int64_t t0 = 0; t0 < n_tok;) {
     const int64_t left = n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
     switch (nt) {
-      case 8: tile(std::integral_constant<int, 8>{}, t0); break;
-      case 7: tile(std::integral_constant<int, 7>{}, t0); break;
-      case 6: tile(std::integral_constant<int, 6>{}, t0); break;
       case 5: tile(std::integral_constant<int, 5>{}, t0); break;
       case 4: tile(std::integral_constant<int, 4>{}, t0); break;
       case 3: tile(std::integral_constant<int, 3>{}, t0); break;
@@ -431,35 +429,39 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
   }
 }
 
+// Rows [r0, r1): groups of four, then a pair, as pairs(std::integral_constant<int, NP>, r) (NP
+// row pairs from r); a last single row as single(r, r1) (the 256-bit kernel).
+template <class Pairs, class Single>
+void row_groups(int64_t r0, int64_t r1, Pairs &&pairs, Single &&single) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) pairs(std::integral_constant<int, 2>{}, r);
+  for (; r + 2 <= r1; r += 2) pairs(std::integral_constant<int, 1>{}, r);
+  if (r < r1) single(r, r1);
+}
+
 }  // namespace
 
 void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) q4k_x8_tile_pairs<NT, 2>(a, r, t0);
-    for (; r + 2 <= r1; r += 2) q4k_x8_tile_pairs<NT, 1>(a, r, t0);
-    if (r < r1) q4k_x8_tile<NT>(a, r, r1, t0);
+    row_groups(r0, r1, [&](auto np, int64_t r) { q4k_x8_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+               [&](int64_t r, int64_t end) { q4k_x8_tile<NT>(a, r, end, t0); });
   });
 }
 
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) q40_x4_tile_pairs<NT, 2>(a, r, t0);
-    for (; r + 2 <= r1; r += 2) q40_x4_tile_pairs<NT, 1>(a, r, t0);
-    if (r < r1) q40_x4_tile<NT>(a, r, r1, t0);
+    row_groups(r0, r1, [&](auto np, int64_t r) { q40_x4_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+               [&](int64_t r, int64_t end) { q40_x4_tile<NT>(a, r, end, t0); });
   });
 }
 
 void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) q6k_x16_tile_pairs<NT, 2>(a, r, t0);
-    for (; r + 2 <= r1; r += 2) q6k_x16_tile_pairs<NT, 1>(a, r, t0);
-    if (r < r1) q6k_x16_tile<NT>(a, r, r1, t0);
+    row_groups(r0, r1, [&](auto np, int64_t r) { q6k_x16_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+               [&](int64_t r, int64_t end) { q6k_x16_tile<NT>(a, r, end, t0); });
   });
 }
 
