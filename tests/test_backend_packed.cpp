@@ -28,6 +28,7 @@ namespace specinfer {  // tests/support/avx512_emulated_packed.cpp
 void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
+void q4k_r16_rows_avx512_emulated(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
 #endif
 
@@ -52,6 +53,7 @@ std::vector<Variant> simd_variants() {
     k.q4k_x8 = q4k_x8_rows_avx512_emulated;
     k.q40_x4 = q40_x4_rows_avx512_emulated;
     k.q6k_x16 = q6k_x16_rows_avx512_emulated;
+    k.q4k_r16 = q4k_r16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
   }
@@ -186,6 +188,18 @@ void test_repack_is_lossless(void **) {
   }
   assert_memory_equal(back6.data(), w6.data(), w6.size());
   assert_memory_not_equal(packed6.data(), w6.data(), w6.size());
+  // q4k_r16: tiles of sixteen rows (two row groups, two super-blocks).
+  const size_t rb = wtype_row_size(SPECINFER_WTYPE_Q4_K, 512);
+  const std::vector<uint8_t> w16 = q4k_weights(32, 512, rng, false);
+  std::vector<uint8_t> tiles(w16.size()), back16(w16.size());
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t i = 0; i < 2; ++i) {
+      uint8_t *tile = tiles.data() + static_cast<size_t>(2 * g + i) * 16 * sizeof(BlockQ4_K);
+      pack_tile_q4k_r16(w16.data() + static_cast<size_t>(16 * g) * rb, rb, i, tile);
+      unpack_tile_q4k_r16(tile, back16.data() + static_cast<size_t>(16 * g) * rb, rb, i);
+    }
+  assert_memory_equal(back16.data(), w16.data(), w16.size());
+  assert_memory_not_equal(tiles.data(), w16.data(), w16.size());
   // The activation permutation: scalar and AVX2 give the same bytes.
   if (isa_available(Isa::avx2)) {
     const std::vector<float> x = activations(1, 1024, rng, false);
@@ -208,17 +222,21 @@ void test_packed_matches_reference(void **) {
     int32_t wtype;
     PackLayout layout;
     std::vector<int64_t> cols;
+    int64_t n_rows;
+    Isa pack_isa;  // whose layout
   };
-  // 8960 columns: a token tile's activations then exceed L1.
-  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}},
-                        {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}},
-                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}}};
+  // 8960 columns: a token tile's activations then exceed L1. 39 rows: the row-pair kernels' nine
+  // groups of four rows, a pair and a single row; 48: three q4k_r16 groups.
+  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
+                        {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
+                        {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
+                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
       for (int64_t n_cols : cs.cols) {
-        const int64_t n_rows = 39;  // AVX-512: 9 groups of four rows, a pair and a single row
+        const int64_t n_rows = cs.n_rows;
         const std::vector<uint8_t> w = weights(cs.wtype, n_rows, n_cols, rng, extreme);
-        auto pw = pack_weight(cs.wtype, w.data(), n_rows, n_cols);
+        auto pw = pack_weight_for(cs.pack_isa, cs.wtype, w.data(), n_rows, n_cols);
         assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(cs.layout));
         for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 13}) {
           const std::vector<float> x = activations(n_tok, n_cols, rng, extreme);
@@ -241,10 +259,11 @@ void test_packed_matches_reference(void **) {
 // A token's result is the same whatever batch it is in (speculative output == plain output).
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
-  const int64_t n_rows = 300, n_cols = 1024, n_tok = 11;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0}) {
+  const int64_t n_rows = 304, n_cols = 1024, n_tok = 11;
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0})
+  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16
   const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
-  auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
+  auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
   assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
   const std::vector<float> x = activations(n_tok, n_cols, rng, false);
   std::vector<Variant> vs = simd_variants();

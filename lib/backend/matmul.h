@@ -94,11 +94,11 @@ void matmul_rows_with(MatmulRowsFn fn, Isa fn_isa, int32_t wtype, const void *w,
 int64_t matmul_row_grain(int64_t n_rows, size_t row_bytes);
 
 // Calls fn(r0, r1) over [0, n_rows) in matmul_row_grain chunks: inline when one chunk covers it,
-// else as oneTBB tasks in the caller's arena. Chunks start at multiples of four rows and hold
-// whole groups of four (but the last): the AVX-512 packed kernels run four rows at a time.
-template <class Fn>
+// else as oneTBB tasks in the caller's arena. Chunks start at multiples of kUnit rows and hold
+// whole groups of kUnit (but the last): the AVX-512 packed kernels run four rows at a time, or
+// sixteen (q4k_r16).
+template <int64_t kUnit = 4, class Fn>
 void for_row_ranges(int64_t n_rows, size_t row_bytes, Fn &&fn) {
-  constexpr int64_t kUnit = 4;
   const int64_t units = (n_rows + kUnit - 1) / kUnit;
   const int64_t grain = matmul_row_grain(units, row_bytes * kUnit);
   if (units <= grain) {

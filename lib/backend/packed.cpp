@@ -18,8 +18,8 @@ namespace specinfer {
 
 void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
 
-PackLayout pack_layout(int32_t wtype, int64_t n_cols) noexcept {
-  if (wtype == SPECINFER_WTYPE_Q4_K) return PackLayout::q4k_x8;
+PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) noexcept {
+  if (wtype == SPECINFER_WTYPE_Q4_K) return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q4k_r16 : PackLayout::q4k_x8;
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
   if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   return PackLayout::plain;
@@ -246,11 +246,85 @@ void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
   }
 }
 
+namespace {
+
+constexpr size_t kTileR16 = 16 * sizeof(BlockQ4_K);
+
+// Byte and nibble shift of value v (0..255) in a Q4_K block's 128 quant bytes (the file's order:
+// group s = v / 32 in byte 32 (s / 2) + v % 32, low nibble for even s).
+inline void q4k_file_pos(int v, int *byte, int *shift) {
+  const int s = v / 32;
+  *byte = 32 * (s / 2) + v % 32;
+  *shift = 4 * (s & 1);
+}
+
+}  // namespace
+
+void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept {
+  std::memset(tile, 0, kTileR16);
+  for (int l = 0; l < 16; ++l) {
+    const uint8_t *blk = src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    for (int v = 0; v < 256; ++v) {
+      int byte, shift;
+      q4k_file_pos(v, &byte, &shift);
+      const int q = (blk[16 + byte] >> shift) & 15;
+      const int sg = v / 32, c = v % 32;  // column 32s + 8q' + 4h + j
+      const int qq = c / 8, h = (c % 8) / 4, j = c % 4;
+      tile[256 * sg + 64 * qq + 4 * l + j] = static_cast<uint8_t>(tile[256 * sg + 64 * qq + 4 * l + j] | (q << (4 * h)));
+    }
+    for (int sg = 0; sg < 8; ++sg) {
+      uint8_t sc, mn;
+      kquant_scale_min(sg, blk + 4, &sc, &mn);
+      tile[2048 + 16 * sg + l] = static_cast<uint8_t>(sc | ((mn & 3) << 6));
+      tile[2176 + 16 * (sg / 2) + l] = static_cast<uint8_t>(tile[2176 + 16 * (sg / 2) + l] | ((mn >> 2) << (4 * (sg & 1))));
+    }
+    std::memcpy(tile + 2240 + 2 * l, blk, 2);
+    std::memcpy(tile + 2272 + 2 * l, blk + 2, 2);
+  }
+}
+
+void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept {
+  for (int l = 0; l < 16; ++l) {
+    uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    std::memcpy(blk, tile + 2240 + 2 * l, 2);
+    std::memcpy(blk + 2, tile + 2272 + 2 * l, 2);
+    uint8_t sc[8], mn[8];
+    for (int sg = 0; sg < 8; ++sg) {
+      const uint8_t e = tile[2048 + 16 * sg + l];
+      sc[sg] = static_cast<uint8_t>(e & 63);
+      mn[sg] = static_cast<uint8_t>((e >> 6) | (((tile[2176 + 16 * (sg / 2) + l] >> (4 * (sg & 1))) & 15) << 2));
+    }
+    kquant_encode_scales(sc, mn, blk + 4);
+    std::memset(blk + 16, 0, 128);
+    for (int v = 0; v < 256; ++v) {
+      const int sg = v / 32, c = v % 32;
+      const int qq = c / 8, h = (c % 8) / 4, j = c % 4;
+      const int q = (tile[256 * sg + 64 * qq + 4 * l + j] >> (4 * h)) & 15;
+      int byte, shift;
+      q4k_file_pos(v, &byte, &shift);
+      blk[16 + byte] = static_cast<uint8_t>(blk[16 + byte] | (q << shift));
+    }
+  }
+}
+
+void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    std::memcpy(out[b].qs, a[b].qs, 256);
+    for (int s = 0; s < 8; ++s)
+      out[b].xs[s] = a[b].d * static_cast<float>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    out[b].d = a[b].d;
+  }
+}
+
 std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
+  return pack_weight_for(active_isa(), wtype, w, n_rows, n_cols);
+}
+
+std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
   check_sizes(wtype, w, n_rows, n_cols);
   auto pw = std::make_unique<PackedWeight>();
   pw->wtype = wtype;
-  pw->layout = pack_layout(wtype, n_cols);
+  pw->layout = pack_layout(wtype, n_rows, n_cols, isa);
   pw->rows = n_rows;
   pw->cols = n_cols;
   pw->row_bytes = wtype_row_size(wtype, n_cols);
@@ -264,6 +338,15 @@ std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t 
   pw->owned.reset(mem);
   pw->data = mem;
   const auto *src = static_cast<const uint8_t *>(w);
+  if (pw->layout == PackLayout::q4k_r16) {
+    const int64_t nb = n_cols / kQKK, n_tiles = n_rows / 16 * nb;
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
+      for (int64_t k = r.begin(); k < r.end(); ++k)
+        pack_tile_q4k_r16(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes, k % nb,
+                          mem + static_cast<size_t>(k) * kTileR16);
+    });
+    return pw;
+  }
   // Every layout keeps the size: q4k_x8 one 144-byte super-block for one, q6k_x16 210 bytes for
   // 210, q40_x4 72 bytes for four 18-byte blocks (which never straddle rows: n_cols is a multiple
   // of 128).
@@ -315,6 +398,39 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
       // The AVX2 horizontal sum's order.
       const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
       a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
+    }
+  }
+}
+
+void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t g = r / 16;
+    const int l = static_cast<int>(r % 16);
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      const ActQ8KS *x = a.x + t * a.n_blocks;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < a.n_blocks; ++i) {
+        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * kTileR16;
+        uint16_t dh, dmh;
+        std::memcpy(&dh, tile + 2240 + 2 * l, 2);
+        std::memcpy(&dmh, tile + 2272 + 2 * l, 2);
+        const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
+        for (int s = 0; s < 8; ++s) {
+          const uint8_t e = tile[2048 + 16 * s + l];
+          const int sc = e & 63, mn = (e >> 6) | (((tile[2176 + 16 * (s / 2) + l] >> (4 * (s & 1))) & 15) << 2);
+          int32_t sum = 0;
+          for (int q = 0; q < 4; ++q)
+            for (int v = 0; v < 4; ++v) {
+              const int b = tile[256 * s + 64 * q + 4 * l + v];
+              sum += (b & 15) * x[i].qs[32 * s + 8 * q + v] + (b >> 4) * x[i].qs[32 * s + 8 * q + 4 + v];
+            }
+          // As the AVX-512 kernel: (sum * (scale * d)) * xd added, then min * dmin * xs taken off.
+          const float f = static_cast<float>(sum) * (static_cast<float>(sc) * d);
+          acc = std::fma(f, x[i].d, acc);
+          acc = std::fma(-(static_cast<float>(mn) * dmin), x[i].xs[s], acc);
+        }
+      }
+      a.y[t * a.y_stride + r] = acc;
     }
   }
 }
@@ -383,16 +499,19 @@ PackedKernels packed_kernels(Isa isa) noexcept {
   PackedKernels k;
   if (isa == Isa::avx512) {
     k.q4k_x8 = q4k_x8_rows_avx512;
+    k.q4k_r16 = q4k_r16_rows_avx512;
     k.q40_x4 = q40_x4_rows_avx512;
     k.q6k_x16 = q6k_x16_rows_avx512;
     k.simd_prep = true;
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;
+    k.q4k_r16 = q4k_r16_rows_scalar;
     k.q40_x4 = q40_x4_rows_avx2;
     k.q6k_x16 = q6k_x16_rows_avx2;
     k.simd_prep = true;
   } else {
     k.q4k_x8 = q4k_x8_rows_scalar;
+    k.q4k_r16 = q4k_r16_rows_scalar;
     k.q40_x4 = q40_x4_rows_scalar;
     k.q6k_x16 = q6k_x16_rows_scalar;
   }
@@ -451,6 +570,25 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     a.x = xp.data();
     const auto fn = k.q40_x4;
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+    return;
+  }
+  if (pw.layout == PackLayout::q4k_r16) {
+    PackedArgsR16 a;
+    a.w = pw.data;
+    a.n_blocks = pw.cols / kQKK;
+    a.n_tok = n_tok;
+    a.y_stride = pw.rows;
+    a.y = y;
+    std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
+    std::vector<ActQ8KS> xs(q.size());
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+      else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+    }
+    act_to_q8ks(q.data(), xs.data(), static_cast<int64_t>(q.size()));
+    a.x = xs.data();
+    const auto fn = k.q4k_r16;
+    for_row_ranges<16>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
   }
   if (pw.layout == PackLayout::q6k_x16)

@@ -38,6 +38,19 @@
 //    32256) and one vpmaddwd by the sixteen scales, loaded as they are, applies them; the file's
 //    order needs blends, byte shuffles and per-register scale shuffles for the same (12 fewer
 //    instructions per super-block, and the scale setup shrinks from ~11 to 3).
+//  q4k_r16 (Q4_K, rows a multiple of 16, chosen when the AVX-512 kernels run): sixteen rows
+//    interleaved, so that a 32-bit lane of a 512-bit register is a row. Tile (G, i) (2304 bytes =
+//    16 super-blocks, at (G * n_blocks + i) * 2304) holds super-block i of rows 16G..16G+15:
+//    bytes 256s + 64q + 4l + v (group s = 0..7, q = 0..3, row l = 0..15, v = 0..3) hold in the low
+//    nibble the value of row l at column 32s + 8q + v and in the high nibble that at
+//    32s + 8q + 4 + v; bytes 2048 + 16s + l = scale(l, s) | (min(l, s) & 3) << 6; bytes
+//    2176 + 16j + l = min(l, 2j) >> 2 | (min(l, 2j + 1) >> 2) << 4; then the sixteen rows' d
+//    (fp16, bytes 2240..2271) and dmin (2272..2303). Same bytes as the file's. The kernel
+//    multiplies a register of sixteen rows' four values by four activation bytes broadcast to
+//    every lane (vpdpbusd): eight per group and token give the sixteen rows' exact group sums,
+//    with no permutes, broadcasts of registers or horizontal sums; the float steps per group and
+//    token (a multiply by scale * d, exact, and two multiply-adds) serve sixteen rows at once.
+//    Activations stay in the file's order (ActQ8KS).
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
@@ -56,11 +69,18 @@
 
 namespace specinfer {
 
-enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3 };
+enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4 };
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
 // 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
 struct alignas(32) ActQ8KP {
+  int8_t qs[256];
+  float xs[8];
+  float d;
+};
+
+// Q8_K activations for q4k_r16: qs in the file's order, xs and d as in ActQ8KP.
+struct alignas(32) ActQ8KS {
   int8_t qs[256];
   float xs[8];
   float d;
@@ -95,13 +115,16 @@ struct PackedWeight {
   std::unique_ptr<uint8_t, Free> owned;
 };
 
-// Which layout a matrix of wtype with n_cols columns packs to.
-PackLayout pack_layout(int32_t wtype, int64_t n_cols) noexcept;
+// Which layout an n_rows x n_cols matrix of wtype packs to for kernels of isa.
+PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) noexcept;
 
 // Packs w (n_rows x n_cols of wtype; rows in parallel on the caller's task arena). For the plain
 // layout nothing is copied and w must outlive the result. Throws specinfer::Error like matmul
 // (INVALID_ARGUMENT for NULL or bad sizes, UNSUPPORTED for an unknown type), OUT_OF_MEMORY.
 std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols);
+// The same in the layout for isa instead of the active set's (tests, benchmarks). Every kernel
+// set runs every layout (scalar code where it has no kernel of its own for one).
+std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols);
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] with the active instruction set. A token's result does not
 // depend on n_tok (batch invariance). Throws like matmul.
@@ -131,6 +154,12 @@ void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept;
 void unpack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept;
 // ActQ8K -> ActQ8K16.
 void act_to_q8k16(const ActQ8K *a, ActQ8K16 *out, int64_t n_blocks) noexcept;
+// Super-block i of sixteen Q4_K rows (src, rows src_row_bytes apart) into a q4k_r16 tile, and
+// back (tests).
+void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
+void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
+// ActQ8K -> ActQ8KS.
+void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 
 // Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
 // each), y[t * y_stride + r].
@@ -158,6 +187,16 @@ struct PackedArgsQ6 {
   const ActQ8K16 *x = nullptr;
   float *y = nullptr;
 };
+// The q4k_r16 kernels: w points at the tiles, x at ActQ8KS [n_tok][n_blocks]; rows [r0, r1) are
+// whole groups of sixteen.
+struct PackedArgsR16 {
+  const uint8_t *w = nullptr;
+  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
+  const ActQ8KS *x = nullptr;
+  float *y = nullptr;
+};
+void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
+void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 // AVX-512 VL + VNNI: vpdpwssd applies the scales and adds (same bits as AVX2).
@@ -176,6 +215,7 @@ struct PackedKernels {
   void (*q4k_x8)(const PackedArgs &, int64_t, int64_t) noexcept = nullptr;
   void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
   void (*q6k_x16)(const PackedArgsQ6 &, int64_t, int64_t) noexcept = nullptr;
+  void (*q4k_r16)(const PackedArgsR16 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
 // The packed row kernels of isa (each set has all three).

@@ -34,6 +34,7 @@
 #define q4k_x8_rows_avx512 q4k_x8_rows_avx512_emulated
 #define q40_x4_rows_avx512 q40_x4_rows_avx512_emulated
 #define q6k_x16_rows_avx512 q6k_x16_rows_avx512_emulated
+#define q4k_r16_rows_avx512 q4k_r16_rows_avx512_emulated
 #else
 #include <immintrin.h>
 #endif
@@ -407,18 +408,77 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
   store_group(acc, a.y, a.y_stride, t0, r);
 }
 
-// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most 5
-// (7 tokens: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer, rows inner, as
-// in the AVX2 kernels. Five tokens for two row pairs (sums and accumulators) fill the 32 vector
-// registers; tiles of 4 were slower at 5 tokens, and one pair with tiles of 8 was slower at 5 and
-// no faster at 8.
-template <class Tile>
+// q4k_r16: the sixteen rows of group g (lane l = row 16g + l) for NT tokens from t0. Per
+// super-block and group s: the sixteen rows' scales and mins times d and dmin (exact), the four
+// 64-byte registers of nibbles as eight of values; per token eight vpdpbusd, each with four
+// activation bytes broadcast to all lanes, in two chains; then (sum * scale * d) * xd added and
+// min * dmin * xs taken off, as in q4k_r16_rows_scalar (same bits).
+constexpr size_t kAheadTiles = 2;
+template <int NT>
+void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
+  constexpr size_t kTile = 16 * sizeof(BlockQ4_K);
+  const ActQ8KS *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m128i m3f = _mm_set1_epi8(0x3F), m0f = _mm_set1_epi8(0x0F), m03 = _mm_set1_epi8(0x03);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
+    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kTile, kTile);
+    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + 2240)));
+    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + 2272)));
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + 2048 + 16 * s));
+      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + 2176 + 16 * (s / 2)));
+      const __m128i mhs = (s & 1) ? _mm_and_si128(_mm_srli_epi16(mh, 4), m0f) : _mm_and_si128(mh, m0f);
+      const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhs, 2));
+      const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f))), dv);
+      const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), dmv);
+      __m512i v[8];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const __m512i raw = _mm512_load_si512(tile + 256 * s + 64 * q);
+        v[2 * q] = _mm512_and_si512(raw, m4);
+        v[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8KS &xb = x[t * nb + i];
+        const int8_t *xq = xb.qs + 32 * s;
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 8; c += 2) {  // register c: columns 32s + 4c .. + 3
+          int32_t x0, x1;
+          std::memcpy(&x0, xq + 4 * c, 4);
+          std::memcpy(&x1, xq + 4 * c + 4, 4);
+          s0 = _mm512_dpbusd_epi32(s0, v[c], _mm512_set1_epi32(x0));
+          s1 = _mm512_dpbusd_epi32(s1, v[c + 1], _mm512_set1_epi32(x1));
+        }
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w);
+        acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(xb.xs[s]), _mm512_fmadd_ps(f, _mm512_set1_ps(xb.d), acc[t]));
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
+}
+
+// Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most kTile
+// (7 tokens with kTile 5: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer,
+// rows inner, as in the AVX2 kernels. In the row-pair kernels five tokens for two row pairs (sums
+// and accumulators) fill the 32 vector registers; tiles of 4 were slower at 5 tokens, and one pair
+// with tiles of 8 was slower at 5 and no faster at 8. q4k_r16 holds 8 tokens.
+template <int kTile, class Tile>
 void token_tiles(int64_t n_tok, Tile &&tile) {
-  constexpr int64_t kTile = 5;
+  static_assert(kTile >= 1 && kTile <= 8, "tiles of 1..8 tokens");
   for (int64_t t0 = 0; t0 < n_tok;) {
     const int64_t left = n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
     switch (nt) {
+      case 8: if constexpr (kTile >= 8) tile(std::integral_constant<int, 8>{}, t0); break;
+      case 7: if constexpr (kTile >= 7) tile(std::integral_constant<int, 7>{}, t0); break;
+      case 6: if constexpr (kTile >= 6) tile(std::integral_constant<int, 6>{}, t0); break;
       case 5: tile(std::integral_constant<int, 5>{}, t0); break;
       case 4: tile(std::integral_constant<int, 4>{}, t0); break;
       case 3: tile(std::integral_constant<int, 3>{}, t0); break;
@@ -442,7 +502,7 @@ void row_groups(int64_t r0, int64_t r1, Pairs &&pairs, Single &&single) {
 }  // namespace
 
 void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
     row_groups(r0, r1, [&](auto np, int64_t r) { q4k_x8_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
                [&](int64_t r, int64_t end) { q4k_x8_tile<NT>(a, r, end, t0); });
@@ -450,15 +510,21 @@ void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
 }
 
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
     row_groups(r0, r1, [&](auto np, int64_t r) { q40_x4_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
                [&](int64_t r, int64_t end) { q40_x4_tile<NT>(a, r, end, t0); });
   });
 }
 
+void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept {
+  token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
+    for (int64_t g = r0 / 16; g < r1 / 16; ++g) q4k_r16_tile<decltype(nt)::value>(a, g, t0);
+  });
+}
+
 void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles(a.n_tok, [&](auto nt, int64_t t0) {
+  token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
     row_groups(r0, r1, [&](auto np, int64_t r) { q6k_x16_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
                [&](int64_t r, int64_t end) { q6k_x16_tile<NT>(a, r, end, t0); });
