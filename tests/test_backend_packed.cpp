@@ -29,7 +29,6 @@ void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) no
 void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512_emulated(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
-void q6k_r16_rows_avx512_emulated(const PackedArgsR16Q6 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
 #endif
 
@@ -55,7 +54,6 @@ std::vector<Variant> simd_variants() {
     k.q40_x4 = q40_x4_rows_avx512_emulated;
     k.q6k_x16 = q6k_x16_rows_avx512_emulated;
     k.q4k_r16 = q4k_r16_rows_avx512_emulated;
-    k.q6k_r16 = q6k_r16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
   }
@@ -202,17 +200,6 @@ void test_repack_is_lossless(void **) {
     }
   assert_memory_equal(back16.data(), w16.data(), w16.size());
   assert_memory_not_equal(tiles.data(), w16.data(), w16.size());
-  // q6k_r16 likewise (tiles of 3392 bytes).
-  const size_t rb6 = wtype_row_size(SPECINFER_WTYPE_Q6_K, 512);
-  const std::vector<uint8_t> w616 = q6k_weights(32, 512, rng, false);
-  std::vector<uint8_t> tiles6(4 * 3392), back616(w616.size());
-  for (int64_t g = 0; g < 2; ++g)
-    for (int64_t i = 0; i < 2; ++i) {
-      uint8_t *tile = tiles6.data() + static_cast<size_t>(2 * g + i) * 3392;
-      pack_tile_q6k_r16(w616.data() + static_cast<size_t>(16 * g) * rb6, rb6, i, tile);
-      unpack_tile_q6k_r16(tile, back616.data() + static_cast<size_t>(16 * g) * rb6, rb6, i);
-    }
-  assert_memory_equal(back616.data(), w616.data(), w616.size());
   // The activation permutation: scalar and AVX2 give the same bytes.
   if (isa_available(Isa::avx2)) {
     const std::vector<float> x = activations(1, 1024, rng, false);
@@ -239,12 +226,10 @@ void test_packed_matches_reference(void **) {
     Isa pack_isa;  // whose layout
   };
   // 8960 columns: a token tile's activations then exceed L1. 39 rows: the row-pair kernels' nine
-  // groups of four rows, a pair and a single row (and no sixteen-row layout); 48: three groups of
-  // sixteen (q4k_r16, q6k_r16).
+  // groups of four rows, a pair and a single row; 48: three q4k_r16 groups.
   const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
                         {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
                         {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
-                        {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_r16, {256, 1536, 8960}, 48, Isa::avx512},
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {

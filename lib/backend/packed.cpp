@@ -21,7 +21,7 @@ void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
 PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) noexcept {
   if (wtype == SPECINFER_WTYPE_Q4_K) return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q4k_r16 : PackLayout::q4k_x8;
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
-  if (wtype == SPECINFER_WTYPE_Q6_K) return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q6k_r16 : PackLayout::q6k_x16;
+  if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   return PackLayout::plain;
 }
 
@@ -307,59 +307,6 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
   }
 }
 
-namespace {
-
-constexpr size_t kTileR16Q6 = 3392;
-
-// Value v (0..63, offset 32) of a Q6_K block in the file's order (q6k_file_set's inverse).
-int q6k_file_get(const uint8_t *blk, int v) {
-  const int n = v / 128, l = v % 32, quarter = (v % 128) / 32;
-  const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
-  return ((ql[l + 32 * (quarter % 2)] >> (quarter < 2 ? 0 : 4)) & 15) | (((qh[l] >> (2 * quarter)) & 3) << 4);
-}
-
-}  // namespace
-
-void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept {
-  std::memset(tile, 0, kTileR16Q6);
-  for (int l = 0; l < 16; ++l) {
-    const uint8_t *blk = src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
-    for (int col = 0; col < 256; ++col) {
-      const int q = q6k_file_get(blk, col);
-      const int sg = col / 16, c = (col % 16) / 4, v = col % 4;  // chunk c of group sg
-      uint8_t *lo = tile + 192 * sg + 64 * (c / 2) + 4 * l + v;
-      *lo = static_cast<uint8_t>(*lo | ((q & 15) << (4 * (c % 2))));
-      uint8_t *hi = tile + 192 * sg + 128 + 4 * l + v;
-      *hi = static_cast<uint8_t>(*hi | ((q >> 4) << (2 * c)));
-    }
-    for (int sg = 0; sg < 16; ++sg) tile[3072 + 16 * sg + l] = blk[192 + sg];
-    std::memcpy(tile + 3328 + 2 * l, blk + 208, 2);
-  }
-}
-
-void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept {
-  for (int l = 0; l < 16; ++l) {
-    uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
-    std::memset(blk, 0, 192);
-    for (int col = 0; col < 256; ++col) {
-      const int sg = col / 16, c = (col % 16) / 4, v = col % 4;
-      const int lo = (tile[192 * sg + 64 * (c / 2) + 4 * l + v] >> (4 * (c % 2))) & 15;
-      const int hi = (tile[192 * sg + 128 + 4 * l + v] >> (2 * c)) & 3;
-      q6k_file_set(blk, col, lo | (hi << 4));
-    }
-    for (int sg = 0; sg < 16; ++sg) blk[192 + sg] = tile[3072 + 16 * sg + l];
-    std::memcpy(blk + 208, tile + 3328 + 2 * l, 2);
-  }
-}
-
-void act_to_q8ko(const ActQ8K *a, ActQ8KO *out, int64_t n_blocks) noexcept {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    std::memcpy(out[b].qs, a[b].qs, 256);
-    for (int s = 0; s < 16; ++s) out[b].off[s] = -32 * a[b].bsums[s];
-    out[b].d = a[b].d;
-  }
-}
-
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     std::memcpy(out[b].qs, a[b].qs, 256);
@@ -381,7 +328,6 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
   pw->rows = n_rows;
   pw->cols = n_cols;
   pw->row_bytes = wtype_row_size(wtype, n_cols);
-  if (pw->layout == PackLayout::q6k_r16) pw->row_bytes = kTileR16Q6 / 16 * static_cast<size_t>(n_cols / kQKK);
   if (pw->layout == PackLayout::plain) {
     pw->data = static_cast<const uint8_t *>(w);
     return pw;
@@ -392,16 +338,6 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
   pw->owned.reset(mem);
   pw->data = mem;
   const auto *src = static_cast<const uint8_t *>(w);
-  if (pw->layout == PackLayout::q6k_r16) {
-    const int64_t nb = n_cols / kQKK, n_tiles = n_rows / 16 * nb;
-    const size_t src_row = wtype_row_size(wtype, n_cols);
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
-      for (int64_t k = r.begin(); k < r.end(); ++k)
-        pack_tile_q6k_r16(src + static_cast<size_t>(k / nb) * 16 * src_row, src_row, k % nb,
-                          mem + static_cast<size_t>(k) * kTileR16Q6);
-    });
-    return pw;
-  }
   if (pw->layout == PackLayout::q4k_r16) {
     const int64_t nb = n_cols / kQKK, n_tiles = n_rows / 16 * nb;
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
@@ -499,36 +435,6 @@ void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcep
   }
 }
 
-void q6k_r16_rows_scalar(const PackedArgsR16Q6 &a, int64_t r0, int64_t r1) noexcept {
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t g = r / 16;
-    const int l = static_cast<int>(r % 16);
-    for (int64_t t = 0; t < a.n_tok; ++t) {
-      const ActQ8KO *x = a.x + t * a.n_blocks;
-      float acc = 0.0f;
-      for (int64_t i = 0; i < a.n_blocks; ++i) {
-        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * kTileR16Q6;
-        uint16_t dh;
-        std::memcpy(&dh, tile + 3328 + 2 * l, 2);
-        const float d = fp16_to_fp32(dh);
-        for (int s = 0; s < 16; ++s) {
-          int32_t sum = x[i].off[s];
-          for (int c = 0; c < 4; ++c)
-            for (int v = 0; v < 4; ++v) {
-              const int lo = (tile[192 * s + 64 * (c / 2) + 4 * l + v] >> (4 * (c % 2))) & 15;
-              const int hi = (tile[192 * s + 128 + 4 * l + v] >> (2 * c)) & 3;
-              sum += (lo | (hi << 4)) * x[i].qs[16 * s + 4 * c + v];
-            }
-          // As the AVX-512 kernel: (sum * (scale * d)) * xd added.
-          const float f = static_cast<float>(sum) * (static_cast<float>(static_cast<int8_t>(tile[3072 + 16 * s + l])) * d);
-          acc = std::fma(f, x[i].d, acc);
-        }
-      }
-      a.y[t * a.y_stride + r] = acc;
-    }
-  }
-}
-
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
@@ -594,21 +500,18 @@ PackedKernels packed_kernels(Isa isa) noexcept {
   if (isa == Isa::avx512) {
     k.q4k_x8 = q4k_x8_rows_avx512;
     k.q4k_r16 = q4k_r16_rows_avx512;
-    k.q6k_r16 = q6k_r16_rows_avx512;
     k.q40_x4 = q40_x4_rows_avx512;
     k.q6k_x16 = q6k_x16_rows_avx512;
     k.simd_prep = true;
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;
     k.q4k_r16 = q4k_r16_rows_scalar;
-    k.q6k_r16 = q6k_r16_rows_scalar;
     k.q40_x4 = q40_x4_rows_avx2;
     k.q6k_x16 = q6k_x16_rows_avx2;
     k.simd_prep = true;
   } else {
     k.q4k_x8 = q4k_x8_rows_scalar;
     k.q4k_r16 = q4k_r16_rows_scalar;
-    k.q6k_r16 = q6k_r16_rows_scalar;
     k.q40_x4 = q40_x4_rows_scalar;
     k.q6k_x16 = q6k_x16_rows_scalar;
   }
@@ -667,25 +570,6 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     a.x = xp.data();
     const auto fn = k.q40_x4;
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
-    return;
-  }
-  if (pw.layout == PackLayout::q6k_r16) {
-    PackedArgsR16Q6 a;
-    a.w = pw.data;
-    a.n_blocks = pw.cols / kQKK;
-    a.n_tok = n_tok;
-    a.y_stride = pw.rows;
-    a.y = y;
-    std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
-    std::vector<ActQ8KO> xo(q.size());
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-      else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-    }
-    act_to_q8ko(q.data(), xo.data(), static_cast<int64_t>(q.size()));
-    a.x = xo.data();
-    const auto fn = k.q6k_r16;
-    for_row_ranges<16>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
   }
   if (pw.layout == PackLayout::q4k_r16) {

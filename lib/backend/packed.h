@@ -51,15 +51,6 @@
 //    with no permutes, broadcasts of registers or horizontal sums; the float steps per group and
 //    token (a multiply by scale * d, exact, and two multiply-adds) serve sixteen rows at once.
 //    Activations stay in the file's order (ActQ8KS).
-//  q6k_r16 (Q6_K, rows a multiple of 16, for the AVX-512 kernels): sixteen interleaved rows as in
-//    q4k_r16. Tile (G, i) (3392 bytes: 16 super-blocks and 32 bytes of padding that keep every
-//    tile 64-byte aligned, at (G * n_blocks + i) * 3392): for group s = 0..15 (16 values with their
-//    own scale) bytes 192s + 64h + 4l + v (h = 0, 1) hold in the low nibble the low 4 bits of the
-//    value of row l at column 16s + 8h + v and in the high nibble those at 16s + 8h + 4 + v, and
-//    bits 2c, 2c + 1 of byte 192s + 128 + 4l + v the high 2 bits of the value at 16s + 4c + v;
-//    bytes 3072 + 16s + l hold scale(l, s) (int8), bytes 3328 + 2l the rows' d (fp16). Per group
-//    and token four vpdpbusd, started from -32 x the group's activation sum (ActQ8KO), give
-//    the sixteen rows' exact sums; one multiply by scale * d (exact) and one multiply-add.
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
@@ -78,7 +69,7 @@
 
 namespace specinfer {
 
-enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4, q6k_r16 = 5 };
+enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4 };
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
 // 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
@@ -92,14 +83,6 @@ struct alignas(32) ActQ8KP {
 struct alignas(32) ActQ8KS {
   int8_t qs[256];
   float xs[8];
-  float d;
-};
-
-// Q8_K activations for q6k_r16: qs in the file's order, off[s] = -32 x the sum of group s's
-// sixteen values (the Q6_K values' offset), d.
-struct alignas(32) ActQ8KO {
-  int8_t qs[256];
-  int32_t off[16];
   float d;
 };
 
@@ -177,10 +160,6 @@ void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint
 void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
 // ActQ8K -> ActQ8KS.
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
-// The same for q6k_r16 (Q6_K rows, tiles of 3392 bytes), and ActQ8K -> ActQ8KO.
-void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
-void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
-void act_to_q8ko(const ActQ8K *a, ActQ8KO *out, int64_t n_blocks) noexcept;
 
 // Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
 // each), y[t * y_stride + r].
@@ -218,15 +197,6 @@ struct PackedArgsR16 {
 };
 void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
-// The q6k_r16 kernels: the same with x pointing at ActQ8KO.
-struct PackedArgsR16Q6 {
-  const uint8_t *w = nullptr;
-  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
-  const ActQ8KO *x = nullptr;
-  float *y = nullptr;
-};
-void q6k_r16_rows_scalar(const PackedArgsR16Q6 &a, int64_t r0, int64_t r1) noexcept;
-void q6k_r16_rows_avx512(const PackedArgsR16Q6 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 // AVX-512 VL + VNNI: vpdpwssd applies the scales and adds (same bits as AVX2).
@@ -246,7 +216,6 @@ struct PackedKernels {
   void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
   void (*q6k_x16)(const PackedArgsQ6 &, int64_t, int64_t) noexcept = nullptr;
   void (*q4k_r16)(const PackedArgsR16 &, int64_t, int64_t) noexcept = nullptr;
-  void (*q6k_r16)(const PackedArgsR16Q6 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
 // The packed row kernels of isa (each set has all three).

@@ -35,7 +35,6 @@
 #define q40_x4_rows_avx512 q40_x4_rows_avx512_emulated
 #define q6k_x16_rows_avx512 q6k_x16_rows_avx512_emulated
 #define q4k_r16_rows_avx512 q4k_r16_rows_avx512_emulated
-#define q6k_r16_rows_avx512 q6k_r16_rows_avx512_emulated
 #else
 #include <immintrin.h>
 #endif
@@ -465,57 +464,6 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
 }
 
-// q6k_r16: the sixteen rows of group g for NT tokens from t0. Per super-block and group s (16
-// values): the rows' scales times d (exact), four registers of six-bit values from two nibble
-// lines and one line of high bits; per token four vpdpbusd started from the -32 offset's sum, then
-// (sum * scale * d) * xd added, as in q6k_r16_rows_scalar (same bits).
-template <int NT>
-void q6k_r16_tile(const PackedArgsR16Q6 &a, int64_t g, int64_t t0) {
-  constexpr size_t kTile = 3392;
-  const ActQ8KO *x = a.x + t0 * a.n_blocks;
-  const int64_t nb = a.n_blocks;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  __m512 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
-    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kTile, kTile);
-    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + 3328)));
-#pragma GCC unroll 16
-    for (int s = 0; s < 16; ++s) {
-      const __m512 w = _mm512_mul_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i *>(tile + 3072 + 16 * s)))), dv);
-      const __m512i qa = _mm512_load_si512(tile + 192 * s), qb = _mm512_load_si512(tile + 192 * s + 64);
-      const __m512i qh = _mm512_load_si512(tile + 192 * s + 128);
-      const __m512i v0 = _mm512_or_si512(_mm512_and_si512(qa, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
-      const __m512i v1 =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30));
-      const __m512i v2 = _mm512_or_si512(_mm512_and_si512(qb, m4), _mm512_and_si512(qh, m30));
-      const __m512i v3 =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30));
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        const ActQ8KO &xb = x[t * nb + i];
-        // Four activation bytes to every lane (a load with broadcast; through a general register
-        // it would also take a shuffle).
-        int32_t x0, x1, x2, x3;
-        std::memcpy(&x0, xb.qs + 16 * s, 4);
-        std::memcpy(&x1, xb.qs + 16 * s + 4, 4);
-        std::memcpy(&x2, xb.qs + 16 * s + 8, 4);
-        std::memcpy(&x3, xb.qs + 16 * s + 12, 4);
-        __m512i s0 = _mm512_set1_epi32(xb.off[s]), s1 = _mm512_setzero_si512();
-        s0 = _mm512_dpbusd_epi32(s0, v0, _mm512_set1_epi32(x0));
-        s1 = _mm512_dpbusd_epi32(s1, v1, _mm512_set1_epi32(x1));
-        s0 = _mm512_dpbusd_epi32(s0, v2, _mm512_set1_epi32(x2));
-        s1 = _mm512_dpbusd_epi32(s1, v3, _mm512_set1_epi32(x3));
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w);
-        acc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(xb.d), acc[t]);
-      }
-    }
-  }
-  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
-}
-
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most kTile
 // (7 tokens with kTile 5: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer,
 // rows inner, as in the AVX2 kernels. In the row-pair kernels five tokens for two row pairs (sums
@@ -572,12 +520,6 @@ void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept 
 void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
     for (int64_t g = r0 / 16; g < r1 / 16; ++g) q4k_r16_tile<decltype(nt)::value>(a, g, t0);
-  });
-}
-
-void q6k_r16_rows_avx512(const PackedArgsR16Q6 &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
-    for (int64_t g = r0 / 16; g < r1 / 16; ++g) q6k_r16_tile<decltype(nt)::value>(a, g, t0);
   });
 }
 
