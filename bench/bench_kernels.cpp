@@ -6,6 +6,7 @@
 //                   --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -288,6 +289,60 @@ BENCHMARK(BM_MatmulStream)
     ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {8960}, {1536}, {1, 5}})
     // The re-quantized 0.5B draft (q40_x4), one token: q/o, gate/up.
     ->ArgsProduct({{SPECINFER_WTYPE_Q4_0}, {896, 4864}, {896}, {1}})
+    ->ArgNames({"type", "rows", "cols", "tok"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The AVX-512 kernels on Q4_K's two layouts, weights streamed from memory: q4k_x8 (row pairs; what
+// an AVX2 machine packs) and q4k_r16 (sixteen interleaved rows; what an AVX-512 one packs),
+// alternated every iteration so that both see the same memory bandwidth (on a shared machine it
+// swings by half from one minute to the next). Counters: median microseconds of each and their
+// ratio (r16 / pairs).
+void BM_LayoutAB(benchmark::State &state) {
+  if (!isa_available(Isa::avx512)) {
+    state.SkipWithError("needs AVX-512");
+    return;
+  }
+  const auto wtype = static_cast<int32_t>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n_tok = state.range(3);
+  const Weights &w = weights(wtype, rows, cols);
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<std::unique_ptr<PackedWeight>> pairs, r16;
+  for (size_t b = 0; b < (size_t{160} << 20); b += w.data.size()) data.push_back(w.data);
+  for (auto &d : data) {
+    pairs.push_back(pack_weight_for(Isa::avx2, wtype, d.data(), rows, cols));
+    r16.push_back(pack_weight_for(Isa::avx512, wtype, d.data(), rows, cols));
+  }
+  std::vector<float> x(static_cast<size_t>(n_tok * cols)), y(static_cast<size_t>(n_tok * rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto &v : x) v = nd(rng);
+  std::vector<double> ta, tb;
+  size_t k = 0;
+  const auto time = [&](const PackedWeight &pw) {
+    const auto t0 = std::chrono::steady_clock::now();
+    arena().execute([&] { matmul_packed_with(Isa::avx512, pw, x.data(), n_tok, y.data()); });
+    benchmark::DoNotOptimize(y.data());
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    ta.push_back(time(*pairs[k % pairs.size()]));
+    tb.push_back(time(*r16[k % r16.size()]));
+    ++k;
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["pairs_us"] = median(ta);
+  state.counters["r16_us"] = median(tb);
+  state.counters["ratio"] = median(tb) / median(ta);
+  state.SetLabel(std::string(wtype_name(wtype)) + " " + std::to_string(static_cast<int>(pairs[0]->layout)) + " vs " +
+                 std::to_string(static_cast<int>(r16[0]->layout)));
+}
+BENCHMARK(BM_LayoutAB)
+    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K}, {1536, 8960}, {1536}, {1, 5, 8, 16}})
+    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K}, {1536}, {8960}, {1, 5, 8, 16}})
     ->ArgNames({"type", "rows", "cols", "tok"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
