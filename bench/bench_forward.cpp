@@ -10,6 +10,8 @@
 // benchmark is skipped.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <sys/stat.h>
@@ -119,6 +121,45 @@ void BM_Forward(benchmark::State &state) {
   state.SetLabel(m.info.name ? m.info.name : "");
 }
 BENCHMARK(BM_Forward)->DenseRange(1, 8)->Arg(16)->ArgName("tok")
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The verify curve as a ratio: one forward of n tokens and one of a single token, alternated every
+// iteration so that both see the same memory bandwidth (on a shared machine it swings by half
+// within minutes, more than the differences measured here). Counters: median milliseconds of each
+// and their ratio (issue goal: at most 1.3 for 5 tokens).
+void BM_VerifyRatio(benchmark::State &state) {
+  Model &m = model();
+  if (!m.target) {
+    state.SkipWithError(m.error.c_str());
+    return;
+  }
+  auto *t = static_cast<specinfer::TargetObject *>(m.target);
+  const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
+  std::vector<float> logits;
+  t->kv_truncate(0);
+  forward(m, 0, ctx, 1, logits);
+  std::vector<double> one, many;
+  const auto time = [&](int32_t k) {
+    t->kv_truncate(ctx);
+    const auto t0 = std::chrono::steady_clock::now();
+    forward(m, ctx, k, k, logits);
+    benchmark::DoNotOptimize(logits.data());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    one.push_back(time(1));
+    many.push_back(time(n));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["one_ms"] = median(one);
+  state.counters["n_ms"] = median(many);
+  state.counters["ratio"] = median(many) / median(one);
+  state.SetLabel(m.info.name ? m.info.name : "");
+}
+BENCHMARK(BM_VerifyRatio)->Arg(2)->Arg(4)->Arg(5)->Arg(8)->ArgName("tok")->MinTime(3.0)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Prefill: 512 tokens from an empty cache, logits for the last one.

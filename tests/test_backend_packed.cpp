@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <tbb/parallel_for.h>
+
 #include "backend/kernel_table.h"
 #include "backend/matmul.h"
 #include "backend/packed.h"
@@ -280,6 +282,27 @@ void test_packed_batch_invariance(void **) {
   }
 }
 
+// Matmuls called from parallel work (a caller's threads each running a model, or one waiting in
+// its matmul and picking up another's): each call's activation buffers stay its own.
+void test_packed_nested_calls(void **) {
+  std::mt19937 rng(17);
+  const int64_t n_rows = 512, n_cols = 1536, n_tok = 5, n_calls = 16;
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0}) {
+    const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
+    auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
+    std::vector<std::vector<float>> xs, want(n_calls), got(n_calls);
+    for (int64_t c = 0; c < n_calls; ++c) {
+      xs.push_back(activations(n_tok, n_cols, rng, false));
+      want[c].resize(static_cast<size_t>(n_tok * n_rows));
+      matmul_packed(*pw, xs[c].data(), n_tok, want[c].data());
+      got[c].assign(want[c].size(), NAN);
+    }
+    tbb::parallel_for(int64_t{0}, n_calls, [&](int64_t c) { matmul_packed(*pw, xs[c].data(), n_tok, got[c].data()); });
+    for (int64_t c = 0; c < n_calls; ++c)
+      assert_memory_equal(got[c].data(), want[c].data(), want[c].size() * sizeof(float));
+  }
+}
+
 // Types without a packed layout run the plain kernels on the caller's weights: same bits.
 void test_plain_layout(void **) {
   std::mt19937 rng(5);
@@ -333,6 +356,7 @@ int main() {
       cmocka_unit_test(test_repack_is_lossless),
       cmocka_unit_test(test_packed_matches_reference),
       cmocka_unit_test(test_packed_batch_invariance),
+      cmocka_unit_test(test_packed_nested_calls),
       cmocka_unit_test(test_plain_layout),
       cmocka_unit_test(test_kernel_table_packed),
   };

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <tuple>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -520,6 +522,42 @@ PackedKernels packed_kernels(Isa isa) noexcept {
 
 namespace {
 
+// Activation buffers for one matmul: the calling thread's, kept between calls (no allocation or
+// zeroing per matmul; a verification pass runs about 200), or fresh ones when that thread is
+// already inside a matmul (it can run another's task while it waits for its own, if callers nest
+// parallel work). Workers read the buffers while the caller waits, so they outlive their use.
+class ActBuffers {
+ public:
+  ActBuffers() : reuse_(!busy()) { busy() = busy() || reuse_; }
+  ~ActBuffers() {
+    if (reuse_) busy() = false;
+  }
+  ActBuffers(const ActBuffers &) = delete;
+  ActBuffers &operator=(const ActBuffers &) = delete;
+  // n elements of T; k separates the buffers of one call.
+  template <class T, int k>
+  T *get(size_t n) {
+    if (!reuse_) {
+      auto &own = std::get<k>(own_);
+      own.resize(n * sizeof(T) + alignof(T));
+      void *p = own.data();
+      size_t space = own.size();
+      return static_cast<T *>(std::align(alignof(T), n * sizeof(T), p, space));
+    }
+    thread_local std::vector<T> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+  }
+
+ private:
+  static bool &busy() {
+    thread_local bool b = false;
+    return b;
+  }
+  bool reuse_;
+  std::tuple<std::vector<uint8_t>, std::vector<uint8_t>> own_;
+};
+
 // The layouts over Q8_K activations (q4k_x8, q6k_x16): quantizes every token to Q8_K, permutes
 // the blocks into the layout's order (Act, by prep) and runs fn over the rows.
 template <class Args, class Act>
@@ -533,14 +571,16 @@ void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n
   a.n_tok = n_tok;
   a.y_stride = pw.rows;
   a.y = y;
-  std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
-  std::vector<Act> xp(q.size());
+  const auto n = static_cast<size_t>(n_tok * a.n_blocks);
+  ActBuffers buffers;
+  ActQ8K *q = buffers.get<ActQ8K, 0>(n);
+  Act *xp = buffers.get<Act, 1>(n);
   for (int64_t t = 0; t < n_tok; ++t) {
-    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-    else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
+    else quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
   }
-  prep(q.data(), xp.data(), static_cast<int64_t>(q.size()));
-  a.x = xp.data();
+  prep(q, xp, static_cast<int64_t>(n));
+  a.x = xp;
   for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
@@ -560,14 +600,16 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     a.n_tok = n_tok;
     a.y_stride = pw.rows;
     a.y = y;
-    std::vector<ActQ8> q(static_cast<size_t>(n_tok * a.n_blocks * 4));
-    std::vector<ActQ8X4> xp(static_cast<size_t>(n_tok * a.n_blocks));
+    const auto n = static_cast<size_t>(n_tok * a.n_blocks);
+    ActBuffers buffers;
+    ActQ8 *q = buffers.get<ActQ8, 0>(4 * n);
+    ActQ8X4 *xp = buffers.get<ActQ8X4, 1>(n);
     for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8_avx2(x + t * pw.cols, q.data() + t * a.n_blocks * 4, pw.cols);
-      else quantize_act_q8(x + t * pw.cols, q.data() + t * a.n_blocks * 4, pw.cols);
+      if (simd) quantize_act_q8_avx2(x + t * pw.cols, q + t * a.n_blocks * 4, pw.cols);
+      else quantize_act_q8(x + t * pw.cols, q + t * a.n_blocks * 4, pw.cols);
     }
-    act_to_q8x4(q.data(), xp.data(), static_cast<int64_t>(xp.size()));
-    a.x = xp.data();
+    act_to_q8x4(q, xp, static_cast<int64_t>(n));
+    a.x = xp;
     const auto fn = k.q40_x4;
     for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
@@ -579,14 +621,16 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     a.n_tok = n_tok;
     a.y_stride = pw.rows;
     a.y = y;
-    std::vector<ActQ8K> q(static_cast<size_t>(n_tok * a.n_blocks));
-    std::vector<ActQ8KS> xs(q.size());
+    const auto n = static_cast<size_t>(n_tok * a.n_blocks);
+    ActBuffers buffers;
+    ActQ8K *q = buffers.get<ActQ8K, 0>(n);
+    ActQ8KS *xs = buffers.get<ActQ8KS, 1>(n);
     for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
-      else quantize_act_q8k(x + t * pw.cols, q.data() + t * a.n_blocks, pw.cols);
+      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
+      else quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
     }
-    act_to_q8ks(q.data(), xs.data(), static_cast<int64_t>(q.size()));
-    a.x = xs.data();
+    act_to_q8ks(q, xs, static_cast<int64_t>(n));
+    a.x = xs;
     const auto fn = k.q4k_r16;
     for_row_ranges<16>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
     return;
