@@ -9,11 +9,12 @@
 //
 // The row kernels run four rows at a time on 512-bit registers (*_tile_pairs): two rows side by
 // side in a register, the activations broadcast to both halves, each activation register used for
-// two such pairs. On the Zen 5 machine of the twelfth session a 512-bit vpdpbusd issues at half
-// the rate of a 256-bit one, so the gain is not wider arithmetic but fewer loads and float steps
-// per row: a 256-bit kernel loads every activation again for every row, which at 5 tokens and
-// 8960 columns (56 KB of activations) means from L2. for_row_ranges hands out whole groups of
-// four rows; a range's last one to three rows run in pairs or alone (the 256-bit *_tile).
+// two such pairs: fewer loads and float steps per row than a 256-bit kernel, which loads every
+// activation again for every row (at 5 tokens and 8960 columns, 56 KB of activations, from L2).
+// (On the Zen 5 machine of sessions 12-13 vpdpbusd issues twice per cycle on 512-bit registers as
+// on 256-bit ones.) for_row_ranges hands out whole groups of four rows; a range's last one to
+// three rows run in pairs or alone (the 256-bit *_tile). Q4_K matrices with rows a multiple of 16
+// use q4k_r16 instead (q4k_r16_tile: a lane per row, sixteen rows per register).
 //
 // Tests run these kernels natively where the CPU has the extensions and, everywhere, compiled
 // over software intrinsics (SIMDe, tests/support/avx512_emulation.h, under the names
