@@ -99,18 +99,25 @@ void forward(Model &m, int32_t pos0, int32_t n, int32_t n_logits, std::vector<fl
   static_cast<specinfer::TargetObject *>(m.target)->forward(b);
 }
 
+// The target with ctx tokens in its cache, or NULL (the benchmark skipped) without the model.
+specinfer::TargetObject *with_context(benchmark::State &state, Model &m, int32_t ctx, std::vector<float> &logits) {
+  if (!m.target) {
+    state.SkipWithError(m.error.c_str());
+    return nullptr;
+  }
+  auto *t = static_cast<specinfer::TargetObject *>(m.target);
+  t->kv_truncate(0);
+  forward(m, 0, ctx, 1, logits);
+  return t;
+}
+
 // n tokens after a cached context of 64, logits for all n (a verification pass).
 void BM_Forward(benchmark::State &state) {
   Model &m = model();
-  if (!m.target) {
-    state.SkipWithError(m.error.c_str());
-    return;
-  }
-  auto *t = static_cast<specinfer::TargetObject *>(m.target);
   const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
   std::vector<float> logits;
-  t->kv_truncate(0);
-  forward(m, 0, ctx, 1, logits);
+  specinfer::TargetObject *t = with_context(state, m, ctx, logits);
+  if (!t) return;
   for (auto _ : state) {
     t->kv_truncate(ctx);
     forward(m, ctx, n, n, logits);
@@ -129,15 +136,10 @@ BENCHMARK(BM_Forward)->DenseRange(1, 8)->Arg(16)->ArgName("tok")
 // and their ratio (issue goal: at most 1.3 for 5 tokens).
 void BM_VerifyRatio(benchmark::State &state) {
   Model &m = model();
-  if (!m.target) {
-    state.SkipWithError(m.error.c_str());
-    return;
-  }
-  auto *t = static_cast<specinfer::TargetObject *>(m.target);
   const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
   std::vector<float> logits;
-  t->kv_truncate(0);
-  forward(m, 0, ctx, 1, logits);
+  specinfer::TargetObject *t = with_context(state, m, ctx, logits);
+  if (!t) return;
   std::vector<double> one, many;
   const auto time = [&](int32_t k) {
     t->kv_truncate(ctx);

@@ -558,9 +558,10 @@ class ActBuffers {
   std::tuple<std::vector<uint8_t>, std::vector<uint8_t>> own_;
 };
 
-// The layouts over Q8_K activations (q4k_x8, q6k_x16): quantizes every token to Q8_K, permutes
-// the blocks into the layout's order (Act, by prep) and runs fn over the rows.
-template <class Args, class Act>
+// The layouts over Q8_K activations (q4k_x8, q6k_x16, q4k_r16): quantizes every token to Q8_K,
+// permutes the blocks into the layout's order (Act, by prep) and runs fn over the rows, in whole
+// groups of kUnit.
+template <class Args, class Act, int64_t kUnit = 4>
 void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n_tok, float *y,
                     void (*prep)(const ActQ8K *, Act *, int64_t) noexcept,
                     void (*fn)(const Args &, int64_t, int64_t) noexcept) {
@@ -581,7 +582,7 @@ void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n
   }
   prep(q, xp, static_cast<int64_t>(n));
   a.x = xp;
-  for_row_ranges(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+  for_row_ranges<kUnit>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
 }  // namespace
@@ -615,24 +616,7 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     return;
   }
   if (pw.layout == PackLayout::q4k_r16) {
-    PackedArgsR16 a;
-    a.w = pw.data;
-    a.n_blocks = pw.cols / kQKK;
-    a.n_tok = n_tok;
-    a.y_stride = pw.rows;
-    a.y = y;
-    const auto n = static_cast<size_t>(n_tok * a.n_blocks);
-    ActBuffers buffers;
-    ActQ8K *q = buffers.get<ActQ8K, 0>(n);
-    ActQ8KS *xs = buffers.get<ActQ8KS, 1>(n);
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
-      else quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
-    }
-    act_to_q8ks(q, xs, static_cast<int64_t>(n));
-    a.x = xs;
-    const auto fn = k.q4k_r16;
-    for_row_ranges<16>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
+    run_q8k_layout<PackedArgsR16, ActQ8KS, 16>(pw, simd, x, n_tok, y, act_to_q8ks, k.q4k_r16);
     return;
   }
   if (pw.layout == PackLayout::q6k_x16)

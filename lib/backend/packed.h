@@ -191,6 +191,7 @@ struct PackedArgsQ6 {
 // whole groups of sixteen.
 struct PackedArgsR16 {
   const uint8_t *w = nullptr;
+  size_t row_bytes = 0;  // per row on average (144 per super-block; tiles hold sixteen rows)
   int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
   const ActQ8KS *x = nullptr;
   float *y = nullptr;
