@@ -219,7 +219,7 @@ struct PackedKernels {
   void (*q4k_r16)(const PackedArgsR16 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
-// The packed row kernels of isa (each set has all three).
+// The packed row kernels of isa (one for every layout in each set).
 PackedKernels packed_kernels(Isa isa) noexcept;
 // matmul_packed_with for a packed (not plain) layout with explicit row kernels (tests: the
 // emulated AVX-512 kernels). Throws like matmul.
