@@ -303,6 +303,38 @@ void test_packed_nested_calls(void **) {
   }
 }
 
+// A matmul started on a thread that is inside another (here: from the outer one's row kernel)
+// gets its own activation buffers: the outer result stays right.
+struct Nested {
+  const PackedWeight *pw = nullptr;
+  const float *x = nullptr;
+  float *y = nullptr;
+  int64_t n_tok = 0;
+};
+Nested g_nested;
+void nested_rows(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
+  if (g_nested.pw) matmul_packed_with(Isa::scalar, *g_nested.pw, g_nested.x, g_nested.n_tok, g_nested.y);
+  q4k_x8_rows_scalar(a, r0, r1);
+}
+
+void test_packed_call_inside_call(void **) {
+  std::mt19937 rng(23);
+  const int64_t n_rows = 8, n_cols = 1536, n_tok = 3;
+  const std::vector<uint8_t> w = weights(SPECINFER_WTYPE_Q4_K, n_rows, n_cols, rng, false);
+  auto pw = pack_weight_for(Isa::avx2, SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
+  const std::vector<float> x = activations(n_tok, n_cols, rng, false), x2 = activations(n_tok, n_cols, rng, false);
+  std::vector<float> want(static_cast<size_t>(n_tok * n_rows)), want2(want.size()), got(want.size()), got2(want.size());
+  matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, want.data());
+  matmul_packed_with(Isa::scalar, *pw, x2.data(), n_tok, want2.data());
+  PackedKernels k = packed_kernels(Isa::scalar);
+  k.q4k_x8 = nested_rows;
+  g_nested = {pw.get(), x2.data(), got2.data(), n_tok};
+  matmul_packed_kernels(k, *pw, x.data(), n_tok, got.data());  // 8 rows: one range, this thread
+  g_nested = {};
+  assert_memory_equal(got.data(), want.data(), want.size() * sizeof(float));
+  assert_memory_equal(got2.data(), want2.data(), want2.size() * sizeof(float));
+}
+
 // Types without a packed layout run the plain kernels on the caller's weights: same bits.
 void test_plain_layout(void **) {
   std::mt19937 rng(5);
@@ -357,6 +389,7 @@ int main() {
       cmocka_unit_test(test_packed_matches_reference),
       cmocka_unit_test(test_packed_batch_invariance),
       cmocka_unit_test(test_packed_nested_calls),
+      cmocka_unit_test(test_packed_call_inside_call),
       cmocka_unit_test(test_plain_layout),
       cmocka_unit_test(test_kernel_table_packed),
   };
