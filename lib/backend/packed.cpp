@@ -238,19 +238,27 @@ void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept {
   }
 }
 
+namespace {
+
+// xs[s] = d x the sum of group s's 32 values (ActQ8KP, ActQ8KS).
+void group32_sums(const ActQ8K &a, float *xs) {
+  for (int s = 0; s < 8; ++s) xs[s] = a.d * static_cast<float>(a.bsums[2 * s] + a.bsums[2 * s + 1]);
+}
+
+}  // namespace
+
 void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int k = 0; k < 8; ++k)
       for (int s = 0; s < 8; ++s) std::memcpy(out[b].qs + 32 * k + 4 * s, a[b].qs + 32 * s + 4 * k, 4);
-    for (int s = 0; s < 8; ++s)
-      out[b].xs[s] = a[b].d * static_cast<float>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    group32_sums(a[b], out[b].xs);
     out[b].d = a[b].d;
   }
 }
 
 namespace {
 
-constexpr size_t kTileR16 = 16 * sizeof(BlockQ4_K);
+static_assert(kR16Tile == 16 * sizeof(BlockQ4_K), "a q4k_r16 tile holds sixteen super-blocks");
 
 // Byte and nibble shift of value v (0..255) in a Q4_K block's 128 quant bytes (the file's order:
 // group s = v / 32 in byte 32 (s / 2) + v % 32, low nibble for even s).
@@ -263,47 +271,41 @@ inline void q4k_file_pos(int v, int *byte, int *shift) {
 }  // namespace
 
 void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept {
-  std::memset(tile, 0, kTileR16);
+  std::memset(tile, 0, kR16Tile);
   for (int l = 0; l < 16; ++l) {
     const uint8_t *blk = src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
-    for (int v = 0; v < 256; ++v) {
+    for (int c = 0; c < 256; ++c) {
       int byte, shift;
-      q4k_file_pos(v, &byte, &shift);
+      q4k_file_pos(c, &byte, &shift);
       const int q = (blk[16 + byte] >> shift) & 15;
-      const int sg = v / 32, c = v % 32;  // column 32s + 8q' + 4h + j
-      const int qq = c / 8, h = (c % 8) / 4, j = c % 4;
-      tile[256 * sg + 64 * qq + 4 * l + j] = static_cast<uint8_t>(tile[256 * sg + 64 * qq + 4 * l + j] | (q << (4 * h)));
+      uint8_t &t = tile[r16_nibble_byte(l, c)];
+      t = static_cast<uint8_t>(t | (q << (4 * ((c / 4) % 2))));
     }
     for (int sg = 0; sg < 8; ++sg) {
       uint8_t sc, mn;
       kquant_scale_min(sg, blk + 4, &sc, &mn);
-      tile[2048 + 16 * sg + l] = static_cast<uint8_t>(sc | ((mn & 3) << 6));
-      tile[2176 + 16 * (sg / 2) + l] = static_cast<uint8_t>(tile[2176 + 16 * (sg / 2) + l] | ((mn >> 2) << (4 * (sg & 1))));
+      tile[kR16Scales + 16 * sg + l] = static_cast<uint8_t>(sc | ((mn & 3) << 6));
+      uint8_t &h = tile[kR16MinHigh + 16 * (sg / 2) + l];
+      h = static_cast<uint8_t>(h | ((mn >> 2) << (4 * (sg & 1))));
     }
-    std::memcpy(tile + 2240 + 2 * l, blk, 2);
-    std::memcpy(tile + 2272 + 2 * l, blk + 2, 2);
+    std::memcpy(tile + kR16D + 2 * l, blk, 2);
+    std::memcpy(tile + kR16Dmin + 2 * l, blk + 2, 2);
   }
 }
 
 void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept {
   for (int l = 0; l < 16; ++l) {
     uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
-    std::memcpy(blk, tile + 2240 + 2 * l, 2);
-    std::memcpy(blk + 2, tile + 2272 + 2 * l, 2);
+    std::memcpy(blk, tile + kR16D + 2 * l, 2);
+    std::memcpy(blk + 2, tile + kR16Dmin + 2 * l, 2);
     uint8_t sc[8], mn[8];
-    for (int sg = 0; sg < 8; ++sg) {
-      const uint8_t e = tile[2048 + 16 * sg + l];
-      sc[sg] = static_cast<uint8_t>(e & 63);
-      mn[sg] = static_cast<uint8_t>((e >> 6) | (((tile[2176 + 16 * (sg / 2) + l] >> (4 * (sg & 1))) & 15) << 2));
-    }
+    for (int sg = 0; sg < 8; ++sg) r16_scale_min(tile, l, sg, &sc[sg], &mn[sg]);
     kquant_encode_scales(sc, mn, blk + 4);
     std::memset(blk + 16, 0, 128);
-    for (int v = 0; v < 256; ++v) {
-      const int sg = v / 32, c = v % 32;
-      const int qq = c / 8, h = (c % 8) / 4, j = c % 4;
-      const int q = (tile[256 * sg + 64 * qq + 4 * l + j] >> (4 * h)) & 15;
+    for (int c = 0; c < 256; ++c) {
+      const int q = (tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15;
       int byte, shift;
-      q4k_file_pos(v, &byte, &shift);
+      q4k_file_pos(c, &byte, &shift);
       blk[16 + byte] = static_cast<uint8_t>(blk[16 + byte] | (q << shift));
     }
   }
@@ -312,8 +314,7 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     std::memcpy(out[b].qs, a[b].qs, 256);
-    for (int s = 0; s < 8; ++s)
-      out[b].xs[s] = a[b].d * static_cast<float>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    group32_sums(a[b], out[b].xs);
     out[b].d = a[b].d;
   }
 }
@@ -345,7 +346,7 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
       for (int64_t k = r.begin(); k < r.end(); ++k)
         pack_tile_q4k_r16(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes, k % nb,
-                          mem + static_cast<size_t>(k) * kTileR16);
+                          mem + static_cast<size_t>(k) * kR16Tile);
     });
     return pw;
   }
@@ -412,20 +413,17 @@ void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcep
       const ActQ8KS *x = a.x + t * a.n_blocks;
       float acc = 0.0f;
       for (int64_t i = 0; i < a.n_blocks; ++i) {
-        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * kTileR16;
+        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * kR16Tile;
         uint16_t dh, dmh;
-        std::memcpy(&dh, tile + 2240 + 2 * l, 2);
-        std::memcpy(&dmh, tile + 2272 + 2 * l, 2);
+        std::memcpy(&dh, tile + kR16D + 2 * l, 2);
+        std::memcpy(&dmh, tile + kR16Dmin + 2 * l, 2);
         const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
         for (int s = 0; s < 8; ++s) {
-          const uint8_t e = tile[2048 + 16 * s + l];
-          const int sc = e & 63, mn = (e >> 6) | (((tile[2176 + 16 * (s / 2) + l] >> (4 * (s & 1))) & 15) << 2);
+          uint8_t sc, mn;
+          r16_scale_min(tile, l, s, &sc, &mn);
           int32_t sum = 0;
-          for (int q = 0; q < 4; ++q)
-            for (int v = 0; v < 4; ++v) {
-              const int b = tile[256 * s + 64 * q + 4 * l + v];
-              sum += (b & 15) * x[i].qs[32 * s + 8 * q + v] + (b >> 4) * x[i].qs[32 * s + 8 * q + 4 + v];
-            }
+          for (int c = 32 * s; c < 32 * s + 32; ++c)
+            sum += ((tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15) * x[i].qs[c];
           // As the AVX-512 kernel: (sum * (scale * d)) * xd added, then min * dmin * xs taken off.
           const float f = static_cast<float>(sum) * (static_cast<float>(sc) * d);
           acc = std::fma(f, x[i].d, acc);

@@ -132,6 +132,17 @@ void matmul_packed(const PackedWeight &pw, const float *x, int64_t n_tok, float 
 // The same with an explicit instruction set (tests, benchmarks).
 void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
 
+// Offsets in a q4k_r16 tile (see the layout above), its size, and where row l's nibble of column
+// c (0..255) lies: byte r16_nibble_byte(l, c), shift 4 * ((c / 4) % 2).
+constexpr size_t kR16Scales = 2048, kR16MinHigh = 2176, kR16D = 2240, kR16Dmin = 2272, kR16Tile = 2304;
+inline int r16_nibble_byte(int l, int c) noexcept { return 256 * (c / 32) + 64 * ((c % 32) / 8) + 4 * l + c % 4; }
+// Scale and min of row l, group s (0..7) in a q4k_r16 tile.
+inline void r16_scale_min(const uint8_t *tile, int l, int s, uint8_t *sc, uint8_t *mn) noexcept {
+  const uint8_t e = tile[kR16Scales + 16 * s + l];
+  *sc = static_cast<uint8_t>(e & 63);
+  *mn = static_cast<uint8_t>((e >> 6) | (((tile[kR16MinHigh + 16 * (s / 2) + l] >> (4 * (s & 1))) & 15) << 2));
+}
+
 // Scale and min of group s (0..7) from the 12 q4k_x8 scale bytes e (see the layout above).
 inline void x8_scale_min(int s, const uint8_t *e, uint8_t *sc, uint8_t *mn) noexcept {
   *sc = static_cast<uint8_t>(e[s] & 63);

@@ -42,6 +42,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "backend/packed.h"
 
 // Full unrolling of the q4k_r16 loops (the compiler left them rolled, with register copies between
 // iterations). Not in the emulated build: over software intrinsics it only multiplies compile time
@@ -52,9 +55,6 @@
 #define SPECINFER_PRAGMA(x) _Pragma(#x)
 #define SPECINFER_UNROLL(n) SPECINFER_PRAGMA(GCC unroll n)
 #endif
-#include <type_traits>
-
-#include "backend/packed.h"
 
 namespace specinfer {
 
@@ -419,15 +419,16 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
   store_group(acc, a.y, a.y_stride, t0, r);
 }
 
+constexpr size_t kAheadTiles = 2;
+
 // q4k_r16: the sixteen rows of group g (lane l = row 16g + l) for NT tokens from t0. Per
 // super-block and group s: the sixteen rows' scales and mins times d and dmin (exact), the four
 // 64-byte registers of nibbles as eight of values; per token eight vpdpbusd, each with four
 // activation bytes broadcast to all lanes, in two chains; then (sum * scale * d) * xd added and
-// min * dmin * xs taken off, as in q4k_r16_rows_scalar (same bits).
-constexpr size_t kAheadTiles = 2;
+// min * dmin * xs taken off, as in q4k_r16_rows_scalar (same bits). Each tile prefetches the one
+// kAheadTiles after it (a group's tiles are contiguous).
 template <int NT>
 void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
-  constexpr size_t kTile = 16 * sizeof(BlockQ4_K);
   const ActQ8KS *x = a.x + t0 * a.n_blocks;
   const int64_t nb = a.n_blocks;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -435,14 +436,14 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
-    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kTile, kTile);
-    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + 2240)));
-    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + 2272)));
+    const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kR16Tile;
+    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kR16Tile, kR16Tile);
+    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
+    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
 SPECINFER_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
-      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + 2048 + 16 * s));
-      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + 2176 + 16 * (s / 2)));
+      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
+      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * (s / 2)));
       const __m128i mhs = (s & 1) ? _mm_and_si128(_mm_srli_epi16(mh, 4), m0f) : _mm_and_si128(mh, m0f);
       const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhs, 2));
       const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f))), dv);
