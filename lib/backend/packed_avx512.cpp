@@ -120,24 +120,33 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
-// Prefetches [p, p + bytes), a line at a time. The row-group kernels read their rows side by side,
-// a pattern the hardware prefetchers do not follow (weights streamed from memory ran 2-3x slower
-// than in cache without it): each group fetches the rows of the group kAheadGroups after it,
-// spread over its own super-blocks (1, 2 and 4 measured; 2 was best with two threads).
+// Prefetches [p, p + bytes), a line at a time, into L1 (prefetch_lines) or L2 (prefetch_lines_l2).
+// The row-group kernels read their rows side by side, a pattern the hardware prefetchers do not
+// follow (weights streamed from memory ran 2-3x slower than in cache without it): each group
+// fetches the rows of the group kAheadGroups after it into L1, spread over its own super-blocks
+// (1, 2 and 4 measured; 2 was best with two threads), and those of the group kFarGroups after it
+// into L2. The L1 prefetches alone keep too few lines in flight: a core has few L1 miss buffers
+// and memory latency is long, and prefetching further ahead into L1 gained nothing (4 and 8 groups
+// or tiles), while the far L2 prefetches made the 1.5B's one-token forward 15-18% faster on a Xeon
+// with AMX (docs/BENCHMARKS.md, fourteenth session).
 // The last groups prefetch past the matrix: a prefetch never faults, and the address is formed as
 // an integer so that no out-of-bounds pointer arises.
-constexpr size_t kAheadGroups = 2;
+constexpr size_t kAheadGroups = 2, kFarGroups = 4;
 inline void prefetch_lines(uintptr_t p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
 }
+inline void prefetch_lines_l2(uintptr_t p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T1);
+}
 
 // Super-block i (block_bytes each) of the 2 * NP rows from row0 into blk, after prefetching the
-// matching part of the group kAheadGroups ahead.
+// matching parts of the groups kAheadGroups (to L1) and kFarGroups (to L2) ahead.
 template <int NP>
 inline void group_blocks(const uint8_t *row0, size_t row_bytes, size_t block_bytes, int64_t i, const uint8_t **blk) {
-  const size_t chunk = 2 * NP * block_bytes;
-  prefetch_lines(reinterpret_cast<uintptr_t>(row0) + kAheadGroups * 2 * NP * row_bytes + static_cast<size_t>(i) * chunk,
-                 chunk);
+  const size_t chunk = 2 * NP * block_bytes, group = 2 * NP * row_bytes;
+  const uintptr_t part = reinterpret_cast<uintptr_t>(row0) + static_cast<size_t>(i) * chunk;
+  prefetch_lines(part + kAheadGroups * group, chunk);
+  prefetch_lines_l2(part + kFarGroups * group, chunk);
   for (int h = 0; h < 2 * NP; ++h)
     blk[h] = row0 + static_cast<size_t>(h) * row_bytes + static_cast<size_t>(i) * block_bytes;
 }
@@ -419,14 +428,14 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
   store_group(acc, a.y, a.y_stride, t0, r);
 }
 
-constexpr size_t kAheadTiles = 2;
+constexpr size_t kAheadTiles = 2, kFarTiles = 4;  // as kAheadGroups and kFarGroups
 
 // q4k_r16: the sixteen rows of group g (lane l = row 16g + l) for NT tokens from t0. Per
 // super-block and group s: the sixteen rows' scales and mins times d and dmin (exact), the four
 // 64-byte registers of nibbles as eight of values; per token eight vpdpbusd, each with four
 // activation bytes broadcast to all lanes, in two chains; then (sum * scale * d) * xd added and
 // min * dmin * xs taken off, as in q4k_r16_rows_scalar (same bits). Each tile prefetches the one
-// kAheadTiles after it (a group's tiles are contiguous).
+// kAheadTiles after it into L1 and the one kFarTiles after it into L2 (a group's tiles are contiguous).
 template <int NT>
 void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   const ActQ8KS *x = a.x + t0 * a.n_blocks;
@@ -438,6 +447,7 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kR16Tile;
     prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kR16Tile, kR16Tile);
+    prefetch_lines_l2(reinterpret_cast<uintptr_t>(tile) + kFarTiles * kR16Tile, kR16Tile);
     const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
     const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
 SPECINFER_UNROLL(8)
