@@ -218,6 +218,9 @@ void matmul_args(benchmark::internal::Benchmark *b) {
   for (auto &s : shapes)
     for (int32_t t : types)
       for (int64_t n : toks) b->Args({t, s[0], s[1], n});
+  // The 0.5B's Q5_0 and Q8_0 shape in L2 (against BM_MatmulPacked's q32_r16).
+  for (int32_t t : {SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
+    for (int64_t n : toks) b->Args({t, 896, 896, n});
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -247,6 +250,9 @@ void matmul_packed_args(benchmark::internal::Benchmark *b) {
     for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_K, s[0], s[1], n});
   for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q4_0, 256, 1536, n});  // q40_x4, in L2
   for (int64_t n : toks) b->Args({SPECINFER_WTYPE_Q6_K, 256, 1536, n});  // q6k_x16, in L2
+  // q32_r16 (AVX-512; plain elsewhere), in L2.
+  for (int32_t t : {SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
+    for (int64_t n : toks) b->Args({t, 896, 896, n});
   // The re-quantized 0.5B draft's shapes, one token (drafting): k/v, q/o, gate/up.
   for (int64_t r : {128, 896, 4864}) b->Args({SPECINFER_WTYPE_Q4_0, r, 896, 1});
   b->ArgNames({"type", "rows", "cols", "tok"});

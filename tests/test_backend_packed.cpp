@@ -1,4 +1,4 @@
-// Packed weights (lib/backend/packed.h): the q4k_x8, q6k_x16 and q40_x4 repackings are lossless, packed matmuls match a
+// Packed weights (lib/backend/packed.h): the repackings are lossless, packed matmuls match a
 // double-precision reference on every instruction set the CPU has (and AVX-512 in emulation when
 // built with SIMDe), the scalar and SIMD kernels agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
 // entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
@@ -31,6 +31,7 @@ void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) no
 void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512_emulated(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
+void q32_r16_rows_avx512_emulated(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
 #endif
 
@@ -56,6 +57,7 @@ std::vector<Variant> simd_variants() {
     k.q40_x4 = q40_x4_rows_avx512_emulated;
     k.q6k_x16 = q6k_x16_rows_avx512_emulated;
     k.q4k_r16 = q4k_r16_rows_avx512_emulated;
+    k.q32_r16 = q32_r16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
   }
@@ -109,9 +111,24 @@ std::vector<uint8_t> q6k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
   return w;
 }
 
+// Random Q5_0 or Q8_0 rows; `extreme`: every Q5_0 value 31 (all bits set), every Q8_0 value -128
+// (the largest sums after the q32_r16 offsets).
+std::vector<uint8_t> q32_weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+  const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_row_size(wtype, 32);
+  std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0001f, 0.005f);
+  for (auto &b : w) b = extreme ? (wtype == SPECINFER_WTYPE_Q8_0 ? 0x80 : 0xFF) : static_cast<uint8_t>(byte(rng));
+  for (size_t off = 0; off < w.size(); off += bb) set16(w.data() + off, scale(rng));
+  return w;
+}
+
+bool kquant(int32_t wtype) { return wtype == SPECINFER_WTYPE_Q4_K || wtype == SPECINFER_WTYPE_Q6_K; }
+
 std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
   if (wtype == SPECINFER_WTYPE_Q4_K) return q4k_weights(n_rows, n_cols, rng, extreme);
   if (wtype == SPECINFER_WTYPE_Q6_K) return q6k_weights(n_rows, n_cols, rng, extreme);
+  if (wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0) return q32_weights(wtype, n_rows, n_cols, rng, extreme);
   return q40_weights(n_rows, n_cols, rng, extreme);
 }
 
@@ -124,7 +141,8 @@ std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng,
 
 // Mismatches of y against the double-precision product of the dequantized weights and the int8
 // activations the kernels multiply.
-// (Q4_K and Q6_K multiply ActQ8K activations, one scale per 256 values; Q4_0 ActQ8, one per 32.)
+// (Q4_K and Q6_K multiply ActQ8K activations, one scale per 256 values; Q4_0, Q5_0 and Q8_0
+// ActQ8, one per 32.)
 int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
                             const std::vector<float> &x, int64_t n_tok, const std::vector<float> &y,
                             const char *what) {
@@ -133,7 +151,7 @@ int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     std::vector<double> xv(static_cast<size_t>(n_cols));
-    if (wtype != SPECINFER_WTYPE_Q4_0) {
+    if (kquant(wtype)) {
       std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
       quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
       for (int64_t c = 0; c < n_cols; ++c)
@@ -202,6 +220,22 @@ void test_repack_is_lossless(void **) {
     }
   assert_memory_equal(back16.data(), w16.data(), w16.size());
   assert_memory_not_equal(tiles.data(), w16.data(), w16.size());
+  // q32_r16: tiles of sixteen rows of 32-value blocks (two row groups, three blocks).
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0}) {
+    const size_t rb32 = wtype_row_size(wtype, 96), tb = q32_r16_tile_bytes(wtype);
+    const std::vector<uint8_t> w32 =
+        wtype == SPECINFER_WTYPE_Q4_0 ? q40_weights(32, 96, rng, false) : q32_weights(wtype, 32, 96, rng, false);
+    assert_int_equal(tb, 16 * wtype_row_size(wtype, 32));
+    std::vector<uint8_t> t32(w32.size()), back32(w32.size());
+    for (int64_t g = 0; g < 2; ++g)
+      for (int64_t i = 0; i < 3; ++i) {
+        uint8_t *tile = t32.data() + static_cast<size_t>(3 * g + i) * tb;
+        pack_tile_q32_r16(wtype, w32.data() + static_cast<size_t>(16 * g) * rb32, rb32, i, tile);
+        unpack_tile_q32_r16(wtype, tile, back32.data() + static_cast<size_t>(16 * g) * rb32, rb32, i);
+      }
+    assert_memory_equal(back32.data(), w32.data(), w32.size());
+    assert_memory_not_equal(t32.data(), w32.data(), w32.size());
+  }
   // The activation permutation: scalar and AVX2 give the same bytes.
   if (isa_available(Isa::avx2)) {
     const std::vector<float> x = activations(1, 1024, rng, false);
@@ -232,7 +266,10 @@ void test_packed_matches_reference(void **) {
   const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
                         {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
                         {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
-                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512}};
+                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512},
+                        {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
+                        {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
+                        {SPECINFER_WTYPE_Q8_0, PackLayout::q32_r16, {32, 896}, 48, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
       for (int64_t n_cols : cs.cols) {
@@ -262,8 +299,10 @@ void test_packed_matches_reference(void **) {
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
   const int64_t n_rows = 304, n_cols = 1024, n_tok = 11;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0})
-  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0,
+                        SPECINFER_WTYPE_Q8_0})
+  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q5_0, Q8_0: plain and q32_r16
+  if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
   const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
   auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
   assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
@@ -287,7 +326,7 @@ void test_packed_batch_invariance(void **) {
 void test_packed_nested_calls(void **) {
   std::mt19937 rng(17);
   const int64_t n_rows = 512, n_cols = 1536, n_tok = 5, n_calls = 16;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0}) {
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0}) {
     const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
     auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
     std::vector<std::vector<float>> xs, want(n_calls), got(n_calls);
@@ -350,7 +389,8 @@ void test_plain_layout(void **) {
   matmul_packed(*pw, x.data(), n_tok, a.data());
   matmul(SPECINFER_WTYPE_Q8_0, w.data(), n_rows, n_cols, x.data(), n_tok, b.data());
   assert_memory_equal(a.data(), b.data(), a.size() * sizeof(float));
-  // Q4_0 packs only when the columns are a multiple of 128.
+  // 20 rows (not whole groups of sixteen): Q8_0 above stays plain, and Q4_0 too unless its columns
+  // are a multiple of 128 (q40_x4).
   const std::vector<uint8_t> w0 = q40_weights(n_rows, 96, rng, false);
   auto pw0 = pack_weight(SPECINFER_WTYPE_Q4_0, w0.data(), n_rows, 96);
   assert_int_equal(static_cast<int>(pw0->layout), static_cast<int>(PackLayout::plain));

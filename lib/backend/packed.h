@@ -51,6 +51,20 @@
 //    with no permutes, broadcasts of registers or horizontal sums; the float steps per group and
 //    token (a multiply by scale * d, exact, and two multiply-adds) serve sixteen rows at once.
 //    Activations stay in the file's order (ActQ8KS).
+//  q32_r16 (Q4_0, Q5_0, Q8_0: blocks of 32 with one fp16 scale; rows a multiple of 16, chosen
+//    for Q5_0 and Q8_0 when the AVX-512 kernels run): sixteen rows interleaved as in q4k_r16, a
+//    32-bit lane of a register per row. Tile (G, i) (at (G * n_blocks + i) * tile bytes) holds
+//    block i of rows 16G..16G+15, the values unsigned (q + 128 for Q8_0; Q4_0 and Q5_0 keep
+//    theirs) so that vpdpbusd multiplies them by the signed activations, the offset (8, 16, 128)
+//    coming off the exact sums as offset * (sum of the token's 32 values). Q4_0 (288 bytes) and
+//    Q5_0 (352): bytes 64q + 4l + v (q = 0..3) hold in the low nibble the low 4 bits of row l's
+//    value at column 8q + v and in the high nibble those of column 8q + 4 + v; Q5_0 then 64 bytes
+//    of fifth bits, 8 per register c (columns 4c .. 4c + 3, c = 2q low nibbles, 2q + 1 high):
+//    bit 4l + v is the fifth bit of row l's value at column 4c + v (a byte mask that adds 16).
+//    Q8_0 (544): byte 64c + 4l + v is row l's value at column 4c + v, plus 128. Then the sixteen
+//    rows' d (fp16). Same bytes as the file's. Per block and token: eight vpdpbusd with four
+//    activation bytes broadcast, one conversion and one multiply-add for sixteen rows (the plain
+//    kernels: a vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks).
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
@@ -69,7 +83,7 @@
 
 namespace specinfer {
 
-enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4 };
+enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4, q32_r16 = 5 };
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
 // 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
@@ -172,6 +186,21 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
 // ActQ8K -> ActQ8KS.
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 
+// q32_r16 tiles of wtype (Q4_0, Q5_0, Q8_0): size, where the sixteen d are, the offset of the
+// stored values, and row l's stored (unsigned) value at column c (0..31).
+constexpr size_t q32_r16_tile_bytes(int32_t wtype) noexcept {
+  return wtype == SPECINFER_WTYPE_Q8_0 ? 544 : wtype == SPECINFER_WTYPE_Q5_0 ? 352 : 288;
+}
+constexpr size_t q32_r16_d_offset(int32_t wtype) noexcept { return q32_r16_tile_bytes(wtype) - 32; }
+constexpr int q32_r16_offset(int32_t wtype) noexcept {
+  return wtype == SPECINFER_WTYPE_Q8_0 ? 128 : wtype == SPECINFER_WTYPE_Q5_0 ? 16 : 8;
+}
+int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept;
+// Block i of sixteen rows of wtype (src, rows src_row_bytes apart) into a q32_r16 tile, and back
+// (tests).
+void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
+void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
+
 // Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
 // each), y[t * y_stride + r].
 struct PackedArgs {
@@ -207,6 +236,17 @@ struct PackedArgsR16 {
   const ActQ8KS *x = nullptr;
   float *y = nullptr;
 };
+// The q32_r16 kernels: w points at the tiles of wtype, x at ActQ8 [n_tok][n_blocks] (blocks of
+// 32); rows [r0, r1) are whole groups of sixteen.
+struct PackedArgsQ32 {
+  int32_t wtype = 0;
+  const uint8_t *w = nullptr;
+  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
+  const ActQ8 *x = nullptr;
+  float *y = nullptr;
+};
+void q32_r16_rows_scalar(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
+void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
@@ -228,6 +268,7 @@ struct PackedKernels {
   void (*q40_x4)(const PackedArgsX4 &, int64_t, int64_t) noexcept = nullptr;
   void (*q6k_x16)(const PackedArgsQ6 &, int64_t, int64_t) noexcept = nullptr;
   void (*q4k_r16)(const PackedArgsR16 &, int64_t, int64_t) noexcept = nullptr;
+  void (*q32_r16)(const PackedArgsQ32 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
 // The packed row kernels of isa (one for every layout in each set).

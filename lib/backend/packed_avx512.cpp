@@ -36,6 +36,7 @@
 #define q40_x4_rows_avx512 q40_x4_rows_avx512_emulated
 #define q6k_x16_rows_avx512 q6k_x16_rows_avx512_emulated
 #define q4k_r16_rows_avx512 q4k_r16_rows_avx512_emulated
+#define q32_r16_rows_avx512 q32_r16_rows_avx512_emulated
 #else
 #include <immintrin.h>
 #endif
@@ -486,6 +487,59 @@ SPECINFER_UNROLL(4)
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
 }
 
+// q32_r16 (W = Q4_0, Q5_0 or Q8_0): the sixteen rows of group g for NT tokens from t0. Per block:
+// the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16 added
+// where a byte mask of fifth bits says), the sixteen d; per token eight vpdpbusd in two chains
+// started from -offset * (sum of the token's values), then sum * (d * xd) added, as in
+// q32_r16_rows_scalar (same bits). Prefetches as q4k_r16.
+template <int32_t W, int NT>
+void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
+  constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
+  constexpr int kOff = q32_r16_offset(W);
+  const ActQ8 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
+    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kTile, kTile);
+    prefetch_lines_l2(reinterpret_cast<uintptr_t>(tile) + kFarTiles * kTile, kTile);
+    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(tile + kD)));
+    __m512i v[8];
+    if constexpr (W == SPECINFER_WTYPE_Q8_0) {
+      for (int c = 0; c < 8; ++c) v[c] = _mm512_loadu_si512(tile + 64 * c);
+    } else {
+      for (int q = 0; q < 4; ++q) {
+        const __m512i raw = _mm512_loadu_si512(tile + 64 * q);
+        v[2 * q] = _mm512_and_si512(raw, m4);
+        v[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      if constexpr (W == SPECINFER_WTYPE_Q5_0) {
+        for (int c = 0; c < 8; ++c) {
+          __mmask64 hi;
+          std::memcpy(&hi, tile + 256 + 8 * c, 8);
+          v[c] = _mm512_mask_add_epi8(v[c], hi, v[c], sixteen);
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8 &xb = x[t * nb + i];
+      __m512i s0 = _mm512_set1_epi32(-kOff * xb.sum), s1 = _mm512_setzero_si512();
+      for (int c = 0; c < 8; c += 2) {
+        int32_t x0, x1;
+        std::memcpy(&x0, xb.qs + 4 * c, 4);
+        std::memcpy(&x1, xb.qs + 4 * c + 4, 4);
+        s0 = _mm512_dpbusd_epi32(s0, v[c], _mm512_set1_epi32(x0));
+        s1 = _mm512_dpbusd_epi32(s1, v[c + 1], _mm512_set1_epi32(x1));
+      }
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+      acc[t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dv, _mm512_set1_ps(xb.d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
+}
+
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most kTile
 // (7 tokens with kTile 5: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer,
 // rows inner, as in the AVX2 kernels. In the row-pair kernels five tokens for two row pairs (sums
@@ -542,6 +596,17 @@ void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept 
 void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
     for (int64_t g = r0 / 16; g < r1 / 16; ++g) q4k_r16_tile<decltype(nt)::value>(a, g, t0);
+  });
+}
+
+void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
+  token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
+    constexpr int NT = decltype(nt)::value;
+    for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
+      if (a.wtype == SPECINFER_WTYPE_Q8_0) q32_r16_tile<SPECINFER_WTYPE_Q8_0, NT>(a, g, t0);
+      else if (a.wtype == SPECINFER_WTYPE_Q5_0) q32_r16_tile<SPECINFER_WTYPE_Q5_0, NT>(a, g, t0);
+      else q32_r16_tile<SPECINFER_WTYPE_Q4_0, NT>(a, g, t0);
+    }
   });
 }
 

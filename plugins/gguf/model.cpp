@@ -294,6 +294,7 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
     }
     extra_ids_.push_back(id);
     is_extra_[size_t(id)] = 1;
+    extra_packed_.reset();
   }
 }
 
@@ -471,7 +472,25 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       out_rows_.resize(size_t(n_logits) * size_t(n_out_));
       matmul(output_, h + first * E, n_logits, out_rows_.data());
       const auto n_extra = static_cast<int64_t>(extra_ids_.size());
-      if (n_extra > 0) {
+      int64_t stride = n_extra;  // of extra_logits_
+      if (n_extra > 0 && output_.packed) {
+        if (!extra_packed_) {
+          const int64_t rows = (n_extra + 15) / 16 * 16;
+          const size_t rb = output_.row_bytes;
+          extra_padded_.resize(size_t(rows) * rb);
+          std::memcpy(extra_padded_.data(), extra_rows_.data(), size_t(n_extra) * rb);
+          for (int64_t r = n_extra; r < rows; r++)
+            std::memcpy(extra_padded_.data() + size_t(r) * rb, extra_rows_.data() + size_t(n_extra - 1) * rb, rb);
+          specinfer_packed_weight *p = nullptr;
+          check_status(k_->pack_weight(output_.type, extra_padded_.data(), rows, E, &p), "pack_weight");
+          extra_packed_ = std::unique_ptr<specinfer_packed_weight, PackedFree>(p, PackedFree{k_});
+          extra_packed_rows_ = rows;
+        }
+        stride = extra_packed_rows_;
+        extra_logits_.resize(size_t(n_logits) * size_t(stride));
+        check_status(k_->matmul_packed(extra_packed_.get(), h + first * E, n_logits, extra_logits_.data()),
+                     "matmul_packed");
+      } else if (n_extra > 0) {
         extra_logits_.resize(size_t(n_logits) * size_t(n_extra));
         check_status(k_->matmul(output_.type, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
                                 extra_logits_.data()),
@@ -482,7 +501,7 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
         std::memcpy(row, out_rows_.data() + size_t(i) * size_t(n_out_), size_t(n_out_) * sizeof(float));
         std::fill(row + n_out_, row + hp_.n_vocab, -std::numeric_limits<float>::infinity());
         for (int64_t j = 0; j < n_extra; j++)
-          row[extra_ids_[size_t(j)]] = extra_logits_[size_t(i) * size_t(n_extra) + size_t(j)];
+          row[extra_ids_[size_t(j)]] = extra_logits_[size_t(i) * size_t(stride) + size_t(j)];
       }
     }
   }

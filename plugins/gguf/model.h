@@ -63,7 +63,8 @@ class Model {
   // 4096). The File must outlive the Model. Throws gguf::Error (UNSUPPORTED for an unknown
   // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
   // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K,
-  // Q6_K and Q4_0 matrices are copied into packed layouts), if the host has it. vocab_limit in (0,
+  // Q6_K and Q4_0 matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts), if
+  // the host has it. vocab_limit in (0,
   // n_vocab): compute logits only for token ids below it, for every token the model has been fed
   // and for ids given to add_output_ids, and write -inf for the rest (a cheaper output matrix for
   // draft models: ids are roughly in frequency order in BPE vocabularies, and the rarer tokens a
@@ -148,6 +149,12 @@ class Model {
     void operator()(specinfer_packed_weight *p) const noexcept { k->free_packed(p); }
   };
   std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
+  // With a packed output matrix, the extra rows packed the same way, the last row repeated up to
+  // whole groups of sixteen (so that layouts of sixteen-row tiles apply to them as to the rest,
+  // with the same arithmetic per row: bit-identical logits); rebuilt after add_output_ids.
+  std::vector<uint8_t> extra_padded_;
+  std::unique_ptr<specinfer_packed_weight, PackedFree> extra_packed_{nullptr, PackedFree{nullptr}};
+  int64_t extra_packed_rows_ = 0;
   void pack(Weight &w);
   void requant(Weight &w, int32_t wtype);
   std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
