@@ -345,6 +345,23 @@ inline int r16_32_nibble_byte(int l, int c) { return 64 * (c / 8) + 4 * l + c % 
 inline int r16_32_nibble_shift(int c) { return 4 * ((c / 4) % 2); }
 inline int r16_32_lane_byte(int l, int c) { return 64 * (c / 4) + 4 * l + c % 4; }
 
+// The scalar kernels of the sixteen-row layouts: row r is lane r % 16 of row group r / 16, whose
+// tiles (tile_bytes each) follow one another; y[t][r] = the float block(tile, lane, x block, acc)
+// leaves after the row's blocks in order, from 0.
+template <class Args, class Block>
+void r16_rows_scalar(const Args &a, size_t tile_bytes, int64_t r0, int64_t r1, Block &&block) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t g = r / 16;
+    const int l = static_cast<int>(r % 16);
+    for (int64_t t = 0; t < a.n_tok; ++t) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < a.n_blocks; ++i)
+        acc = block(a.w + static_cast<size_t>(g * a.n_blocks + i) * tile_bytes, l, a.x[t * a.n_blocks + i], acc);
+      a.y[t * a.y_stride + r] = acc;
+    }
+  }
+}
+
 }  // namespace
 
 int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept {
@@ -401,26 +418,15 @@ void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_
 }
 
 void q32_r16_rows_scalar(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
-  const size_t tb = q32_r16_tile_bytes(a.wtype);
   const int off = q32_r16_offset(a.wtype);
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t g = r / 16;
-    const int l = static_cast<int>(r % 16);
-    for (int64_t t = 0; t < a.n_tok; ++t) {
-      const ActQ8 *x = a.x + t * a.n_blocks;
-      float acc = 0.0f;
-      for (int64_t i = 0; i < a.n_blocks; ++i) {
-        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * tb;
-        uint16_t dh;
-        std::memcpy(&dh, tile + q32_r16_d_offset(a.wtype) + 2 * l, 2);
-        int32_t sum = -off * x[i].sum;
-        for (int c = 0; c < 32; ++c) sum += q32_r16_value(a.wtype, tile, l, c) * x[i].qs[c];
-        // As the AVX-512 kernel: sum * (d * xd) added.
-        acc = std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x[i].d, acc);
-      }
-      a.y[t * a.y_stride + r] = acc;
-    }
-  }
+  r16_rows_scalar(a, q32_r16_tile_bytes(a.wtype), r0, r1, [&](const uint8_t *tile, int l, const ActQ8 &x, float acc) {
+    uint16_t dh;
+    std::memcpy(&dh, tile + q32_r16_d_offset(a.wtype) + 2 * l, 2);
+    int32_t sum = -off * x.sum;
+    for (int c = 0; c < 32; ++c) sum += q32_r16_value(a.wtype, tile, l, c) * x.qs[c];
+    // As the AVX-512 kernel: sum * (d * xd) added.
+    return std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x.d, acc);
+  });
 }
 
 std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
@@ -520,33 +526,24 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
 }
 
 void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept {
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t g = r / 16;
-    const int l = static_cast<int>(r % 16);
-    for (int64_t t = 0; t < a.n_tok; ++t) {
-      const ActQ8KS *x = a.x + t * a.n_blocks;
-      float acc = 0.0f;
-      for (int64_t i = 0; i < a.n_blocks; ++i) {
-        const uint8_t *tile = a.w + static_cast<size_t>(g * a.n_blocks + i) * kR16Tile;
-        uint16_t dh, dmh;
-        std::memcpy(&dh, tile + kR16D + 2 * l, 2);
-        std::memcpy(&dmh, tile + kR16Dmin + 2 * l, 2);
-        const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, mn;
-          r16_scale_min(tile, l, s, &sc, &mn);
-          int32_t sum = 0;
-          for (int c = 32 * s; c < 32 * s + 32; ++c)
-            sum += ((tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15) * x[i].qs[c];
-          // As the AVX-512 kernel: (sum * (scale * d)) * xd added, then min * dmin * xs taken off.
-          const float f = static_cast<float>(sum) * (static_cast<float>(sc) * d);
-          acc = std::fma(f, x[i].d, acc);
-          acc = std::fma(-(static_cast<float>(mn) * dmin), x[i].xs[s], acc);
-        }
-      }
-      a.y[t * a.y_stride + r] = acc;
+  r16_rows_scalar(a, kR16Tile, r0, r1, [](const uint8_t *tile, int l, const ActQ8KS &x, float acc) {
+    uint16_t dh, dmh;
+    std::memcpy(&dh, tile + kR16D + 2 * l, 2);
+    std::memcpy(&dmh, tile + kR16Dmin + 2 * l, 2);
+    const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, mn;
+      r16_scale_min(tile, l, s, &sc, &mn);
+      int32_t sum = 0;
+      for (int c = 32 * s; c < 32 * s + 32; ++c)
+        sum += ((tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15) * x.qs[c];
+      // As the AVX-512 kernel: (sum * (scale * d)) * xd added, then min * dmin * xs taken off.
+      const float f = static_cast<float>(sum) * (static_cast<float>(sc) * d);
+      acc = std::fma(f, x.d, acc);
+      acc = std::fma(-(static_cast<float>(mn) * dmin), x.xs[s], acc);
     }
-  }
+    return acc;
+  });
 }
 
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
@@ -673,6 +670,14 @@ class ActBuffers {
   std::tuple<std::vector<uint8_t>, std::vector<uint8_t>> own_;
 };
 
+// n_tok tokens of cols values (x) to ActQ8 blocks, cols / 32 per token (q).
+void quantize_tokens_q8(bool simd, const float *x, int64_t n_tok, int64_t cols, ActQ8 *q) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (simd) quantize_act_q8_avx2(x + t * cols, q + t * (cols / 32), cols);
+    else quantize_act_q8(x + t * cols, q + t * (cols / 32), cols);
+  }
+}
+
 // The layouts over Q8_K activations (q4k_x8, q6k_x16, q4k_r16): quantizes every token to Q8_K,
 // permutes the blocks into the layout's order (Act, by prep) and runs fn over the rows, in whole
 // groups of kUnit.
@@ -720,10 +725,7 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     ActBuffers buffers;
     ActQ8 *q = buffers.get<ActQ8, 0>(4 * n);
     ActQ8X4 *xp = buffers.get<ActQ8X4, 1>(n);
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8_avx2(x + t * pw.cols, q + t * a.n_blocks * 4, pw.cols);
-      else quantize_act_q8(x + t * pw.cols, q + t * a.n_blocks * 4, pw.cols);
-    }
+    quantize_tokens_q8(simd, x, n_tok, pw.cols, q);
     act_to_q8x4(q, xp, static_cast<int64_t>(n));
     a.x = xp;
     const auto fn = k.q40_x4;
@@ -740,10 +742,7 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
     a.y = y;
     ActBuffers buffers;
     ActQ8 *q = buffers.get<ActQ8, 0>(static_cast<size_t>(n_tok * a.n_blocks));
-    for (int64_t t = 0; t < n_tok; ++t) {
-      if (simd) quantize_act_q8_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
-      else quantize_act_q8(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
-    }
+    quantize_tokens_q8(simd, x, n_tok, pw.cols, q);
     a.x = q;
     const auto fn = k.q32_r16;
     for_row_ranges<16>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
