@@ -269,6 +269,7 @@ void test_packed_matches_reference(void **) {
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512},
                         {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
                         {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
+                        {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {896}, 32, Isa::avx2},
                         {SPECINFER_WTYPE_Q8_0, PackLayout::q32_r16, {32, 896}, 48, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
@@ -301,7 +302,7 @@ void test_packed_batch_invariance(void **) {
   const int64_t n_rows = 304, n_cols = 1024, n_tok = 11;
   for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0,
                         SPECINFER_WTYPE_Q8_0})
-  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q5_0, Q8_0: plain and q32_r16
+  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
   if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
   const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
   auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);

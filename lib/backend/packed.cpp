@@ -26,8 +26,9 @@ PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) n
   if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   // Q4_0 with other column counts, Q5_0 and Q8_0. (For Q4_0 the sixteen-row kernel is also faster
   // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafted no faster.)
+  // With AVX2 Q4_0 and Q5_0 only (see the layout).
   if ((wtype == SPECINFER_WTYPE_Q4_0 || wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0) &&
-      isa == Isa::avx512 && n_rows % 16 == 0)
+      n_rows % 16 == 0 && (isa == Isa::avx512 || (isa == Isa::avx2 && wtype != SPECINFER_WTYPE_Q8_0)))
     return PackLayout::q32_r16;
   return PackLayout::plain;
 }
@@ -340,7 +341,7 @@ int block32_value(int32_t wtype, const uint8_t *blk, int j) {
 }
 
 // Where row l's value at column c lies in a q32_r16 tile: for the nibble types its byte and
-// shift and, for Q5_0, the index of its fifth bit in the bits from byte 256; for Q8_0 its byte.
+// shift, for Q8_0 its byte; Q5_0's fifth bit is bit c / 4 of byte 256 + r16_32_lane_byte(l, c) % 64.
 inline int r16_32_nibble_byte(int l, int c) { return 64 * (c / 8) + 4 * l + c % 4; }
 inline int r16_32_nibble_shift(int c) { return 4 * ((c / 4) % 2); }
 inline int r16_32_lane_byte(int l, int c) { return 64 * (c / 4) + 4 * l + c % 4; }
@@ -367,10 +368,7 @@ void r16_rows_scalar(const Args &a, size_t tile_bytes, int64_t r0, int64_t r1, B
 int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept {
   if (wtype == SPECINFER_WTYPE_Q8_0) return tile[r16_32_lane_byte(l, c)];
   int q = (tile[r16_32_nibble_byte(l, c)] >> r16_32_nibble_shift(c)) & 15;
-  if (wtype == SPECINFER_WTYPE_Q5_0) {
-    const int b = r16_32_lane_byte(l, c);
-    q |= ((tile[256 + b / 8] >> (b % 8)) & 1) << 4;
-  }
+  if (wtype == SPECINFER_WTYPE_Q5_0) q |= ((tile[256 + 4 * l + c % 4] >> (c / 4)) & 1) << 4;
   return q;
 }
 
@@ -388,8 +386,8 @@ void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, 
       uint8_t &t = tile[r16_32_nibble_byte(l, c)];
       t = static_cast<uint8_t>(t | ((q & 15) << r16_32_nibble_shift(c)));
       if (wtype == SPECINFER_WTYPE_Q5_0 && (q & 16) != 0) {
-        const int b = r16_32_lane_byte(l, c);
-        tile[256 + b / 8] = static_cast<uint8_t>(tile[256 + b / 8] | (1 << (b % 8)));
+        uint8_t &h = tile[256 + 4 * l + c % 4];
+        h = static_cast<uint8_t>(h | (1 << (c / 4)));
       }
     }
     std::memcpy(tile + q32_r16_d_offset(wtype) + 2 * l, blk, 2);
@@ -618,7 +616,7 @@ PackedKernels packed_kernels(Isa isa) noexcept {
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;
     k.q4k_r16 = q4k_r16_rows_scalar;
-    k.q32_r16 = q32_r16_rows_scalar;
+    k.q32_r16 = q32_r16_rows_avx2;
     k.q40_x4 = q40_x4_rows_avx2;
     k.q6k_x16 = q6k_x16_rows_avx2;
     k.simd_prep = true;

