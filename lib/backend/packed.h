@@ -69,8 +69,8 @@
 //    Also chosen for Q5_0 (and Q4_0 as above) when the AVX2 kernels run: they take the tile as two
 //    halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
 //    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
-//  plain: every other type (and Q4_0 with other column counts); the handle refers to the caller's
-//    weights and the ordinary kernels (matmul.h) run.
+//  plain: every other type, and Q4_0 / Q5_0 / Q8_0 where none of the above applies; the handle
+//    refers to the caller's weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
 // a 32-bit lane of a register holds four values of one group, so vpdpbusd forms the same int32
 // group sums the AVX2 kernels form with vpmaddubsw, int16 adds and vpmaddwd, in one instruction
