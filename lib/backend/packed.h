@@ -52,7 +52,8 @@
 //    token (a multiply by scale * d, exact, and two multiply-adds) serve sixteen rows at once.
 //    Activations stay in the file's order (ActQ8KS).
 //  q32_r16 (Q4_0, Q5_0, Q8_0: blocks of 32 with one fp16 scale; rows a multiple of 16, chosen
-//    for Q5_0 and Q8_0 when the AVX-512 kernels run): sixteen rows interleaved as in q4k_r16, a
+//    when the AVX-512 kernels run for Q5_0, Q8_0 and Q4_0 whose columns are not a multiple of
+//    128): sixteen rows interleaved as in q4k_r16, a
 //    32-bit lane of a register per row. Tile (G, i) (at (G * n_blocks + i) * tile bytes) holds
 //    block i of rows 16G..16G+15, the values unsigned (q + 128 for Q8_0; Q4_0 and Q5_0 keep
 //    theirs) so that vpdpbusd multiplies them by the signed activations, the offset (8, 16, 128)
@@ -66,7 +67,7 @@
 //    rows' d (fp16). Same bytes as the file's. Per block and token: eight vpdpbusd with four
 //    activation bytes broadcast, one conversion and one multiply-add for sixteen rows (the plain
 //    kernels: a vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks).
-//    Also chosen for Q5_0 (and Q4_0 as above) when the AVX2 kernels run: they take the tile as two
+//    Also chosen for Q5_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as two
 //    halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
 //    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
 //  plain: every other type, and Q4_0 / Q5_0 / Q8_0 where none of the above applies; the handle

@@ -472,26 +472,23 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       out_rows_.resize(size_t(n_logits) * size_t(n_out_));
       matmul(output_, h + first * E, n_logits, out_rows_.data());
       const auto n_extra = static_cast<int64_t>(extra_ids_.size());
-      int64_t stride = n_extra;  // of extra_logits_
+      // Rows of extra_logits_: with the packed output, the extra rows padded to whole groups of 16.
+      const int64_t stride = output_.packed ? (n_extra + 15) / 16 * 16 : n_extra;
+      extra_logits_.resize(size_t(n_logits) * size_t(stride));
       if (n_extra > 0 && output_.packed) {
         if (!extra_packed_) {
-          const int64_t rows = (n_extra + 15) / 16 * 16;
           const size_t rb = output_.row_bytes;
-          extra_padded_.resize(size_t(rows) * rb);
+          extra_padded_.resize(size_t(stride) * rb);
           std::memcpy(extra_padded_.data(), extra_rows_.data(), size_t(n_extra) * rb);
-          for (int64_t r = n_extra; r < rows; r++)
+          for (int64_t r = n_extra; r < stride; r++)
             std::memcpy(extra_padded_.data() + size_t(r) * rb, extra_rows_.data() + size_t(n_extra - 1) * rb, rb);
           specinfer_packed_weight *p = nullptr;
-          check_status(k_->pack_weight(output_.type, extra_padded_.data(), rows, E, &p), "pack_weight");
+          check_status(k_->pack_weight(output_.type, extra_padded_.data(), stride, E, &p), "pack_weight");
           extra_packed_ = std::unique_ptr<specinfer_packed_weight, PackedFree>(p, PackedFree{k_});
-          extra_packed_rows_ = rows;
         }
-        stride = extra_packed_rows_;
-        extra_logits_.resize(size_t(n_logits) * size_t(stride));
         check_status(k_->matmul_packed(extra_packed_.get(), h + first * E, n_logits, extra_logits_.data()),
                      "matmul_packed");
       } else if (n_extra > 0) {
-        extra_logits_.resize(size_t(n_logits) * size_t(n_extra));
         check_status(k_->matmul(output_.type, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
                                 extra_logits_.data()),
                      "matmul");

@@ -154,7 +154,6 @@ class Model {
   // with the same arithmetic per row: bit-identical logits); rebuilt after add_output_ids.
   std::vector<uint8_t> extra_padded_;
   std::unique_ptr<specinfer_packed_weight, PackedFree> extra_packed_{nullptr, PackedFree{nullptr}};
-  int64_t extra_packed_rows_ = 0;
   void pack(Weight &w);
   void requant(Weight &w, int32_t wtype);
   std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
