@@ -434,6 +434,12 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
 
 constexpr size_t kAheadTiles = 2, kFarTiles = 4;  // as kAheadGroups and kFarGroups
 
+// The sixteen-row kernels' prefetches for a tile of `bytes` (see q4k_r16_tile).
+inline void prefetch_tiles_ahead(const uint8_t *tile, size_t bytes, bool far) {
+  prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * bytes, bytes);
+  if (far) prefetch_lines_l2(reinterpret_cast<uintptr_t>(tile) + kFarTiles * bytes, bytes);
+}
+
 // q4k_r16: the sixteen rows of group g (lane l = row 16g + l) for NT tokens from t0. Per
 // super-block and group s: the sixteen rows' scales and mins times d and dmin (exact), the four
 // 64-byte registers of nibbles as eight of values; per token eight vpdpbusd, each with four
@@ -451,8 +457,7 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kR16Tile;
-    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kR16Tile, kR16Tile);
-    if (t0 == 0) prefetch_lines_l2(reinterpret_cast<uintptr_t>(tile) + kFarTiles * kR16Tile, kR16Tile);
+    prefetch_tiles_ahead(tile, kR16Tile, t0 == 0);
     const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
     const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
 SPECINFER_UNROLL(8)
@@ -508,8 +513,7 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
-    prefetch_lines(reinterpret_cast<uintptr_t>(tile) + kAheadTiles * kTile, kTile);
-    if (t0 == 0) prefetch_lines_l2(reinterpret_cast<uintptr_t>(tile) + kFarTiles * kTile, kTile);
+    prefetch_tiles_ahead(tile, kTile, t0 == 0);
     const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(tile + kD)));
     __m512i v[8];
     if constexpr (W == SPECINFER_WTYPE_Q8_0) {
