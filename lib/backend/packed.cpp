@@ -246,7 +246,7 @@ void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept {
 
 namespace {
 
-// xs[s] = d x the sum of group s's 32 values (ActQ8KP, ActQ8KS).
+// xs[s] = d x the sum of group s's 32 values (ActQ8KP).
 void group32_sums(const ActQ8K &a, float *xs) {
   for (int s = 0; s < 8; ++s) xs[s] = a.d * static_cast<float>(a.bsums[2 * s] + a.bsums[2 * s + 1]);
 }
@@ -320,7 +320,7 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     std::memcpy(out[b].qs, a[b].qs, 256);
-    group32_sums(a[b], out[b].xs);
+    for (int s = 0; s < 8; ++s) out[b].bsums[s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
     out[b].d = a[b].d;
   }
 }
@@ -529,18 +529,21 @@ void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcep
     std::memcpy(&dh, tile + kR16D + 2 * l, 2);
     std::memcpy(&dmh, tile + kR16Dmin + 2 * l, 2);
     const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
+    // As the AVX-512 kernel: the groups' exact sums times their scales added in float (each
+    // product exact), the mins times the groups' activation sums in int32 (exact); then
+    // (scaled * d - mins * dmin) * xd added.
+    float scaled = 0.0f;
+    int32_t mins = 0;
     for (int s = 0; s < 8; ++s) {
       uint8_t sc, mn;
       r16_scale_min(tile, l, s, &sc, &mn);
       int32_t sum = 0;
       for (int c = 32 * s; c < 32 * s + 32; ++c)
         sum += ((tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15) * x.qs[c];
-      // As the AVX-512 kernel: (sum * (scale * d)) * xd added, then min * dmin * xs taken off.
-      const float f = static_cast<float>(sum) * (static_cast<float>(sc) * d);
-      acc = std::fma(f, x.d, acc);
-      acc = std::fma(-(static_cast<float>(mn) * dmin), x.xs[s], acc);
+      scaled = std::fma(static_cast<float>(sum), static_cast<float>(sc), scaled);
+      mins += mn * x.bsums[s];
     }
-    return acc;
+    return std::fma(std::fma(-static_cast<float>(mins), dmin, scaled * d), x.d, acc);
   });
 }
 

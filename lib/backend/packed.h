@@ -48,8 +48,9 @@
 //    (fp16, bytes 2240..2271) and dmin (2272..2303). Same bytes as the file's. The kernel
 //    multiplies a register of sixteen rows' four values by four activation bytes broadcast to
 //    every lane (vpdpbusd): eight per group and token give the sixteen rows' exact group sums,
-//    with no permutes, broadcasts of registers or horizontal sums; the float steps per group and
-//    token (a multiply by scale * d, exact, and two multiply-adds) serve sixteen rows at once.
+//    with no permutes, broadcasts of registers or horizontal sums; one multiply-add per group and
+//    token (the exact sum times the scale) and, per super-block and token, four vpdpwssd (the mins
+//    times the activations' group sums, exact) and three float steps serve sixteen rows at once.
 //    Activations stay in the file's order (ActQ8KS).
 //  q32_r16 (Q4_0, Q5_0, Q8_0: blocks of 32 with one fp16 scale; rows a multiple of 16, chosen
 //    when the AVX-512 kernels run for Q5_0, Q8_0 and Q4_0 whose columns are not a multiple of
@@ -98,10 +99,11 @@ struct alignas(32) ActQ8KP {
   float d;
 };
 
-// Q8_K activations for q4k_r16: qs in the file's order, xs and d as in ActQ8KP.
+// Q8_K activations for q4k_r16: qs in the file's order, bsums[s] = the sum of group s's 32
+// values (|sum| <= 32 * 127 fits int16; two of them form a vpdpwssd operand), then d.
 struct alignas(32) ActQ8KS {
   int8_t qs[256];
-  float xs[8];
+  int16_t bsums[8];
   float d;
 };
 

@@ -441,12 +441,16 @@ inline void prefetch_tiles_ahead(const uint8_t *tile, size_t bytes, bool far) {
 }
 
 // q4k_r16: the sixteen rows of group g (lane l = row 16g + l) for NT tokens from t0. Per
-// super-block and group s: the sixteen rows' scales and mins times d and dmin (exact), the four
-// 64-byte registers of nibbles as eight of values; per token eight vpdpbusd, each with four
-// activation bytes broadcast to all lanes, in two chains; then (sum * scale * d) * xd added and
-// min * dmin * xs taken off, as in q4k_r16_rows_scalar (same bits). Each tile prefetches the one
-// kAheadTiles after it into L1 and, in the first token tile, the one kFarTiles after it into L2 (a
-// group's tiles are contiguous).
+// super-block and group s: the sixteen rows' scales as floats, the four 64-byte registers of
+// nibbles as eight of values; per token eight vpdpbusd, each with four activation bytes broadcast
+// to all lanes, in two chains, and the exact group sum times the scale added to the token's
+// super-block sum (one multiply-add). Per super-block and token: the mins, as int16 pairs, times
+// the groups' activation sums (four vpdpwssd, exact), then (sum * d - mins * dmin) * xd added to
+// the accumulator, as in q4k_r16_rows_scalar (same bits). The float steps that were per group
+// (a multiply by d, a multiply-add for the mins) are now per super-block: at 5 tokens a group
+// costs eight vpdpbusd and one multiply-add instead of three float steps. Each tile prefetches the
+// one kAheadTiles after it into L1 and, in the first token tile, the one kFarTiles after it into
+// L2 (a group's tiles are contiguous).
 template <int NT>
 void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   const ActQ8KS *x = a.x + t0 * a.n_blocks;
@@ -458,16 +462,12 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kR16Tile;
     prefetch_tiles_ahead(tile, kR16Tile, t0 == 0);
-    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
-    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
+    __m512 scaled[NT];
+    for (int t = 0; t < NT; ++t) scaled[t] = _mm512_setzero_ps();
 SPECINFER_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
       const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
-      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * (s / 2)));
-      const __m128i mhs = (s & 1) ? _mm_and_si128(_mm_srli_epi16(mh, 4), m0f) : _mm_and_si128(mh, m0f);
-      const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhs, 2));
-      const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f))), dv);
-      const __m512 m = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)), dmv);
+      const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
       __m512i v[8];
 SPECINFER_UNROLL(4)
       for (int q = 0; q < 4; ++q) {
@@ -477,8 +477,7 @@ SPECINFER_UNROLL(4)
       }
 SPECINFER_UNROLL(8)
       for (int t = 0; t < NT; ++t) {
-        const ActQ8KS &xb = x[t * nb + i];
-        const int8_t *xq = xb.qs + 32 * s;
+        const int8_t *xq = x[t * nb + i].qs + 32 * s;
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 SPECINFER_UNROLL(4)
         for (int c = 0; c < 8; c += 2) {  // register c: columns 32s + 4c .. + 3
@@ -488,9 +487,34 @@ SPECINFER_UNROLL(4)
           s0 = _mm512_dpbusd_epi32(s0, v[c], _mm512_set1_epi32(x0));
           s1 = _mm512_dpbusd_epi32(s1, v[c + 1], _mm512_set1_epi32(x1));
         }
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w);
-        acc[t] = _mm512_fnmadd_ps(m, _mm512_set1_ps(xb.xs[s]), _mm512_fmadd_ps(f, _mm512_set1_ps(xb.d), acc[t]));
+        scaled[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w, scaled[t]);
       }
+    }
+    // The mins of groups 2j and 2j + 1 as an int16 pair per lane (row).
+    __m512i mp[4];
+SPECINFER_UNROLL(4)
+    for (int j = 0; j < 4; ++j) {
+      const __m128i e0 = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 32 * j));
+      const __m128i e1 = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 32 * j + 16));
+      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * j));
+      const __m128i m0 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e0, 6), m03), _mm_slli_epi16(_mm_and_si128(mh, m0f), 2));
+      const __m128i m1 =
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e1, 6), m03), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(mh, 4), m0f), 2));
+      mp[j] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
+    }
+    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
+    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
+SPECINFER_UNROLL(8)
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8KS &xb = x[t * nb + i];
+      __m512i mins = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        int32_t pair;
+        std::memcpy(&pair, xb.bsums + 2 * j, 4);
+        mins = _mm512_dpwssd_epi32(mins, mp[j], _mm512_set1_epi32(pair));
+      }
+      const __m512 part = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), dmv, _mm512_mul_ps(scaled[t], dv));
+      acc[t] = _mm512_fmadd_ps(part, _mm512_set1_ps(xb.d), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
