@@ -246,9 +246,12 @@ void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept {
 
 namespace {
 
+// The sum of group s's 32 values (|sum| <= 32 * 127).
+int group32_sum(const ActQ8K &a, int s) { return a.bsums[2 * s] + a.bsums[2 * s + 1]; }
+
 // xs[s] = d x the sum of group s's 32 values (ActQ8KP).
 void group32_sums(const ActQ8K &a, float *xs) {
-  for (int s = 0; s < 8; ++s) xs[s] = a.d * static_cast<float>(a.bsums[2 * s] + a.bsums[2 * s + 1]);
+  for (int s = 0; s < 8; ++s) xs[s] = a.d * static_cast<float>(group32_sum(a, s));
 }
 
 }  // namespace
@@ -320,7 +323,7 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     std::memcpy(out[b].qs, a[b].qs, 256);
-    for (int s = 0; s < 8; ++s) out[b].bsums[s] = static_cast<int16_t>(a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    for (int s = 0; s < 8; ++s) out[b].bsums[s] = static_cast<int16_t>(group32_sum(a[b], s));
     out[b].d = a[b].d;
   }
 }

@@ -446,11 +446,9 @@ inline void prefetch_tiles_ahead(const uint8_t *tile, size_t bytes, bool far) {
 // to all lanes, in two chains, and the exact group sum times the scale added to the token's
 // super-block sum (one multiply-add). Per super-block and token: the mins, as int16 pairs, times
 // the groups' activation sums (four vpdpwssd, exact), then (sum * d - mins * dmin) * xd added to
-// the accumulator, as in q4k_r16_rows_scalar (same bits). The float steps that were per group
-// (a multiply by d, a multiply-add for the mins) are now per super-block: at 5 tokens a group
-// costs eight vpdpbusd and one multiply-add instead of three float steps. Each tile prefetches the
-// one kAheadTiles after it into L1 and, in the first token tile, the one kFarTiles after it into
-// L2 (a group's tiles are contiguous).
+// the accumulator, as in q4k_r16_rows_scalar (same bits). Each tile prefetches the one
+// kAheadTiles after it into L1 and, in the first token tile, the one kFarTiles after it into L2
+// (a group's tiles are contiguous).
 template <int NT>
 void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   const ActQ8KS *x = a.x + t0 * a.n_blocks;
@@ -490,16 +488,17 @@ SPECINFER_UNROLL(4)
         scaled[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w, scaled[t]);
       }
     }
-    // The mins of groups 2j and 2j + 1 as an int16 pair per lane (row).
+    // The mins of groups 2j and 2j + 1 as an int16 pair per lane (row): the low two bits from the
+    // scale byte's top, the high four from a nibble of the min-high byte.
+    const auto min6 = [&](int s, __m128i high) {
+      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
+      return _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(_mm_and_si128(high, m0f), 2));
+    };
     __m512i mp[4];
 SPECINFER_UNROLL(4)
     for (int j = 0; j < 4; ++j) {
-      const __m128i e0 = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 32 * j));
-      const __m128i e1 = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 32 * j + 16));
       const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * j));
-      const __m128i m0 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e0, 6), m03), _mm_slli_epi16(_mm_and_si128(mh, m0f), 2));
-      const __m128i m1 =
-          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e1, 6), m03), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(mh, 4), m0f), 2));
+      const __m128i m0 = min6(2 * j, mh), m1 = min6(2 * j + 1, _mm_srli_epi16(mh, 4));
       mp[j] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
     }
     const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
