@@ -16,13 +16,7 @@
 #include "backend/matmul.h"
 #include "backend/quant.h"
 
-// cmocka last: it defines a fail() macro.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-extern "C" {
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 using namespace specinfer;
 

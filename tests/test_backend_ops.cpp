@@ -11,13 +11,7 @@
 #include "backend/ops.h"
 #include "util/error.h"
 
-// cmocka last: it defines a fail() macro.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-extern "C" {
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 using namespace specinfer;
 

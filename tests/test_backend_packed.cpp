@@ -17,13 +17,7 @@
 #include "backend/packed.h"
 #include "backend/quant.h"
 
-// cmocka last: it defines a fail() macro.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-extern "C" {
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 #if defined(SPECINFER_AVX512_EMULATION)
 namespace specinfer {  // tests/support/avx512_emulated_packed.cpp

@@ -5,13 +5,6 @@
 // kernel table for every weight type and every instruction set the CPU has; for quantized weights
 // at any batch size (prefill included), for float weights below the sgemm threshold (sessions draft
 // at most 16 tokens, so verify batches are <= 17).
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-
-extern "C" {
-#include <cmocka.h>
-}
 
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +14,8 @@ extern "C" {
 
 #include "backend/isa.h"
 #include "backend/kernel_table.h"
+
+#include "support/cmocka_setup.h"
 
 namespace {
 

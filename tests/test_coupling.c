@@ -7,17 +7,14 @@
  * children) come from a seeded splitmix64. Chi-square statistics are compared with the critical
  * value at significance 1e-6 (Wilson-Hilferty), rates with 4 standard deviations. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
-
 #include "specinfer.h"
+
+#include "support/cmocka_setup.h"
 
 #define V 8
 #define N_DRAWS 100000

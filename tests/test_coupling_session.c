@@ -8,19 +8,16 @@
  *    and the text of plain decoding.
  * Fixed seeds throughout. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
-
 #include "specinfer.h"
 #include "specinfer_plugin.h"
-#include "test_util.h"
+#include "support/test_util.h"
+
+#include "support/cmocka_setup.h"
 
 #define CORPUS "abi/specinfer.h"
 

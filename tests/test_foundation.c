@@ -1,20 +1,17 @@
 /* Foundation tests through the public ABI: versions and statuses, misuse, the plugin loader
  * (wrong ABI, not a plugin, load/unload cycles, in-process registration), sessions on the kgram
  * target, and greedy speculative output == plain greedy output. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
 
-#include <cmocka.h>
-
 #include "specinfer.h"
 #include "specinfer_plugin.h"
-#include "test_util.h"
+#include "support/test_util.h"
+
+#include "support/cmocka_setup.h"
 
 #define CORPUS "abi/specinfer.h"
 

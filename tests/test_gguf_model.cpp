@@ -16,15 +16,9 @@
 #include "gguf/model.h"
 #include "plugin/host.h"
 
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using namespace gguf_test;
 using specinfer::gguf::Error;

@@ -15,15 +15,9 @@
 #include "plugin/host.h"
 #include "specinfer_plugin.h"
 
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using namespace gguf_test;
 

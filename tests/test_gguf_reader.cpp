@@ -13,16 +13,9 @@
 #include "data/gguf/gguf_writer.h"
 #include "gguf/gguf_file.h"
 
-// cmocka last: its fail() macro would clash with std and gguf names.
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using namespace gguf_test;
 using specinfer::gguf::Error;

@@ -34,15 +34,9 @@
 #include "gguf/tokenizer.h"
 #include "plugin/host.h"
 
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using gguf_test::Json;
 using specinfer::gguf::File;

@@ -23,16 +23,9 @@
 #include "gguf/tokenizer_pretokenizer.h"
 #include "gguf/unicode.h"
 
-// cmocka last: its fail() macro would clash with std and gguf names.
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using specinfer::gguf::Error;
 using specinfer::gguf::File;

@@ -7,13 +7,7 @@
 
 #include <algorithm>
 
-// cmocka last.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-extern "C" {
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 using specinfer::Lookahead;
 

@@ -15,16 +15,9 @@
 #include "sampling/sampler.h"
 #include "util/error.h"
 
-// cmocka last: its fail() macro would clash with specinfer::fail.
-// clang-format off
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
-// clang-format on
+
+#include "support/cmocka_setup.h"
 
 using specinfer::CounterRng;
 using specinfer::RngStream;

@@ -15,22 +15,16 @@
 #include <string>
 #include <vector>
 
-#include "sample_stats.h"
+#include "support/sample_stats.h"
 #include "sketch/format.h"
 #include "sketch/kernels.h"
 #include "sketch/sketcher.h"
 #include "specinfer.h"
 #include "util/error.h"
 
-// cmocka last: it defines a fail() macro that would clash with specinfer::fail.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 
-extern "C" {
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 namespace sk = specinfer::sketch;
 

@@ -1,16 +1,13 @@
 /* Black-box tests of the sketcher C ABI: buffers and size queries, error statuses and messages,
  * rows + estimate_many, header reading. The statistics are in test_sketch.cpp. */
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
-
 #include "specinfer.h"
+
+#include "support/cmocka_setup.h"
 
 #define DIM 64
 #define M 16

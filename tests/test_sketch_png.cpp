@@ -8,13 +8,7 @@
 
 #include "../tools/specinfer/png_chart.cpp"
 
-extern "C" {
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-
-#include <cmocka.h>
-}
+#include "support/cmocka_setup.h"
 
 namespace {
 

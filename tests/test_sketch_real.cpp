@@ -27,21 +27,16 @@
 #include <string>
 #include <vector>
 
-#include "sample_stats.h"
+#include "support/sample_stats.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
 #include "plugin/host.h"
 #include "sketch/sketcher.h"
 
-// cmocka last: its macros clash with the C++ headers.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
-extern "C" {
-#include <cmocka.h>
-}
+
+#include "support/cmocka_setup.h"
 
 namespace gg = specinfer::gguf;
 namespace sk = specinfer::sketch;

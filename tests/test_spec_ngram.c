@@ -6,18 +6,15 @@
  *  - dynamic: a second session on the same drafter and prompt drafts the first session's output
  *    from the dynamic cache and the target keeps (nearly) all of it;
  *  - the text always equals plain decoding with that seed; bad configs are refused. */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cmocka.h>
-
 #include "specinfer.h"
-#include "test_util.h"
+#include "support/test_util.h"
+
+#include "support/cmocka_setup.h"
 
 #define CORPUS "abi/specinfer.h"
 #define PROMPT "specinfer_coupler_verify_tree(const specinfer_coupler *coupler"

@@ -14,8 +14,6 @@
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
 // and fewer tokens are generated.
 #include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include <algorithm>
@@ -30,9 +28,7 @@
 #include "api/handles.h"
 #include "specinfer.h"
 
-extern "C" {
-#include <cmocka.h>  // last: its macros clash with the C++ headers
-}
+#include "support/cmocka_setup.h"
 
 namespace {
 

@@ -13,7 +13,8 @@ specinfer_status si_go_generate(specinfer_session *s, int32_t max_tokens, uintpt
   return specinfer_session_generate(s, max_tokens, si_go_on_tokens, (void *)handle);
 }
 
-int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab, int64_t position) {
+int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab,
+                     int64_t position) {
   if (!req->sample) return -1;
   return req->sample(req->sample_ctx, q, vocab, position);
 }
@@ -36,32 +37,38 @@ static void inst_destroy(void *self) {
   free(inst);
 }
 
-static specinfer_status inst_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
-  return (specinfer_status)goSpecinferDrafterBegin(((si_go_instance *)self)->handle, (int32_t *)context, n, err);
+static specinfer_status inst_begin(void *self, const int32_t *context, size_t n,
+                                   specinfer_plugin_error *err) {
+  return (specinfer_status)goSpecinferDrafterBegin(((si_go_instance *)self)->handle,
+                                                   (int32_t *)context, n, err);
 }
 
-static specinfer_status inst_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
-                                     specinfer_plugin_error *err) {
+static specinfer_status inst_propose(void *self, const specinfer_draft_request *req,
+                                     specinfer_draft *out, specinfer_plugin_error *err) {
   return (specinfer_status)goSpecinferDrafterPropose(((si_go_instance *)self)->handle,
                                                      (specinfer_draft_request *)req, out, err);
 }
 
-static specinfer_status inst_commit(void *self, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
-  return (specinfer_status)goSpecinferDrafterCommit(((si_go_instance *)self)->handle, (int32_t *)tokens, n, err);
+static specinfer_status inst_commit(void *self, const int32_t *tokens, size_t n,
+                                    specinfer_plugin_error *err) {
+  return (specinfer_status)goSpecinferDrafterCommit(((si_go_instance *)self)->handle,
+                                                    (int32_t *)tokens, n, err);
 }
 
-static const specinfer_drafter_vtable si_go_vtable = {sizeof(specinfer_drafter_vtable), inst_destroy, inst_begin,
-                                                      inst_propose, inst_commit};
+static const specinfer_drafter_vtable si_go_vtable = {
+    sizeof(specinfer_drafter_vtable), inst_destroy, inst_begin, inst_propose, inst_commit};
 
-static specinfer_status si_go_create(int slot, const char *config, const specinfer_model_info *info, void **self,
-                                     const specinfer_drafter_vtable **vt, specinfer_plugin_error *err) {
+static specinfer_status si_go_create(int slot, const char *config, const specinfer_model_info *info,
+                                     void **self, const specinfer_drafter_vtable **vt,
+                                     specinfer_plugin_error *err) {
   si_go_instance *inst = malloc(sizeof *inst);
   if (!inst) {
     si_go_set_error(err, "out of memory");
     return SPECINFER_ERR_OUT_OF_MEMORY;
   }
   uintptr_t handle = 0;
-  int st = goSpecinferDrafterCreate(slot, (char *)config, (specinfer_model_info *)info, &handle, err);
+  int st =
+      goSpecinferDrafterCreate(slot, (char *)config, (specinfer_model_info *)info, &handle, err);
   if (st != SPECINFER_OK) {
     free(inst);
     return (specinfer_status)st;
@@ -72,25 +79,55 @@ static specinfer_status si_go_create(int slot, const char *config, const specinf
   return SPECINFER_OK;
 }
 
-#define SI_GO_SLOT(N)                                                                              \
-  static specinfer_status create_##N(const specinfer_host *host, const char *config,               \
-                                     const specinfer_model_info *info,                             \
-                                     const specinfer_host_target *target, void **self,             \
-                                     const specinfer_drafter_vtable **vt, specinfer_plugin_error *err) { \
-    (void)host;                                                                                    \
-    (void)target;                                                                                  \
-    return si_go_create(N, config, info, self, vt, err);                                           \
-  }                                                                                                \
-  static const specinfer_drafter_factory factory_##N = {sizeof(specinfer_drafter_factory), create_##N}; \
-  static const void *get_factory_##N(const char *id) {                                             \
-    return id && strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &factory_##N : NULL;              \
+#define SI_GO_SLOT(N)                                                                        \
+  static specinfer_status create_##N(                                                        \
+      const specinfer_host *host, const char *config, const specinfer_model_info *info,      \
+      const specinfer_host_target *target, void **self, const specinfer_drafter_vtable **vt, \
+      specinfer_plugin_error *err) {                                                         \
+    (void)host;                                                                              \
+    (void)target;                                                                            \
+    return si_go_create(N, config, info, self, vt, err);                                     \
+  }                                                                                          \
+  static const specinfer_drafter_factory factory_##N = {sizeof(specinfer_drafter_factory),   \
+                                                        create_##N};                         \
+  static const void *get_factory_##N(const char *id) {                                       \
+    return id && strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &factory_##N : NULL;        \
   }
 
-SI_GO_SLOT(0) SI_GO_SLOT(1) SI_GO_SLOT(2) SI_GO_SLOT(3) SI_GO_SLOT(4) SI_GO_SLOT(5) SI_GO_SLOT(6) SI_GO_SLOT(7)
-SI_GO_SLOT(8) SI_GO_SLOT(9) SI_GO_SLOT(10) SI_GO_SLOT(11) SI_GO_SLOT(12) SI_GO_SLOT(13) SI_GO_SLOT(14)
-SI_GO_SLOT(15) SI_GO_SLOT(16) SI_GO_SLOT(17) SI_GO_SLOT(18) SI_GO_SLOT(19) SI_GO_SLOT(20) SI_GO_SLOT(21)
-SI_GO_SLOT(22) SI_GO_SLOT(23) SI_GO_SLOT(24) SI_GO_SLOT(25) SI_GO_SLOT(26) SI_GO_SLOT(27) SI_GO_SLOT(28)
-SI_GO_SLOT(29) SI_GO_SLOT(30) SI_GO_SLOT(31)
+// clang-format off
+SI_GO_SLOT(0)
+SI_GO_SLOT(1)
+SI_GO_SLOT(2)
+SI_GO_SLOT(3)
+SI_GO_SLOT(4)
+SI_GO_SLOT(5)
+SI_GO_SLOT(6)
+SI_GO_SLOT(7)
+SI_GO_SLOT(8)
+SI_GO_SLOT(9)
+SI_GO_SLOT(10)
+SI_GO_SLOT(11)
+SI_GO_SLOT(12)
+SI_GO_SLOT(13)
+SI_GO_SLOT(14)
+SI_GO_SLOT(15)
+SI_GO_SLOT(16)
+SI_GO_SLOT(17)
+SI_GO_SLOT(18)
+SI_GO_SLOT(19)
+SI_GO_SLOT(20)
+SI_GO_SLOT(21)
+SI_GO_SLOT(22)
+SI_GO_SLOT(23)
+SI_GO_SLOT(24)
+SI_GO_SLOT(25)
+SI_GO_SLOT(26)
+SI_GO_SLOT(27)
+SI_GO_SLOT(28)
+SI_GO_SLOT(29)
+SI_GO_SLOT(30)
+SI_GO_SLOT(31)
+// clang-format on
 
 typedef const void *(*si_get_factory_fn)(const char *);
 static const si_get_factory_fn get_factories[SI_GO_SLOTS] = {
