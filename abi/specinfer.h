@@ -50,7 +50,7 @@ extern "C" {
 #define SPECINFER_VERSION_PATCH 0
 #define SPECINFER_VERSION_STRING "0.1.0"
 /* MAJOR * 1000000 + MINOR * 1000 + PATCH. */
-#define SPECINFER_VERSION_NUMBER                                                                   \
+#define SPECINFER_VERSION_NUMBER \
   (SPECINFER_VERSION_MAJOR * 1000000 + SPECINFER_VERSION_MINOR * 1000 + SPECINFER_VERSION_PATCH)
 
 /* The version of the library actually loaded; compare with SPECINFER_VERSION_NUMBER to check that
@@ -67,18 +67,19 @@ typedef enum specinfer_status {
   SPECINFER_OK = 0,
   SPECINFER_ERR_INVALID_ARGUMENT = 1, /* NULL where a value is needed, bad size, NaN, ... */
   SPECINFER_ERR_OUT_OF_MEMORY = 2,
-  SPECINFER_ERR_NOT_FOUND = 3,       /* unknown plugin, missing file */
-  SPECINFER_ERR_IO = 4,              /* a file could not be read or mapped */
-  SPECINFER_ERR_FORMAT = 5,          /* a file or byte string is corrupt or truncated */
-  SPECINFER_ERR_ABI_MISMATCH = 6,    /* a plugin built for another plugin ABI */
-  SPECINFER_ERR_UNSUPPORTED = 7,     /* valid but not supported (model architecture, type, ...) */
-  SPECINFER_ERR_CONFIG = 8,          /* unknown key or bad value in a key=value config */
-  SPECINFER_ERR_STATE = 9,           /* call not valid in the object's current state */
-  SPECINFER_ERR_CANCELLED = 10,      /* a callback asked to stop */
-  SPECINFER_ERR_PLUGIN = 11,         /* a plugin reported a failure */
-  SPECINFER_ERR_CONTEXT_FULL = 12,   /* the target's context window is full */
-  SPECINFER_ERR_BUFFER_TOO_SMALL = 13, /* the caller's buffer is too small; the size needed is returned */
-  SPECINFER_ERR_INTERNAL = 14        /* a bug in specinfer; please report it */
+  SPECINFER_ERR_NOT_FOUND = 3,     /* unknown plugin, missing file */
+  SPECINFER_ERR_IO = 4,            /* a file could not be read or mapped */
+  SPECINFER_ERR_FORMAT = 5,        /* a file or byte string is corrupt or truncated */
+  SPECINFER_ERR_ABI_MISMATCH = 6,  /* a plugin built for another plugin ABI */
+  SPECINFER_ERR_UNSUPPORTED = 7,   /* valid but not supported (model architecture, type, ...) */
+  SPECINFER_ERR_CONFIG = 8,        /* unknown key or bad value in a key=value config */
+  SPECINFER_ERR_STATE = 9,         /* call not valid in the object's current state */
+  SPECINFER_ERR_CANCELLED = 10,    /* a callback asked to stop */
+  SPECINFER_ERR_PLUGIN = 11,       /* a plugin reported a failure */
+  SPECINFER_ERR_CONTEXT_FULL = 12, /* the target's context window is full */
+  SPECINFER_ERR_BUFFER_TOO_SMALL =
+      13,                     /* the caller's buffer is too small; the size needed is returned */
+  SPECINFER_ERR_INTERNAL = 14 /* a bug in specinfer; please report it */
 } specinfer_status;
 
 /* The static name of a status code ("SPECINFER_ERR_CONFIG"); "SPECINFER_UNKNOWN_STATUS" for a
@@ -119,10 +120,12 @@ typedef struct specinfer_sketcher specinfer_sketcher;
 struct specinfer_plugin_descriptor;
 
 typedef struct specinfer_registry_params {
-  uint32_t struct_size;   /* sizeof(specinfer_registry_params) */
-  int32_t n_threads;      /* backend threads; 0 = SPECINFER_THREADS from the environment, else all cores */
-  int32_t load_builtin;   /* 1 (default): plugins named in open calls are looked up on the plugin path */
-  specinfer_log_fn log;   /* NULL (default): messages at WARN and above go to stderr */
+  uint32_t struct_size; /* sizeof(specinfer_registry_params) */
+  int32_t
+      n_threads; /* backend threads; 0 = SPECINFER_THREADS from the environment, else all cores */
+  int32_t
+      load_builtin; /* 1 (default): plugins named in open calls are looked up on the plugin path */
+  specinfer_log_fn log; /* NULL (default): messages at WARN and above go to stderr */
   void *log_user;
   specinfer_log_level log_level; /* the least severe level passed to `log`; default INFO */
 } specinfer_registry_params;
@@ -176,13 +179,13 @@ SPECINFER_API specinfer_status specinfer_registry_unload_plugin(specinfer_regist
 /* What the registry says of one loaded plugin. Strings stay valid while the plugin is loaded. */
 typedef struct specinfer_plugin_info {
   uint32_t struct_size;
-  const char *name;        /* "kgram" */
-  const char *version;     /* the plugin's own version */
+  const char *name;    /* "kgram" */
+  const char *version; /* the plugin's own version */
   const char *description;
-  const char *path;        /* the file it came from; "" for an in-process plugin */
-  int32_t has_target;      /* provides "specinfer.target-factory/1" */
-  int32_t has_drafter;     /* provides "specinfer.drafter-factory/1" */
-  uint32_t abi_version;    /* plugin ABI it was built for */
+  const char *path;     /* the file it came from; "" for an in-process plugin */
+  int32_t has_target;   /* provides "specinfer.target-factory/1" */
+  int32_t has_drafter;  /* provides "specinfer.drafter-factory/1" */
+  uint32_t abi_version; /* plugin ABI it was built for */
 } specinfer_plugin_info;
 
 /* Number of loaded plugins. */
@@ -216,14 +219,14 @@ SPECINFER_API const char *specinfer_target_errmsg(const specinfer_target *target
 typedef struct specinfer_model_info {
   uint32_t struct_size;
   int32_t vocab_size;
-  int32_t n_ctx;          /* context window in tokens */
-  int32_t hidden_size;    /* width of the last hidden state */
-  int32_t bos_token;      /* -1 when none */
-  int32_t eos_token;      /* -1 when none; generation stops here */
-  int32_t eot_token;      /* end of turn, -1 when none; generation stops here too */
-  int32_t add_bos;        /* 1 if text prompts start with bos */
-  const char *name;       /* model name, valid while the target is open */
-  const char *arch;       /* "qwen2", "llama", "kgram", ... */
+  int32_t n_ctx;       /* context window in tokens */
+  int32_t hidden_size; /* width of the last hidden state */
+  int32_t bos_token;   /* -1 when none */
+  int32_t eos_token;   /* -1 when none; generation stops here */
+  int32_t eot_token;   /* end of turn, -1 when none; generation stops here too */
+  int32_t add_bos;     /* 1 if text prompts start with bos */
+  const char *name;    /* model name, valid while the target is open */
+  const char *arch;    /* "qwen2", "llama", "kgram", ... */
 } specinfer_model_info;
 
 /* Fills `info` (its struct_size set by the caller, or by specinfer_model_info_init). */
@@ -268,10 +271,9 @@ SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *draf
 /* Creates a coupler from a spec string:
  *   "greedy"        argmax match (exact for greedy decoding)
  *   "rejection"     modified rejection sampling (exact)
- *   "lenient:L"     Leviathan's lenience L in (0, 1] (lossy; "lenient" alone means L = 0.5; L = 1 is
- *                   "rejection")
- *   "gumbel"        Gumbel-max coupling with shared randomness (exact, drafter-invariant)
- *   "minhash"       weighted-MinHash coupling (exact, drafter-invariant)
+ *   "lenient:L"     Leviathan's lenience L in (0, 1] (lossy; "lenient" alone means L = 0.5; L = 1
+ * is "rejection") "gumbel"        Gumbel-max coupling with shared randomness (exact,
+ * drafter-invariant) "minhash"       weighted-MinHash coupling (exact, drafter-invariant)
  *   "typical[:EPS[:DELTA]]" Medusa's typical acceptance (lossy)
  * Errors: INVALID_ARGUMENT (NULL), CONFIG (unknown kind or bad parameter). */
 SPECINFER_API specinfer_status specinfer_coupler_create(const char *spec, specinfer_coupler **out,
@@ -438,26 +440,26 @@ SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session
 
 typedef struct specinfer_session_stats {
   uint32_t struct_size;
-  int64_t n_prompt_tokens;   /* tokens fed */
-  int64_t n_generated;       /* tokens emitted */
-  int64_t n_rounds;          /* speculate/verify rounds */
-  int64_t n_target_passes;   /* target forward calls (prefill included) */
-  int64_t n_drafted;         /* tokens proposed by the drafter */
-  int64_t n_accepted;        /* drafted tokens the coupler kept */
-  double acceptance_rate;    /* n_accepted / n_drafted (0 when nothing drafted) */
-  double mean_accepted;      /* tokens emitted per round: accepted + 1 */
-  double t_prefill_ms;       /* time scoring the prompt */
-  double t_draft_ms;         /* time in the drafter */
-  double t_verify_ms;        /* time in target forward passes after the prompt */
-  double t_sample_ms;        /* time turning logits into distributions and coupling */
-  double t_total_ms;         /* wall time of generate/step calls, prefill included */
-  double tokens_per_second;  /* n_generated / (t_total_ms - t_prefill_ms) */
+  int64_t n_prompt_tokens;  /* tokens fed */
+  int64_t n_generated;      /* tokens emitted */
+  int64_t n_rounds;         /* speculate/verify rounds */
+  int64_t n_target_passes;  /* target forward calls (prefill included) */
+  int64_t n_drafted;        /* tokens proposed by the drafter */
+  int64_t n_accepted;       /* drafted tokens the coupler kept */
+  double acceptance_rate;   /* n_accepted / n_drafted (0 when nothing drafted) */
+  double mean_accepted;     /* tokens emitted per round: accepted + 1 */
+  double t_prefill_ms;      /* time scoring the prompt */
+  double t_draft_ms;        /* time in the drafter */
+  double t_verify_ms;       /* time in target forward passes after the prompt */
+  double t_sample_ms;       /* time turning logits into distributions and coupling */
+  double t_total_ms;        /* wall time of generate/step calls, prefill included */
+  double tokens_per_second; /* n_generated / (t_total_ms - t_prefill_ms) */
 } specinfer_session_stats;
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
 SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats);
 SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_session *session,
-                                                       specinfer_session_stats *stats);
+                                                           specinfer_session_stats *stats);
 
 /* Forgets the text and the statistics; the session can be fed a new prompt. */
 SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session);
@@ -478,16 +480,16 @@ SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session 
  *
  * Kinds, with the variance of one estimate (||a_I|| is a restricted to the common support I):
  *   "jl"          y = S a / sqrt(m), S dense Gaussian (default) or +-1 ("dist=sign").
- *                 Gaussian: (||a||^2 ||b||^2 + <a,b>^2) / m; +-1: the same minus 2 sum a_i^2 b_i^2 / m.
- *   "countsketch" sparse JL: each column of S has s nonzeros +-1/sqrt(s) ("s=1" default, one per
+ *                 Gaussian: (||a||^2 ||b||^2 + <a,b>^2) / m; +-1: the same minus 2 sum a_i^2 b_i^2
+ * / m. "countsketch" sparse JL: each column of S has s nonzeros +-1/sqrt(s) ("s=1" default, one per
  *                 column: the classic CountSketch); O(s * nnz) to apply. At most 2||a||^2||b||^2/m.
  *   "qjl"         1-bit: a key sketch keeps sign(S a) (m bits) and ||a||; a query sketch keeps S q
  *                 (m floats, flag SPECINFER_SKETCH_QUERY). Estimate sqrt(pi/2)/m * ||a|| *
  *                 <S q, sign(S a)>, variance ((pi/2)||a||^2||b||^2 - <a,b>^2) / m. "orthogonal=1"
  *                 orthogonalizes the rows of S (needs d*m <= 2^22). Two query sketches give the
  *                 Gaussian JL estimate; two key sketches are refused.
- *   "threshold"   coordinated threshold sampling: index i is kept when h(i) < min(1, m a_i^2/||a||^2)
- *                 with h a hash shared by all sketches of the same seed; expected size <= m.
+ *   "threshold"   coordinated threshold sampling: index i is kept when h(i) < min(1, m
+ * a_i^2/||a||^2) with h a hash shared by all sketches of the same seed; expected size <= m.
  *   "priority"    priority sampling with weights a_i^2: the m indices of smallest h(i)/a_i^2;
  *                 exactly min(m, nnz(a)) samples.
  *                 Both samplers: variance at most (2/m) max(||a_I||^2 ||b||^2, ||a||^2 ||b_I||^2),
@@ -524,16 +526,16 @@ SPECINFER_API void specinfer_sketcher_destroy(specinfer_sketcher *sketcher);
 #define SPECINFER_SKETCH_QUERY 1 /* make a query-side sketch (qjl: S q); ignored by other kinds */
 
 typedef struct specinfer_sketcher_info {
-  uint32_t struct_size;  /* sizeof(specinfer_sketcher_info), set by the caller */
-  const char *kind;      /* "jl", ...; static string */
-  int64_t dim;           /* d */
-  int64_t size;          /* m */
+  uint32_t struct_size; /* sizeof(specinfer_sketcher_info), set by the caller */
+  const char *kind;     /* "jl", ...; static string */
+  int64_t dim;          /* d */
+  int64_t size;         /* m */
   uint64_t seed;
-  size_t key_bytes;      /* bytes of a (key) sketch: exact, or an upper bound when !fixed_size */
-  size_t query_bytes;    /* bytes of a query sketch (SPECINFER_SKETCH_QUERY), same rule */
-  int32_t fixed_size;    /* 1 when every sketch has exactly key_bytes / query_bytes */
-  int32_t linear;        /* 1 when specinfer_sketcher_distance2 is supported */
-  const char *simd;      /* kernels in use: "avx2" or "scalar"; static string */
+  size_t key_bytes;   /* bytes of a (key) sketch: exact, or an upper bound when !fixed_size */
+  size_t query_bytes; /* bytes of a query sketch (SPECINFER_SKETCH_QUERY), same rule */
+  int32_t fixed_size; /* 1 when every sketch has exactly key_bytes / query_bytes */
+  int32_t linear;     /* 1 when specinfer_sketcher_distance2 is supported */
+  const char *simd;   /* kernels in use: "avx2" or "scalar"; static string */
 } specinfer_sketcher_info;
 
 /* Describes a sketcher. Errors: INVALID_ARGUMENT (NULL, struct_size too small). */
@@ -564,12 +566,9 @@ SPECINFER_API specinfer_status specinfer_sketcher_sketch(const specinfer_sketche
  * cap, BUFFER_TOO_SMALL and *n_bytes = the total needed (offsets untouched).
  * Errors: INVALID_ARGUMENT (NULL, stride < dim, a bad row: the message names the first one),
  * BUFFER_TOO_SMALL. */
-SPECINFER_API specinfer_status specinfer_sketcher_sketch_rows(const specinfer_sketcher *sketcher,
-                                                              const float *rows, size_t n_rows,
-                                                              size_t row_stride, int32_t flags,
-                                                              void *buf, size_t cap,
-                                                              size_t *offsets, size_t *n_bytes,
-                                                              char **errmsg);
+SPECINFER_API specinfer_status specinfer_sketcher_sketch_rows(
+    const specinfer_sketcher *sketcher, const float *rows, size_t n_rows, size_t row_stride,
+    int32_t flags, void *buf, size_t cap, size_t *offsets, size_t *n_bytes, char **errmsg);
 
 /* Estimates <a, b> from two sketches made by this sketcher (or one with the same arguments).
  * For qjl, one sketch is a key and the other a query (either order), or both are queries.
@@ -603,9 +602,9 @@ typedef struct specinfer_sketch_header {
   const char *kind;     /* "jl", ...; static string */
   int32_t is_query;     /* 1 for a qjl query sketch */
   int64_t dim;
-  int64_t size;         /* m */
-  int64_t count;        /* entries stored: m for projections, the number of samples for samplers */
-  size_t n_bytes;       /* total length (header included) */
+  int64_t size;   /* m */
+  int64_t count;  /* entries stored: m for projections, the number of samples for samplers */
+  size_t n_bytes; /* total length (header included) */
 } specinfer_sketch_header;
 
 /* Reads and checks the header of the sketch in bytes[0, len). Errors: INVALID_ARGUMENT (NULL,

@@ -76,18 +76,18 @@ typedef enum specinfer_wtype {
 
 typedef struct specinfer_attention_args {
   uint32_t struct_size;
-  int32_t n_q;        /* query tokens */
-  int32_t n_head;     /* query heads */
-  int32_t n_head_kv;  /* key/value heads (grouped-query attention: n_head % n_head_kv == 0) */
+  int32_t n_q;       /* query tokens */
+  int32_t n_head;    /* query heads */
+  int32_t n_head_kv; /* key/value heads (grouped-query attention: n_head % n_head_kv == 0) */
   int32_t head_dim;
-  int32_t n_kv;       /* cached positions attended over, the n_q new ones included (they are last) */
-  const float *q;     /* [n_q][n_head][head_dim] */
-  const float *k;     /* [n_kv][n_head_kv][head_dim] */
-  const float *v;     /* [n_kv][n_head_kv][head_dim] */
+  int32_t n_kv;   /* cached positions attended over, the n_q new ones included (they are last) */
+  const float *q; /* [n_q][n_head][head_dim] */
+  const float *k; /* [n_kv][n_head_kv][head_dim] */
+  const float *v; /* [n_kv][n_head_kv][head_dim] */
   /* [n_q][n_kv], 1 = may attend; NULL = causal: query i attends kv j iff j <= n_kv - n_q + i. */
   const uint8_t *mask;
-  float scale;        /* usually 1/sqrt(head_dim) */
-  float *out;         /* [n_q][n_head][head_dim] */
+  float scale; /* usually 1/sqrt(head_dim) */
+  float *out;  /* [n_q][n_head][head_dim] */
 } specinfer_attention_args;
 
 /* Opaque: a weight matrix prepared by pack_weight. */
@@ -152,14 +152,14 @@ typedef struct specinfer_kernels {
 typedef struct specinfer_forward_batch {
   uint32_t struct_size;
   int32_t n_tokens;
-  const int32_t *tokens;     /* [n_tokens] */
-  const int32_t *positions;  /* [n_tokens] positions for the rotary embedding */
+  const int32_t *tokens;    /* [n_tokens] */
+  const int32_t *positions; /* [n_tokens] positions for the rotary embedding */
   /* [n_tokens][n_tokens], 1 = batch token i may attend batch token j; every cached position is
    * always visible. NULL = causal within the batch. A token tree sets it from parent links. */
   const uint8_t *tree_mask;
-  int32_t n_logits;          /* logits for the last n_logits batch tokens (0 .. n_tokens) */
-  float *logits;             /* out: [n_logits][vocab_size] */
-  float *hidden;             /* out, optional (NULL): [n_logits][hidden_size] last hidden state */
+  int32_t n_logits; /* logits for the last n_logits batch tokens (0 .. n_tokens) */
+  float *logits;    /* out: [n_logits][vocab_size] */
+  float *hidden;    /* out, optional (NULL): [n_logits][hidden_size] last hidden state */
 } specinfer_forward_batch;
 
 typedef struct specinfer_target_vtable {
@@ -214,11 +214,11 @@ typedef int32_t (*specinfer_draft_sample_fn)(const void *ctx, const float *q, in
 
 typedef struct specinfer_draft_request {
   uint32_t struct_size;
-  int32_t max_tokens;        /* draft at most this many nodes */
-  int32_t allow_tree;        /* 1 if the session verifies trees; 0 = propose a chain */
-  const int32_t *context;    /* the whole committed sequence, prompt included */
+  int32_t max_tokens;     /* draft at most this many nodes */
+  int32_t allow_tree;     /* 1 if the session verifies trees; 0 = propose a chain */
+  const int32_t *context; /* the whole committed sequence, prompt included */
   size_t n_context;
-  float temperature;         /* the session's sampling settings, for drafters that sample */
+  float temperature; /* the session's sampling settings, for drafters that sample */
   uint64_t seed;
   specinfer_draft_sample_fn sample; /* the coupler's draft side */
   const void *sample_ctx;
@@ -227,11 +227,11 @@ typedef struct specinfer_draft_request {
 /* A draft, written by the drafter into arrays the host allocated for `cap` nodes. */
 typedef struct specinfer_draft {
   uint32_t struct_size;
-  int32_t cap;               /* room for this many nodes */
+  int32_t cap; /* room for this many nodes */
   int32_t vocab_size;
-  int32_t n_nodes;           /* out: nodes proposed (0 = nothing to propose) */
-  int32_t *tokens;           /* out: [cap] */
-  int32_t *parents;          /* out: [cap] parent node, -1 = the last committed token; chain: i-1 */
+  int32_t n_nodes;  /* out: nodes proposed (0 = nothing to propose) */
+  int32_t *tokens;  /* out: [cap] */
+  int32_t *parents; /* out: [cap] parent node, -1 = the last committed token; chain: i-1 */
   /* out: [cap][vocab_size] the distribution q each node's token was drawn from. The drafter sets
    * has_probs = 0 for point masses (deterministic drafters), then `probs` is ignored. */
   float *probs;
@@ -268,8 +268,8 @@ typedef struct specinfer_drafter_factory {
 
 struct specinfer_host {
   uint32_t struct_size;
-  uint32_t abi_version;                 /* SPECINFER_PLUGIN_ABI_VERSION of the host */
-  void *host_data;                      /* the host's; do not touch */
+  uint32_t abi_version; /* SPECINFER_PLUGIN_ABI_VERSION of the host */
+  void *host_data;      /* the host's; do not touch */
   /* Logs one message at a level (specinfer_log_level). */
   void (*log)(const specinfer_host *host, int32_t level, const char *message);
   /* Aligned allocation (align a power of two, at least sizeof(void*)); NULL on failure. */
@@ -289,10 +289,10 @@ struct specinfer_host {
 };
 
 typedef struct specinfer_plugin_descriptor {
-  uint32_t abi_version;       /* SPECINFER_PLUGIN_ABI_VERSION the plugin was built with */
-  uint32_t struct_size;       /* sizeof(specinfer_plugin_descriptor) */
-  const char *name;           /* short unique name: "kgram", "ngram", "gguf" */
-  const char *version;        /* the plugin's own version */
+  uint32_t abi_version; /* SPECINFER_PLUGIN_ABI_VERSION the plugin was built with */
+  uint32_t struct_size; /* sizeof(specinfer_plugin_descriptor) */
+  const char *name;     /* short unique name: "kgram", "ngram", "gguf" */
+  const char *version;  /* the plugin's own version */
   const char *description;
   /* Called before any factory is used; may be NULL. Nonzero return = failure. */
   int32_t (*init)(const specinfer_host *host);

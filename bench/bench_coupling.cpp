@@ -1,7 +1,8 @@
 // Cost of the sampling and coupling work per sequence position, for vocabularies of 32k (Llama 2),
 // 152k (Qwen2) and 262k (Gemma 3). It must stay far below one target forward pass.
 //
-//   BM_LogitsToProbs/<vocab>/<filters>   logits -> distribution (0: temperature only; 1: + top-k 40,
+//   BM_LogitsToProbs/<vocab>/<filters>   logits -> distribution (0: temperature only; 1: + top-k
+//   40,
 //                                        top-p 0.95, min-p 0.05)
 //   BM_Verify/<coupler>/<vocab>/<k>      verify a chain of k drafts (k = 0: plain decoding of one
 //                                        token); items = k + 1 positions, so items/s is positions/s
@@ -23,14 +24,17 @@ namespace {
 
 using namespace specinfer;
 
-const char *const kCouplers[] = {"greedy", "rejection", "lenient:0.5", "gumbel", "minhash", "typical"};
+const char *const kCouplers[] = {"greedy", "rejection", "lenient:0.5",
+                                 "gumbel", "minhash",   "typical"};
 
 std::vector<float> make_logits(int32_t vocab, uint64_t seed) {
   std::vector<float> l(static_cast<size_t>(vocab));
   CounterRng rng(seed, 0, 1000);
   for (int32_t i = 0; i < vocab; ++i) {
-    double u1 = rng.uniform(2 * static_cast<uint64_t>(i)), u2 = rng.uniform(2 * static_cast<uint64_t>(i) + 1);
-    l[i] = static_cast<float>(3.0 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    double u1 = rng.uniform(2 * static_cast<uint64_t>(i)),
+           u2 = rng.uniform(2 * static_cast<uint64_t>(i) + 1);
+    l[i] =
+        static_cast<float>(3.0 * std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
   return l;
 }
@@ -74,15 +78,19 @@ void BM_Verify(benchmark::State &state, const char *spec) {
   int64_t position = 0, accepted = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    for (int32_t r = 0; r < k; ++r) draft[r] = coupler->draft_sample(vocab, mix.data(), 7, position + r);
+    for (int32_t r = 0; r < k; ++r)
+      draft[r] = coupler->draft_sample(vocab, mix.data(), 7, position + r);
     state.ResumeTiming();
-    VerifyResult v = coupler->verify(vocab, k, p.data(), k ? q.data() : nullptr, draft.data(), 7, position);
+    VerifyResult v =
+        coupler->verify(vocab, k, p.data(), k ? q.data() : nullptr, draft.data(), 7, position);
     benchmark::DoNotOptimize(v);
     accepted += v.n_accepted;
     position += k + 1;
   }
   state.SetItemsProcessed(state.iterations() * (k + 1));
-  if (k) state.counters["accepted_per_round"] = static_cast<double>(accepted) / static_cast<double>(state.iterations());
+  if (k)
+    state.counters["accepted_per_round"] =
+        static_cast<double>(accepted) / static_cast<double>(state.iterations());
 }
 
 void BM_DraftSample(benchmark::State &state, const char *spec) {
@@ -90,7 +98,8 @@ void BM_DraftSample(benchmark::State &state, const char *spec) {
   auto coupler = make_coupler(spec);
   auto q = make_probs(vocab, 3);
   int64_t position = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(coupler->draft_sample(vocab, q.data(), 7, position++));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(coupler->draft_sample(vocab, q.data(), 7, position++));
   state.SetItemsProcessed(state.iterations());
 }
 
@@ -113,7 +122,9 @@ const int64_t kVocabs[] = {32000, 152064, 262144};
 int register_all() {
   for (int64_t v : kVocabs)
     for (int64_t f : {0, 1})
-      benchmark::RegisterBenchmark("BM_LogitsToProbs", BM_LogitsToProbs)->Args({v, f})->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark("BM_LogitsToProbs", BM_LogitsToProbs)
+          ->Args({v, f})
+          ->Unit(benchmark::kMicrosecond);
   for (const char *spec : kCouplers) {
     for (int64_t v : kVocabs)
       for (int64_t k : {0, 4})
@@ -121,7 +132,8 @@ int register_all() {
             ->Args({v, k})
             ->Unit(benchmark::kMicrosecond);
     for (int64_t v : kVocabs)
-      benchmark::RegisterBenchmark((std::string("BM_DraftSample/") + spec).c_str(), BM_DraftSample, spec)
+      benchmark::RegisterBenchmark((std::string("BM_DraftSample/") + spec).c_str(), BM_DraftSample,
+                                   spec)
           ->Arg(v)
           ->Unit(benchmark::kMicrosecond);
   }

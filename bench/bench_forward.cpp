@@ -10,11 +10,11 @@
 // benchmark is skipped.
 #include <benchmark/benchmark.h>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "api/handles.h"
@@ -60,7 +60,8 @@ struct Model {
     }
     // SPECINFER_BENCH_CONFIG: extra target config, e.g. "pack=0" to time the unpacked kernels.
     std::string config = "path=" + path;
-    if (const char *extra = std::getenv("SPECINFER_BENCH_CONFIG"); extra && *extra) config += std::string(",") + extra;
+    if (const char *extra = std::getenv("SPECINFER_BENCH_CONFIG"); extra && *extra)
+      config += std::string(",") + extra;
     if (specinfer_target_open(reg, "gguf", config.c_str(), &target, &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";
       specinfer_free(msg);
@@ -100,7 +101,8 @@ void forward(Model &m, int32_t pos0, int32_t n, int32_t n_logits, std::vector<fl
 }
 
 // The target with ctx tokens in its cache, or NULL (the benchmark skipped) without the model.
-specinfer::TargetObject *with_context(benchmark::State &state, Model &m, int32_t ctx, std::vector<float> &logits) {
+specinfer::TargetObject *with_context(benchmark::State &state, Model &m, int32_t ctx,
+                                      std::vector<float> &logits) {
   if (!m.target) {
     state.SkipWithError(m.error.c_str());
     return nullptr;
@@ -123,12 +125,16 @@ void BM_Forward(benchmark::State &state) {
     forward(m, ctx, n, n, logits);
     benchmark::DoNotOptimize(logits.data());
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n,
-                                                  benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * n, benchmark::Counter::kIsRate);
   state.SetLabel(m.info.name ? m.info.name : "");
 }
-BENCHMARK(BM_Forward)->DenseRange(1, 8)->Arg(16)->ArgName("tok")
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Forward)
+    ->DenseRange(1, 8)
+    ->Arg(16)
+    ->ArgName("tok")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The verify curve as a ratio: one forward of n tokens and one of a single token, alternated every
 // iteration so that both see the same memory bandwidth (on a shared machine it swings by half
@@ -161,8 +167,15 @@ void BM_VerifyRatio(benchmark::State &state) {
   state.counters["ratio"] = median(many) / median(one);
   state.SetLabel(m.info.name ? m.info.name : "");
 }
-BENCHMARK(BM_VerifyRatio)->Arg(2)->Arg(4)->Arg(5)->Arg(8)->ArgName("tok")->MinTime(3.0)
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_VerifyRatio)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(5)
+    ->Arg(8)
+    ->ArgName("tok")
+    ->MinTime(3.0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Prefill: 512 tokens from an empty cache, logits for the last one.
 void BM_Prefill(benchmark::State &state) {
@@ -179,8 +192,8 @@ void BM_Prefill(benchmark::State &state) {
     forward(m, 0, n, 1, logits);
     benchmark::DoNotOptimize(logits.data());
   }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n,
-                                                  benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * n, benchmark::Counter::kIsRate);
   state.SetLabel(m.info.name ? m.info.name : "");
 }
 BENCHMARK(BM_Prefill)->Arg(512)->ArgName("tok")->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -45,7 +45,8 @@ __attribute__((target("avx2"))) void stream_sum(const float *p, size_t n, float 
   float a[4][8] = {};
   for (size_t i = 0; i + 32 <= n; i += 32)
     for (int k = 0; k < 4; ++k)
-      for (int j = 0; j < 8; ++j) a[k][j] += p[i + 8 * static_cast<size_t>(k) + static_cast<size_t>(j)];
+      for (int j = 0; j < 8; ++j)
+        a[k][j] += p[i + 8 * static_cast<size_t>(k) + static_cast<size_t>(j)];
   for (int k = 0; k < 4; ++k)
     for (int j = 0; j < 8; ++j) out[j] += a[k][j];
 }
@@ -64,7 +65,8 @@ void BM_Bandwidth(benchmark::State &state) {
     std::vector<float> part(kThreads, 0.0f);
     arena().execute([&] {
       tbb::parallel_for(0, kThreads, [&](int t) {
-        const size_t b = n / kThreads * static_cast<size_t>(t), e = t == kThreads - 1 ? n : b + n / kThreads;
+        const size_t b = n / kThreads * static_cast<size_t>(t),
+                     e = t == kThreads - 1 ? n : b + n / kThreads;
         float tmp[8] = {};
         stream_sum(buf.data() + b, e - b, tmp);
         for (float v : tmp) part[static_cast<size_t>(t)] += v;
@@ -83,19 +85,22 @@ BENCHMARK(BM_Bandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 // per_cycle = instructions per clock, the clock taken from a chain of dependent integer adds (one
 // per cycle on any x86-64). kind: 0 vpmaddubsw, 1 vpmaddwd, 2 vfmadd231ps, 3 six vpmaddubsw + six
 // vfmadd231ps (do they share pipes?), 4 vpaddw.
-#define SI_X12(op)                                                                                 \
-  op " %%ymm14, %%ymm0, %%ymm0\n" op " %%ymm14, %%ymm1, %%ymm1\n" op " %%ymm14, %%ymm2, %%ymm2\n"   \
-  op " %%ymm14, %%ymm3, %%ymm3\n" op " %%ymm14, %%ymm4, %%ymm4\n" op " %%ymm14, %%ymm5, %%ymm5\n"   \
-  op " %%ymm14, %%ymm6, %%ymm6\n" op " %%ymm14, %%ymm7, %%ymm7\n" op " %%ymm14, %%ymm8, %%ymm8\n"   \
-  op " %%ymm14, %%ymm9, %%ymm9\n" op " %%ymm14, %%ymm10, %%ymm10\n" op " %%ymm14, %%ymm11, %%ymm11\n"
-#define SI_MIX                                                                                     \
-  "vpmaddubsw %%ymm14, %%ymm0, %%ymm0\n vfmadd231ps %%ymm14, %%ymm6, %%ymm6\n"                    \
-  "vpmaddubsw %%ymm14, %%ymm1, %%ymm1\n vfmadd231ps %%ymm14, %%ymm7, %%ymm7\n"                    \
-  "vpmaddubsw %%ymm14, %%ymm2, %%ymm2\n vfmadd231ps %%ymm14, %%ymm8, %%ymm8\n"                    \
-  "vpmaddubsw %%ymm14, %%ymm3, %%ymm3\n vfmadd231ps %%ymm14, %%ymm9, %%ymm9\n"                    \
-  "vpmaddubsw %%ymm14, %%ymm4, %%ymm4\n vfmadd231ps %%ymm14, %%ymm10, %%ymm10\n"                  \
+#define SI_X12(op)                                                   \
+  op " %%ymm14, %%ymm0, %%ymm0\n" op " %%ymm14, %%ymm1, %%ymm1\n" op \
+     " %%ymm14, %%ymm2, %%ymm2\n" op " %%ymm14, %%ymm3, %%ymm3\n" op \
+     " %%ymm14, %%ymm4, %%ymm4\n" op " %%ymm14, %%ymm5, %%ymm5\n" op \
+     " %%ymm14, %%ymm6, %%ymm6\n" op " %%ymm14, %%ymm7, %%ymm7\n" op \
+     " %%ymm14, %%ymm8, %%ymm8\n" op " %%ymm14, %%ymm9, %%ymm9\n" op \
+     " %%ymm14, %%ymm10, %%ymm10\n" op " %%ymm14, %%ymm11, %%ymm11\n"
+#define SI_MIX                                                                   \
+  "vpmaddubsw %%ymm14, %%ymm0, %%ymm0\n vfmadd231ps %%ymm14, %%ymm6, %%ymm6\n"   \
+  "vpmaddubsw %%ymm14, %%ymm1, %%ymm1\n vfmadd231ps %%ymm14, %%ymm7, %%ymm7\n"   \
+  "vpmaddubsw %%ymm14, %%ymm2, %%ymm2\n vfmadd231ps %%ymm14, %%ymm8, %%ymm8\n"   \
+  "vpmaddubsw %%ymm14, %%ymm3, %%ymm3\n vfmadd231ps %%ymm14, %%ymm9, %%ymm9\n"   \
+  "vpmaddubsw %%ymm14, %%ymm4, %%ymm4\n vfmadd231ps %%ymm14, %%ymm10, %%ymm10\n" \
   "vpmaddubsw %%ymm14, %%ymm5, %%ymm5\n vfmadd231ps %%ymm14, %%ymm11, %%ymm11\n"
-#define SI_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
+#define SI_CLOBBER \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"
 
 double seconds_for(void (*fn)(long), long n) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -104,9 +109,12 @@ double seconds_for(void (*fn)(long), long n) {
 }
 void add_chain(long n) {  // 12 dependent adds per iteration
   for (long i = 0; i < n; ++i)
-    __asm__ volatile("add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n"
-                     "add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n" ::
-                         : "rax");
+    __asm__ volatile(
+        "add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, "
+        "%%rax\n"
+        "add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, %%rax\n add $1, "
+        "%%rax\n" ::
+            : "rax");
 }
 __attribute__((target("avx2"))) void run_maddubs(long n) {
   for (long i = 0; i < n; ++i) __asm__ volatile(SI_X12("vpmaddubsw")::: SI_CLOBBER);
@@ -139,7 +147,8 @@ void BM_PipeThroughput(benchmark::State &state) {
   }
   // Both loops run n iterations of 12 instructions; the add chain takes 12 cycles per iteration.
   state.counters["per_cycle"] = 12.0 * clock_s / (12.0 * instr_s);
-  state.counters["GHz"] = 12.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / clock_s * 1e-9;
+  state.counters["GHz"] =
+      12.0 * static_cast<double>(n) * static_cast<double>(state.iterations()) / clock_s * 1e-9;
 }
 BENCHMARK(BM_PipeThroughput)->DenseRange(0, 4)->ArgName("kind")->Unit(benchmark::kMillisecond);
 #endif
@@ -207,13 +216,15 @@ void BM_Matmul(benchmark::State &state) {
     arena().execute([&] { matmul(wtype, w.data.data(), rows, cols, x.data(), n_tok, y.data()); });
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.data.size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(w.data.size()));
   state.SetLabel(std::string(wtype_name(wtype)) + " " + isa_name(active_isa()));
 }
 
 void matmul_args(benchmark::internal::Benchmark *b) {
   const int64_t shapes[][2] = {{1536, 1536}, {8960, 1536}, {1536, 8960}, {151936, 1536}};
-  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_F16};
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_0,
+                           SPECINFER_WTYPE_F16};
   const int64_t toks[] = {1, 2, 4, 5, 8, 16};
   for (auto &s : shapes)
     for (int32_t t : types)
@@ -239,7 +250,8 @@ void BM_MatmulPacked(benchmark::State &state) {
     arena().execute([&] { matmul_packed(*pw, x.data(), n_tok, y.data()); });
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.data.size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(w.data.size()));
   state.SetLabel(std::string(wtype_name(wtype)) + " packed " + isa_name(active_isa()));
 }
 
@@ -287,11 +299,13 @@ void BM_MatmulStream(benchmark::State &state) {
     arena().execute([&] { matmul_packed(pw, x.data(), n_tok, y.data()); });
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(data[0].size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(data[0].size()));
   state.SetLabel(std::string(wtype_name(wtype)) + " " + isa_name(active_isa()));
 }
 BENCHMARK(BM_MatmulStream)
-    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {1536}, {8960}, {1, 2, 3, 4, 5, 8}})
+    ->ArgsProduct(
+        {{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {1536}, {8960}, {1, 2, 3, 4, 5, 8}})
     ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {8960}, {1536}, {1, 5}})
     // The re-quantized 0.5B draft (q40_x4), one token: q/o, gate/up.
     ->ArgsProduct({{SPECINFER_WTYPE_Q4_0}, {896, 4864}, {896}, {1}})
@@ -343,7 +357,8 @@ void BM_LayoutAB(benchmark::State &state) {
   state.counters["pairs_us"] = median(ta);
   state.counters["r16_us"] = median(tb);
   state.counters["ratio"] = median(tb) / median(ta);
-  state.SetLabel(std::string(wtype_name(wtype)) + " " + std::to_string(static_cast<int>(pairs[0]->layout)) + " vs " +
+  state.SetLabel(std::string(wtype_name(wtype)) + " " +
+                 std::to_string(static_cast<int>(pairs[0]->layout)) + " vs " +
                  std::to_string(static_cast<int>(r16[0]->layout)));
 }
 BENCHMARK(BM_LayoutAB)
@@ -356,14 +371,18 @@ BENCHMARK(BM_LayoutAB)
 // The same kernels on a weight matrix that stays in L2 (256 x 1536): compute cost alone, without
 // memory stalls. Compare cpu_time per token count (SPECINFER_BENCH_THREADS=1).
 void matmul_l2_args(benchmark::internal::Benchmark *b) {
-  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0,
-                           SPECINFER_WTYPE_Q4_0};
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q5_0,
+                           SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_Q4_0};
   const int64_t toks[] = {1, 2, 4, 5, 8, 16};
   for (int32_t t : types)
     for (int64_t n : toks) b->Args({t, 256, 1536, n});
   b->ArgNames({"type", "rows", "cols", "tok"});
 }
-BENCHMARK(BM_Matmul)->Name("BM_MatmulL2")->Apply(matmul_l2_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Matmul)
+    ->Name("BM_MatmulL2")
+    ->Apply(matmul_l2_args)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // Activation quantization per call (n_tok x 1536 floats -> ActQ8K / ActQ8), single thread.
 // kind: 0 = q8 scalar, 1 = q8k scalar, 2 = q8 AVX2, 3 = q8k AVX2.
@@ -378,23 +397,30 @@ void BM_QuantizeAct(benchmark::State &state) {
   std::vector<ActQ8> q(static_cast<size_t>(n_tok * cols / kQK));
   for (auto _ : state) {
     for (int64_t t = 0; t < n_tok; ++t) {
-      if (k && simd) quantize_act_q8k_avx2(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
-      else if (k) quantize_act_q8k(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
-      else if (simd) quantize_act_q8_avx2(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
-      else quantize_act_q8(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
+      if (k && simd)
+        quantize_act_q8k_avx2(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      else if (k)
+        quantize_act_q8k(x.data() + t * cols, qk.data() + t * (cols / kQKK), cols);
+      else if (simd)
+        quantize_act_q8_avx2(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
+      else
+        quantize_act_q8(x.data() + t * cols, q.data() + t * (cols / kQK), cols);
     }
     benchmark::DoNotOptimize(qk.data());
     benchmark::DoNotOptimize(q.data());
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n_tok * cols);
 }
-BENCHMARK(BM_QuantizeAct)->ArgsProduct({{0, 1, 2, 3}, {1, 5}})->ArgNames({"kind", "tok"})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_QuantizeAct)
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 5}})
+    ->ArgNames({"kind", "tok"})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Attention(benchmark::State &state) {
   const int n_q = static_cast<int>(state.range(0)), n_kv = static_cast<int>(state.range(1));
   const int n_head = 12, n_head_kv = 2, hd = 128;
-  std::vector<float> q(static_cast<size_t>(n_q * n_head * hd), 0.1f), k(static_cast<size_t>(n_kv * n_head_kv * hd), 0.2f),
-      v(k.size(), 0.3f), out(q.size());
+  std::vector<float> q(static_cast<size_t>(n_q * n_head * hd), 0.1f),
+      k(static_cast<size_t>(n_kv * n_head_kv * hd), 0.2f), v(k.size(), 0.3f), out(q.size());
   specinfer_attention_args a{};
   a.struct_size = sizeof a;
   a.n_q = n_q;
@@ -412,7 +438,12 @@ void BM_Attention(benchmark::State &state) {
     benchmark::DoNotOptimize(out.data());
   }
 }
-BENCHMARK(BM_Attention)->Args({1, 1024})->Args({5, 1024})->Args({5, 4096})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Attention)
+    ->Args({1, 1024})
+    ->Args({5, 1024})
+    ->Args({5, 4096})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 

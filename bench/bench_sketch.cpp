@@ -25,14 +25,18 @@ std::vector<float> random_vector(size_t n, uint32_t seed) {
 }
 
 // m = d / 4 (at least 16): the compression an attention sketch would use.
-int64_t size_for(int64_t d) { return std::max<int64_t>(16, d / 4); }
+int64_t size_for(int64_t d) {
+  return std::max<int64_t>(16, d / 4);
+}
 
 std::string options(const char *kind, const char *simd) {
   std::string o = std::string("simd=") + simd;
   if (std::string(kind) == "jl-sign") o += ",dist=sign";
   return o;
 }
-const char *kind_of(const char *kind) { return std::string(kind) == "jl-sign" ? "jl" : kind; }
+const char *kind_of(const char *kind) {
+  return std::string(kind) == "jl-sign" ? "jl" : kind;
+}
 
 void BM_sketch(benchmark::State &state, const char *kind, const char *simd) {
   const int64_t d = state.range(0);
@@ -92,7 +96,9 @@ void BM_sketch_rows(benchmark::State &state, const char *kind) {
   BENCHMARK_CAPTURE(BM_sketch, kind##_scalar, #kind, "scalar")->Arg(64)->Arg(128)->Arg(4096); \
   BENCHMARK_CAPTURE(BM_sketch, kind##_avx2, #kind, "avx2")->Arg(64)->Arg(128)->Arg(4096);     \
   BENCHMARK_CAPTURE(BM_estimate_many, kind##_scalar, #kind, "scalar")                         \
-      ->Arg(64)->Arg(128)->Arg(4096);                                                         \
+      ->Arg(64)                                                                               \
+      ->Arg(128)                                                                              \
+      ->Arg(4096);                                                                            \
   BENCHMARK_CAPTURE(BM_estimate_many, kind##_avx2, #kind, "avx2")->Arg(64)->Arg(128)->Arg(4096);
 
 SKETCH_BENCH(jl)

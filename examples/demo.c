@@ -6,7 +6,9 @@
 #include <specinfer.h>
 
 static int print_text(void *user, const int32_t *tokens, size_t n, const char *text, size_t len) {
-  (void)user; (void)tokens; (void)n;
+  (void)user;
+  (void)tokens;
+  (void)n;
   fwrite(text, 1, len, stdout);
   return 0; /* go on */
 }
@@ -26,8 +28,10 @@ int main(int argc, char **argv) {
   if (specinfer_registry_create(NULL, &reg, &err) != SPECINFER_OK) goto done;
   snprintf(config, sizeof config, "path=%s,k=6", argv[1]);
   if (specinfer_target_open(reg, "kgram", config, &target, &err) != SPECINFER_OK) goto done;
-  if (specinfer_drafter_open(reg, "ngram", "n_max=4", target, &drafter, &err) != SPECINFER_OK) goto done;
-  if (specinfer_session_create(target, drafter, NULL, NULL, &session, &err) != SPECINFER_OK) goto done;
+  if (specinfer_drafter_open(reg, "ngram", "n_max=4", target, &drafter, &err) != SPECINFER_OK)
+    goto done;
+  if (specinfer_session_create(target, drafter, NULL, NULL, &session, &err) != SPECINFER_OK)
+    goto done;
   if (specinfer_session_feed_text(session, argv[2], strlen(argv[2])) != SPECINFER_OK ||
       specinfer_session_generate(session, 200, print_text, NULL) != SPECINFER_OK) {
     fprintf(stderr, "error: %s\n", specinfer_session_errmsg(session));

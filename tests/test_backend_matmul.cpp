@@ -34,7 +34,8 @@ void set16(uint8_t *p, float v) {
 }
 
 // n_rows rows of n_cols random values of type wtype.
-std::vector<uint8_t> random_weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng) {
+std::vector<uint8_t> random_weights(int32_t wtype, int64_t n_rows, int64_t n_cols,
+                                    std::mt19937 &rng) {
   const size_t rs = wtype_row_size(wtype, n_cols);
   std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
   std::uniform_int_distribution<int> byte(0, 255);
@@ -99,7 +100,8 @@ std::vector<uint8_t> random_weights(int32_t wtype, int64_t n_rows, int64_t n_col
 }
 
 // The activations the quantized kernels actually multiply, as floats.
-std::vector<float> kernel_view_of_x(int32_t wtype, const std::vector<float> &x, int64_t n_tok, int64_t n_cols) {
+std::vector<float> kernel_view_of_x(int32_t wtype, const std::vector<float> &x, int64_t n_tok,
+                                    int64_t n_cols) {
   std::vector<float> out(x.size());
   const ActKind kind = act_kind(wtype);
   for (int64_t t = 0; t < n_tok; ++t) {
@@ -108,11 +110,13 @@ std::vector<float> kernel_view_of_x(int32_t wtype, const std::vector<float> &x, 
     if (kind == ActKind::q8) {
       std::vector<ActQ8> q(static_cast<size_t>(n_cols / 32));
       quantize_act_q8(xt, q.data(), n_cols);
-      for (int64_t c = 0; c < n_cols; ++c) ot[c] = q[static_cast<size_t>(c / 32)].d * q[static_cast<size_t>(c / 32)].qs[c % 32];
+      for (int64_t c = 0; c < n_cols; ++c)
+        ot[c] = q[static_cast<size_t>(c / 32)].d * q[static_cast<size_t>(c / 32)].qs[c % 32];
     } else if (kind == ActKind::q8k) {
       std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
       quantize_act_q8k(xt, q.data(), n_cols);
-      for (int64_t c = 0; c < n_cols; ++c) ot[c] = q[static_cast<size_t>(c / 256)].d * q[static_cast<size_t>(c / 256)].qs[c % 256];
+      for (int64_t c = 0; c < n_cols; ++c)
+        ot[c] = q[static_cast<size_t>(c / 256)].d * q[static_cast<size_t>(c / 256)].qs[c % 256];
     } else {
       std::memcpy(ot, xt, static_cast<size_t>(n_cols) * sizeof(float));
     }
@@ -133,22 +137,24 @@ int64_t cols_for(int32_t wtype) {
 // Compares y (n_tok x n_rows) with the double-precision reference; returns the number of
 // mismatches (the first few printed). xv: the activations as the kernel multiplies them.
 int compare(const char *what, int32_t wtype, int64_t n_rows, int64_t n_cols, int64_t n_tok,
-            const std::vector<float> &wdeq, const std::vector<float> &xv, const std::vector<float> &y) {
+            const std::vector<float> &wdeq, const std::vector<float> &xv,
+            const std::vector<float> &y) {
   int bad = 0;
   for (int64_t t = 0; t < n_tok; ++t) {
     for (int64_t r = 0; r < n_rows; ++r) {
       double ref = 0.0, mag = 0.0;
       for (int64_t c = 0; c < n_cols; ++c) {
-        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) * xv[static_cast<size_t>(t * n_cols + c)];
+        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) *
+                         xv[static_cast<size_t>(t * n_cols + c)];
         ref += p;
         mag += std::fabs(p);
       }
       const double got = y[static_cast<size_t>(t * n_rows + r)];
       if (!(std::fabs(got - ref) <= 2e-5 * mag + 1e-6)) {
         if (bad < 3)
-          print_error("%s %s tok=%lld t=%lld r=%lld: got %.8g want %.8g (mag %.3g)\n", wtype_name(wtype), what,
-                      static_cast<long long>(n_tok), static_cast<long long>(t), static_cast<long long>(r), got,
-                      ref, mag);
+          print_error("%s %s tok=%lld t=%lld r=%lld: got %.8g want %.8g (mag %.3g)\n",
+                      wtype_name(wtype), what, static_cast<long long>(n_tok),
+                      static_cast<long long>(t), static_cast<long long>(r), got, ref, mag);
         ++bad;
       }
     }
@@ -158,9 +164,11 @@ int compare(const char *what, int32_t wtype, int64_t n_rows, int64_t n_cols, int
 
 // Checks one (type, isa, path, n_tok); returns the number of mismatches (printed).
 int check(int32_t wtype, Isa isa, MatmulPath path, int64_t n_rows, int64_t n_cols, int64_t n_tok,
-          const std::vector<uint8_t> &w, const std::vector<float> &wdeq, const std::vector<float> &x) {
-  const bool blas = path == MatmulPath::blas || (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
-                                                     wtype == SPECINFER_WTYPE_F32);
+          const std::vector<uint8_t> &w, const std::vector<float> &wdeq,
+          const std::vector<float> &x) {
+  const bool blas =
+      path == MatmulPath::blas ||
+      (path == MatmulPath::automatic && n_tok >= kBlasMinTokens && wtype == SPECINFER_WTYPE_F32);
   const std::vector<float> xv = blas ? x : kernel_view_of_x(wtype, x, n_tok, n_cols);
   std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
   matmul_with(isa, path, wtype, w.data(), n_rows, n_cols, x.data(), n_tok, y.data());
@@ -186,7 +194,8 @@ void test_all_types_all_isas(void **) {
     for (int isa_i = 0; isa_i <= 2; ++isa_i) {
       const Isa isa = static_cast<Isa>(isa_i);
       if (!isa_available(isa)) continue;
-      for (int64_t nt : toks) bad += check(wtype, isa, MatmulPath::automatic, n_rows, n_cols, nt, w, wdeq, x);
+      for (int64_t nt : toks)
+        bad += check(wtype, isa, MatmulPath::automatic, n_rows, n_cols, nt, w, wdeq, x);
       // The row kernels with many tokens (several tiles), and sgemm with few.
       bad += check(wtype, isa, MatmulPath::kernels, n_rows, n_cols, 33, w, wdeq, x);
       bad += check(wtype, isa, MatmulPath::blas, n_rows, n_cols, 3, w, wdeq, x);
@@ -198,7 +207,8 @@ void test_all_types_all_isas(void **) {
 // Bigger shapes so that the rows are split over several tasks.
 void test_parallel_shapes(void **) {
   std::mt19937 rng(7);
-  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_F16};
+  const int32_t types[] = {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_0,
+                           SPECINFER_WTYPE_F16};
   int bad = 0;
   for (int32_t wtype : types) {
     const int64_t n_rows = 301, n_cols = 1024;
@@ -227,13 +237,15 @@ void test_activation_error_bound(void **) {
   std::vector<float> y(static_cast<size_t>(n_rows));
   matmul(SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols, x.data(), 1, y.data());
   float amax[2] = {0, 0};
-  for (int64_t c = 0; c < n_cols; ++c) amax[c / 256] = std::fmax(amax[c / 256], std::fabs(x[static_cast<size_t>(c)]));
+  for (int64_t c = 0; c < n_cols; ++c)
+    amax[c / 256] = std::fmax(amax[c / 256], std::fabs(x[static_cast<size_t>(c)]));
   for (int64_t r = 0; r < n_rows; ++r) {
     double ref = 0, bound = 1e-5;
     for (int64_t c = 0; c < n_cols; ++c) {
       const double wv = wdeq[static_cast<size_t>(r * n_cols + c)];
       ref += wv * x[static_cast<size_t>(c)];
-      bound += std::fabs(wv) * amax[c / 256] / 254.0 * 1.001 + std::fabs(wv * x[static_cast<size_t>(c)]) * 2e-5;
+      bound += std::fabs(wv) * amax[c / 256] / 254.0 * 1.001 +
+               std::fabs(wv * x[static_cast<size_t>(c)]) * 2e-5;
     }
     assert_true(std::fabs(y[static_cast<size_t>(r)] - ref) <= bound);
   }
@@ -255,7 +267,9 @@ void test_extreme_blocks(void **) {
     // Row r: bytes all 0xFF (largest values, largest scales), all 0x00 (smallest) or alternating.
     for (int64_t r = 0; r < n_rows; ++r)
       for (size_t i = 0; i < rs; ++i)
-        w[static_cast<size_t>(r) * rs + i] = r % 3 == 0 ? 0xFF : r % 3 == 1 ? 0x00 : (i % 2 ? 0xFF : 0x00);
+        w[static_cast<size_t>(r) * rs + i] = r % 3 == 0   ? 0xFF
+                                             : r % 3 == 1 ? 0x00
+                                                          : (i % 2 ? 0xFF : 0x00);
     for (size_t off = 0; off < w.size(); off += bb) {
       uint8_t *p = w.data() + off;
       switch (wtype) {
@@ -320,7 +334,10 @@ void test_activation_orders(void **) {
       for (int i = 0; i < 64; ++i) {
         int found = -1;
         for (int j = 0; j < 64; ++j)
-          if (a[k].qs[c + j] == b[k].qs[c + i] && !seen[j]) { found = j; break; }
+          if (a[k].qs[c + j] == b[k].qs[c + i] && !seen[j]) {
+            found = j;
+            break;
+          }
         assert_true(found >= 0);
         seen[found] = 1;
       }
@@ -338,8 +355,8 @@ MatmulRowsFn matmul_kernel_avx512_emulated(int32_t wtype) noexcept;  // tests/su
 namespace {
 
 // The emulated AVX-512 row kernel for wtype, run as the dispatcher runs a native one.
-std::vector<float> run_emulated(MatmulRowsFn fn, int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows,
-                                int64_t n_cols, const float *x, int64_t n_tok) {
+std::vector<float> run_emulated(MatmulRowsFn fn, int32_t wtype, const std::vector<uint8_t> &w,
+                                int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok) {
   std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
   matmul_rows_with(fn, Isa::avx512, wtype, w.data(), n_rows, n_cols, x, n_tok, y.data());
   return y;
@@ -371,13 +388,15 @@ void test_avx512_emulated(void **) {
       // and 0 with scales 127 and -128, the largest vpmaddubsw pair sums).
       const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_block_bytes(wtype);
       for (int64_t r = 0; r < 3; ++r)
-        for (size_t off = static_cast<size_t>(r) * rs; off < static_cast<size_t>(r + 1) * rs; off += bb) {
+        for (size_t off = static_cast<size_t>(r) * rs; off < static_cast<size_t>(r + 1) * rs;
+             off += bb) {
           const int fill = r == 0 ? 0x80 : r == 1 ? 0xFF : 0x00;
           if (wtype_block_size(wtype) == 32) {
             std::memset(w.data() + off + 2, fill, bb - 2);
           } else if (wtype == SPECINFER_WTYPE_Q6_K) {
             std::memset(w.data() + off, r == 0 ? 0xFF : fill, 192);  // ql, qh
-            for (int g = 0; g < 16; ++g) w[off + 192 + static_cast<size_t>(g)] = static_cast<uint8_t>(g % 2 ? 127 : -128);
+            for (int g = 0; g < 16; ++g)
+              w[off + 192 + static_cast<size_t>(g)] = static_cast<uint8_t>(g % 2 ? 127 : -128);
           }
         }
       std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
@@ -385,23 +404,29 @@ void test_avx512_emulated(void **) {
       std::normal_distribution<float> nd(0.0f, 1.0f);
       std::vector<float> x(static_cast<size_t>(33 * n_cols));
       for (auto &v : x) v = nd(rng);
-      for (int64_t c = 0; c < n_cols; ++c) x[static_cast<size_t>(c)] = c % 2 ? -1.0f : 1.0f;  // all +-127
+      for (int64_t c = 0; c < n_cols; ++c)
+        x[static_cast<size_t>(c)] = c % 2 ? -1.0f : 1.0f;  // all +-127
       for (int64_t nt : toks) {
         const std::vector<float> y = run_emulated(fn, wtype, w, n_rows, n_cols, x.data(), nt);
-        bad += compare("avx512 (emulated)", wtype, n_rows, n_cols, nt, wdeq, kernel_view_of_x(wtype, x, nt, n_cols), y);
+        bad += compare("avx512 (emulated)", wtype, n_rows, n_cols, nt, wdeq,
+                       kernel_view_of_x(wtype, x, nt, n_cols), y);
         // Q6_K: the same int32 sums and float step as the AVX2 kernels, so the same bits.
         if (wtype == SPECINFER_WTYPE_Q6_K) {
           std::vector<float> y2(y.size());
-          matmul_with(Isa::avx2, MatmulPath::kernels, wtype, w.data(), n_rows, n_cols, x.data(), nt, y2.data());
+          matmul_with(Isa::avx2, MatmulPath::kernels, wtype, w.data(), n_rows, n_cols, x.data(), nt,
+                      y2.data());
           if (std::memcmp(y2.data(), y.data(), y.size() * sizeof(float)) != 0) {
-            print_error("q6_K avx512 (emulated) differs from avx2 at %lld tokens\n", static_cast<long long>(nt));
+            print_error("q6_K avx512 (emulated) differs from avx2 at %lld tokens\n",
+                        static_cast<long long>(nt));
             ++bad;
           }
         }
         // Batch invariance: every token alone gives the same bits.
         for (int64_t t = 0; t < nt; ++t) {
-          const std::vector<float> y1 = run_emulated(fn, wtype, w, n_rows, n_cols, x.data() + t * n_cols, 1);
-          if (std::memcmp(y1.data(), y.data() + t * n_rows, static_cast<size_t>(n_rows) * sizeof(float)) != 0) {
+          const std::vector<float> y1 =
+              run_emulated(fn, wtype, w, n_rows, n_cols, x.data() + t * n_cols, 1);
+          if (std::memcmp(y1.data(), y.data() + t * n_rows,
+                          static_cast<size_t>(n_rows) * sizeof(float)) != 0) {
             if (bad < 3)
               print_error("%s avx512 (emulated): token %lld of %lld differs from the token alone\n",
                           wtype_name(wtype), static_cast<long long>(t), static_cast<long long>(nt));
@@ -424,18 +449,24 @@ void test_kernel_table_errors(void **) {
   assert_true(k->struct_size == sizeof(specinfer_kernels));
   float x[64] = {}, y[64] = {};
   uint8_t w[1024] = {};
-  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q4_K, w, 1, 100, x, 1, y), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q4_K, w, 1, 100, x, 1, y),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_int_equal(k->matmul(4, w, 1, 32, x, 1, y), SPECINFER_ERR_UNSUPPORTED);
-  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, nullptr, 1, 32, x, 1, y), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, w, 0, 32, x, 1, y), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, w, 1, 32, x, -1, y), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, nullptr, 1, 32, x, 1, y),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, w, 0, 32, x, 1, y),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, w, 1, 32, x, -1, y),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_int_equal(k->matmul(SPECINFER_WTYPE_Q8_0, w, 1, 32, x, 1, y), SPECINFER_OK);
-  assert_int_equal(k->dequantize_row(SPECINFER_WTYPE_Q8_0, w, y, 33), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->dequantize_row(SPECINFER_WTYPE_Q8_0, w, y, 33),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_int_equal(k->dequantize_row(SPECINFER_WTYPE_Q8_0, w, y, 32), SPECINFER_OK);
   assert_int_equal(k->row_size(SPECINFER_WTYPE_Q4_0, 64), 36);
   assert_int_equal(k->block_size(SPECINFER_WTYPE_Q6_K), 256);
   const char *isa = k->isa();
-  assert_true(std::strcmp(isa, "scalar") == 0 || std::strcmp(isa, "avx2") == 0 || std::strcmp(isa, "avx512") == 0);
+  assert_true(std::strcmp(isa, "scalar") == 0 || std::strcmp(isa, "avx2") == 0 ||
+              std::strcmp(isa, "avx512") == 0);
   assert_int_equal(k->attention(nullptr), SPECINFER_ERR_INVALID_ARGUMENT);
 }
 
@@ -451,14 +482,10 @@ void test_isa_override(void **) {
 
 int main() {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_all_types_all_isas),
-      cmocka_unit_test(test_parallel_shapes),
-      cmocka_unit_test(test_activation_error_bound),
-      cmocka_unit_test(test_extreme_blocks),
-      cmocka_unit_test(test_activation_orders),
-      cmocka_unit_test(test_avx512_emulated),
-      cmocka_unit_test(test_kernel_table_errors),
-      cmocka_unit_test(test_isa_override),
+      cmocka_unit_test(test_all_types_all_isas),     cmocka_unit_test(test_parallel_shapes),
+      cmocka_unit_test(test_activation_error_bound), cmocka_unit_test(test_extreme_blocks),
+      cmocka_unit_test(test_activation_orders),      cmocka_unit_test(test_avx512_emulated),
+      cmocka_unit_test(test_kernel_table_errors),    cmocka_unit_test(test_isa_override),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

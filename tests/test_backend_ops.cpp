@@ -1,6 +1,7 @@
-// rmsnorm, rope, softmax, silu_mul, add and attention on every instruction set this CPU has, against
-// naive double-precision implementations written here. Tolerances: 1e-5 relative (+1e-6 absolute)
-// for the element-wise kernels (the AVX2 exp has ~2e-7 relative error), 1e-4 for attention.
+// rmsnorm, rope, softmax, silu_mul, add and attention on every instruction set this CPU has,
+// against naive double-precision implementations written here. Tolerances: 1e-5 relative (+1e-6
+// absolute) for the element-wise kernels (the AVX2 exp has ~2e-7 relative error), 1e-4 for
+// attention.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -48,11 +49,13 @@ void test_rmsnorm(void **) {
       std::vector<float> y(x.size());
       rmsnorm(x.data(), w.data(), n, 1e-6f, y.data());
       for (int64_t i = 0; i < n; ++i)
-        assert_true(close(y[static_cast<size_t>(i)], x[static_cast<size_t>(i)] * s * w[static_cast<size_t>(i)], 1e-5, 1e-6));
+        assert_true(close(y[static_cast<size_t>(i)],
+                          x[static_cast<size_t>(i)] * s * w[static_cast<size_t>(i)], 1e-5, 1e-6));
       // In place, without weights.
       auto z = x;
       rmsnorm(z.data(), nullptr, n, 1e-6f, z.data());
-      for (int64_t i = 0; i < n; ++i) assert_true(close(z[static_cast<size_t>(i)], x[static_cast<size_t>(i)] * s, 1e-5, 1e-6));
+      for (int64_t i = 0; i < n; ++i)
+        assert_true(close(z[static_cast<size_t>(i)], x[static_cast<size_t>(i)] * s, 1e-5, 1e-6));
     }
   }
   set_active_isa(prev);
@@ -69,11 +72,16 @@ void test_rope(void **) {
         rope(y.data(), heads, hd, n_rot, pos, 10000.0f, neox);
         for (int64_t h = 0; h < heads; ++h) {
           for (int64_t i = 0; i < n_rot / 2; ++i) {
-            const double theta = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-            const int64_t i0 = h * hd + (neox ? i : 2 * i), i1 = h * hd + (neox ? i + n_rot / 2 : 2 * i + 1);
+            const double theta =
+                static_cast<double>(pos) *
+                std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+            const int64_t i0 = h * hd + (neox ? i : 2 * i),
+                          i1 = h * hd + (neox ? i + n_rot / 2 : 2 * i + 1);
             const double a = x[static_cast<size_t>(i0)], b = x[static_cast<size_t>(i1)];
-            assert_true(close(y[static_cast<size_t>(i0)], a * std::cos(theta) - b * std::sin(theta), 1e-5, 1e-5));
-            assert_true(close(y[static_cast<size_t>(i1)], a * std::sin(theta) + b * std::cos(theta), 1e-5, 1e-5));
+            assert_true(close(y[static_cast<size_t>(i0)], a * std::cos(theta) - b * std::sin(theta),
+                              1e-5, 1e-5));
+            assert_true(close(y[static_cast<size_t>(i1)], a * std::sin(theta) + b * std::cos(theta),
+                              1e-5, 1e-5));
           }
           // Dimensions past n_rot are untouched.
           for (int64_t d = n_rot; d < hd; ++d)
@@ -153,7 +161,8 @@ std::vector<double> naive_attention(const specinfer_attention_args &a) {
         }
         double d = 0;
         for (int64_t c = 0; c < hd; ++c)
-          d += static_cast<double>(a.q[(i * a.n_head + h) * hd + c]) * a.k[(j * a.n_head_kv + kvh) * hd + c];
+          d += static_cast<double>(a.q[(i * a.n_head + h) * hd + c]) *
+               a.k[(j * a.n_head_kv + kvh) * hd + c];
         s[static_cast<size_t>(j)] = d * a.scale;
         m = std::fmax(m, s[static_cast<size_t>(j)]);
       }
@@ -165,21 +174,25 @@ std::vector<double> naive_attention(const specinfer_attention_args &a) {
       }
       for (int64_t j = 0; j < a.n_kv; ++j)
         for (int64_t c = 0; c < hd; ++c)
-          out[static_cast<size_t>((i * a.n_head + h) * hd + c)] += s[static_cast<size_t>(j)] / sum * a.v[(j * a.n_head_kv + kvh) * hd + c];
+          out[static_cast<size_t>((i * a.n_head + h) * hd + c)] +=
+              s[static_cast<size_t>(j)] / sum * a.v[(j * a.n_head_kv + kvh) * hd + c];
     }
   }
   return out;
 }
 
-void run_attention_case(int n_q, int n_head, int n_head_kv, int hd, int n_kv, bool explicit_mask, std::mt19937 &rng) {
-  auto q = randn(static_cast<size_t>(n_q * n_head * hd), rng), k = randn(static_cast<size_t>(n_kv * n_head_kv * hd), rng),
+void run_attention_case(int n_q, int n_head, int n_head_kv, int hd, int n_kv, bool explicit_mask,
+                        std::mt19937 &rng) {
+  auto q = randn(static_cast<size_t>(n_q * n_head * hd), rng),
+       k = randn(static_cast<size_t>(n_kv * n_head_kv * hd), rng),
        v = randn(static_cast<size_t>(n_kv * n_head_kv * hd), rng);
   std::vector<uint8_t> mask;
   if (explicit_mask) {
     std::bernoulli_distribution b(0.6);
     mask.resize(static_cast<size_t>(n_q * n_kv));
     for (auto &m : mask) m = b(rng) ? 1 : 0;
-    for (int j = 0; j < n_kv; ++j) mask[static_cast<size_t>(j)] = 0;  // query 0 sees nothing: zero output
+    for (int j = 0; j < n_kv; ++j)
+      mask[static_cast<size_t>(j)] = 0;  // query 0 sees nothing: zero output
   }
   std::vector<float> out(q.size(), NAN);
   specinfer_attention_args a{};
@@ -199,8 +212,9 @@ void run_attention_case(int n_q, int n_head, int n_head_kv, int hd, int n_kv, bo
   assert_int_equal(backend_kernel_table()->attention(&a), SPECINFER_OK);
   for (size_t i = 0; i < out.size(); ++i) {
     if (!close(out[i], want[i], 1e-4, 1e-5)) {
-      print_error("attention n_q=%d heads=%d/%d hd=%d n_kv=%d mask=%d: out[%zu] = %g, want %g\n", n_q,
-                  n_head, n_head_kv, hd, n_kv, explicit_mask, i, static_cast<double>(out[i]), want[i]);
+      print_error("attention n_q=%d heads=%d/%d hd=%d n_kv=%d mask=%d: out[%zu] = %g, want %g\n",
+                  n_q, n_head, n_head_kv, hd, n_kv, explicit_mask, i, static_cast<double>(out[i]),
+                  want[i]);
       fail();
     }
   }
@@ -211,11 +225,11 @@ void test_attention(void **) {
   const Isa prev = active_isa();
   for (Isa isa : isas()) {
     set_active_isa(isa);
-    run_attention_case(1, 2, 2, 8, 1, false, rng);      // single position
-    run_attention_case(5, 4, 2, 64, 20, false, rng);    // GQA, causal with a cached prefix
-    run_attention_case(5, 6, 1, 13, 5, false, rng);     // multi-query, odd head_dim
-    run_attention_case(7, 4, 4, 32, 30, true, rng);     // explicit (tree-like) mask
-    run_attention_case(3, 12, 2, 128, 300, false, rng); // Qwen-like head shape
+    run_attention_case(1, 2, 2, 8, 1, false, rng);       // single position
+    run_attention_case(5, 4, 2, 64, 20, false, rng);     // GQA, causal with a cached prefix
+    run_attention_case(5, 6, 1, 13, 5, false, rng);      // multi-query, odd head_dim
+    run_attention_case(7, 4, 4, 32, 30, true, rng);      // explicit (tree-like) mask
+    run_attention_case(3, 12, 2, 128, 300, false, rng);  // Qwen-like head shape
   }
   set_active_isa(prev);
 }

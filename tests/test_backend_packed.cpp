@@ -1,8 +1,8 @@
 // Packed weights (lib/backend/packed.h): the repackings are lossless, packed matmuls match a
 // double-precision reference on every instruction set the CPU has (and AVX-512 in emulation when
-// built with SIMDe), the scalar and SIMD kernels agree bit for bit, a token's result does not depend on the batch it is in, and the kernel-table
-// entries reject bad input. Reference tolerance as in test_backend_matmul.cpp:
-// |y - ref| <= 2e-5 * sum_c |W[r][c] * X[t][c]| + 1e-6.
+// built with SIMDe), the scalar and SIMD kernels agree bit for bit, a token's result does not
+// depend on the batch it is in, and the kernel-table entries reject bad input. Reference tolerance
+// as in test_backend_matmul.cpp: |y - ref| <= 2e-5 * sum_c |W[r][c] * X[t][c]| + 1e-6.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -79,7 +79,8 @@ std::vector<uint8_t> q4k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
   return w;
 }
 
-// Random Q4_0 rows; `extreme`: all nibbles 15 (the largest int16 lane sums of q40_x4: 4 * 2 * 15 * 127).
+// Random Q4_0 rows; `extreme`: all nibbles 15 (the largest int16 lane sums of q40_x4: 4 * 2 * 15 *
+// 127).
 std::vector<uint8_t> q40_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
   const size_t rs = wtype_row_size(SPECINFER_WTYPE_Q4_0, n_cols);
   std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
@@ -107,22 +108,28 @@ std::vector<uint8_t> q6k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
 
 // Random Q5_0 or Q8_0 rows; `extreme`: every Q5_0 value 31 (all bits set), every Q8_0 value -128
 // (the largest sums after the q32_r16 offsets).
-std::vector<uint8_t> q32_weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+std::vector<uint8_t> q32_weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng,
+                                 bool extreme) {
   const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_row_size(wtype, 32);
   std::vector<uint8_t> w(rs * static_cast<size_t>(n_rows));
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.0001f, 0.005f);
-  for (auto &b : w) b = extreme ? (wtype == SPECINFER_WTYPE_Q8_0 ? 0x80 : 0xFF) : static_cast<uint8_t>(byte(rng));
+  for (auto &b : w)
+    b = extreme ? (wtype == SPECINFER_WTYPE_Q8_0 ? 0x80 : 0xFF) : static_cast<uint8_t>(byte(rng));
   for (size_t off = 0; off < w.size(); off += bb) set16(w.data() + off, scale(rng));
   return w;
 }
 
-bool kquant(int32_t wtype) { return wtype == SPECINFER_WTYPE_Q4_K || wtype == SPECINFER_WTYPE_Q6_K; }
+bool kquant(int32_t wtype) {
+  return wtype == SPECINFER_WTYPE_Q4_K || wtype == SPECINFER_WTYPE_Q6_K;
+}
 
-std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng, bool extreme) {
+std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng,
+                             bool extreme) {
   if (wtype == SPECINFER_WTYPE_Q4_K) return q4k_weights(n_rows, n_cols, rng, extreme);
   if (wtype == SPECINFER_WTYPE_Q6_K) return q6k_weights(n_rows, n_cols, rng, extreme);
-  if (wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0) return q32_weights(wtype, n_rows, n_cols, rng, extreme);
+  if (wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0)
+    return q32_weights(wtype, n_rows, n_cols, rng, extreme);
   return q40_weights(n_rows, n_cols, rng, extreme);
 }
 
@@ -137,9 +144,9 @@ std::vector<float> activations(int64_t n_tok, int64_t n_cols, std::mt19937 &rng,
 // activations the kernels multiply.
 // (Q4_K and Q6_K multiply ActQ8K activations, one scale per 256 values; Q4_0, Q5_0 and Q8_0
 // ActQ8, one per 32.)
-int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows, int64_t n_cols,
-                            const std::vector<float> &x, int64_t n_tok, const std::vector<float> &y,
-                            const char *what) {
+int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_t n_rows,
+                            int64_t n_cols, const std::vector<float> &x, int64_t n_tok,
+                            const std::vector<float> &y, const char *what) {
   std::vector<float> wdeq(static_cast<size_t>(n_rows * n_cols));
   dequantize_row_ref(wtype, w.data(), wdeq.data(), n_rows * n_cols);
   int bad = 0;
@@ -149,17 +156,20 @@ int check_against_reference(int32_t wtype, const std::vector<uint8_t> &w, int64_
       std::vector<ActQ8K> q(static_cast<size_t>(n_cols / 256));
       quantize_act_q8k(x.data() + t * n_cols, q.data(), n_cols);
       for (int64_t c = 0; c < n_cols; ++c)
-        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 256)].d) * q[static_cast<size_t>(c / 256)].qs[c % 256];
+        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 256)].d) *
+                                     q[static_cast<size_t>(c / 256)].qs[c % 256];
     } else {
       std::vector<ActQ8> q(static_cast<size_t>(n_cols / 32));
       quantize_act_q8(x.data() + t * n_cols, q.data(), n_cols);
       for (int64_t c = 0; c < n_cols; ++c)
-        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 32)].d) * q[static_cast<size_t>(c / 32)].qs[c % 32];
+        xv[static_cast<size_t>(c)] = static_cast<double>(q[static_cast<size_t>(c / 32)].d) *
+                                     q[static_cast<size_t>(c / 32)].qs[c % 32];
     }
     for (int64_t r = 0; r < n_rows; ++r) {
       double ref = 0.0, mag = 0.0;
       for (int64_t c = 0; c < n_cols; ++c) {
-        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) * xv[static_cast<size_t>(c)];
+        const double p = static_cast<double>(wdeq[static_cast<size_t>(r * n_cols + c)]) *
+                         xv[static_cast<size_t>(c)];
         ref += p;
         mag += std::fabs(p);
       }
@@ -217,15 +227,17 @@ void test_repack_is_lossless(void **) {
   // q32_r16: tiles of sixteen rows of 32-value blocks (two row groups, three blocks).
   for (int32_t wtype : {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0}) {
     const size_t rb32 = wtype_row_size(wtype, 96), tb = q32_r16_tile_bytes(wtype);
-    const std::vector<uint8_t> w32 =
-        wtype == SPECINFER_WTYPE_Q4_0 ? q40_weights(32, 96, rng, false) : q32_weights(wtype, 32, 96, rng, false);
+    const std::vector<uint8_t> w32 = wtype == SPECINFER_WTYPE_Q4_0
+                                         ? q40_weights(32, 96, rng, false)
+                                         : q32_weights(wtype, 32, 96, rng, false);
     assert_int_equal(tb, 16 * wtype_row_size(wtype, 32));
     std::vector<uint8_t> t32(w32.size()), back32(w32.size());
     for (int64_t g = 0; g < 2; ++g)
       for (int64_t i = 0; i < 3; ++i) {
         uint8_t *tile = t32.data() + static_cast<size_t>(3 * g + i) * tb;
         pack_tile_q32_r16(wtype, w32.data() + static_cast<size_t>(16 * g) * rb32, rb32, i, tile);
-        unpack_tile_q32_r16(wtype, tile, back32.data() + static_cast<size_t>(16 * g) * rb32, rb32, i);
+        unpack_tile_q32_r16(wtype, tile, back32.data() + static_cast<size_t>(16 * g) * rb32, rb32,
+                            i);
       }
     assert_memory_equal(back32.data(), w32.data(), w32.size());
     assert_memory_not_equal(t32.data(), w32.data(), w32.size());
@@ -257,14 +269,15 @@ void test_packed_matches_reference(void **) {
   };
   // 8960 columns: a token tile's activations then exceed L1. 39 rows: the row-pair kernels' nine
   // groups of four rows, a pair and a single row; 48: three q4k_r16 groups.
-  const Case cases[] = {{SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
-                        {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
-                        {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
-                        {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512},
-                        {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
-                        {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
-                        {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {896}, 32, Isa::avx2},
-                        {SPECINFER_WTYPE_Q8_0, PackLayout::q32_r16, {32, 896}, 48, Isa::avx512}};
+  const Case cases[] = {
+      {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
+      {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
+      {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
+      {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512},
+      {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
+      {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
+      {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {896}, 32, Isa::avx2},
+      {SPECINFER_WTYPE_Q8_0, PackLayout::q32_r16, {32, 896}, 48, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
       for (int64_t n_cols : cs.cols) {
@@ -280,7 +293,8 @@ void test_packed_matches_reference(void **) {
           for (const Variant &v : simd_variants()) {
             std::vector<float> y(static_cast<size_t>(n_tok * n_rows), NAN);
             matmul_packed_kernels(v.k, *pw, x.data(), n_tok, y.data());
-            bad += check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y, v.name.c_str());
+            bad +=
+                check_against_reference(cs.wtype, w, n_rows, n_cols, x, n_tok, y, v.name.c_str());
             // Same integer sums and the same float steps: bit for bit.
             assert_memory_equal(y.data(), y_scalar.data(), y.size() * sizeof(float));
           }
@@ -294,26 +308,27 @@ void test_packed_matches_reference(void **) {
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
   const int64_t n_rows = 304, n_cols = 1024, n_tok = 11;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0,
-                        SPECINFER_WTYPE_Q8_0})
-  for (Isa pack_isa : {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
-  if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
-  const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
-  auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
-  assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
-  const std::vector<float> x = activations(n_tok, n_cols, rng, false);
-  std::vector<Variant> vs = simd_variants();
-  vs.push_back({"scalar", packed_kernels(Isa::scalar)});
-  for (const Variant &v : vs) {
-    std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
-    matmul_packed_kernels(v.k, *pw, x.data(), n_tok, all.data());
-    for (int64_t t = 0; t < n_tok; ++t) {
-      std::vector<float> one(static_cast<size_t>(n_rows));
-      matmul_packed_kernels(v.k, *pw, x.data() + t * n_cols, 1, one.data());
-      assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0,
+                        SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
+    for (Isa pack_isa :
+         {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
+      if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
+      const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
+      auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
+      assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
+      const std::vector<float> x = activations(n_tok, n_cols, rng, false);
+      std::vector<Variant> vs = simd_variants();
+      vs.push_back({"scalar", packed_kernels(Isa::scalar)});
+      for (const Variant &v : vs) {
+        std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
+        matmul_packed_kernels(v.k, *pw, x.data(), n_tok, all.data());
+        for (int64_t t = 0; t < n_tok; ++t) {
+          std::vector<float> one(static_cast<size_t>(n_rows));
+          matmul_packed_kernels(v.k, *pw, x.data() + t * n_cols, 1, one.data());
+          assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
+        }
+      }
     }
-  }
-  }
 }
 
 // Matmuls called from parallel work (a caller's threads each running a model, or one waiting in
@@ -321,7 +336,8 @@ void test_packed_batch_invariance(void **) {
 void test_packed_nested_calls(void **) {
   std::mt19937 rng(17);
   const int64_t n_rows = 512, n_cols = 1536, n_tok = 5, n_calls = 16;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0}) {
+  for (int32_t wtype :
+       {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0}) {
     const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
     auto pw = pack_weight(wtype, w.data(), n_rows, n_cols);
     std::vector<std::vector<float>> xs, want(n_calls), got(n_calls);
@@ -331,7 +347,8 @@ void test_packed_nested_calls(void **) {
       matmul_packed(*pw, xs[c].data(), n_tok, want[c].data());
       got[c].assign(want[c].size(), NAN);
     }
-    tbb::parallel_for(int64_t{0}, n_calls, [&](int64_t c) { matmul_packed(*pw, xs[c].data(), n_tok, got[c].data()); });
+    tbb::parallel_for(int64_t{0}, n_calls,
+                      [&](int64_t c) { matmul_packed(*pw, xs[c].data(), n_tok, got[c].data()); });
     for (int64_t c = 0; c < n_calls; ++c)
       assert_memory_equal(got[c].data(), want[c].data(), want[c].size() * sizeof(float));
   }
@@ -347,7 +364,8 @@ struct Nested {
 };
 Nested g_nested;
 void nested_rows(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  if (g_nested.pw) matmul_packed_with(Isa::scalar, *g_nested.pw, g_nested.x, g_nested.n_tok, g_nested.y);
+  if (g_nested.pw)
+    matmul_packed_with(Isa::scalar, *g_nested.pw, g_nested.x, g_nested.n_tok, g_nested.y);
   q4k_x8_rows_scalar(a, r0, r1);
 }
 
@@ -356,8 +374,10 @@ void test_packed_call_inside_call(void **) {
   const int64_t n_rows = 8, n_cols = 1536, n_tok = 3;
   const std::vector<uint8_t> w = weights(SPECINFER_WTYPE_Q4_K, n_rows, n_cols, rng, false);
   auto pw = pack_weight_for(Isa::avx2, SPECINFER_WTYPE_Q4_K, w.data(), n_rows, n_cols);
-  const std::vector<float> x = activations(n_tok, n_cols, rng, false), x2 = activations(n_tok, n_cols, rng, false);
-  std::vector<float> want(static_cast<size_t>(n_tok * n_rows)), want2(want.size()), got(want.size()), got2(want.size());
+  const std::vector<float> x = activations(n_tok, n_cols, rng, false),
+                           x2 = activations(n_tok, n_cols, rng, false);
+  std::vector<float> want(static_cast<size_t>(n_tok * n_rows)), want2(want.size()),
+      got(want.size()), got2(want.size());
   matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, want.data());
   matmul_packed_with(Isa::scalar, *pw, x2.data(), n_tok, want2.data());
   PackedKernels k = packed_kernels(Isa::scalar);
@@ -398,11 +418,15 @@ void test_kernel_table_packed(void **) {
   std::vector<uint8_t> w(wtype_row_size(SPECINFER_WTYPE_Q4_K, 256) * 2);
   for (size_t off = 0; off < w.size(); off += sizeof(BlockQ4_K)) set16(w.data() + off, 0.01f);
   specinfer_packed_weight *pw = nullptr;
-  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 256, nullptr), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, nullptr, 2, 256, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 256, nullptr),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, nullptr, 2, 256, &pw),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_null(pw);
-  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 100, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 0, 256, &pw), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 100, &pw),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 0, 256, &pw),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_int_equal(k->pack_weight(4, w.data(), 2, 256, &pw), SPECINFER_ERR_UNSUPPORTED);
   assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_K, w.data(), 2, 256, &pw), SPECINFER_OK);
   assert_non_null(pw);

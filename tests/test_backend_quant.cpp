@@ -24,13 +24,15 @@ std::vector<float> deq(int32_t wtype, const void *blk, int64_t n) {
   // The fast entry point must agree exactly.
   std::vector<float> y2(static_cast<size_t>(n));
   dequantize_row(wtype, blk, y2.data(), n);
-  for (int64_t i = 0; i < n; ++i) assert_true(y[static_cast<size_t>(i)] == y2[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i)
+    assert_true(y[static_cast<size_t>(i)] == y2[static_cast<size_t>(i)]);
   return y;
 }
 
 void expect(const std::vector<float> &y, size_t i, float want) {
   if (y[i] != want) {
-    print_error("value %zu: got %.9g, want %.9g\n", i, static_cast<double>(y[i]), static_cast<double>(want));
+    print_error("value %zu: got %.9g, want %.9g\n", i, static_cast<double>(y[i]),
+                static_cast<double>(want));
     fail();
   }
 }
@@ -40,9 +42,9 @@ void test_sizes(void **) {
   assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q6_K, 8960), 35 * 210);
   assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q8_0, 640), 20 * 34);
   assert_int_equal(wtype_row_size(SPECINFER_WTYPE_F16, 7), 14);
-  assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q4_K, 640), 0);   // not a multiple of 256
+  assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q4_K, 640), 0);  // not a multiple of 256
   assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q4_0, 0), 0);
-  assert_int_equal(wtype_row_size(4, 32), 0);                        // unused type number
+  assert_int_equal(wtype_row_size(4, 32), 0);  // unused type number
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_Q5_0), 32);
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_Q3_K), 256);
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_BF16), 1);
@@ -59,9 +61,9 @@ void test_fp16(void **) {
   assert_true(std::isinf(fp16_to_fp32(0xFC00)) && fp16_to_fp32(0xFC00) < 0);
   assert_true(std::isnan(fp16_to_fp32(0x7E00)));
   assert_int_equal(fp32_to_fp16(1.0f), 0x3C00);
-  assert_int_equal(fp32_to_fp16(65520.0f), 0x7C00);              // rounds up to inf
+  assert_int_equal(fp32_to_fp16(65520.0f), 0x7C00);  // rounds up to inf
   assert_int_equal(fp32_to_fp16(65519.0f), 0x7BFF);
-  assert_int_equal(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000); // tie to even: 0
+  assert_int_equal(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even: 0
   assert_int_equal(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
   assert_int_equal(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie to even
   assert_int_equal(fp32_to_fp16(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie to even (up)
@@ -97,12 +99,12 @@ void test_q4_0_q4_1(void **) {
   expect(y, 0, -1.0f);
   expect(y, 15, 2.75f);  // 0.25 * 15 - 1
   expect(y, 16, 2.75f);
-  expect(y, 17, 2.5f);   // 0.25 * 14 - 1
+  expect(y, 17, 2.5f);  // 0.25 * 14 - 1
 }
 
 void test_q5(void **) {
   BlockQ5_0 b{};
-  b.d = 0x3C00;  // 1
+  b.d = 0x3C00;              // 1
   b.qh[0] = b.qh[1] = 0xFF;  // fifth bit set for values 0..15
   b.qs[0] = 0x3F;            // value 0: nibble 15, value 16: nibble 3
   auto y = deq(SPECINFER_WTYPE_Q5_0, &b, 32);
@@ -141,8 +143,8 @@ void test_q8(void **) {
 
 void test_q2_k(void **) {
   BlockQ2_K b{};
-  b.d = 0x3C00;     // 1
-  b.dmin = 0x3800;  // 0.5
+  b.d = 0x3C00;                                             // 1
+  b.dmin = 0x3800;                                          // 0.5
   for (int g = 0; g < 16; ++g) b.scales[g] = 3 | (2 << 4);  // scale 3, min 2
   b.scales[15] = 5 | (1 << 4);
   for (int i = 0; i < 64; ++i) b.qs[i] = 0xE4;  // 2-bit fields 0,1,2,3 at shifts 0,2,4,6
@@ -170,11 +172,11 @@ void test_q3_k(void **) {
   b.scales[7] = 0x61;
   b.scales[11] = 0x2A;
   auto y = deq(SPECINFER_WTYPE_Q3_K, &b, 256);
-  expect(y, 0, -4.0f);   // 1 * (0 - 4)
+  expect(y, 0, -4.0f);  // 1 * (0 - 4)
   expect(y, 1, 0.0f);
   expect(y, 32, 1.0f);
   expect(y, 96, 3.0f);
-  expect(y, 160, 1.0f);  // second half, field 1
+  expect(y, 160, 1.0f);    // second half, field 1
   expect(y, 255, -78.0f);  // -26 * 3
 }
 
@@ -206,7 +208,7 @@ void test_q4_k_q5_k(void **) {
   c.qh[0] = 0x01;  // value 0 (group 0) gets +16
   c.qh[3] = 0x80;  // value 32*7+3 (group 7) gets +16
   y = deq(SPECINFER_WTYPE_Q5_K, &c, 256);
-  expect(y, 0, 17.0f);     // 1 * (1 + 16) - 0
+  expect(y, 0, 17.0f);  // 1 * (1 + 16) - 0
   expect(y, 1, 1.0f);
   expect(y, 227, 785.0f);  // 45 * (2 + 16) - 25
   expect(y, 228, 65.0f);
@@ -219,11 +221,11 @@ void test_q6_k(void **) {
   b.ql[0] = 0x0F;
   b.qh[0] = 0x03;
   auto y = deq(SPECINFER_WTYPE_Q6_K, &b, 256);
-  expect(y, 0, -124.0f);   // q = 15 | 3 << 4 = 63 -> 31; 0.5 * -8 * 31
-  expect(y, 1, 128.0f);    // q = 0 -> -32; 0.5 * -8 * -32
-  expect(y, 32, 96.0f);    // group 2: 0.5 * -6 * -32
-  expect(y, 64, 64.0f);    // group 4
-  expect(y, 255, -112.0f); // group 15: 0.5 * 7 * -32
+  expect(y, 0, -124.0f);    // q = 15 | 3 << 4 = 63 -> 31; 0.5 * -8 * 31
+  expect(y, 1, 128.0f);     // q = 0 -> -32; 0.5 * -8 * -32
+  expect(y, 32, 96.0f);     // group 2: 0.5 * -6 * -32
+  expect(y, 64, 64.0f);     // group 4
+  expect(y, 255, -112.0f);  // group 15: 0.5 * 7 * -32
 }
 
 void test_float_types(void **) {
@@ -282,7 +284,8 @@ void test_quantize_rows(void **) {
     BlockQ8_0 q8[2];
     quantize_row_ref(SPECINFER_WTYPE_Q4_0, x, q, 64);
     quantize_row_ref(SPECINFER_WTYPE_Q8_0, x, q8, 64);
-    const std::vector<float> y = deq(SPECINFER_WTYPE_Q4_0, q, 64), y8 = deq(SPECINFER_WTYPE_Q8_0, q8, 64);
+    const std::vector<float> y = deq(SPECINFER_WTYPE_Q4_0, q, 64),
+                             y8 = deq(SPECINFER_WTYPE_Q8_0, q8, 64);
     for (int b = 0; b < 2; ++b) {
       float m = 0.0f, amax = 0.0f;
       for (int j = 0; j < 32; ++j)
@@ -304,7 +307,8 @@ void test_quantize_rows(void **) {
       const float d8 = fp16_to_fp32(q8[b].d);
       assert_true(std::fabs(d8 - amax / 127.0f) <= amax / 127.0f * 1e-3f);
       for (int j = 0; j < 32; ++j)
-        assert_true(std::fabs(x[32 * b + j] - y8[static_cast<size_t>(32 * b + j)]) <= 0.5f * d8 * (1.0f + 1e-3f) + 1e-7f);
+        assert_true(std::fabs(x[32 * b + j] - y8[static_cast<size_t>(32 * b + j)]) <=
+                    0.5f * d8 * (1.0f + 1e-3f) + 1e-7f);
     }
   }
   assert_true(refit_better > 100);  // the refit does improve on most blocks (of 400)
@@ -351,14 +355,16 @@ void test_act_quant(void **) {
     assert_int_equal(sum, a[static_cast<size_t>(b)].sum);
     for (int j = 0; j < 32; ++j) {
       const float back = a[static_cast<size_t>(b)].d * a[static_cast<size_t>(b)].qs[j];
-      assert_true(std::fabs(back - x[static_cast<size_t>(32 * b + j)]) <= amax / 254.0f * 1.0001f + 1e-7f);
+      assert_true(std::fabs(back - x[static_cast<size_t>(32 * b + j)]) <=
+                  amax / 254.0f * 1.0001f + 1e-7f);
     }
   }
   std::vector<ActQ8K> k(2);
   quantize_act_q8k(x.data(), k.data(), 512);
   for (int b = 0; b < 2; ++b) {
     float amax = 0;
-    for (int j = 0; j < 256; ++j) amax = std::fmax(amax, std::fabs(x[static_cast<size_t>(256 * b + j)]));
+    for (int j = 0; j < 256; ++j)
+      amax = std::fmax(amax, std::fabs(x[static_cast<size_t>(256 * b + j)]));
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += k[static_cast<size_t>(b)].qs[16 * g + j];
@@ -366,7 +372,8 @@ void test_act_quant(void **) {
     }
     for (int j = 0; j < 256; ++j) {
       const float back = k[static_cast<size_t>(b)].d * k[static_cast<size_t>(b)].qs[j];
-      assert_true(std::fabs(back - x[static_cast<size_t>(256 * b + j)]) <= amax / 254.0f * 1.0001f + 1e-7f);
+      assert_true(std::fabs(back - x[static_cast<size_t>(256 * b + j)]) <=
+                  amax / 254.0f * 1.0001f + 1e-7f);
     }
   }
 }
@@ -389,9 +396,11 @@ void test_act_quant_avx2(void **) {
     const float u = static_cast<float>(next() >> 8) / 16777216.0f - 0.5f;
     x[static_cast<size_t>(i)] = std::ldexp(u, static_cast<int>(next() % 40) - 20);
   }
-  for (int64_t i = 256; i < 512; ++i) x[static_cast<size_t>(i)] = 0.0f;                       // zero block
-  for (int64_t i = 512; i < 768; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127);  // exact steps
-  for (int64_t i = 768; i < 1024; ++i) x[static_cast<size_t>(i)] = (static_cast<float>(i % 64) - 32.0f) * 0.5f;  // ties
+  for (int64_t i = 256; i < 512; ++i) x[static_cast<size_t>(i)] = 0.0f;  // zero block
+  for (int64_t i = 512; i < 768; ++i)
+    x[static_cast<size_t>(i)] = static_cast<float>(i % 255 - 127);  // exact steps
+  for (int64_t i = 768; i < 1024; ++i)
+    x[static_cast<size_t>(i)] = (static_cast<float>(i % 64) - 32.0f) * 0.5f;  // ties
   x[1100] = INFINITY;
   x[1400] = NAN;
   x[2000] = -0.0f;
@@ -417,13 +426,20 @@ void test_act_quant_avx2(void **) {
 
 int main() {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sizes),        cmocka_unit_test(test_fp16),
-      cmocka_unit_test(test_q4_0_q4_1),    cmocka_unit_test(test_q5),
-      cmocka_unit_test(test_q8),           cmocka_unit_test(test_q2_k),
-      cmocka_unit_test(test_q3_k),         cmocka_unit_test(test_q4_k_q5_k),
-      cmocka_unit_test(test_q6_k),         cmocka_unit_test(test_float_types),
-      cmocka_unit_test(test_dequant_errors), cmocka_unit_test(test_act_quant),
-      cmocka_unit_test(test_act_quant_avx2), cmocka_unit_test(test_quantize_rows),
+      cmocka_unit_test(test_sizes),
+      cmocka_unit_test(test_fp16),
+      cmocka_unit_test(test_q4_0_q4_1),
+      cmocka_unit_test(test_q5),
+      cmocka_unit_test(test_q8),
+      cmocka_unit_test(test_q2_k),
+      cmocka_unit_test(test_q3_k),
+      cmocka_unit_test(test_q4_k_q5_k),
+      cmocka_unit_test(test_q6_k),
+      cmocka_unit_test(test_float_types),
+      cmocka_unit_test(test_dequant_errors),
+      cmocka_unit_test(test_act_quant),
+      cmocka_unit_test(test_act_quant_avx2),
+      cmocka_unit_test(test_quantize_rows),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

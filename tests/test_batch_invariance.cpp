@@ -59,8 +59,9 @@ std::vector<uint8_t> weights(const Layout &l, int64_t rows, int64_t cols, std::m
     }
   } else if (l.all_fp16 || l.bf16) {
     for (size_t i = 0; i < w.size() / 2; ++i) {
-      uint16_t h = l.bf16 ? static_cast<uint16_t>(0x3C00 + rng() % 0x0400 - 0x0200 + (rng() & 0x8000))
-                          : static_cast<uint16_t>(small_half(rng) + 0x1000 + (rng() & 0x8000));
+      uint16_t h = l.bf16
+                       ? static_cast<uint16_t>(0x3C00 + rng() % 0x0400 - 0x0200 + (rng() & 0x8000))
+                       : static_cast<uint16_t>(small_half(rng) + 0x1000 + (rng() & 0x8000));
       std::memcpy(&w[i * 2], &h, 2);
     }
   } else {
@@ -79,32 +80,40 @@ void test_token_outputs_do_not_depend_on_batch(void **) {
   std::normal_distribution<float> gauss(0, 1);
   const int64_t rows = 67;
   int failures = 0;
-  for (specinfer::Isa isa : {specinfer::Isa::scalar, specinfer::Isa::avx2, specinfer::Isa::avx512}) {
+  for (specinfer::Isa isa :
+       {specinfer::Isa::scalar, specinfer::Isa::avx2, specinfer::Isa::avx512}) {
     if (!specinfer::isa_available(isa)) continue;
     specinfer::Isa prev = specinfer::set_active_isa(isa);
     for (const Layout &l : kLayouts)
-     for (int64_t cols : {int64_t{512}, int64_t{1536}}) {
-      assert_int_equal(k->row_size(l.wtype, cols), static_cast<size_t>(cols / k->block_size(l.wtype) * l.block_bytes));
-      std::vector<uint8_t> w = weights(l, rows, cols, rng);
-      for (int64_t n_tok : {2, 3, 5, 8, 9, 13, 17, 40}) {
-        // F32 weights go to sgemm from 32 tokens on (prefill); quantized weights never do.
-        if (n_tok >= 32 && l.wtype == SPECINFER_WTYPE_F32) continue;
-        std::vector<float> x(static_cast<size_t>(n_tok * cols));
-        for (auto &v : x) v = gauss(rng);
-        std::vector<float> batched(static_cast<size_t>(n_tok * rows));
-        assert_int_equal(k->matmul(l.wtype, w.data(), rows, cols, x.data(), n_tok, batched.data()), SPECINFER_OK);
-        for (int64_t t = 0; t < n_tok; ++t) {
-          std::vector<float> single(static_cast<size_t>(rows));
-          assert_int_equal(k->matmul(l.wtype, w.data(), rows, cols, x.data() + t * cols, 1, single.data()), SPECINFER_OK);
-          if (std::memcmp(single.data(), batched.data() + t * rows, rows * sizeof(float)) != 0) {
-            std::fprintf(stderr, "%s: type %d, token %lld of %lld differs from a single-token call\n",
-                        specinfer::isa_name(isa), l.wtype, static_cast<long long>(t), static_cast<long long>(n_tok));
-            ++failures;
-            break;
+      for (int64_t cols : {int64_t{512}, int64_t{1536}}) {
+        assert_int_equal(k->row_size(l.wtype, cols),
+                         static_cast<size_t>(cols / k->block_size(l.wtype) * l.block_bytes));
+        std::vector<uint8_t> w = weights(l, rows, cols, rng);
+        for (int64_t n_tok : {2, 3, 5, 8, 9, 13, 17, 40}) {
+          // F32 weights go to sgemm from 32 tokens on (prefill); quantized weights never do.
+          if (n_tok >= 32 && l.wtype == SPECINFER_WTYPE_F32) continue;
+          std::vector<float> x(static_cast<size_t>(n_tok * cols));
+          for (auto &v : x) v = gauss(rng);
+          std::vector<float> batched(static_cast<size_t>(n_tok * rows));
+          assert_int_equal(
+              k->matmul(l.wtype, w.data(), rows, cols, x.data(), n_tok, batched.data()),
+              SPECINFER_OK);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            std::vector<float> single(static_cast<size_t>(rows));
+            assert_int_equal(
+                k->matmul(l.wtype, w.data(), rows, cols, x.data() + t * cols, 1, single.data()),
+                SPECINFER_OK);
+            if (std::memcmp(single.data(), batched.data() + t * rows, rows * sizeof(float)) != 0) {
+              std::fprintf(stderr,
+                           "%s: type %d, token %lld of %lld differs from a single-token call\n",
+                           specinfer::isa_name(isa), l.wtype, static_cast<long long>(t),
+                           static_cast<long long>(n_tok));
+              ++failures;
+              break;
+            }
           }
         }
       }
-    }
     specinfer::set_active_isa(prev);
   }
   assert_int_equal(failures, 0);

@@ -25,14 +25,18 @@
  * ------------------------------------------------------------------------------------------- */
 
 static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s; }
+static void rng_seed(uint64_t s) {
+  rng_state = s;
+}
 static uint64_t rng_next(void) {
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
-static double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1.0p-53; }
+static double rng_uniform(void) {
+  return ((double)(rng_next() >> 11) + 0.5) * 0x1.0p-53;
+}
 static int32_t rng_pick(const float *w, int n) {
   double u = rng_uniform(), acc = 0;
   int last = -1;
@@ -76,7 +80,8 @@ static void check_marginal(const long *counts, const float *probs, int n, long t
   int df = -1;
   for (int i = 0; i < n; ++i) {
     if (probs[i] <= 0) {
-      if (counts[i] != 0) fprintf(stderr, "%s: %ld draws of token %d, which has p = 0\n", label, counts[i], i);
+      if (counts[i] != 0)
+        fprintf(stderr, "%s: %ld draws of token %d, which has p = 0\n", label, counts[i], i);
       assert_int_equal(counts[i], 0);
       continue;
     }
@@ -148,10 +153,12 @@ static int32_t step1(const specinfer_coupler *c, const float *p, const float *q,
   memcpy(p2, p, sizeof(float) * V);
   memcpy(p2 + V, p, sizeof(float) * V);
   int32_t d = fixed;
-  if (q) assert_int_equal(specinfer_coupler_draft_sample(c, V, q, V, seed, pos, &d, NULL), SPECINFER_OK);
+  if (q)
+    assert_int_equal(specinfer_coupler_draft_sample(c, V, q, V, seed, pos, &d, NULL), SPECINFER_OK);
   int32_t acc = -1, tok = -1;
-  assert_int_equal(specinfer_coupler_verify(c, V, 1, p2, 2 * V, q, q ? V : 0, &d, seed, pos, &acc, &tok, NULL),
-                   SPECINFER_OK);
+  assert_int_equal(
+      specinfer_coupler_verify(c, V, 1, p2, 2 * V, q, q ? V : 0, &d, seed, pos, &acc, &tok, NULL),
+      SPECINFER_OK);
   assert_true(acc == 0 || acc == 1);
   assert_true(tok >= 0 && tok < V);
   *accepted = acc;
@@ -256,8 +263,9 @@ static int generate_chain(const specinfer_coupler *c, float Q[MV][MV], DraftKind
       int64_t pos = s * 64 + n + i;
       if (kind == DRAFT_SAMPLED) {
         memcpy(q + i * MV, Q[last], sizeof(float) * MV);
-        assert_int_equal(specinfer_coupler_draft_sample(c, MV, Q[last], MV, seed, pos, &draft[i], NULL),
-                         SPECINFER_OK);
+        assert_int_equal(
+            specinfer_coupler_draft_sample(c, MV, Q[last], MV, seed, pos, &draft[i], NULL),
+            SPECINFER_OK);
       } else {
         int32_t best = 0;
         for (int j = 1; j < MV; ++j)
@@ -273,9 +281,10 @@ static int generate_chain(const specinfer_coupler *c, float Q[MV][MV], DraftKind
     }
     int32_t acc = -1, tok = -1;
     const float *qq = kind == DRAFT_SAMPLED ? q : NULL;
-    assert_int_equal(specinfer_coupler_verify(c, MV, kk, p, (size_t)(kk + 1) * MV, qq, qq ? (size_t)kk * MV : 0,
-                                              draft, seed, s * 64 + n, &acc, &tok, NULL),
-                     SPECINFER_OK);
+    assert_int_equal(
+        specinfer_coupler_verify(c, MV, kk, p, (size_t)(kk + 1) * MV, qq, qq ? (size_t)kk * MV : 0,
+                                 draft, seed, s * 64 + n, &acc, &tok, NULL),
+        SPECINFER_OK);
     assert_true(acc >= 0 && acc <= kk);
     for (int i = 0; i < acc && n < SEQ; ++i) out[n++] = draft[i];
     if (n < SEQ) out[n++] = tok;
@@ -286,7 +295,9 @@ static int generate_chain(const specinfer_coupler *c, float Q[MV][MV], DraftKind
   return rounds;
 }
 
-static int seq_index(const int32_t *t) { return (t[0] * MV + t[1]) * MV + t[2]; }
+static int seq_index(const int32_t *t) {
+  return (t[0] * MV + t[1]) * MV + t[2];
+}
 
 static void seq_expected(float *e) {
   for (int a = 0; a < MV; ++a)
@@ -308,7 +319,9 @@ static void check_chain_joint(const char *spec, float Q[MV][MV], DraftKind kind,
   }
   char label[96];
   snprintf(label, sizeof label, "%s chain k=%d (%s): joint of 3", spec, k,
-           kind == DRAFT_SAMPLED ? "sampled" : kind == DRAFT_ARGMAX ? "argmax" : "none");
+           kind == DRAFT_SAMPLED  ? "sampled"
+           : kind == DRAFT_ARGMAX ? "argmax"
+                                  : "none");
   check_marginal(counts, expect, MV * MV * MV, N_DRAWS, label);
   specinfer_coupler_destroy(c);
 }
@@ -388,15 +401,18 @@ static void test_race_marginals_and_match(void **state) {
       for (long n = 0; n < N_DRAWS; ++n) {
         int32_t acc, d;
         int64_t pos = 2 * n + 11;
-        assert_int_equal(specinfer_coupler_draft_sample(c, V, pr->q, V, SEED, pos, &d, NULL), SPECINFER_OK);
+        assert_int_equal(specinfer_coupler_draft_sample(c, V, pr->q, V, SEED, pos, &d, NULL),
+                         SPECINFER_OK);
         cq[d]++;
         cp[step1(c, pr->p, pr->q, -1, SEED, pos, &acc)]++;
         match[which] += acc;
       }
       char label[96];
-      snprintf(label, sizeof label, "%s %s: target marginal", which ? "minhash" : "gumbel", pr->name);
+      snprintf(label, sizeof label, "%s %s: target marginal", which ? "minhash" : "gumbel",
+               pr->name);
       check_marginal(cp, pr->p, V, N_DRAWS, label);
-      snprintf(label, sizeof label, "%s %s: draft marginal", which ? "minhash" : "gumbel", pr->name);
+      snprintf(label, sizeof label, "%s %s: draft marginal", which ? "minhash" : "gumbel",
+               pr->name);
       check_marginal(cq, pr->q, V, N_DRAWS, label);
     }
     double D = tv_distance(pr->p, pr->q), bound = (1 - D) / (1 + D);
@@ -468,7 +484,8 @@ static void test_typical_rule(void **state) {
       if (p[i] > 0) h -= p[i] * log(p[i]);
     int which = trial & 1;
     int32_t x = (int32_t)(rng_next() % V), acc = -1, tok = -1;
-    assert_int_equal(specinfer_coupler_verify(cs[which], V, 1, p, 2 * V, NULL, 0, &x, SEED, trial, &acc, &tok, NULL),
+    assert_int_equal(specinfer_coupler_verify(cs[which], V, 1, p, 2 * V, NULL, 0, &x, SEED, trial,
+                                              &acc, &tok, NULL),
                      SPECINFER_OK);
     int expect = p[x] > fmin(eps[which], delta[which] * exp(-h));
     assert_int_equal(acc, expect);
@@ -492,15 +509,18 @@ static void test_greedy(void **state) {
   }
   int32_t acc, tok;
   int32_t d1[3] = {3, 1, 6};
-  assert_int_equal(specinfer_coupler_verify(c, V, 3, p, 4 * V, NULL, 0, d1, 1, 0, &acc, &tok, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_coupler_verify(c, V, 3, p, 4 * V, NULL, 0, d1, 1, 0, &acc, &tok, NULL),
+                   SPECINFER_OK);
   assert_int_equal(acc, 3);
   assert_int_equal(tok, 0);
   int32_t d2[3] = {3, 2, 6};
-  assert_int_equal(specinfer_coupler_verify(c, V, 3, p, 4 * V, NULL, 0, d2, 1, 0, &acc, &tok, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_coupler_verify(c, V, 3, p, 4 * V, NULL, 0, d2, 1, 0, &acc, &tok, NULL),
+                   SPECINFER_OK);
   assert_int_equal(acc, 1);
   assert_int_equal(tok, 1);
   int32_t d;
-  assert_int_equal(specinfer_coupler_draft_sample(c, V, p + 2 * V, V, 9, 9, &d, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_coupler_draft_sample(c, V, p + 2 * V, V, 9, 9, &d, NULL),
+                   SPECINFER_OK);
   assert_int_equal(d, 6);
   specinfer_coupler_destroy(c);
 }
@@ -527,10 +547,12 @@ static void test_tokens_per_round_iid(void **state) {
     for (long r = 0; r < rounds; ++r) {
       int32_t d[4], acc, tok;
       for (int i = 0; i < k; ++i)
-        assert_int_equal(specinfer_coupler_draft_sample(c, V, q, V, SEED, pos + i, &d[i], NULL), SPECINFER_OK);
-      assert_int_equal(specinfer_coupler_verify(c, V, k, p, sizeof p / sizeof *p, q, sizeof q / sizeof *q, d, SEED,
-                                                pos, &acc, &tok, NULL),
-                       SPECINFER_OK);
+        assert_int_equal(specinfer_coupler_draft_sample(c, V, q, V, SEED, pos + i, &d[i], NULL),
+                         SPECINFER_OK);
+      assert_int_equal(
+          specinfer_coupler_verify(c, V, k, p, sizeof p / sizeof *p, q, sizeof q / sizeof *q, d,
+                                   SEED, pos, &acc, &tok, NULL),
+          SPECINFER_OK);
       double emitted = acc + 1;
       sum += emitted;
       sum2 += emitted * emitted;
@@ -567,9 +589,10 @@ static void test_tree_mss_marginal(void **state) {
       int32_t parents[3] = {-1, -1, -1}, tokens[3], path[3], acc, tok;
       for (long n = 0; n < N_DRAWS; ++n) {
         for (int j = 0; j < m; ++j) tokens[j] = rng_pick(pr->q, V);
-        assert_int_equal(specinfer_coupler_verify_tree(c, V, m, tokens, parents, p, (size_t)(m + 1) * V, q,
-                                                       (size_t)m * V, SEED, n, path, 3, &acc, &tok, NULL),
-                         SPECINFER_OK);
+        assert_int_equal(
+            specinfer_coupler_verify_tree(c, V, m, tokens, parents, p, (size_t)(m + 1) * V, q,
+                                          (size_t)m * V, SEED, n, path, 3, &acc, &tok, NULL),
+            SPECINFER_OK);
         assert_true(acc == 0 || acc == 1);
         counts[acc ? tokens[path[0]] : tok]++;
         acc_total += acc;
@@ -591,21 +614,23 @@ static void test_tree_mss_marginal(void **state) {
   int32_t parents[3] = {-1, -1, -1}, tokens[3] = {4, 0, 7}, path[3], acc, tok;
   long acc_total = 0;
   for (long n = 0; n < N_DRAWS; ++n) {
-    assert_int_equal(specinfer_coupler_verify_tree(c, V, 3, tokens, parents, p, 4 * V, NULL, 0, SEED, n, path, 3,
-                                                   &acc, &tok, NULL),
+    assert_int_equal(specinfer_coupler_verify_tree(c, V, 3, tokens, parents, p, 4 * V, NULL, 0,
+                                                   SEED, n, path, 3, &acc, &tok, NULL),
                      SPECINFER_OK);
     counts[acc ? tokens[path[0]] : tok]++;
     acc_total += acc;
   }
   check_marginal(counts, pr->p, V, N_DRAWS, "tree point-mass children {4,0,7}: marginal");
-  check_rate(acc_total, N_DRAWS, (double)pr->p[4] + pr->p[0] + pr->p[7], "tree point-mass children: acceptance");
+  check_rate(acc_total, N_DRAWS, (double)pr->p[4] + pr->p[0] + pr->p[7],
+             "tree point-mass children: acceptance");
   specinfer_coupler_destroy(c);
 }
 
 /* Depth-2 trees (2 children per node, i.i.d. from the Markov drafter) over the Markov target: the
  * generated sequences are distributed as the target's. Nodes: 0, 1 children of the root; 2, 3
  * children of 0; 4, 5 children of 1. */
-static void generate_tree(const specinfer_coupler *c, uint64_t seed, long s, int32_t *out, long *accepted) {
+static void generate_tree(const specinfer_coupler *c, uint64_t seed, long s, int32_t *out,
+                          long *accepted) {
   int n = 0;
   int32_t prev = 0;
   static const int32_t parents[6] = {-1, -1, 0, 0, 1, 1};
@@ -619,8 +644,8 @@ static void generate_tree(const specinfer_coupler *c, uint64_t seed, long s, int
     }
     memcpy(p, P[prev], sizeof(float) * MV);
     for (int j = 0; j < 6; ++j) memcpy(p + (j + 1) * MV, P[tokens[j]], sizeof(float) * MV);
-    assert_int_equal(specinfer_coupler_verify_tree(c, MV, 6, tokens, parents, p, 7 * MV, q, 6 * MV, seed,
-                                                   s * 64 + n, path, 6, &acc, &tok, NULL),
+    assert_int_equal(specinfer_coupler_verify_tree(c, MV, 6, tokens, parents, p, 7 * MV, q, 6 * MV,
+                                                   seed, s * 64 + n, path, 6, &acc, &tok, NULL),
                      SPECINFER_OK);
     assert_true(acc >= 0 && acc <= 2);
     for (int i = 0; i < acc; ++i) {
@@ -692,12 +717,13 @@ static void test_tree_chain_equals_verify(void **state) {
       }
       int use_q = trial & 1;
       int32_t a1, t1, a2, t2;
-      assert_int_equal(specinfer_coupler_verify(c, V, k, p, (size_t)(k + 1) * V, use_q ? q : NULL,
-                                                use_q ? (size_t)k * V : 0, d, SEED, trial, &a1, &t1, NULL),
-                       SPECINFER_OK);
+      assert_int_equal(
+          specinfer_coupler_verify(c, V, k, p, (size_t)(k + 1) * V, use_q ? q : NULL,
+                                   use_q ? (size_t)k * V : 0, d, SEED, trial, &a1, &t1, NULL),
+          SPECINFER_OK);
       assert_int_equal(specinfer_coupler_verify_tree(c, V, k, d, parents, p, (size_t)(k + 1) * V,
-                                                     use_q ? q : NULL, use_q ? (size_t)k * V : 0, SEED, trial,
-                                                     path, 4, &a2, &t2, NULL),
+                                                     use_q ? q : NULL, use_q ? (size_t)k * V : 0,
+                                                     SEED, trial, path, 4, &a2, &t2, NULL),
                        SPECINFER_OK);
       assert_int_equal(a1, a2);
       assert_int_equal(t1, t2);
@@ -712,7 +738,9 @@ static void test_tree_chain_equals_verify(void **state) {
  * ------------------------------------------------------------------------------------------- */
 
 static void check_error(specinfer_status rc, specinfer_status want, char *err) {
-  if (rc != want) fprintf(stderr, "got %s, want %s (%s)\n", specinfer_status_str(rc), specinfer_status_str(want), err ? err : "");
+  if (rc != want)
+    fprintf(stderr, "got %s, want %s (%s)\n", specinfer_status_str(rc), specinfer_status_str(want),
+            err ? err : "");
   assert_int_equal(rc, want);
   assert_non_null(err);
   assert_true(strlen(err) > 0);
@@ -720,18 +748,20 @@ static void check_error(specinfer_status rc, specinfer_status want, char *err) {
 }
 /* Makes the call first, then reads the message it left in `err` (C leaves the order in which
  * function arguments are evaluated unspecified, so the call cannot be an argument next to err). */
-#define expect_error(call, want, err)                                                              \
-  do {                                                                                             \
-    err = NULL;                                                                                    \
-    specinfer_status rc_ = (call);                                                                 \
-    check_error(rc_, want, err);                                                                   \
+#define expect_error(call, want, err) \
+  do {                                \
+    err = NULL;                       \
+    specinfer_status rc_ = (call);    \
+    check_error(rc_, want, err);      \
   } while (0)
 
 static void test_bad_specs(void **state) {
   (void)state;
-  const char *bad[] = {"lenient:0", "lenient:1.5", "lenient:-0.5", "lenient:abc", "lenient:nan",
-                       "lenient:inf", "lenient:", "lenient:0.5:2", "typical:0", "typical:0.1:-1",
-                       "typical:2", "gumbel:1", "rejection:x", "nonsense", "", "greedy:"};
+  const char *bad[] = {
+      "lenient:0",   "lenient:1.5", "lenient:-0.5",  "lenient:abc", "lenient:nan",
+      "lenient:inf", "lenient:",    "lenient:0.5:2", "typical:0",   "typical:0.1:-1",
+      "typical:2",   "gumbel:1",    "rejection:x",   "nonsense",    "",
+      "greedy:"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
     specinfer_coupler *c = (specinfer_coupler *)0x1;
     char *err = NULL;
@@ -757,7 +787,8 @@ static void test_bad_arrays(void **state) {
     memcpy(q, pairs[0].q, sizeof q);
     int32_t d = 2, acc, tok, path[1], parent = -1;
     char *err = NULL;
-#define VERIFY(P, PLEN, Q, QLEN, D) specinfer_coupler_verify(c, V, 1, P, PLEN, Q, QLEN, D, SEED, 0, &acc, &tok, &err)
+#define VERIFY(P, PLEN, Q, QLEN, D) \
+  specinfer_coupler_verify(c, V, 1, P, PLEN, Q, QLEN, D, SEED, 0, &acc, &tok, &err)
     /* A good call first. */
     assert_int_equal(VERIFY(p, 2 * V, q, V, &d), SPECINFER_OK);
     assert_null(err);
@@ -767,8 +798,9 @@ static void test_bad_arrays(void **state) {
     expect_error(VERIFY(p, 2 * V, NULL, V, &d), SPECINFER_ERR_INVALID_ARGUMENT, err);
     expect_error(VERIFY(NULL, 2 * V, q, V, &d), SPECINFER_ERR_INVALID_ARGUMENT, err);
     expect_error(VERIFY(p, 2 * V, q, V, NULL), SPECINFER_ERR_INVALID_ARGUMENT, err);
-    expect_error(specinfer_coupler_verify(NULL, V, 1, p, 2 * V, q, V, &d, SEED, 0, &acc, &tok, &err),
-                 SPECINFER_ERR_INVALID_ARGUMENT, err);
+    expect_error(
+        specinfer_coupler_verify(NULL, V, 1, p, 2 * V, q, V, &d, SEED, 0, &acc, &tok, &err),
+        SPECINFER_ERR_INVALID_ARGUMENT, err);
     expect_error(specinfer_coupler_verify(c, V, -1, p, 0, q, 0, &d, SEED, 0, &acc, &tok, &err),
                  SPECINFER_ERR_INVALID_ARGUMENT, err);
     expect_error(specinfer_coupler_verify(c, 0, 0, p, 0, NULL, 0, NULL, SEED, 0, &acc, &tok, &err),
@@ -815,22 +847,30 @@ static void test_bad_arrays(void **state) {
     }
     /* Draft sample: sizes, NULLs. */
     int32_t t;
-    expect_error(specinfer_coupler_draft_sample(c, V, q, V - 1, SEED, 0, &t, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
-    expect_error(specinfer_coupler_draft_sample(c, V, NULL, V, SEED, 0, &t, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
-    expect_error(specinfer_coupler_draft_sample(c, V, q, V, SEED, 0, NULL, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+    expect_error(specinfer_coupler_draft_sample(c, V, q, V - 1, SEED, 0, &t, &err),
+                 SPECINFER_ERR_INVALID_ARGUMENT, err);
+    expect_error(specinfer_coupler_draft_sample(c, V, NULL, V, SEED, 0, &t, &err),
+                 SPECINFER_ERR_INVALID_ARGUMENT, err);
+    expect_error(specinfer_coupler_draft_sample(c, V, q, V, SEED, 0, NULL, &err),
+                 SPECINFER_ERR_INVALID_ARGUMENT, err);
     /* Trees: bad parents, small path buffer. */
     parent = 0;
-    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path, 1, &acc, &tok, &err),
+    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path,
+                                               1, &acc, &tok, &err),
                  SPECINFER_ERR_INVALID_ARGUMENT, err);
     parent = -2;
-    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path, 1, &acc, &tok, &err),
+    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path,
+                                               1, &acc, &tok, &err),
                  SPECINFER_ERR_INVALID_ARGUMENT, err);
     parent = -1;
-    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path, 0, &acc, &tok, &err),
+    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path,
+                                               0, &acc, &tok, &err),
                  SPECINFER_ERR_INVALID_ARGUMENT, err);
-    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 3 * V, q, V, SEED, 0, path, 1, &acc, &tok, &err),
+    expect_error(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 3 * V, q, V, SEED, 0, path,
+                                               1, &acc, &tok, &err),
                  SPECINFER_ERR_INVALID_ARGUMENT, err);
-    assert_int_equal(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0, path, 1, &acc, &tok, &err),
+    assert_int_equal(specinfer_coupler_verify_tree(c, V, 1, &d, &parent, p, 2 * V, q, V, SEED, 0,
+                                                   path, 1, &acc, &tok, &err),
                      SPECINFER_OK);
 #undef VERIFY
     specinfer_coupler_destroy(c);
@@ -846,7 +886,8 @@ static void test_sample_probs_abi(void **state) {
   assert_int_equal(sp.struct_size, sizeof sp);
   char *err = NULL;
   assert_int_equal(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_OK);
-  for (int i = 0; i < V; ++i) assert_true(probs[i] == (i == 1 ? 1.0f : 0.0f)); /* argmax, lower id on ties */
+  for (int i = 0; i < V; ++i)
+    assert_true(probs[i] == (i == 1 ? 1.0f : 0.0f)); /* argmax, lower id on ties */
   sp.temperature = 1.0f;
   assert_int_equal(specinfer_sample_probs(logits, V, &sp, probs, NULL), SPECINFER_OK);
   double z = 0;
@@ -857,21 +898,28 @@ static void test_sample_probs_abi(void **state) {
   assert_true(fabs(probs[1] - 0.5) < 1e-6 && fabs(probs[5] - 0.5) < 1e-6);
   sp.top_k = 0;
   sp.temperature = -1.0f;
-  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
   sp.temperature = 1.0f;
   sp.top_p = 0.0f;
-  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
   sp.top_p = 1.0f;
   sp.min_p = 1.5f;
-  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
   sp.min_p = 0.0f;
   logits[0] = NAN;
-  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
-  expect_error(specinfer_sample_probs(logits, V, &sp, logits, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
-  expect_error(specinfer_sample_probs(NULL, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, logits, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
+  expect_error(specinfer_sample_probs(NULL, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
   sp.struct_size = 0;
   logits[0] = 1.0f;
-  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT, err);
+  expect_error(specinfer_sample_probs(logits, V, &sp, probs, &err), SPECINFER_ERR_INVALID_ARGUMENT,
+               err);
 }
 
 int main(void) {

@@ -41,8 +41,8 @@ static specinfer_target *open_kgram_target(specinfer_registry *reg) {
   return t;
 }
 
-static specinfer_drafter *open_drafter(specinfer_registry *reg, specinfer_target *t, const char *plugin,
-                                       const char *config) {
+static specinfer_drafter *open_drafter(specinfer_registry *reg, specinfer_target *t,
+                                       const char *plugin, const char *config) {
   specinfer_drafter *d = NULL;
   char *err = NULL;
   specinfer_status rc = specinfer_drafter_open(reg, plugin, config, t, &d, &err);
@@ -125,9 +125,11 @@ static void test_drafter_invariance(void **state) {
             assert_int_equal(n_ref, n);
             continue;
           }
-          printf("  %-8s seed %-10llu prompt %zu drafter %-10s: %lld of %lld drafts kept, %.2f tokens/round\n",
-                 specs[ci], (unsigned long long)seeds[si], pi, names[di], (long long)st.n_accepted,
-                 (long long)st.n_drafted, st.mean_accepted);
+          printf(
+              "  %-8s seed %-10llu prompt %zu drafter %-10s: %lld of %lld drafts kept, %.2f "
+              "tokens/round\n",
+              specs[ci], (unsigned long long)seeds[si], pi, names[di], (long long)st.n_accepted,
+              (long long)st.n_drafted, st.mean_accepted);
           assert_true(st.n_accepted > 0); /* speculation happened: the comparison has teeth */
           assert_int_equal(n_got, n_ref);
           assert_memory_equal(got, ref, n_ref * sizeof(int32_t));
@@ -145,7 +147,8 @@ static void test_drafter_invariance(void **state) {
     }
     specinfer_coupler_destroy(c);
   }
-  for (int di = 1; di < 4; ++di) assert_int_equal(specinfer_drafter_destroy(drafters[di]), SPECINFER_OK);
+  for (int di = 1; di < 4; ++di)
+    assert_int_equal(specinfer_drafter_destroy(drafters[di]), SPECINFER_OK);
   assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
 }
@@ -168,47 +171,71 @@ static double next_uniform(void) {
   return ((double)(z >> 11) + 0.5) * 0x1.0p-53;
 }
 
-static void iid_destroy(void *self) { free(self); }
-static specinfer_status iid_begin(void *self, const int32_t *ctx, size_t n, specinfer_plugin_error *err) {
-  (void)self; (void)ctx; (void)n; (void)err;
+static void iid_destroy(void *self) {
+  free(self);
+}
+static specinfer_status iid_begin(void *self, const int32_t *ctx, size_t n,
+                                  specinfer_plugin_error *err) {
+  (void)self;
+  (void)ctx;
+  (void)n;
+  (void)err;
   return SPECINFER_OK;
 }
 /* Proposes, for each drafted position, the target's own token with probability alpha and a
  * different one otherwise, independently. A point-mass drafter: has_probs = 0. */
-static specinfer_status iid_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
-                                    specinfer_plugin_error *err) {
-  (void)self; (void)err;
+static specinfer_status iid_propose(void *self, const specinfer_draft_request *req,
+                                    specinfer_draft *out, specinfer_plugin_error *err) {
+  (void)self;
+  (void)err;
   int32_t n = req->max_tokens < out->cap ? req->max_tokens : out->cap;
   for (int32_t i = 0; i < n; ++i) {
     size_t at = req->n_context + (size_t)i;
     int32_t right = at < g_oracle_len ? g_oracle[at] : 0;
-    out->tokens[i] = next_uniform() < g_alpha ? right : (right + 1 + (int32_t)(next_uniform() * 254)) % 256;
+    out->tokens[i] =
+        next_uniform() < g_alpha ? right : (right + 1 + (int32_t)(next_uniform() * 254)) % 256;
     out->parents[i] = i - 1;
   }
   out->n_nodes = n;
   out->has_probs = 0;
   return SPECINFER_OK;
 }
-static specinfer_status iid_commit(void *self, const int32_t *t, size_t n, specinfer_plugin_error *err) {
-  (void)self; (void)t; (void)n; (void)err;
+static specinfer_status iid_commit(void *self, const int32_t *t, size_t n,
+                                   specinfer_plugin_error *err) {
+  (void)self;
+  (void)t;
+  (void)n;
+  (void)err;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_vtable iid_vtable = {sizeof(specinfer_drafter_vtable), iid_destroy, iid_begin,
-                                                    iid_propose, iid_commit};
-static specinfer_status iid_create(const specinfer_host *host, const char *config, const specinfer_model_info *ti,
+static const specinfer_drafter_vtable iid_vtable = {sizeof(specinfer_drafter_vtable), iid_destroy,
+                                                    iid_begin, iid_propose, iid_commit};
+static specinfer_status iid_create(const specinfer_host *host, const char *config,
+                                   const specinfer_model_info *ti,
                                    const specinfer_host_target *target, void **self,
-                                   const specinfer_drafter_vtable **vt, specinfer_plugin_error *err) {
-  (void)host; (void)config; (void)ti; (void)target; (void)err;
+                                   const specinfer_drafter_vtable **vt,
+                                   specinfer_plugin_error *err) {
+  (void)host;
+  (void)config;
+  (void)ti;
+  (void)target;
+  (void)err;
   *self = malloc(1);
   *vt = &iid_vtable;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_factory iid_factory = {sizeof(specinfer_drafter_factory), iid_create};
+static const specinfer_drafter_factory iid_factory = {sizeof(specinfer_drafter_factory),
+                                                      iid_create};
 static const void *iid_get_factory(const char *id) {
   return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &iid_factory : NULL;
 }
-static const specinfer_plugin_descriptor iid_plugin = {SPECINFER_PLUGIN_ABI_VERSION, sizeof(specinfer_plugin_descriptor),
-                                                       "iid-test", "1", "i.i.d. synthetic drafter", NULL, NULL,
+static const specinfer_plugin_descriptor iid_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
+                                                       sizeof(specinfer_plugin_descriptor),
+                                                       "iid-test",
+                                                       "1",
+                                                       "i.i.d. synthetic drafter",
+                                                       NULL,
+                                                       NULL,
                                                        iid_get_factory};
 
 static void test_tokens_per_round_iid_drafter(void **state) {
@@ -273,8 +300,8 @@ static void test_tokens_per_round_iid_drafter(void **state) {
     double sigma = sqrt((m2 - mean * mean) / (double)st.n_rounds);
     /* The last round may be cut short by max_tokens; allow its effect (at most k / rounds). */
     double tol = 4 * sigma + (double)k / (double)st.n_rounds;
-    printf("  alpha %.2f k %d: %lld rounds, %.4f tokens/round, expected %.4f (tolerance %.4f)\n", a, k,
-           (long long)st.n_rounds, st.mean_accepted, closed, tol);
+    printf("  alpha %.2f k %d: %lld rounds, %.4f tokens/round, expected %.4f (tolerance %.4f)\n", a,
+           k, (long long)st.n_rounds, st.mean_accepted, closed, tol);
     assert_true(fabs(st.mean_accepted - closed) <= tol);
   }
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);

@@ -1,10 +1,10 @@
 /* Foundation tests through the public ABI: versions and statuses, misuse, the plugin loader
  * (wrong ABI, not a plugin, load/unload cycles, in-process registration), sessions on the kgram
  * target, and greedy speculative output == plain greedy output. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "specinfer.h"
@@ -46,7 +46,8 @@ static void test_version(void **state) {
   assert_int_equal(specinfer_version_number(), SPECINFER_VERSION_NUMBER);
   assert_string_equal(specinfer_version_string(), SPECINFER_VERSION_STRING);
   assert_string_equal(specinfer_status_str(SPECINFER_OK), "SPECINFER_OK");
-  assert_string_equal(specinfer_status_str(SPECINFER_ERR_ABI_MISMATCH), "SPECINFER_ERR_ABI_MISMATCH");
+  assert_string_equal(specinfer_status_str(SPECINFER_ERR_ABI_MISMATCH),
+                      "SPECINFER_ERR_ABI_MISMATCH");
   assert_string_equal(specinfer_status_str(12345), "SPECINFER_UNKNOWN_STATUS");
   assert_string_equal(specinfer_status_str(-1), "SPECINFER_UNKNOWN_STATUS");
   for (int s = SPECINFER_OK; s <= SPECINFER_ERR_INTERNAL; ++s)
@@ -70,11 +71,13 @@ static void test_null_handles(void **state) {
   specinfer_coupler_destroy(NULL);
   specinfer_free(NULL);
   specinfer_target *t = (specinfer_target *)1;
-  assert_int_equal(specinfer_target_open(NULL, "kgram", "", &t, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_target_open(NULL, "kgram", "", &t, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_null(t);
   specinfer_free(err);
   specinfer_session *s = NULL;
-  assert_int_equal(specinfer_session_create(NULL, NULL, NULL, NULL, &s, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_create(NULL, NULL, NULL, NULL, &s, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(err);
   specinfer_free(err);
   assert_int_equal(specinfer_session_feed_text(NULL, "a", 1), SPECINFER_ERR_INVALID_ARGUMENT);
@@ -87,7 +90,8 @@ static void test_null_handles(void **state) {
   specinfer_model_info_init(&info);
   assert_int_equal(specinfer_target_info(NULL, &info), SPECINFER_ERR_INVALID_ARGUMENT);
   size_t n = 0;
-  assert_int_equal(specinfer_target_tokenize(NULL, "a", 1, 0, 0, NULL, 0, &n), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_target_tokenize(NULL, "a", 1, 0, 0, NULL, 0, &n),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_string_equal(specinfer_session_errmsg(NULL), "session is NULL");
 }
 
@@ -109,16 +113,19 @@ static void test_bad_params(void **state) {
   specinfer_session_params_init(&sp);
   specinfer_session *s = NULL;
   sp.temperature = -1.0f;
-  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err, "temperature"));
   specinfer_free(err);
   specinfer_session_params_init(&sp);
   sp.max_draft = 1000;
-  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   specinfer_free(err);
   specinfer_session_params_init(&sp);
   sp.top_p = 0.0f;
-  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_create(t, NULL, NULL, &sp, &s, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   specinfer_free(err);
   assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
@@ -129,10 +136,12 @@ static void test_unknown_plugin_and_config(void **state) {
   specinfer_registry *reg = new_registry();
   specinfer_target *t = NULL;
   char *err = NULL;
-  assert_int_equal(specinfer_target_open(reg, "no-such-plugin", "", &t, &err), SPECINFER_ERR_NOT_FOUND);
+  assert_int_equal(specinfer_target_open(reg, "no-such-plugin", "", &t, &err),
+                   SPECINFER_ERR_NOT_FOUND);
   assert_non_null(strstr(err, "no-such-plugin"));
   specinfer_free(err);
-  assert_int_equal(specinfer_target_open(reg, "../etc/passwd", "", &t, &err), SPECINFER_ERR_NOT_FOUND);
+  assert_int_equal(specinfer_target_open(reg, "../etc/passwd", "", &t, &err),
+                   SPECINFER_ERR_NOT_FOUND);
   specinfer_free(err);
   /* An unknown config key is refused, and the message names it. */
   char cfg[4300];
@@ -140,9 +149,11 @@ static void test_unknown_plugin_and_config(void **state) {
   assert_int_equal(specinfer_target_open(reg, "kgram", cfg, &t, &err), SPECINFER_ERR_CONFIG);
   assert_non_null(strstr(err, "colour"));
   specinfer_free(err);
-  assert_int_equal(specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=99"), &t, &err), SPECINFER_ERR_CONFIG);
+  assert_int_equal(specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=99"), &t, &err),
+                   SPECINFER_ERR_CONFIG);
   specinfer_free(err);
-  assert_int_equal(specinfer_target_open(reg, "kgram", "path=/nonexistent/file.txt", &t, &err), SPECINFER_ERR_NOT_FOUND);
+  assert_int_equal(specinfer_target_open(reg, "kgram", "path=/nonexistent/file.txt", &t, &err),
+                   SPECINFER_ERR_NOT_FOUND);
   assert_non_null(strstr(err, "/nonexistent/file.txt"));
   specinfer_free(err);
   assert_int_equal(specinfer_target_open(reg, "kgram", "k=3", &t, &err), SPECINFER_ERR_CONFIG);
@@ -156,9 +167,11 @@ static void test_unknown_plugin_and_config(void **state) {
   /* The drafter side checks its config too. */
   specinfer_target *target = open_kgram(reg, 4);
   specinfer_drafter *d = NULL;
-  assert_int_equal(specinfer_drafter_open(reg, "ngram", "n_min=5,n_max=2", target, &d, &err), SPECINFER_ERR_CONFIG);
+  assert_int_equal(specinfer_drafter_open(reg, "ngram", "n_min=5,n_max=2", target, &d, &err),
+                   SPECINFER_ERR_CONFIG);
   specinfer_free(err);
-  assert_int_equal(specinfer_drafter_open(reg, "ngram", "bogus=1", target, &d, &err), SPECINFER_ERR_CONFIG);
+  assert_int_equal(specinfer_drafter_open(reg, "ngram", "bogus=1", target, &d, &err),
+                   SPECINFER_ERR_CONFIG);
   assert_non_null(strstr(err, "bogus"));
   specinfer_free(err);
   assert_null(d);
@@ -185,17 +198,20 @@ static void test_wrong_abi_plugin(void **state) {
   assert_int_equal(specinfer_registry_load_plugin(reg, path, &err), SPECINFER_ERR_FORMAT);
   assert_non_null(strstr(err, "specinfer_plugin_entry"));
   specinfer_free(err);
-  assert_int_equal(specinfer_registry_load_plugin(reg, "/nonexistent/plugin.so", &err), SPECINFER_ERR_NOT_FOUND);
+  assert_int_equal(specinfer_registry_load_plugin(reg, "/nonexistent/plugin.so", &err),
+                   SPECINFER_ERR_NOT_FOUND);
   specinfer_free(err);
   /* A file that is not a shared object at all. */
-  assert_int_equal(specinfer_registry_load_plugin(reg, source_path(CORPUS), &err), SPECINFER_ERR_IO);
+  assert_int_equal(specinfer_registry_load_plugin(reg, source_path(CORPUS), &err),
+                   SPECINFER_ERR_IO);
   specinfer_free(err);
   assert_int_equal(specinfer_registry_plugin_count(reg), 0);
   /* Loading a directory skips the bad ones. */
   int32_t n = -1;
   assert_int_equal(specinfer_registry_load_dir(reg, dir, &n, &err), SPECINFER_OK);
   assert_int_equal(n, 0);
-  assert_int_equal(specinfer_registry_load_dir(reg, "/nonexistent-dir", &n, &err), SPECINFER_ERR_NOT_FOUND);
+  assert_int_equal(specinfer_registry_load_dir(reg, "/nonexistent-dir", &n, &err),
+                   SPECINFER_ERR_NOT_FOUND);
   specinfer_free(err);
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
 }
@@ -290,10 +306,12 @@ static void test_greedy_speculative_equals_plain(void **state) {
   char *err = NULL;
   specinfer_drafter *ngram = NULL, *k2 = NULL, *k3 = NULL;
   assert_int_equal(specinfer_drafter_open(reg, "ngram", "n_max=3", t, &ngram, &err), SPECINFER_OK);
-  assert_int_equal(specinfer_drafter_open(reg, "kgram", kgram_config(CORPUS, "k=2"), t, &k2, &err), SPECINFER_OK);
-  assert_int_equal(specinfer_drafter_open(reg, "kgram", kgram_config(CORPUS, "k=3"), t, &k3, &err), SPECINFER_OK);
-  const char *prompts[] = {"SPECINFER_API specinfer_status specinfer_", "/* Creates a ", "typedef struct",
-                           "x", "The session borrows all three; they must "};
+  assert_int_equal(specinfer_drafter_open(reg, "kgram", kgram_config(CORPUS, "k=2"), t, &k2, &err),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_drafter_open(reg, "kgram", kgram_config(CORPUS, "k=3"), t, &k3, &err),
+                   SPECINFER_OK);
+  const char *prompts[] = {"SPECINFER_API specinfer_status specinfer_", "/* Creates a ",
+                           "typedef struct", "x", "The session borrows all three; they must "};
   specinfer_drafter *drafters[] = {ngram, k2, k3};
   for (size_t i = 0; i < sizeof prompts / sizeof *prompts; ++i) {
     size_t n_plain = 0;
@@ -303,7 +321,8 @@ static void test_greedy_speculative_equals_plain(void **state) {
       for (int adaptive = 0; adaptive <= 1; ++adaptive) {
         size_t n_spec = 0;
         specinfer_session_stats st;
-        int32_t *spec = generate(t, drafters[j], prompts[i], 300, 1 + (int)(i + j) % 8, adaptive, &n_spec, &st);
+        int32_t *spec =
+            generate(t, drafters[j], prompts[i], 300, 1 + (int)(i + j) % 8, adaptive, &n_spec, &st);
         assert_int_equal(n_spec, n_plain);
         assert_memory_equal(spec, plain, n_plain * sizeof(int32_t));
         /* Accounting: every round emits accepted + 1 tokens. */
@@ -363,7 +382,9 @@ static void test_session_state_errors(void **state) {
 
   /* A context window that fills up. */
   specinfer_target *small = NULL;
-  assert_int_equal(specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=3,n_ctx=32"), &small, &err), SPECINFER_OK);
+  assert_int_equal(
+      specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=3,n_ctx=32"), &small, &err),
+      SPECINFER_OK);
   assert_int_equal(specinfer_session_create(small, NULL, NULL, &p, &s, &err), SPECINFER_OK);
   char big[40];
   memset(big, 'a', sizeof big);
@@ -400,7 +421,10 @@ static void test_streaming_utf8(void **state) {
   assert_true(fd >= 0);
   FILE *f = fdopen(fd, "w");
   for (int i = 0; i < 200; ++i)
-    fputs("Grüße aus Köln — 東京は晴れ、気温は２５度。Ünïcödé ✓ 🙂 naïve café; ", f);
+    fputs(
+        "Grüße aus Köln — 東京は晴れ、気温は２５度。Ünïcödé ✓ 🙂 naïve "
+        "café; ",
+        f);
   fclose(f);
   specinfer_registry *reg = new_registry();
   char cfg[4200];
@@ -439,15 +463,22 @@ static void test_streaming_utf8(void **state) {
 /* ---- an in-process drafter: proposes the last token again, max_tokens times ---- */
 
 static int g_begins, g_commits;
-static void rep_destroy(void *self) { free(self); }
-static specinfer_status rep_begin(void *self, const int32_t *ctx, size_t n, specinfer_plugin_error *err) {
-  (void)self; (void)ctx; (void)n; (void)err;
+static void rep_destroy(void *self) {
+  free(self);
+}
+static specinfer_status rep_begin(void *self, const int32_t *ctx, size_t n,
+                                  specinfer_plugin_error *err) {
+  (void)self;
+  (void)ctx;
+  (void)n;
+  (void)err;
   g_begins++;
   return SPECINFER_OK;
 }
-static specinfer_status rep_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
-                                    specinfer_plugin_error *err) {
-  (void)self; (void)err;
+static specinfer_status rep_propose(void *self, const specinfer_draft_request *req,
+                                    specinfer_draft *out, specinfer_plugin_error *err) {
+  (void)self;
+  (void)err;
   int32_t last = req->context[req->n_context - 1];
   int32_t n = req->max_tokens < out->cap ? req->max_tokens : out->cap;
   for (int32_t i = 0; i < n; ++i) {
@@ -458,17 +489,24 @@ static specinfer_status rep_propose(void *self, const specinfer_draft_request *r
   out->has_probs = 0;
   return SPECINFER_OK;
 }
-static specinfer_status rep_commit(void *self, const int32_t *t, size_t n, specinfer_plugin_error *err) {
-  (void)self; (void)t; (void)n; (void)err;
+static specinfer_status rep_commit(void *self, const int32_t *t, size_t n,
+                                   specinfer_plugin_error *err) {
+  (void)self;
+  (void)t;
+  (void)n;
+  (void)err;
   g_commits++;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_vtable rep_vtable = {sizeof(specinfer_drafter_vtable), rep_destroy, rep_begin,
-                                                    rep_propose, rep_commit};
-static specinfer_status rep_create(const specinfer_host *host, const char *config, const specinfer_model_info *ti,
+static const specinfer_drafter_vtable rep_vtable = {sizeof(specinfer_drafter_vtable), rep_destroy,
+                                                    rep_begin, rep_propose, rep_commit};
+static specinfer_status rep_create(const specinfer_host *host, const char *config,
+                                   const specinfer_model_info *ti,
                                    const specinfer_host_target *target, void **self,
-                                   const specinfer_drafter_vtable **vt, specinfer_plugin_error *err) {
-  (void)ti; (void)target;
+                                   const specinfer_drafter_vtable **vt,
+                                   specinfer_plugin_error *err) {
+  (void)ti;
+  (void)target;
   if (config && *config) {
     snprintf(err->message, sizeof err->message, "repeat takes no config, got '%s'", config);
     return SPECINFER_ERR_CONFIG;
@@ -479,12 +517,18 @@ static specinfer_status rep_create(const specinfer_host *host, const char *confi
   *vt = &rep_vtable;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_factory rep_factory = {sizeof(specinfer_drafter_factory), rep_create};
+static const specinfer_drafter_factory rep_factory = {sizeof(specinfer_drafter_factory),
+                                                      rep_create};
 static const void *rep_get_factory(const char *id) {
   return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &rep_factory : NULL;
 }
-static const specinfer_plugin_descriptor rep_plugin = {SPECINFER_PLUGIN_ABI_VERSION, sizeof(specinfer_plugin_descriptor),
-                                                       "repeat", "1", "in-process test drafter", NULL, NULL,
+static const specinfer_plugin_descriptor rep_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
+                                                       sizeof(specinfer_plugin_descriptor),
+                                                       "repeat",
+                                                       "1",
+                                                       "in-process test drafter",
+                                                       NULL,
+                                                       NULL,
                                                        rep_get_factory};
 
 static void test_in_process_drafter(void **state) {
@@ -539,18 +583,21 @@ static void test_tokenize_detokenize(void **state) {
   assert_string_equal(info.arch, "kgram");
   int32_t ids[8];
   size_t n = 0;
-  assert_int_equal(specinfer_target_tokenize(t, "hello, world", 12, 1, 1, ids, 8, &n), SPECINFER_ERR_BUFFER_TOO_SMALL);
+  assert_int_equal(specinfer_target_tokenize(t, "hello, world", 12, 1, 1, ids, 8, &n),
+                   SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(n, 12);
   assert_int_equal(specinfer_target_tokenize(t, "héllo", 6, 1, 1, ids, 8, &n), SPECINFER_OK);
   assert_int_equal(n, 6);
   char text[8];
   size_t nb = 0;
-  assert_int_equal(specinfer_target_detokenize(t, ids, n, text, 3, &nb), SPECINFER_ERR_BUFFER_TOO_SMALL);
+  assert_int_equal(specinfer_target_detokenize(t, ids, n, text, 3, &nb),
+                   SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(nb, 6);
   assert_int_equal(specinfer_target_detokenize(t, ids, n, text, 8, &nb), SPECINFER_OK);
   assert_memory_equal(text, "héllo", 6);
   int32_t bad = 300;
-  assert_int_equal(specinfer_target_detokenize(t, &bad, 1, text, 8, &nb), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_target_detokenize(t, &bad, 1, text, 8, &nb),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_true(strlen(specinfer_target_errmsg(t)) > 0);
   assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
@@ -589,7 +636,8 @@ static void test_concurrent_autoload(void **state) {
     }
     for (int i = 0; i < 4; ++i) assert_int_equal(pthread_join(th[i], NULL), 0);
     for (int i = 0; i < 4; ++i) {
-      if (jobs[i].rc != SPECINFER_OK) fprintf(stderr, "thread %d: %s\n", i, jobs[i].err ? jobs[i].err : "?");
+      if (jobs[i].rc != SPECINFER_OK)
+        fprintf(stderr, "thread %d: %s\n", i, jobs[i].err ? jobs[i].err : "?");
       assert_int_equal(jobs[i].rc, SPECINFER_OK);
       specinfer_free(jobs[i].err);
       assert_int_equal(specinfer_target_destroy(jobs[i].t), SPECINFER_OK);

@@ -77,11 +77,13 @@ double compare_with_reference(const TinyConfig &c, int n, double *abs_err = null
     m = std::max(m, std::fabs(double(logits[i]) - ref[i]));
     scale = std::max(scale, std::fabs(ref[i]));
   }
-  for (size_t i = 0; i < ref_h.size(); i++) mh = std::max(mh, std::fabs(double(hidden[i]) - ref_h[i]));
+  for (size_t i = 0; i < ref_h.size(); i++)
+    mh = std::max(mh, std::fabs(double(hidden[i]) - ref_h[i]));
   // The hidden state is the input of the output matrix; its error bounds the logits' error.
   if (abs_err) *abs_err = m;
-  print_message("  %s wtype=%u tied=%d n=%d: max |logit - ref| = %.3g (max |ref| %.3g), hidden %.3g\n",
-                c.arch.c_str(), c.wtype, int(c.tied), n, m, scale, mh);
+  print_message(
+      "  %s wtype=%u tied=%d n=%d: max |logit - ref| = %.3g (max |ref| %.3g), hidden %.3g\n",
+      c.arch.c_str(), c.wtype, int(c.tied), n, m, scale, mh);
   return m / scale;
 }
 
@@ -320,7 +322,11 @@ void test_bad_models(void **) {
     x.kv_str("general.architecture", "mamba");  // duplicate key: refused by the reader
     std::vector<uint8_t> b = x.build();
     bool threw = false;
-    try { File::from_memory(b.data(), b.size()); } catch (const Error &) { threw = true; }
+    try {
+      File::from_memory(b.data(), b.size());
+    } catch (const Error &) {
+      threw = true;
+    }
     assert_true(threw);
   }
   {
@@ -356,10 +362,15 @@ void test_bad_models(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reference_f32),   cmocka_unit_test(test_reference_f16),
-      cmocka_unit_test(test_reference_q8_0),  cmocka_unit_test(test_reference_qwen3_gemma3),  cmocka_unit_test(test_batched_equals_single),
-      cmocka_unit_test(test_truncate_refeed), cmocka_unit_test(test_tree_mask),
-      cmocka_unit_test(test_bad_input),       cmocka_unit_test(test_bad_models),
+      cmocka_unit_test(test_reference_f32),
+      cmocka_unit_test(test_reference_f16),
+      cmocka_unit_test(test_reference_q8_0),
+      cmocka_unit_test(test_reference_qwen3_gemma3),
+      cmocka_unit_test(test_batched_equals_single),
+      cmocka_unit_test(test_truncate_refeed),
+      cmocka_unit_test(test_tree_mask),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_bad_models),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -41,12 +41,15 @@ int setup(void **state) {
     delete fx;
     return -1;
   }
-  auto *desc = static_cast<const specinfer_plugin_descriptor *>(dlsym(fx->so, "specinfer_plugin_entry"));
-  if (!desc || desc->abi_version != SPECINFER_PLUGIN_ABI_VERSION || std::strcmp(desc->name, "gguf") != 0) {
+  auto *desc =
+      static_cast<const specinfer_plugin_descriptor *>(dlsym(fx->so, "specinfer_plugin_entry"));
+  if (!desc || desc->abi_version != SPECINFER_PLUGIN_ABI_VERSION ||
+      std::strcmp(desc->name, "gguf") != 0) {
     delete fx;
     return -1;
   }
-  fx->factory = static_cast<const specinfer_target_factory *>(desc->get_factory(SPECINFER_TARGET_FACTORY_ID));
+  fx->factory =
+      static_cast<const specinfer_target_factory *>(desc->get_factory(SPECINFER_TARGET_FACTORY_ID));
   if (!fx->factory || desc->get_factory("specinfer.drafter-factory/1") != nullptr) {
     delete fx;
     return -1;
@@ -97,7 +100,8 @@ void test_config_errors(void **state) {
                    SPECINFER_ERR_CONFIG);
   assert_non_null(std::strstr(err.message, "requant"));
   // A valid requant on the tiny model loads (its F32 matrices become Q4_0) and runs a forward.
-  assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err), SPECINFER_OK);
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err),
+                   SPECINFER_OK);
   assert_non_null(self);
   vt->destroy(self);
   self = nullptr;
@@ -111,7 +115,8 @@ void test_config_errors(void **state) {
   assert_true(fd >= 0);
   assert_true(write(fd, "this is not a gguf file at all", 30) == 30);
   close(fd);
-  assert_int_equal(create(fx, std::string("path=") + notgguf, &self, &vt, &err), SPECINFER_ERR_FORMAT);
+  assert_int_equal(create(fx, std::string("path=") + notgguf, &self, &vt, &err),
+                   SPECINFER_ERR_FORMAT);
   assert_non_null(std::strstr(err.message, "magic"));
   unlink(notgguf);
   assert_null(self);
@@ -122,7 +127,8 @@ void test_target(void **state) {
   void *self = nullptr;
   const specinfer_target_vtable *vt = nullptr;
   specinfer_plugin_error err;
-  assert_int_equal(create(fx, " path = " + fx->model_path + " , n_ctx=32", &self, &vt, &err), SPECINFER_OK);
+  assert_int_equal(create(fx, " path = " + fx->model_path + " , n_ctx=32", &self, &vt, &err),
+                   SPECINFER_OK);
   assert_non_null(self);
   assert_true(vt->struct_size >= sizeof(specinfer_target_vtable));
 
@@ -143,7 +149,8 @@ void test_target(void **state) {
   const char *text = "#$<|im_end|>";
   int32_t toks[16];
   size_t n = 0;
-  assert_int_equal(vt->tokenize(self, text, std::strlen(text), 0, 1, toks, 16, &n, &err), SPECINFER_OK);
+  assert_int_equal(vt->tokenize(self, text, std::strlen(text), 0, 1, toks, 16, &n, &err),
+                   SPECINFER_OK);
   assert_int_equal(n, 3);
   assert_int_equal(toks[0], 2);
   assert_int_equal(toks[1], 3);
@@ -151,7 +158,8 @@ void test_target(void **state) {
   assert_int_equal(vt->tokenize(self, text, std::strlen(text), 0, 1, toks, 2, &n, &err),
                    SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(n, 3);
-  assert_int_equal(vt->tokenize(self, nullptr, 5, 0, 1, toks, 16, &n, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(vt->tokenize(self, nullptr, 5, 0, 1, toks, 16, &n, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
 
   char buf[32];
   size_t nb = 0;
@@ -160,13 +168,15 @@ void test_target(void **state) {
   assert_int_equal(buf[0], '#');
   assert_int_equal(vt->token_bytes(self, 1, buf, 3, &nb, &err), SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(nb, std::strlen("<|im_end|>"));
-  assert_int_equal(vt->token_bytes(self, 1000, buf, sizeof buf, &nb, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(vt->token_bytes(self, 1000, buf, sizeof buf, &nb, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_true(std::strlen(err.message) > 0);
 
   // Forward through the vtable == the reference.
   const int nt = 5;
   int32_t ids[nt] = {4, 9, 17, 3, 30}, pos[nt] = {0, 1, 2, 3, 4};
-  std::vector<float> logits(size_t(2) * size_t(fx->cfg.n_vocab)), hidden(size_t(2) * size_t(fx->cfg.n_embd));
+  std::vector<float> logits(size_t(2) * size_t(fx->cfg.n_vocab)),
+      hidden(size_t(2) * size_t(fx->cfg.n_embd));
   specinfer_forward_batch b;
   std::memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -179,8 +189,8 @@ void test_target(void **state) {
   assert_int_equal(vt->forward(self, &b, &err), SPECINFER_OK);
   assert_int_equal(vt->kv_size(self), nt);
   std::vector<double> ref;
-  reference_forward(fx->cfg, fx->w, std::vector<int32_t>(ids, ids + nt), std::vector<int32_t>(pos, pos + nt),
-                    causal_mask(nt), &ref, nullptr);
+  reference_forward(fx->cfg, fx->w, std::vector<int32_t>(ids, ids + nt),
+                    std::vector<int32_t>(pos, pos + nt), causal_mask(nt), &ref, nullptr);
   double d = 0;
   for (int r = 0; r < 2; r++)
     for (int v = 0; v < fx->cfg.n_vocab; v++)

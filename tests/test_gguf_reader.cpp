@@ -169,16 +169,32 @@ void check_full(const File &f, uint32_t version) {
     assert_non_null(std::strstr(e.what(), "int64"));
   }
   bool threw = false;
-  try { f.get_string_array("v.f32s"); } catch (const Error &) { threw = true; }
+  try {
+    f.get_string_array("v.f32s");
+  } catch (const Error &) {
+    threw = true;
+  }
   assert_true(threw);
   threw = false;
-  try { f.get_float_array("v.nested"); } catch (const Error &) { threw = true; }
+  try {
+    f.get_float_array("v.nested");
+  } catch (const Error &) {
+    threw = true;
+  }
   assert_true(threw);
   threw = false;
-  try { f.get_bool("v.u8"); } catch (const Error &) { threw = true; }
+  try {
+    f.get_bool("v.u8");
+  } catch (const Error &) {
+    threw = true;
+  }
   assert_true(threw);
   threw = false;
-  try { f.get_string("v.u8"); } catch (const Error &) { threw = true; }
+  try {
+    f.get_string("v.u8");
+  } catch (const Error &) {
+    threw = true;
+  }
   assert_true(threw);
 
   std::vector<std::string> keys = f.keys();
@@ -211,7 +227,8 @@ void check_full(const File &f, uint32_t version) {
   const uint16_t *bd = static_cast<const uint16_t *>(b->data);
   for (int i = 0; i < 6; i++) assert_int_equal(bd[i], 0x3c00);
   for (const auto &t : f.tensors())
-    assert_int_equal((static_cast<const uint8_t *>(t.data) - static_cast<const uint8_t *>(a->data)) % 32, 0);
+    assert_int_equal(
+        (static_cast<const uint8_t *>(t.data) - static_cast<const uint8_t *>(a->data)) % 32, 0);
 }
 
 void test_valid_v3_and_v2(void **) {
@@ -487,9 +504,15 @@ void test_random_corruption(void **) {
     for (int k = 0; k < n_flips; k++) {
       size_t at = size_t(rng() % b.size());
       switch (rng() % 3) {
-        case 0: b[at] ^= uint8_t(1u << (rng() % 8)); break;
-        case 1: b[at] = uint8_t(rng()); break;
-        default: b[at] = 0xff; break;
+        case 0:
+          b[at] ^= uint8_t(1u << (rng() % 8));
+          break;
+        case 1:
+          b[at] = uint8_t(rng());
+          break;
+        default:
+          b[at] = 0xff;
+          break;
       }
     }
     if (rng() % 4 == 0) b.resize(size_t(rng() % b.size()));
@@ -497,13 +520,34 @@ void test_random_corruption(void **) {
       auto f = File::from_memory(b.data(), b.size());
       parsed++;
       for (const std::string &k : f->keys()) {
-        try { (void)f->get_int(k); } catch (const Error &) {}
-        try { (void)f->get_float(k); } catch (const Error &) {}
-        try { (void)f->get_bool(k); } catch (const Error &) {}
-        try { (void)f->get_string(k); } catch (const Error &) {}
-        try { (void)f->get_string_array(k); } catch (const Error &) {}
-        try { (void)f->get_float_array(k); } catch (const Error &) {}
-        try { (void)f->get_int_array(k); } catch (const Error &) {}
+        try {
+          (void)f->get_int(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_float(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_bool(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_string(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_string_array(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_float_array(k);
+        } catch (const Error &) {
+        }
+        try {
+          (void)f->get_int_array(k);
+        } catch (const Error &) {
+        }
       }
       for (const auto &t : f->tensors()) {
         const uint8_t *p = static_cast<const uint8_t *>(t.data);
@@ -539,10 +583,10 @@ void test_type_blocks(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_valid_v3_and_v2),   cmocka_unit_test(test_open_from_disk),
-      cmocka_unit_test(test_alignment),         cmocka_unit_test(test_truncated_everywhere),
-      cmocka_unit_test(test_bad_header),        cmocka_unit_test(test_bad_metadata),
-      cmocka_unit_test(test_bad_tensors),       cmocka_unit_test(test_random_corruption),
+      cmocka_unit_test(test_valid_v3_and_v2), cmocka_unit_test(test_open_from_disk),
+      cmocka_unit_test(test_alignment),       cmocka_unit_test(test_truncated_everywhere),
+      cmocka_unit_test(test_bad_header),      cmocka_unit_test(test_bad_metadata),
+      cmocka_unit_test(test_bad_tensors),     cmocka_unit_test(test_random_corruption),
       cmocka_unit_test(test_type_blocks),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -1,11 +1,13 @@
 // The gguf forward on the real models (scripts/fetch-models) against llama.cpp's logits
 // (tests/data/reference/logits_<model>.json, written by scripts/make-reference.py):
 // The prompt goes through one batched forward, as a session's prefill does.
-//  - every prompt position but the first: our argmax equals llama.cpp's top-1 on >= 99% of them, counting
+//  - every prompt position but the first: our argmax equals llama.cpp's top-1 on >= 99% of them,
+//  counting
 //    a position whose llama.cpp top-1/top-2 gap is below tie_gap() as agreeing when our argmax is
 //    that runner-up (quantized dot products differ: llama.cpp quantizes activations to 8 bits);
 //  - |our logit - llama.cpp's| over its top-10 ids: max and mean within per-model tolerances;
-//  - the 32-token greedy continuation matches until a step whose llama.cpp top-2 gap < tie_gap(name);
+//  - the 32-token greedy continuation matches until a step whose llama.cpp top-2 gap <
+//  tie_gap(name);
 //  - the first 8 continuation tokens forwarded again as one batch (a verify pass) give the same
 //    logits as one token at a time, up to the noise of 8-bit activation quantization: the
 //    backend's matmul sums in an order that depends on the number of tokens, and a last-bit
@@ -48,11 +50,15 @@ namespace {
 // Logit gap under which llama.cpp's top-1 and top-2 count as tied: 0.3, and 0.5 for Gemma 3, whose
 // logits differ from llama.cpp's by 0.32 on average (an open discrepancy, docs/MODELS.md), so that
 // float-summation-order changes in our kernels flip its gaps of up to ~0.4.
-double tie_gap(const char *name) { return std::strstr(name, "gemma") ? 0.5 : 0.3; }
+double tie_gap(const char *name) {
+  return std::strstr(name, "gemma") ? 0.5 : 0.3;
+}
 // Greedy continuations may part where llama.cpp's top-2 gap is below this: for Gemma 3 its max
 // |logit difference| to llama.cpp (1.6), since any ulp change in our kernels (e.g. the attention
 // summation order) moves its logits by that much somewhere in 32 steps; the others as tie_gap.
-double greedy_tie_gap(const char *name) { return std::strstr(name, "gemma") ? 1.6 : tie_gap(name); }
+double greedy_tie_gap(const char *name) {
+  return std::strstr(name, "gemma") ? 1.6 : tie_gap(name);
+}
 // Batch vs sequential: max |logit difference| (measured 0.7 on the Qwen models, 2.1 on Gemma).
 constexpr double kBatchMaxAbs = 3.0;
 constexpr double kMinAgree = 0.99;  // share of prompt positions whose top-1 agrees
@@ -66,7 +72,9 @@ double max_abs_tolerance(const char *name) {
   if (std::strstr(name, "0.5b")) return 3.5;
   return 2.5;
 }
-double mean_abs_tolerance(const char *name) { return std::strstr(name, "gemma") ? 0.45 : 0.12; }
+double mean_abs_tolerance(const char *name) {
+  return std::strstr(name, "gemma") ? 0.45 : 0.12;
+}
 
 std::string model_dir() {
   if (const char *d = std::getenv("SPECINFER_MODELS"); d && *d) return d;
@@ -104,10 +112,13 @@ bool present(const std::string &path, const char *what) {
 
 // cmocka's skip() leaves the test by longjmp: no object with a destructor may be alive in the
 // test's frames when it is called (their memory would leak under LeakSanitizer).
-bool model_present(const char *name) { return present(model_dir() + "/" + name + ".gguf", "model"); }
+bool model_present(const char *name) {
+  return present(model_dir() + "/" + name + ".gguf", "model");
+}
 
 void check_model(const char *name) {
-  if (!model_present(name) || !present(data_dir() + "/reference/logits_" + name + ".json", "reference")) {
+  if (!model_present(name) ||
+      !present(data_dir() + "/reference/logits_" + name + ".json", "reference")) {
     skip();
     return;
   }
@@ -208,19 +219,21 @@ void check_model(const char *name) {
       int ia = argmax(a, V), ib = argmax(b, V);
       if (ia != ib && std::fabs(double(b[ia]) - double(b[ib])) >= tie_gap(name)) bargmax_mismatch++;
     }
-    print_message("  %s %-12s %3d positions, max |dlogit| %.3f; greedy matched %d/%zu%s; batch vs "
-                  "sequential max diff %.2g\n",
-                  name, pname.c_str(), n, pmax, matched, greedy.size(),
-                  diverged ? " (then a near tie)" : "", bdiff);
+    print_message(
+        "  %s %-12s %3d positions, max |dlogit| %.3f; greedy matched %d/%zu%s; batch vs "
+        "sequential max diff %.2g\n",
+        name, pname.c_str(), n, pmax, matched, greedy.size(), diverged ? " (then a near tie)" : "",
+        bdiff);
     assert_true(bdiff <= kBatchMaxAbs);
     assert_int_equal(bargmax_mismatch, 0);
   }
   double share = double(agree) / double(positions);
   double mean_abs = sum_abs / double(n_abs);
-  print_message("%s: top-1 agreement %d/%d raw (%.2f%%), %.2f%% counting near ties; |dlogit| over "
-                "llama.cpp's top-10: max %.3f, mean %.4f; greedy tokens matched %d\n",
-                name, agree_raw, positions, 100.0 * agree_raw / positions, 100.0 * share, max_abs,
-                mean_abs, greedy_checked);
+  print_message(
+      "%s: top-1 agreement %d/%d raw (%.2f%%), %.2f%% counting near ties; |dlogit| over "
+      "llama.cpp's top-10: max %.3f, mean %.4f; greedy tokens matched %d\n",
+      name, agree_raw, positions, 100.0 * agree_raw / positions, 100.0 * share, max_abs, mean_abs,
+      greedy_checked);
   assert_true(share >= kMinAgree);
   assert_true(max_abs <= max_abs_tol);
   assert_true(mean_abs <= mean_abs_tolerance(name));
@@ -233,7 +246,9 @@ std::string model_or_skip(const char *name) {
   return model_dir() + "/" + name + ".gguf";
 }
 
-void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
+void test_qwen_05b(void **) {
+  check_model("qwen2.5-coder-0.5b");
+}
 
 // vocab_limit: the logits of the first ids are bit-identical to the full model's, and so are those
 // of ids above the limit that were fed (from the batch that feeds them on) or added with
@@ -265,8 +280,10 @@ void test_vocab_limit(void **) {
       assert_memory_equal(ra, rb, size_t(limit) * sizeof(float));
       for (int v = limit; v < V; v++) {
         if (v == fed || v == added) {
-          if (requant < 0) assert_true(ra[v] == rb[v]);
-          else assert_true(std::fabs(ra[v] - rb[v]) <= 1e-3f * (1.0f + std::fabs(ra[v])));
+          if (requant < 0)
+            assert_true(ra[v] == rb[v]);
+          else
+            assert_true(std::fabs(ra[v] - rb[v]) <= 1e-3f * (1.0f + std::fabs(ra[v])));
         } else {
           assert_true(std::isinf(rb[v]) && rb[v] < 0);
         }
@@ -340,8 +357,10 @@ void test_requant(void **) {
   }
   diff4 /= double(n - 1) * V;
   diff8 /= double(n - 1) * V;
-  print_message("requant 0.5B, %d positions: top-1 agreement with the file's weights q4_0 %d, q8_0 %d; "
-                "mean |dlogit| q4_0 %.3f, q8_0 %.3f\n", n - 1, agree4, agree8, diff4, diff8);
+  print_message(
+      "requant 0.5B, %d positions: top-1 agreement with the file's weights q4_0 %d, q8_0 %d; "
+      "mean |dlogit| q4_0 %.3f, q8_0 %.3f\n",
+      n - 1, agree4, agree8, diff4, diff8);
   assert_true(agree4 >= (n - 1) * 9 / 10);
   assert_true(diff4 > 0.0);  // the weights did change
   assert_memory_equal(a.data(), b8.data(), a.size() * sizeof(float));
@@ -355,17 +374,19 @@ void test_requant(void **) {
   }
   assert_true(threw);
 }
-void test_qwen_15b(void **) { check_model("qwen2.5-coder-1.5b"); }
-void test_gemma_270m(void **) { check_model("gemma-3-270m"); }
+void test_qwen_15b(void **) {
+  check_model("qwen2.5-coder-1.5b");
+}
+void test_gemma_270m(void **) {
+  check_model("gemma-3-270m");
+}
 
 }  // namespace
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_qwen_05b),
-      cmocka_unit_test(test_vocab_limit),
-      cmocka_unit_test(test_requant),
-      cmocka_unit_test(test_gemma_270m),
+      cmocka_unit_test(test_qwen_05b), cmocka_unit_test(test_vocab_limit),
+      cmocka_unit_test(test_requant),  cmocka_unit_test(test_gemma_270m),
       cmocka_unit_test(test_qwen_15b),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -94,22 +94,29 @@ void test_byte_map(void **) {
   assert_string_equal(unicode::bytes_to_byte_level("\n").c_str(), "\xC4\x8A");  // U+010A 'Ċ'
   assert_string_equal(unicode::bytes_to_byte_level("A~").c_str(), "A~");
   assert_string_equal(unicode::bytes_to_byte_level("\xFF").c_str(), "\xC3\xBF");  // 'ÿ' stays
-  assert_string_equal(unicode::bytes_to_byte_level(std::string(1, '\0')).c_str(), "\xC4\x80");  // U+0100
+  assert_string_equal(unicode::bytes_to_byte_level(std::string(1, '\0')).c_str(),
+                      "\xC4\x80");  // U+0100
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
   auto back = unicode::byte_level_to_bytes(unicode::bytes_to_byte_level(all));
   assert_true(back.has_value());
   assert_true(*back == all);
-  assert_false(unicode::byte_level_to_bytes("\xE4\xBD\xA0").has_value());  // '你' stands for no byte
-  assert_false(unicode::byte_level_to_bytes("\xC4").has_value());          // truncated
+  assert_false(
+      unicode::byte_level_to_bytes("\xE4\xBD\xA0").has_value());   // '你' stands for no byte
+  assert_false(unicode::byte_level_to_bytes("\xC4").has_value());  // truncated
 
   bool changed = false;
   assert_string_equal(unicode::sanitize_utf8("ok \xC3\xA9", &changed).c_str(), "ok \xC3\xA9");
   assert_false(changed);
-  assert_string_equal(unicode::sanitize_utf8("a\xFF" "b\xE2\x82", &changed).c_str(),
-                      "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+  assert_string_equal(unicode::sanitize_utf8("a\xFF"
+                                             "b\xE2\x82",
+                                             &changed)
+                          .c_str(),
+                      "a\xEF\xBF\xBD"
+                      "b\xEF\xBF\xBD\xEF\xBF\xBD");
   assert_true(changed);
-  assert_string_equal(unicode::sanitize_utf8("\xED\xA0\x80").c_str(), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  assert_string_equal(unicode::sanitize_utf8("\xED\xA0\x80").c_str(),
+                      "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 void test_bpe_merge_order(void **) {
@@ -171,7 +178,8 @@ void test_bpe_bytes(void **) {
   assert_int_equal(ids.size(), text.size());
   assert_true(t->decode(ids) == text);
   assert_int_equal(error_code([&] { t->token_bytes(-1); }), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(error_code([&] { t->token_bytes(t->vocab_size()); }), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(error_code([&] { t->token_bytes(t->vocab_size()); }),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
 }
 
 std::vector<std::string> pieces(const PreTokenizer &p, const std::string &text) {
@@ -203,13 +211,19 @@ void test_pretokenizers(void **) {
   const std::string t1 = "Hello  world12345 it's\n\n  x";
   const std::string t2 = "  if (a<=b) {\r\n\treturn;}  ";
   const std::string t3 = "na\xC3\xAFve caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD x\xC2\xB2";
-  expect_pieces("qwen2", t1, {"Hello", " ", " world", "1", "2", "3", "4", "5", " it", "'s", "\n\n", " ", " x"});
-  expect_pieces("qwen2", t2, {" ", " if", " (", "a", "<=", "b", ")", " {\r\n", "\treturn", ";}", "  "});
-  expect_pieces("qwen2", t3, {"na\xC3\xAFve", " caf\xC3\xA9", " \xE4\xBD\xA0\xE5\xA5\xBD", " x", "\xC2\xB2"});
-  expect_pieces("llama-bpe", t1, {"Hello", " ", " world", "123", "45", " it", "'s", "\n\n", " ", " x"});
-  expect_pieces("llama3", t2, {" ", " if", " (", "a", "<=", "b", ")", " {\r\n", "\treturn", ";}", "  "});
+  expect_pieces("qwen2", t1,
+                {"Hello", " ", " world", "1", "2", "3", "4", "5", " it", "'s", "\n\n", " ", " x"});
+  expect_pieces("qwen2", t2,
+                {" ", " if", " (", "a", "<=", "b", ")", " {\r\n", "\treturn", ";}", "  "});
+  expect_pieces("qwen2", t3,
+                {"na\xC3\xAFve", " caf\xC3\xA9", " \xE4\xBD\xA0\xE5\xA5\xBD", " x", "\xC2\xB2"});
+  expect_pieces("llama-bpe", t1,
+                {"Hello", " ", " world", "123", "45", " it", "'s", "\n\n", " ", " x"});
+  expect_pieces("llama3", t2,
+                {" ", " if", " (", "a", "<=", "b", ")", " {\r\n", "\treturn", ";}", "  "});
   expect_pieces("gpt2", t1, {"Hello", " ", " world", "12345", " it", "'s", "\n\n ", " x"});
-  expect_pieces("gpt2", t2, {" ", " if", " (", "a", "<=", "b", ")", " {", "\r\n", "\t", "return", ";}", "  "});
+  expect_pieces("gpt2", t2,
+                {" ", " if", " (", "a", "<=", "b", ")", " {", "\r\n", "\t", "return", ";}", "  "});
   // Contractions in either case; U+017F (long s) is not an 's'.
   expect_pieces("qwen2", "IT'S it'\xC5\xBF", {"IT", "'S", " it", "'\xC5\xBF"});
   bool known = true;
@@ -284,7 +298,8 @@ void test_control_by_name(void **) {
     assert_string_equal(t->token_bytes(channel, false).c_str(), "<|channel|>");
     expect_ids(t->encode("a</s>", false, true), {'a', s_end}, "</s> parsed as control");
     expect_ids(t->encode("a</s>", false, false), {'a', '<', '/', 's', '>'}, "</s> as text");
-    expect_ids(t->encode("a<|channel|>", false, false), {'a', channel}, "user-defined always parsed");
+    expect_ids(t->encode("a<|channel|>", false, false), {'a', channel},
+               "user-defined always parsed");
   }
   {
     ByteLevelVocab v("qwen2");
@@ -340,8 +355,10 @@ void test_spm(void **) {
     assert_false(t->is_byte_level());
     assert_true(t->add_space_prefix());  // llama.cpp's default for SPM
     // "ab" -> "▁ab": the higher-scoring of "▁a" / "ab" merges first.
-    if (ab_first) expect_ids(t->encode("ab", false, false), {sp, ab}, "ab first");
-    else expect_ids(t->encode("ab", false, false), {sp_a, b}, "sp a first");
+    if (ab_first)
+      expect_ids(t->encode("ab", false, false), {sp, ab}, "ab first");
+    else
+      expect_ids(t->encode("ab", false, false), {sp_a, b}, "sp a first");
     (void)a;
   }
   SpmVocab v;
@@ -365,7 +382,8 @@ void test_spm(void **) {
   assert_int_equal(t->token_bytes(3).size(), 1);  // <0x00> is one zero byte
   expect_ids(t->encode(" ab<turn> ab", false, true), {sp_ab, turn, sp_ab}, "special in SPM");
   for (const std::string text : {" ab ab", "x\xC3\xA9\xE4\xBD\xA0\n\t!", "", "a  b", "\xFF\xFE"}) {
-    assert_true(t->decode(t->encode(text, false, false)) == text);  // bytes survive, even invalid UTF-8
+    assert_true(t->decode(t->encode(text, false, false)) ==
+                text);  // bytes survive, even invalid UTF-8
   }
 
   // With add_space_prefix, "ab" is encoded as "▁ab" and decode takes the space off again.
@@ -387,7 +405,8 @@ void test_long_inputs(void **) {
   assert_true(std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id == a4; }));
   expect_ids(t->encode("aaaaaa", false, false), {a4, aa}, "six");
   // Long runs of whitespace and of one symbol go through the matcher in one piece each.
-  const std::string blanks = std::string(50000, ' ') + "x" + std::string(50000, '\n') + std::string(20000, '{');
+  const std::string blanks =
+      std::string(50000, ' ') + "x" + std::string(50000, '\n') + std::string(20000, '{');
   const Ids b = t->encode(blanks, false, false);
   assert_int_equal(b.size(), blanks.size());
   assert_true(t->decode(b) == blanks);
@@ -397,7 +416,8 @@ void test_from_gguf(void **) {
   const auto make = [](bool with_model, const char *model, bool with_merges, size_t n_scores) {
     gguf_test::Writer w;
     std::vector<std::string> tokens;
-    for (int b = 0; b < 256; ++b) tokens.push_back(unicode::bytes_to_byte_level(std::string(1, char(b))));
+    for (int b = 0; b < 256; ++b)
+      tokens.push_back(unicode::bytes_to_byte_level(std::string(1, char(b))));
     tokens.push_back("ab");
     tokens.push_back("<|im_end|>");
     std::vector<int32_t> types(tokens.size(), 1);
@@ -406,7 +426,8 @@ void test_from_gguf(void **) {
     w.kv_str("tokenizer.ggml.pre", "qwen2");
     w.kv_str_array("tokenizer.ggml.tokens", tokens);
     w.kv_array("tokenizer.ggml.token_type", gguf_test::T_I32, types);
-    if (n_scores) w.kv_array("tokenizer.ggml.scores", gguf_test::T_F32, std::vector<float>(n_scores, 0.0f));
+    if (n_scores)
+      w.kv_array("tokenizer.ggml.scores", gguf_test::T_F32, std::vector<float>(n_scores, 0.0f));
     if (with_merges) w.kv_str_array("tokenizer.ggml.merges", {"a b"});
     w.kv_u32("tokenizer.ggml.eos_token_id", 257);
     w.kv_u32("tokenizer.ggml.bos_token_id", 999999);  // out of range: ignored
@@ -486,11 +507,21 @@ struct JsonParser {
       if (i >= s.size()) break;
       c = s[i++];
       switch (c) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xD800 && cp < 0xDC00 && i + 1 < s.size() && s[i] == '\\' && s[i + 1] == 'u') {
@@ -501,7 +532,8 @@ struct JsonParser {
           unicode::append_utf8(out, cp);
           break;
         }
-        default: out += c;
+        default:
+          out += c;
       }
     }
     ++i;  // closing quote
@@ -584,12 +616,18 @@ std::string base64_decode(const std::string &in) {
   int bits = 0;
   for (char c : in) {
     int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+') v = 62;
-    else if (c == '/') v = 63;
-    else continue;  // '=' padding
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '+')
+      v = 62;
+    else if (c == '/')
+      v = 63;
+    else
+      continue;  // '=' padding
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -637,7 +675,8 @@ struct RealModel {
 const char *kRoundTrip[] = {
     "Hello world",
     "def f(x):\n\treturn x**2  # square\n\n\n",
-    "  \xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\xA6\x99\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+    "  \xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C "
+    "\xF0\x9F\xA6\x99\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
     "e\xCC\x81 \xC2\xA0nbsp \xE3\x80\x80 ideographic 12345678901234567890",
     "<|im_start|>user\nhi<|im_end|><start_of_turn>model\n",
 };
@@ -653,7 +692,8 @@ int check_real_models() {
   for (const RealModel &m : models) {
     const std::string path = models_dir() + "/" + m.name + ".gguf";
     if (!std::ifstream(path)) {
-      std::printf("[  SKIP    ] %s: %s not present (scripts/fetch-models fetches it)\n", m.name, path.c_str());
+      std::printf("[  SKIP    ] %s: %s not present (scripts/fetch-models fetches it)\n", m.name,
+                  path.c_str());
       continue;
     }
     ++n_models;
@@ -678,7 +718,8 @@ int check_real_models() {
     const Json ref = parser.value();
     assert_true(parser.ok);
     assert_int_equal(ref.kind, Json::Object);
-    if (const Json *nv = ref.get("n_vocab")) assert_int_equal(static_cast<int>(nv->num), t->vocab_size());
+    if (const Json *nv = ref.get("n_vocab"))
+      assert_int_equal(static_cast<int>(nv->num), t->vocab_size());
     if (const Json *b = ref.get("bos_id")) assert_int_equal(static_cast<int>(b->num), t->bos());
     if (const Json *e = ref.get("eos_id")) assert_int_equal(static_cast<int>(e->num), t->eos());
     const Json *cases = ref.get("cases");
@@ -692,7 +733,9 @@ int check_real_models() {
       const struct {
         const char *key;
         bool add_special, parse_special;
-      } settings[] = {{"ids", false, true}, {"ids_add_special", true, true}, {"ids_no_parse_special", false, false}};
+      } settings[] = {{"ids", false, true},
+                      {"ids_add_special", true, true},
+                      {"ids_no_parse_special", false, false}};
       for (const auto &s : settings) {
         const Json *want_j = c.get(s.key);
         if (!want_j) continue;
@@ -703,8 +746,8 @@ int check_real_models() {
         if (got == want) {
           ++n_ok;
         } else {
-          print_error("%s [%s] \"%s\":\n  got  %s\n  want %s\n", m.name, s.key, text.c_str(), ids_str(got).c_str(),
-                      ids_str(want).c_str());
+          print_error("%s [%s] \"%s\":\n  got  %s\n  want %s\n", m.name, s.key, text.c_str(),
+                      ids_str(got).c_str(), ids_str(want).c_str());
         }
       }
       if (t->decode(t->encode(text, false, true)) == text) {
@@ -725,12 +768,15 @@ int check_real_models() {
           ++n_pieces_ok;
         } else if (n_pieces - n_pieces_ok <= 10) {
           print_error("%s: token %d gives \"%s\" / \"%s\", want \"%s\" / \"%s\"\n", m.name, id,
-                      t->token_bytes(id).c_str(), t->token_bytes(id, false).c_str(), want.c_str(), want_plain.c_str());
+                      t->token_bytes(id).c_str(), t->token_bytes(id, false).c_str(), want.c_str(),
+                      want_plain.c_str());
         }
       }
     }
-    std::printf("[  INFO    ] %s: %d/%d encodings match llama.cpp (%zu ids), %d/%zu round trips, %d/%d pieces\n",
-                m.name, n_ok, n_checks, n_ids, n_roundtrip, cases->arr.size(), n_pieces_ok, n_pieces);
+    std::printf(
+        "[  INFO    ] %s: %d/%d encodings match llama.cpp (%zu ids), %d/%zu round trips, %d/%d "
+        "pieces\n",
+        m.name, n_ok, n_checks, n_ids, n_roundtrip, cases->arr.size(), n_pieces_ok, n_pieces);
     assert_true(n_checks > 0);
     assert_int_equal(n_ok, n_checks);
     assert_int_equal(static_cast<size_t>(n_roundtrip), cases->arr.size());
@@ -749,10 +795,14 @@ void test_real_models(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_byte_map),       cmocka_unit_test(test_bpe_merge_order),
-      cmocka_unit_test(test_bpe_bytes),      cmocka_unit_test(test_pretokenizers),
-      cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_control_by_name),
-      cmocka_unit_test(test_spm),            cmocka_unit_test(test_long_inputs),
+      cmocka_unit_test(test_byte_map),
+      cmocka_unit_test(test_bpe_merge_order),
+      cmocka_unit_test(test_bpe_bytes),
+      cmocka_unit_test(test_pretokenizers),
+      cmocka_unit_test(test_special_tokens),
+      cmocka_unit_test(test_control_by_name),
+      cmocka_unit_test(test_spm),
+      cmocka_unit_test(test_long_inputs),
       cmocka_unit_test(test_from_gguf),
       cmocka_unit_test(test_real_models),
   };

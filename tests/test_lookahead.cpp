@@ -26,7 +26,9 @@ void test_all_accepted_memory_bound(void **) {
   Lookahead la;
   la.configure(8, true);
   int32_t k = 0;
-  for (int i = 0; i < 30; ++i) k = round(la, [](int32_t n) { return n; }, 0.0, 40.0, 0.0);
+  for (int i = 0; i < 30; ++i)
+    k = round(
+        la, [](int32_t n) { return n; }, 0.0, 40.0, 0.0);
   assert_int_equal(k, 8);  // every token accepted, passes free: draft the most allowed
 }
 
@@ -36,14 +38,18 @@ void test_rejections_pause(void **) {
   la.configure(8, true);
   int drafted_rounds = 0;
   for (int i = 0; i < 60; ++i)
-    if (round(la, [](int32_t) { return 0; }, 0.0, 40.0, 0.2) > 0) ++drafted_rounds;
+    if (round(
+            la, [](int32_t) { return 0; }, 0.0, 40.0, 0.2) > 0)
+      ++drafted_rounds;
   assert_true(drafted_rounds >= 6 && drafted_rounds <= 20);
   // Costly drafts (c = 0.5), all rejected: long pauses.
   Lookahead lb;
   lb.configure(8, true);
   int costly_rounds = 0;
   for (int i = 0; i < 60; ++i)
-    if (round(lb, [](int32_t) { return 0; }, 20.0, 40.0, 0.2) > 0) ++costly_rounds;
+    if (round(
+            lb, [](int32_t) { return 0; }, 20.0, 40.0, 0.2) > 0)
+      ++costly_rounds;
   assert_true(costly_rounds >= 1 && costly_rounds <= 5);
   assert_true(costly_rounds < drafted_rounds);
 }
@@ -61,11 +67,14 @@ void test_bursts(void **) {
   int n_hot = 0, n_cold = 0;
   for (int i = 0; i < 400; ++i) {
     const bool hot_now = copying;
-    const int32_t k = round(la, [&](int32_t n) { return copying ? n : 0; }, 0.0, 40.0, 0.25);
+    const int32_t k = round(
+        la, [&](int32_t n) { return copying ? n : 0; }, 0.0, 40.0, 0.25);
     if (k > 0) {
       if (i > 50) {
-        if (hot_now) sum_hot += k, ++n_hot;
-        else sum_cold += k, ++n_cold;
+        if (hot_now)
+          sum_hot += k, ++n_hot;
+        else
+          sum_cold += k, ++n_cold;
       }
       rng = rng * 1664525u + 1013904223u;
       const double u = (rng >> 8) / 16777216.0;
@@ -105,8 +114,8 @@ void test_self_limiting_drafter(void **) {
         if (k > 0) ++drafting;
       }
     }
-    print_message("%s: asked for 8 in %d of 50 rounds, drafted in %d\n", pays ? "pays" : "rejected", asked_max,
-                  drafting);
+    print_message("%s: asked for 8 in %d of 50 rounds, drafted in %d\n", pays ? "pays" : "rejected",
+                  asked_max, drafting);
     if (pays) {
       assert_true(la.self_stop_rate() > 0.3);
       assert_true(asked_max >= 45);
@@ -136,7 +145,12 @@ void test_noisy_paying_drafter_not_paused(void **) {
       const int32_t k = la.next();
       int32_t d = std::min<int32_t>(k, 4), a = 0;
       while (a < d && uniform() < 0.85) ++a;
-      const double pass = (d == 0 ? 50.0 : d == 1 ? 52.0 : d == 2 ? 64.0 : d == 3 ? 75.0 : 106.0) * (0.85 + 0.3 * uniform());
+      const double pass = (d == 0   ? 50.0
+                           : d == 1 ? 52.0
+                           : d == 2 ? 64.0
+                           : d == 3 ? 75.0
+                                    : 106.0) *
+                          (0.85 + 0.3 * uniform());
       const double draft = d * 12.0 * (0.85 + 0.3 * uniform());
       la.observe(k, d, a, draft, pass, d + 1);
       if (k == 0) ++plain;

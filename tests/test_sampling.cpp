@@ -64,11 +64,13 @@ void test_rng_isa_invariance(void **) {
   specinfer::logits_to_probs(w.data(), 5000, sp, p.data());
   rng.uniforms(3, vec.size(), vec.data());
   rng.blocks(11, 77, bv.data());
-  int g_vec = specinfer::gumbel_choice(p.data(), 5000, 8, 8), m_vec = specinfer::minhash_choice(p.data(), 5000, 8, 8);
+  int g_vec = specinfer::gumbel_choice(p.data(), 5000, 8, 8),
+      m_vec = specinfer::minhash_choice(p.data(), 5000, 8, 8);
   specinfer::Isa prev = specinfer::set_active_isa(specinfer::Isa::scalar);
   rng.uniforms(3, sca.size(), sca.data());
   rng.blocks(11, 77, bs.data());
-  int g_sca = specinfer::gumbel_choice(p.data(), 5000, 8, 8), m_sca = specinfer::minhash_choice(p.data(), 5000, 8, 8);
+  int g_sca = specinfer::gumbel_choice(p.data(), 5000, 8, 8),
+      m_sca = specinfer::minhash_choice(p.data(), 5000, 8, 8);
   specinfer::set_active_isa(prev);
   std::printf("  active isa %s\n", specinfer::isa_name(prev));
   assert_true(vec == sca);
@@ -197,14 +199,17 @@ std::vector<double> filtered_ref(const std::vector<float> &l, const SamplingPara
   double zf = 0;
   {
     double m = *std::max_element(l.begin(), l.end());
-    for (size_t i = 0; i < l.size(); ++i) zf += pf[i] = static_cast<float>(std::exp((l[i] - m) / sp.temperature));
+    for (size_t i = 0; i < l.size(); ++i)
+      zf += pf[i] = static_cast<float>(std::exp((l[i] - m) / sp.temperature));
   }
   // top-k by logits (ties to the lower id), then the rest by probability.
   if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < idx.size()) {
-    std::sort(idx.begin(), idx.end(), [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    std::sort(idx.begin(), idx.end(),
+              [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
     idx.resize(static_cast<size_t>(sp.top_k));
   }
-  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return pf[a] > pf[b] || (pf[a] == pf[b] && a < b); });
+  std::sort(idx.begin(), idx.end(),
+            [&](int a, int b) { return pf[a] > pf[b] || (pf[a] == pf[b] && a < b); });
   size_t n = idx.size();
   if (sp.top_p < 1) {
     double total = 0, acc = 0;
@@ -321,7 +326,9 @@ int gumbel_brute(const std::vector<float> &w, uint64_t seed, int64_t pos) {
 // darts (the lowest, then all the others until the chunk ends) without pruning; the first chunk
 // where some token has a dart under its weight decides.
 int minhash_brute(const std::vector<float> &w, uint64_t seed, int64_t pos) {
-  auto stream = [](uint32_t c, uint32_t j) { return static_cast<uint32_t>(RngStream::kMinHash) + c * 256 + j; };
+  auto stream = [](uint32_t c, uint32_t j) {
+    return static_cast<uint32_t>(RngStream::kMinHash) + c * 256 + j;
+  };
   for (uint32_t c = 0;; ++c) {
     int best = -1;
     double bv = 0;
@@ -353,8 +360,10 @@ void test_race_scans_match_brute_force(void **) {
     sp.temperature = 1;
     sp.top_k = trial % 4 == 0 ? 20 : 0;
     specinfer::logits_to_probs(l.data(), vocab, sp, w.data());
-    assert_int_equal(specinfer::gumbel_choice(w.data(), vocab, 5, trial), gumbel_brute(w, 5, trial));
-    assert_int_equal(specinfer::minhash_choice(w.data(), vocab, 5, trial), minhash_brute(w, 5, trial));
+    assert_int_equal(specinfer::gumbel_choice(w.data(), vocab, 5, trial),
+                     gumbel_brute(w, 5, trial));
+    assert_int_equal(specinfer::minhash_choice(w.data(), vocab, 5, trial),
+                     minhash_brute(w, 5, trial));
   }
 }
 

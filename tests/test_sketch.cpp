@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "support/sample_stats.h"
 #include "sketch/format.h"
 #include "sketch/kernels.h"
 #include "sketch/sketcher.h"
 #include "specinfer.h"
+#include "support/sample_stats.h"
 #include "util/error.h"
 
 #include <stdint.h>
@@ -51,7 +51,9 @@ double dot(const std::vector<float> &a, const std::vector<float> &b) {
   for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
 }
-double norm2(const std::vector<float> &a) { return dot(a, a); }
+double norm2(const std::vector<float> &a) {
+  return dot(a, a);
+}
 double sum_sq_products(const std::vector<float> &a, const std::vector<float> &b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * a[i] * b[i] * b[i];
@@ -129,7 +131,8 @@ void expect_variance(const char *what, const Pair &p, const Stats &st, double ex
   std::printf("  %-28s %-12s variance %9.4f  expected %9.4f  se %7.4f\n", what, p.name, st.var,
               expected, st.se_var);
   if (std::fabs(st.var - expected) > 4.0 * st.se_var) {
-    std::printf("FAIL %s %s: variance %g, expected %g (se %g)\n", what, p.name, st.var, expected, st.se_var);
+    std::printf("FAIL %s %s: variance %g, expected %g (se %g)\n", what, p.name, st.var, expected,
+                st.se_var);
     fail();
   }
 }
@@ -138,7 +141,8 @@ void expect_variance_at_most(const char *what, const Pair &p, const Stats &st, d
   std::printf("  %-28s %-12s variance %9.4f  bound    %9.4f  se %7.4f\n", what, p.name, st.var,
               bound, st.se_var);
   if (st.var - 4.0 * st.se_var > bound) {
-    std::printf("FAIL %s %s: variance %g exceeds the bound %g (se %g)\n", what, p.name, st.var, bound, st.se_var);
+    std::printf("FAIL %s %s: variance %g exceeds the bound %g (se %g)\n", what, p.name, st.var,
+                bound, st.se_var);
     fail();
   }
 }
@@ -182,8 +186,10 @@ void test_qjl(void **) {
       const double ip = dot(p.a, p.b);
       const double v = (M_PI / 2 * norm2(p.a) * norm2(p.b) - ip * ip) / kM;
       // Independent rows: exactly this variance. Orthogonal rows: at most this.
-      if (opt[0] == '\0') expect_variance(what.c_str(), p, st, v);
-      else expect_variance_at_most(what.c_str(), p, st, v);
+      if (opt[0] == '\0')
+        expect_variance(what.c_str(), p, st, v);
+      else
+        expect_variance_at_most(what.c_str(), p, st, v);
     }
   }
 }
@@ -206,14 +212,16 @@ void test_distance(void **) {
     const Pair p = make_pairs()[1];
     std::vector<double> est;
     double truth = 0;
-    for (uint32_t i = 0; i < kDim; ++i) truth += (static_cast<double>(p.a[i]) - p.b[i]) * (p.a[i] - p.b[i]);
+    for (uint32_t i = 0; i < kDim; ++i)
+      truth += (static_cast<double>(p.a[i]) - p.b[i]) * (p.a[i] - p.b[i]);
     for (int t = 0; t < kTrials; ++t) {
       auto s = sk::make_sketcher(kind, kDim, kM, kSeed0 + t, "");
       const auto sa = sketch_of(*s, p.a), sb = sketch_of(*s, p.b);
       est.push_back(s->distance2(sa.data(), sa.size(), sb.data(), sb.size()));
     }
     const Stats st = stats_of(est);
-    std::printf("  distance2 %-12s truth %9.4f mean %9.4f se %7.4f\n", kind, truth, st.mean, st.se_mean);
+    std::printf("  distance2 %-12s truth %9.4f mean %9.4f se %7.4f\n", kind, truth, st.mean,
+                st.se_mean);
     assert_true(std::fabs(st.mean - truth) <= 4 * st.se_mean);
   }
 }
@@ -260,7 +268,8 @@ void test_sizes(void **) {
   }
   auto q = sk::make_sketcher("qjl", kDim, 100, 7, "");
   bool exact;
-  assert_int_equal(q->bytes(sk::Role::key, &exact), sk::kHeaderBytes + 8 + 8 * 2);  // 100 bits -> 2 words
+  assert_int_equal(q->bytes(sk::Role::key, &exact),
+                   sk::kHeaderBytes + 8 + 8 * 2);  // 100 bits -> 2 words
 }
 
 // Same seed, fresh sketchers, any thread count: identical bytes.
@@ -278,8 +287,10 @@ void test_determinism(void **) {
     for (const Pair &p : pairs) assert_true(sketch_of(*s1, p.a) == sketch_of(*s2, p.a));
     std::vector<unsigned char> one, two, serial;
     std::vector<size_t> off1, off2;
-    tbb::task_arena(1).execute([&] { s1->sketch_rows(rows.data(), n_rows, kDim, sk::Role::key, one, off1); });
-    tbb::task_arena(2).execute([&] { s2->sketch_rows(rows.data(), n_rows, kDim, sk::Role::key, two, off2); });
+    tbb::task_arena(1).execute(
+        [&] { s1->sketch_rows(rows.data(), n_rows, kDim, sk::Role::key, one, off1); });
+    tbb::task_arena(2).execute(
+        [&] { s2->sketch_rows(rows.data(), n_rows, kDim, sk::Role::key, two, off2); });
     for (size_t i = 0; i < n_rows; ++i) {
       std::vector<float> r(rows.begin() + i * kDim, rows.begin() + (i + 1) * kDim);
       const auto b = sketch_of(*s1, r);
@@ -332,10 +343,12 @@ void test_simd_variants(void **) {
       assert_true(std::fabs(s0 - s1) <= 1e-12 * (1 + std::fabs(s0)) * m);
       sc.axpy(y1.data(), col.data(), 0.75f, m);
       av->axpy(y2.data(), col.data(), 0.75f, m);
-      for (size_t r = 0; r < m; ++r) assert_true(std::fabs(y1[r] - y2[r]) <= 1e-6f * (1 + std::fabs(y1[r])));
+      for (size_t r = 0; r < m; ++r)
+        assert_true(std::fabs(y1[r] - y2[r]) <= 1e-6f * (1 + std::fabs(y1[r])));
       sc.add_signed(y1.data(), bits.data(), -1.5f, m);
       av->add_signed(y2.data(), bits.data(), -1.5f, m);
-      for (size_t r = 0; r < m; ++r) assert_true(std::fabs(y1[r] - y2[r]) <= 1e-6f * (1 + std::fabs(y1[r])));
+      for (size_t r = 0; r < m; ++r)
+        assert_true(std::fabs(y1[r] - y2[r]) <= 1e-6f * (1 + std::fabs(y1[r])));
     }
   }
   // Sketcher level: sketches of both variants are interchangeable and agree.
@@ -368,7 +381,8 @@ void test_simd_variants(void **) {
       s->estimate_many(qs.data(), qs.size(), keys.data(), offsets.data(), n, e_s.data());
       v->estimate_many(qv.data(), qv.size(), keys.data(), offsets.data(), n, e_v.data());
       for (size_t i = 0; i < n; ++i) {
-        const double one = v->estimate(qv.data(), qv.size(), keys.data() + offsets[i], offsets[i + 1] - offsets[i]);
+        const double one = v->estimate(qv.data(), qv.size(), keys.data() + offsets[i],
+                                       offsets[i + 1] - offsets[i]);
         assert_true(one == e_v[i]);
         assert_true(std::fabs(e_s[i] - e_v[i]) <= 1e-4 * (1 + std::fabs(e_s[i])));
       }
@@ -411,9 +425,12 @@ void expect_error(specinfer_status want, const std::function<void()> &fn) {
 void test_bad_input(void **) {
   expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [] { sk::make_sketcher("jl", 16, 0, 1, ""); });
   expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [] { sk::make_sketcher("jl", 0, 4, 1, ""); });
-  expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [] { sk::make_sketcher("jl", 16, sk::kMaxSize + 1, 1, ""); });
-  expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [] { sk::make_sketcher("jl", sk::kMaxDim + 1, 4, 1, ""); });
-  expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [] { sk::make_sketcher("qjl", 100000, 1000, 1, "orthogonal=1"); });
+  expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+               [] { sk::make_sketcher("jl", 16, sk::kMaxSize + 1, 1, ""); });
+  expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+               [] { sk::make_sketcher("jl", sk::kMaxDim + 1, 4, 1, ""); });
+  expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+               [] { sk::make_sketcher("qjl", 100000, 1000, 1, "orthogonal=1"); });
   expect_error(SPECINFER_ERR_CONFIG, [] { sk::make_sketcher("minhash", 16, 4, 1, ""); });
   expect_error(SPECINFER_ERR_CONFIG, [] { sk::make_sketcher("jl", 16, 4, 1, "dist=cauchy"); });
   expect_error(SPECINFER_ERR_CONFIG, [] { sk::make_sketcher("jl", 16, 4, 1, "s=2"); });
@@ -433,26 +450,35 @@ void test_bad_input(void **) {
     x[5] = 2.0f;
     s->sketch(x.data(), sk::Role::key, out);
     // Truncated, padded, garbage, foreign kind.
-    expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(out.data(), out.size() - 1, out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_FORMAT,
+                 [&] { s->estimate(out.data(), out.size() - 1, out.data(), out.size()); });
     std::vector<unsigned char> padded = out;
     padded.push_back(0);
-    expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(padded.data(), padded.size(), out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_FORMAT,
+                 [&] { s->estimate(padded.data(), padded.size(), out.data(), out.size()); });
     std::vector<unsigned char> junk(out.size(), 0xab);
-    expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(junk.data(), junk.size(), out.data(), out.size()); });
-    expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(out.data(), 10, out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_FORMAT,
+                 [&] { s->estimate(junk.data(), junk.size(), out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_FORMAT,
+                 [&] { s->estimate(out.data(), 10, out.data(), out.size()); });
     std::vector<unsigned char> bad_version = out;
     bad_version[4] = 99;
-    expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(bad_version.data(), bad_version.size(), out.data(), out.size()); });
-    expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [&] { s->estimate(nullptr, 0, out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_FORMAT, [&] {
+      s->estimate(bad_version.data(), bad_version.size(), out.data(), out.size());
+    });
+    expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+                 [&] { s->estimate(nullptr, 0, out.data(), out.size()); });
     auto other = sk::make_sketcher(std::strcmp(kind, "jl") ? "jl" : "priority", 16, 4, 1, "");
     std::vector<unsigned char> foreign;
     other->sketch(x.data(), sk::Role::key, foreign);
-    expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [&] { s->estimate(foreign.data(), foreign.size(), out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+                 [&] { s->estimate(foreign.data(), foreign.size(), out.data(), out.size()); });
     auto wider = sk::make_sketcher(kind, 17, 4, 1, "");
     std::vector<float> x17(17, 1.0f);
     std::vector<unsigned char> w;
     wider->sketch(x17.data(), sk::Role::key, w);
-    expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [&] { s->estimate(w.data(), w.size(), out.data(), out.size()); });
+    expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+                 [&] { s->estimate(w.data(), w.size(), out.data(), out.size()); });
   }
   // Sampler payload corruption: indices out of order, out of range.
   auto s = sk::make_sketcher("priority", 16, 4, 1, "");
@@ -463,17 +489,22 @@ void test_bad_input(void **) {
   std::vector<unsigned char> swapped = out;
   std::memcpy(swapped.data() + sk::kHeaderBytes + 8, out.data() + sk::kHeaderBytes + 12, 4);
   std::memcpy(swapped.data() + sk::kHeaderBytes + 12, out.data() + sk::kHeaderBytes + 8, 4);
-  expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(swapped.data(), swapped.size(), out.data(), out.size()); });
+  expect_error(SPECINFER_ERR_FORMAT,
+               [&] { s->estimate(swapped.data(), swapped.size(), out.data(), out.size()); });
   std::vector<unsigned char> far = out;
   sk::store_le<uint32_t>(far.data() + sk::kHeaderBytes + 8 + 12, 1000);
-  expect_error(SPECINFER_ERR_FORMAT, [&] { s->estimate(far.data(), far.size(), out.data(), out.size()); });
+  expect_error(SPECINFER_ERR_FORMAT,
+               [&] { s->estimate(far.data(), far.size(), out.data(), out.size()); });
   // qjl: two keys are refused; distances of samplers are unsupported.
   auto q = sk::make_sketcher("qjl", 16, 4, 1, "");
   std::vector<unsigned char> k1;
   q->sketch(x.data(), sk::Role::key, k1);
-  expect_error(SPECINFER_ERR_INVALID_ARGUMENT, [&] { q->estimate(k1.data(), k1.size(), k1.data(), k1.size()); });
-  expect_error(SPECINFER_ERR_UNSUPPORTED, [&] { q->distance2(k1.data(), k1.size(), k1.data(), k1.size()); });
-  expect_error(SPECINFER_ERR_UNSUPPORTED, [&] { s->distance2(out.data(), out.size(), out.data(), out.size()); });
+  expect_error(SPECINFER_ERR_INVALID_ARGUMENT,
+               [&] { q->estimate(k1.data(), k1.size(), k1.data(), k1.size()); });
+  expect_error(SPECINFER_ERR_UNSUPPORTED,
+               [&] { q->distance2(k1.data(), k1.size(), k1.data(), k1.size()); });
+  expect_error(SPECINFER_ERR_UNSUPPORTED,
+               [&] { s->distance2(out.data(), out.size(), out.data(), out.size()); });
   // Huge values: the projection overflows float -> an error, not Inf in a sketch.
   auto j = sk::make_sketcher("jl", 16, 4, 1, "");
   std::vector<float> big(16, 3e38f);
@@ -513,7 +544,8 @@ uint64_t fnv1a(const std::vector<unsigned char> &b) {
 
 void test_golden_bytes(void **) {
   std::vector<float> x(kDim);
-  for (uint32_t i = 0; i < kDim; ++i) x[i] = (i % 3 == 0) ? 0.0f : static_cast<float>((i * 37 % 101) - 50) / 8.0f;
+  for (uint32_t i = 0; i < kDim; ++i)
+    x[i] = (i % 3 == 0) ? 0.0f : static_cast<float>((i * 37 % 101) - 50) / 8.0f;
   struct Case {
     const char *kind, *options;
     uint64_t want;
@@ -530,7 +562,8 @@ void test_golden_bytes(void **) {
   for (const Case &c : cases) {
     auto s = sk::make_sketcher(c.kind, kDim, kM, 12345, c.options);
     const uint64_t got = fnv1a(sketch_of(*s, x));
-    std::printf("  golden %-12s %-22s 0x%016llx\n", c.kind, c.options, static_cast<unsigned long long>(got));
+    std::printf("  golden %-12s %-22s 0x%016llx\n", c.kind, c.options,
+                static_cast<unsigned long long>(got));
     if (got != c.want) {
       std::printf("FAIL %s %s: the bytes changed\n", c.kind, c.options);
       changed = true;

@@ -34,19 +34,25 @@ static void test_create_errors(void **state) {
   (void)state;
   specinfer_sketcher *s = (specinfer_sketcher *)1;
   char *err = NULL;
-  assert_int_equal(specinfer_sketcher_create("jl", DIM, 0, 1, NULL, &s, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_sketcher_create("jl", DIM, 0, 1, NULL, &s, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_null(s);
   assert_non_null(err);
   assert_non_null(strstr(err, "size"));
   specinfer_free(err);
-  assert_int_equal(specinfer_sketcher_create("jl", -3, 4, 1, NULL, &s, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(specinfer_sketcher_create("bloom", DIM, 4, 1, NULL, &s, &err), SPECINFER_ERR_CONFIG);
+  assert_int_equal(specinfer_sketcher_create("jl", -3, 4, 1, NULL, &s, NULL),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_sketcher_create("bloom", DIM, 4, 1, NULL, &s, &err),
+                   SPECINFER_ERR_CONFIG);
   specinfer_free(err);
-  assert_int_equal(specinfer_sketcher_create("jl", DIM, 4, 1, "color=red", &s, &err), SPECINFER_ERR_CONFIG);
+  assert_int_equal(specinfer_sketcher_create("jl", DIM, 4, 1, "color=red", &s, &err),
+                   SPECINFER_ERR_CONFIG);
   assert_non_null(strstr(err, "color"));
   specinfer_free(err);
-  assert_int_equal(specinfer_sketcher_create(NULL, DIM, 4, 1, NULL, &s, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(specinfer_sketcher_create("jl", DIM, 4, 1, NULL, NULL, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_sketcher_create(NULL, DIM, 4, 1, NULL, &s, NULL),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_sketcher_create("jl", DIM, 4, 1, NULL, NULL, NULL),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   specinfer_sketcher_destroy(NULL);
 }
 
@@ -72,20 +78,23 @@ static void test_round_trip(void **state) {
     size_t need = 0, got = 0, bound = 0;
     int32_t exact = -1;
     char *err = NULL;
-    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 0, NULL, 0, &need, &err), SPECINFER_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 0, NULL, 0, &need, &err),
+                     SPECINFER_ERR_BUFFER_TOO_SMALL);
     specinfer_free(err);
     assert_int_equal(specinfer_sketcher_sketch_bytes(s, 0, &bound, &exact), SPECINFER_OK);
     assert_true(need <= bound);
     assert_int_equal(exact, info.fixed_size);
     if (exact) assert_int_equal(need, bound);
     unsigned char *sa = malloc(need);
-    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 0, sa, need - 1, &got, NULL), SPECINFER_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 0, sa, need - 1, &got, NULL),
+                     SPECINFER_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 0, sa, need, &got, NULL), SPECINFER_OK);
     assert_int_equal(got, need);
 
     unsigned char sb[4096];
     size_t nb = 0;
-    assert_int_equal(specinfer_sketcher_sketch(s, b, DIM, qflag, sb, sizeof sb, &nb, NULL), SPECINFER_OK);
+    assert_int_equal(specinfer_sketcher_sketch(s, b, DIM, qflag, sb, sizeof sb, &nb, NULL),
+                     SPECINFER_OK);
     double est = NAN;
     assert_int_equal(specinfer_sketcher_estimate(s, sa, need, sb, nb, &est, NULL), SPECINFER_OK);
     assert_true(isfinite(est));
@@ -102,19 +111,26 @@ static void test_round_trip(void **state) {
     assert_int_equal(specinfer_sketch_read_header(sa, need - 1, &h, NULL), SPECINFER_ERR_FORMAT);
 
     /* Bad input. */
-    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM - 1, 0, sb, sizeof sb, &got, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM - 1, 0, sb, sizeof sb, &got, &err),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "dimension"));
     specinfer_free(err);
     float bad[DIM];
     memcpy(bad, a, sizeof bad);
     bad[9] = NAN;
-    assert_int_equal(specinfer_sketcher_sketch(s, bad, DIM, 0, sb, sizeof sb, &got, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
-    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 8, sb, sizeof sb, &got, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
-    assert_int_equal(specinfer_sketcher_estimate(s, sa, need - 3, sa, need, &est, &err), SPECINFER_ERR_FORMAT);
+    assert_int_equal(specinfer_sketcher_sketch(s, bad, DIM, 0, sb, sizeof sb, &got, NULL),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_sketcher_sketch(s, a, DIM, 8, sb, sizeof sb, &got, NULL),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_sketcher_estimate(s, sa, need - 3, sa, need, &est, &err),
+                     SPECINFER_ERR_FORMAT);
     assert_non_null(err);
     specinfer_free(err);
-    assert_int_equal(specinfer_sketcher_estimate(s, "garbage, not a sketch at all......", 34, sa, need, &est, NULL), SPECINFER_ERR_FORMAT);
-    assert_int_equal(specinfer_sketcher_estimate(NULL, sa, need, sa, need, &est, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_sketcher_estimate(s, "garbage, not a sketch at all......", 34, sa,
+                                                 need, &est, NULL),
+                     SPECINFER_ERR_FORMAT);
+    assert_int_equal(specinfer_sketcher_estimate(NULL, sa, need, sa, need, &est, NULL),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
 
     /* Rows + estimate_many == one estimate per key. */
     enum { ROWS = 9 };
@@ -122,9 +138,13 @@ static void test_round_trip(void **state) {
     float rows[ROWS * (DIM + 3)];
     fill(rows, ROWS * (DIM + 3), 3);
     size_t total = 0, offsets[ROWS + 1];
-    assert_int_equal(specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM + 3, 0, NULL, 0, NULL, &total, NULL), SPECINFER_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(
+        specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM + 3, 0, NULL, 0, NULL, &total, NULL),
+        SPECINFER_ERR_BUFFER_TOO_SMALL);
     unsigned char *keys = malloc(total);
-    assert_int_equal(specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM + 3, 0, keys, total, offsets, &total, NULL), SPECINFER_OK);
+    assert_int_equal(specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM + 3, 0, keys, total, offsets,
+                                                    &total, NULL),
+                     SPECINFER_OK);
     assert_int_equal(offsets[0], 0);
     assert_int_equal(offsets[ROWS], total);
     double scores[ROWS];
@@ -133,21 +153,28 @@ static void test_round_trip(void **state) {
     assert_int_equal(rc0, SPECINFER_OK);
     for (size_t i = 0; i < ROWS; ++i) {
       double one;
-      assert_int_equal(specinfer_sketcher_estimate(s, sb, nb, keys + offsets[i], offsets[i + 1] - offsets[i], &one, NULL), SPECINFER_OK);
+      assert_int_equal(specinfer_sketcher_estimate(s, sb, nb, keys + offsets[i],
+                                                   offsets[i + 1] - offsets[i], &one, NULL),
+                       SPECINFER_OK);
       assert_true(one == scores[i]);
       /* Row i sketched alone gives the same bytes. */
       unsigned char single[4096];
       size_t n1 = 0;
-      assert_int_equal(specinfer_sketcher_sketch(s, rows + i * (DIM + 3), DIM, 0, single, sizeof single, &n1, NULL), SPECINFER_OK);
+      assert_int_equal(specinfer_sketcher_sketch(s, rows + i * (DIM + 3), DIM, 0, single,
+                                                 sizeof single, &n1, NULL),
+                       SPECINFER_OK);
       assert_int_equal(n1, offsets[i + 1] - offsets[i]);
       assert_memory_equal(single, keys + offsets[i], n1);
     }
     /* A corrupted key is named. */
     keys[offsets[4]] ^= 0xff;
-    assert_int_equal(specinfer_sketcher_estimate_many(s, sb, nb, keys, offsets, ROWS, scores, &err), SPECINFER_ERR_FORMAT);
+    assert_int_equal(specinfer_sketcher_estimate_many(s, sb, nb, keys, offsets, ROWS, scores, &err),
+                     SPECINFER_ERR_FORMAT);
     assert_non_null(strstr(err, "key 4"));
     specinfer_free(err);
-    assert_int_equal(specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM - 1, 0, keys, total, offsets, &total, NULL), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_sketcher_sketch_rows(s, rows, ROWS, DIM - 1, 0, keys, total, offsets,
+                                                    &total, NULL),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
 
     /* Distances: linear kinds only. */
     double d2 = -1;
@@ -171,18 +198,23 @@ static void test_interchangeable(void **state) {
   float a[DIM];
   fill(a, DIM, 4);
   specinfer_sketcher *s1 = make("threshold", NULL), *s2 = make("threshold", NULL), *s3 = NULL;
-  assert_int_equal(specinfer_sketcher_create("threshold", DIM, M, 8, NULL, &s3, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_sketcher_create("threshold", DIM, M, 8, NULL, &s3, NULL),
+                   SPECINFER_OK);
   unsigned char x1[2048], x2[2048], x3[2048];
   size_t n1, n2, n3;
-  assert_int_equal(specinfer_sketcher_sketch(s1, a, DIM, 0, x1, sizeof x1, &n1, NULL), SPECINFER_OK);
-  assert_int_equal(specinfer_sketcher_sketch(s2, a, DIM, 0, x2, sizeof x2, &n2, NULL), SPECINFER_OK);
-  assert_int_equal(specinfer_sketcher_sketch(s3, a, DIM, 0, x3, sizeof x3, &n3, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_sketcher_sketch(s1, a, DIM, 0, x1, sizeof x1, &n1, NULL),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_sketcher_sketch(s2, a, DIM, 0, x2, sizeof x2, &n2, NULL),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_sketcher_sketch(s3, a, DIM, 0, x3, sizeof x3, &n3, NULL),
+                   SPECINFER_OK);
   assert_int_equal(n1, n2);
   assert_memory_equal(x1, x2, n1);
   double e;
   assert_int_equal(specinfer_sketcher_estimate(s2, x1, n1, x2, n2, &e, NULL), SPECINFER_OK);
   char *err = NULL;
-  assert_int_equal(specinfer_sketcher_estimate(s1, x1, n1, x3, n3, &e, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_sketcher_estimate(s1, x1, n1, x3, n3, &e, &err),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(err, "seed"));
   specinfer_free(err);
   specinfer_sketcher_destroy(s1);

@@ -87,19 +87,24 @@ bool inflate_zlib(const std::vector<uint8_t> &z, std::vector<uint8_t> &out) {
   }
   if (!br.ok) return false;
   const size_t t = z.size() - 4;
-  const uint32_t want = static_cast<uint32_t>(z[t]) << 24 | z[t + 1] << 16 | z[t + 2] << 8 | z[t + 3];
+  const uint32_t want =
+      static_cast<uint32_t>(z[t]) << 24 | z[t + 1] << 16 | z[t + 2] << 8 | z[t + 3];
   return want == pngchart::adler32(out.data(), out.size());
 }
 
-uint32_t be32(const uint8_t *p) { return static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3]; }
+uint32_t be32(const uint8_t *p) {
+  return static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3];
+}
 
 void test_checksums(void **) {
   const char *check = "123456789";
   assert_int_equal(pngchart::crc32(reinterpret_cast<const uint8_t *>(check), 9), 0xCBF43926u);
-  assert_int_equal(pngchart::adler32(reinterpret_cast<const uint8_t *>("Wikipedia"), 9), 0x11E60398u);
+  assert_int_equal(pngchart::adler32(reinterpret_cast<const uint8_t *>("Wikipedia"), 9),
+                   0x11E60398u);
   // Incremental use agrees with one pass.
   const uint32_t part = pngchart::crc32(reinterpret_cast<const uint8_t *>(check), 4);
-  assert_int_equal(pngchart::crc32(reinterpret_cast<const uint8_t *>(check) + 4, 5, part), 0xCBF43926u);
+  assert_int_equal(pngchart::crc32(reinterpret_cast<const uint8_t *>(check) + 4, 5, part),
+                   0xCBF43926u);
   // Adler-32 over more than 5552 bytes of 0xff (the modulo-deferral boundary).
   std::vector<uint8_t> ff(20000, 0xff);
   uint32_t a = 1, b = 0;
@@ -192,7 +197,8 @@ void test_render(void **) {
   chart.y_label = "error";
   chart.log_y = true;
   chart.series.push_back({"one", {1, 2, 3, 4}, {0.1, 0.05, 0.02, 0.01}, 0x123456, true});
-  chart.series.push_back({"two", {1, 2, 3, 4}, {0.2, -1.0, NAN, 0.02}, 0x654321, false});  // bad points skipped
+  chart.series.push_back(
+      {"two", {1, 2, 3, 4}, {0.2, -1.0, NAN, 0.02}, 0x654321, false});  // bad points skipped
   const pngchart::Image img = pngchart::render(chart);
   assert_int_equal(img.width, 900);
   assert_int_equal(img.height, 560);

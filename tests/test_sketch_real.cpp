@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "support/sample_stats.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
 #include "plugin/host.h"
 #include "sketch/sketcher.h"
+#include "support/sample_stats.h"
 
 #include <stdint.h>
 
@@ -51,8 +51,10 @@ bool g_sanitized = false;
 const char kText[] =
     "Speculative decoding lets a small draft model propose several tokens that the large target\n"
     "model then verifies in one batched forward pass. When the draft agrees with the target, many\n"
-    "tokens are accepted at the cost of a single pass; when it does not, the first rejected token is\n"
-    "replaced by a sample from the corrected distribution, so the output is exactly what the target\n"
+    "tokens are accepted at the cost of a single pass; when it does not, the first rejected token "
+    "is\n"
+    "replaced by a sample from the corrected distribution, so the output is exactly what the "
+    "target\n"
     "alone would have produced.\n\n"
     "def moving_average(xs, k):\n"
     "    out = []\n"
@@ -187,9 +189,10 @@ void check(const std::string &what, const Pair &p, const Stats &st, double varia
   const bool mean_ok = std::fabs(st.mean - ip) <= 4.0 * st.se_mean + 1e-9 * std::fabs(ip);
   const bool var_ok = exact ? std::fabs(st.var - variance) <= 4.0 * st.se_var
                             : st.var - 4.0 * st.se_var <= variance;
-  print_message("  %-22s %-20s <q,k> %10.3f mean %10.3f (se %8.3f)  var %11.3f %s %11.3f (se %9.3f)%s\n",
-                what.c_str(), p.name.c_str(), ip, st.mean, st.se_mean, st.var, exact ? "~=" : "<=", variance,
-                st.se_var, mean_ok && var_ok ? "" : "  FAIL");
+  print_message(
+      "  %-22s %-20s <q,k> %10.3f mean %10.3f (se %8.3f)  var %11.3f %s %11.3f (se %9.3f)%s\n",
+      what.c_str(), p.name.c_str(), ip, st.mean, st.se_mean, st.var, exact ? "~=" : "<=", variance,
+      st.se_var, mean_ok && var_ok ? "" : "  FAIL");
   if (!mean_ok || !var_ok) g_failures++;
 }
 
@@ -214,27 +217,33 @@ void check_model(const char *name) {
   const std::string path = model_dir() + "/" + name + ".gguf";
   int d = 0;
   const std::vector<Pair> pairs = capture_pairs(path, &d);
-  print_message("%s: head_dim %d, m = %u, %d trials, %zu pairs\n", name, d, kM, g_trials, pairs.size());
+  print_message("%s: head_dim %d, m = %u, %d trials, %zu pairs\n", name, d, kM, g_trials,
+                pairs.size());
   g_failures = 0;
   for (const Pair &p : pairs) {
     const double ip = dot(p.k, p.q), na = dot(p.k, p.k), nb = dot(p.q, p.q);
     check("jl gaussian", p, run_trials("jl", "", p), (na * nb + ip * ip) / kM, true);
-    check("jl sign", p, run_trials("jl", "dist=sign", p), (na * nb + ip * ip - 2 * sum_sq_products(p.k, p.q)) / kM,
-          true);
+    check("jl sign", p, run_trials("jl", "dist=sign", p),
+          (na * nb + ip * ip - 2 * sum_sq_products(p.k, p.q)) / kM, true);
     check("countsketch", p, run_trials("countsketch", "", p), 2 * na * nb / kM, false);
     check("countsketch s=4", p, run_trials("countsketch", "s=4", p), 2 * na * nb / kM, false);
     const double v_qjl = (M_PI / 2 * na * nb - ip * ip) / kM;
     check("qjl", p, run_trials("qjl", "", p), v_qjl, true);
     check("qjl orthogonal", p, run_trials("qjl", "orthogonal=1", p), v_qjl, false);
-    const double v_samp = 2.0 / kM * std::max(norm2_on_support(p.k, p.q) * nb, na * norm2_on_support(p.q, p.k));
+    const double v_samp =
+        2.0 / kM * std::max(norm2_on_support(p.k, p.q) * nb, na * norm2_on_support(p.q, p.k));
     check("threshold", p, run_trials("threshold", "", p), v_samp, false);
     check("priority", p, run_trials("priority", "", p), v_samp, false);
   }
   assert_int_equal(g_failures, 0);
 }
 
-void test_qwen_05b(void **) { check_model("qwen2.5-coder-0.5b"); }
-void test_gemma_270m(void **) { check_model("gemma-3-270m"); }
+void test_qwen_05b(void **) {
+  check_model("qwen2.5-coder-0.5b");
+}
+void test_gemma_270m(void **) {
+  check_model("gemma-3-270m");
+}
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 /* The ngram drafter's caches, through the public ABI, on the kgram target (k = 6, trained on
- * abi/specinfer.h; sampled at T = 0.8 with the gumbel coupler, seed 99). Lookup in the context is limited to 8-grams so that the caches are
- * what makes the difference:
+ * abi/specinfer.h; sampled at T = 0.8 with the gumbel coupler, seed 99). Lookup in the context is
+ * limited to 8-grams so that the caches are what makes the difference:
  *  - static: with the training corpus as static=..., a prompt copied from the corpus gets drafts
  *    the target keeps; without it, fewer;
  *  - dynamic: a second session on the same drafter and prompt drafts the first session's output
@@ -29,7 +29,8 @@ static int setup(void **state) {
   specinfer_registry_params_init(&p);
   p.n_threads = 2;
   if (specinfer_registry_create(&p, &g_reg, NULL) != SPECINFER_OK) return -1;
-  if (specinfer_target_open(g_reg, "kgram", kgram_config(CORPUS, "k=6"), &g_target, NULL) != SPECINFER_OK)
+  if (specinfer_target_open(g_reg, "kgram", kgram_config(CORPUS, "k=6"), &g_target, NULL) !=
+      SPECINFER_OK)
     return -1;
   return 0;
 }
@@ -43,8 +44,8 @@ static int teardown(void **state) {
 
 static specinfer_drafter *ngram(const char *extra) {
   char cfg[4300];
-  snprintf(cfg, sizeof cfg, "n_min=8,n_max=8,cache_n_min=8,min_count=1%s%s", extra && *extra ? "," : "",
-           extra ? extra : "");
+  snprintf(cfg, sizeof cfg, "n_min=8,n_max=8,cache_n_min=8,min_count=1%s%s",
+           extra && *extra ? "," : "", extra ? extra : "");
   specinfer_drafter *d = NULL;
   char *err = NULL;
   specinfer_status rc = specinfer_drafter_open(g_reg, "ngram", cfg, g_target, &d, &err);
@@ -90,8 +91,9 @@ static void test_static_cache(void **state) {
   specinfer_drafter *with = ngram(extra);
   run(without, a, &sa);
   run(with, b, &sb);
-  fprintf(stderr, "static: accepted %lld of %lld drafted (without: %lld of %lld)\n", (long long)sb.n_accepted,
-          (long long)sb.n_drafted, (long long)sa.n_accepted, (long long)sa.n_drafted);
+  fprintf(stderr, "static: accepted %lld of %lld drafted (without: %lld of %lld)\n",
+          (long long)sb.n_accepted, (long long)sb.n_drafted, (long long)sa.n_accepted,
+          (long long)sa.n_drafted);
   assert_memory_equal(plain, a, sizeof plain);
   assert_memory_equal(plain, b, sizeof plain);
   assert_true(sb.n_accepted > sa.n_accepted);
@@ -110,8 +112,10 @@ static void test_dynamic_cache(void **state) {
   run(dyn, second, &s2); /* begin() merged the first sequence into the dynamic cache */
   run(nodyn, other, &s3);
   run(nodyn, other, &s3); /* the same twice without the cache */
-  fprintf(stderr, "dynamic: second run accepted %lld of %lld drafted (without the cache: %lld of %lld)\n",
-          (long long)s2.n_accepted, (long long)s2.n_drafted, (long long)s3.n_accepted, (long long)s3.n_drafted);
+  fprintf(stderr,
+          "dynamic: second run accepted %lld of %lld drafted (without the cache: %lld of %lld)\n",
+          (long long)s2.n_accepted, (long long)s2.n_drafted, (long long)s3.n_accepted,
+          (long long)s3.n_drafted);
   assert_memory_equal(first, second, sizeof first);
   assert_memory_equal(first, other, sizeof first);
   assert_true(s2.n_accepted > s3.n_accepted);
@@ -123,12 +127,13 @@ static void test_dynamic_cache(void **state) {
 
 static void test_bad_configs(void **state) {
   (void)state;
-  const char *bad[] = {"n_min=5,n_max=4", "cache_n_min=9,n_max=8", "dynamic=2", "min_share=1.5",
-                       "static=/nonexistent/corpus.txt", "colour=blue"};
+  const char *bad[] = {"n_min=5,n_max=4", "cache_n_min=9,n_max=8",          "dynamic=2",
+                       "min_share=1.5",   "static=/nonexistent/corpus.txt", "colour=blue"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     specinfer_drafter *d = NULL;
     char *err = NULL;
-    assert_int_equal(specinfer_drafter_open(g_reg, "ngram", bad[i], g_target, &d, &err), SPECINFER_ERR_CONFIG);
+    assert_int_equal(specinfer_drafter_open(g_reg, "ngram", bad[i], g_target, &d, &err),
+                     SPECINFER_ERR_CONFIG);
     assert_non_null(err);
     assert_null(d);
     specinfer_free(err);

@@ -16,13 +16,13 @@
 #include <setjmp.h>
 #include <stdint.h>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "api/handles.h"
@@ -52,7 +52,8 @@ const char *kPrompts[] = {
     "# Rename `total` to `acc` in this function.\n"
     "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
     "# The same function with `total` renamed to `acc`:\n",
-    "<|im_start|>user\nWrite a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nWrite a Python function that reverses a "
+    "string.<|im_end|>\n<|im_start|>assistant\n",
 };
 
 struct Env {
@@ -91,10 +92,12 @@ int teardown(void **state) {
 
 specinfer_drafter *open_drafter(Env *e, const std::string &spec) {
   size_t colon = spec.find(':');
-  std::string plugin = spec.substr(0, colon), cfg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  std::string plugin = spec.substr(0, colon),
+              cfg = colon == std::string::npos ? "" : spec.substr(colon + 1);
   specinfer_drafter *d = nullptr;
   char *err = nullptr;
-  specinfer_status rc = specinfer_drafter_open(e->reg, plugin.c_str(), cfg.c_str(), e->target, &d, &err);
+  specinfer_status rc =
+      specinfer_drafter_open(e->reg, plugin.c_str(), cfg.c_str(), e->target, &d, &err);
   if (rc != SPECINFER_OK) std::fprintf(stderr, "drafter %s: %s\n", spec.c_str(), err ? err : "?");
   specinfer_free(err);
   assert_int_equal(rc, SPECINFER_OK);
@@ -102,9 +105,9 @@ specinfer_drafter *open_drafter(Env *e, const std::string &spec) {
 }
 
 // Generates n tokens; returns the whole sequence and fills *st.
-std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, float temp, uint64_t seed,
-                         const char *prompt, int n, specinfer_session_stats *st, int max_draft = 8,
-                         bool adaptive = true) {
+std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, float temp,
+                         uint64_t seed, const char *prompt, int n, specinfer_session_stats *st,
+                         int max_draft = 8, bool adaptive = true) {
   specinfer_coupler *c = nullptr;
   if (coupler) assert_int_equal(specinfer_coupler_create(coupler, &c, nullptr), SPECINFER_OK);
   specinfer_session_params p;
@@ -137,16 +140,19 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, floa
 
 std::vector<std::string> drafter_specs() {
   // (draft-model re-quantizes the draft to Q4_0 unless requant=none: both are covered.)
-  return {"draft-model:path=" + g_draft + ",requant=none", "ngram", "draft-model:path=" + g_draft + ",lookup=1",
+  return {"draft-model:path=" + g_draft + ",requant=none", "ngram",
+          "draft-model:path=" + g_draft + ",lookup=1",
           "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0"};
 }
 
-void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got, const char *what,
-                 const std::string &drafter, const char *prompt) {
+void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got,
+                 const char *what, const std::string &drafter, const char *prompt) {
   if (want != got) {
     size_t i = 0;
     while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-    std::fprintf(stderr, "%s: drafter %s differs from plain decoding at token %zu (lengths %zu, %zu) on prompt '%.30s'\n",
+    std::fprintf(stderr,
+                 "%s: drafter %s differs from plain decoding at token %zu (lengths %zu, %zu) on "
+                 "prompt '%.30s'\n",
                  what, drafter.c_str(), i, want.size(), got.size(), prompt);
   }
   assert_true(want == got);
@@ -154,7 +160,8 @@ void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &g
 
 void skip_without_models(void **state) {
   if (!*state) {
-    std::fprintf(stderr, "SKIP: real models not found in %s (run scripts/fetch-models)\n", models_dir().c_str());
+    std::fprintf(stderr, "SKIP: real models not found in %s (run scripts/fetch-models)\n",
+                 models_dir().c_str());
     skip();
   }
 }
@@ -192,7 +199,8 @@ void test_gumbel_equals_plain(void **state) {
     std::vector<int32_t> plain = run(e, nullptr, "gumbel", temp, seed, prompt, n, nullptr);
     for (size_t di = 0; di < ds.size(); ++di) {
       std::vector<int32_t> spec = run(e, ds[di], "gumbel", temp, seed, prompt, n, nullptr);
-      expect_same(plain, spec, temp < 0.8f ? "gumbel T=0.7" : "gumbel T=1.0", drafter_specs()[di], prompt);
+      expect_same(plain, spec, temp < 0.8f ? "gumbel T=0.7" : "gumbel T=1.0", drafter_specs()[di],
+                  prompt);
     }
   }
   for (auto *d : ds) assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
@@ -205,14 +213,15 @@ void test_rollback_logits(void **state) {
   // are partly refused, so the target's cache is cut back often.
   // (Sanitized runs draft with the target's own model, which is never refused: there the 1-gram
   // prompt lookup makes the bad drafts.)
-  specinfer_drafter *d = open_drafter(e, g_sanitized ? std::string("ngram:n_min=1")
-                                                     : "draft-model:path=" + g_draft + ",p_min=0");
+  specinfer_drafter *d = open_drafter(
+      e, g_sanitized ? std::string("ngram:n_min=1") : "draft-model:path=" + g_draft + ",p_min=0");
   specinfer_session_stats st;
   const char *prompt = kPrompts[g_sanitized ? 1 : 0];
-  std::vector<int32_t> seq = run(e, d, "rejection", 1.0f, 7, prompt, g_sanitized ? 12 : g_tokens, &st, 6, false);
+  std::vector<int32_t> seq =
+      run(e, d, "rejection", 1.0f, 7, prompt, g_sanitized ? 12 : g_tokens, &st, 6, false);
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
-  std::fprintf(stderr, "rollback: %lld rounds, drafted %lld, accepted %lld\n", (long long)st.n_rounds,
-               (long long)st.n_drafted, (long long)st.n_accepted);
+  std::fprintf(stderr, "rollback: %lld rounds, drafted %lld, accepted %lld\n",
+               (long long)st.n_rounds, (long long)st.n_drafted, (long long)st.n_accepted);
   assert_true(st.n_drafted - st.n_accepted >= (g_sanitized ? 4 : 8));  // many refused draft tokens
 
   specinfer::TargetObject &t = *e->target;
@@ -239,11 +248,13 @@ void test_rollback_logits(void **state) {
   t.kv_truncate(0);
   const int32_t n_prompt = static_cast<int32_t>(st.n_prompt_tokens);
   forward(seq.data(), n_prompt - 1, 0, nullptr);
-  for (int32_t i = n_prompt - 1; i < n - 1; ++i) forward(&seq[static_cast<size_t>(i)], 1, i, nullptr);
+  for (int32_t i = n_prompt - 1; i < n - 1; ++i)
+    forward(&seq[static_cast<size_t>(i)], 1, i, nullptr);
   forward(&seq[static_cast<size_t>(n - 1)], 1, n - 1, fresh.data());
   double md = 0, scale = 0;
   for (int32_t v = 0; v < V; ++v) {
-    md = std::max(md, static_cast<double>(std::fabs(after[static_cast<size_t>(v)] - fresh[static_cast<size_t>(v)])));
+    md = std::max(md, static_cast<double>(std::fabs(after[static_cast<size_t>(v)] -
+                                                    fresh[static_cast<size_t>(v)])));
     scale = std::max(scale, static_cast<double>(std::fabs(fresh[static_cast<size_t>(v)])));
   }
   std::fprintf(stderr, "rollback: max |logit difference| %.3g (largest logit %.3g)\n", md, scale);
@@ -258,12 +269,14 @@ void test_draft_model_follows_text(void **state) {
     // Same check, with the draft model as the target: open it as a second target.
     specinfer_target *small = nullptr;
     std::string cfg = "path=" + g_draft + ",n_ctx=1024";
-    assert_int_equal(specinfer_target_open(e->reg, "gguf", cfg.c_str(), &small, nullptr), SPECINFER_OK);
+    assert_int_equal(specinfer_target_open(e->reg, "gguf", cfg.c_str(), &small, nullptr),
+                     SPECINFER_OK);
     Env e2{e->reg, small};
     specinfer_drafter *d = open_drafter(&e2, "draft-model:path=" + g_draft + ",p_min=0");
     specinfer_session_stats st;
     run(&e2, d, nullptr, 0, 0, kPrompts[1], g_tokens, &st, 6, false);
-    std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted, (long long)st.n_accepted);
+    std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted,
+                 (long long)st.n_accepted);
     assert_true(st.n_drafted >= g_tokens / 2);
     assert_true(st.n_accepted >= st.n_drafted * 95 / 100);
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
@@ -273,7 +286,8 @@ void test_draft_model_follows_text(void **state) {
   specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft + ",p_min=0");
   specinfer_session_stats st;
   run(e, d, nullptr, 0, 0, kPrompts[1], g_tokens, &st, 6, false);
-  std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted, (long long)st.n_accepted);
+  std::fprintf(stderr, "self-draft: drafted %lld, accepted %lld\n", (long long)st.n_drafted,
+               (long long)st.n_accepted);
   assert_true(st.n_drafted >= g_tokens / 2);
   assert_true(st.n_accepted >= st.n_drafted * 95 / 100);
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
@@ -287,15 +301,19 @@ void test_staged_drafts_unchanged(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
   specinfer_drafter *plain = open_drafter(e, "draft-model:path=" + g_draft + ",stage=0");
-  specinfer_drafter *staged = open_drafter(e, "draft-model:path=" + g_draft + ",stage=4,stage_n_min=1");
+  specinfer_drafter *staged =
+      open_drafter(e, "draft-model:path=" + g_draft + ",stage=4,stage_n_min=1");
   for (float temp : {0.0f, 1.0f}) {
     const char *coupler = temp > 0 ? "gumbel" : nullptr;
     specinfer_session_stats a, b;
     std::vector<int32_t> ta = run(e, plain, coupler, temp, 11, kPrompts[1], g_tokens, &a, 4, false);
-    std::vector<int32_t> tb = run(e, staged, coupler, temp, 11, kPrompts[1], g_tokens, &b, 4, false);
-    std::fprintf(stderr, "staged (T=%.1f): %lld rounds, drafted %lld, accepted %lld; unstaged: %lld, %lld, %lld\n", temp,
-                 (long long)b.n_rounds, (long long)b.n_drafted, (long long)b.n_accepted, (long long)a.n_rounds,
-                 (long long)a.n_drafted, (long long)a.n_accepted);
+    std::vector<int32_t> tb =
+        run(e, staged, coupler, temp, 11, kPrompts[1], g_tokens, &b, 4, false);
+    std::fprintf(
+        stderr,
+        "staged (T=%.1f): %lld rounds, drafted %lld, accepted %lld; unstaged: %lld, %lld, %lld\n",
+        temp, (long long)b.n_rounds, (long long)b.n_drafted, (long long)b.n_accepted,
+        (long long)a.n_rounds, (long long)a.n_drafted, (long long)a.n_accepted);
     assert_true(ta == tb);
     assert_int_equal(a.n_rounds, b.n_rounds);
     assert_int_equal(a.n_drafted, b.n_drafted);
@@ -311,28 +329,33 @@ void test_bad_configs(void **state) {
   specinfer_drafter *d = nullptr;
   char *err = nullptr;
   // Unknown key, missing file, and a model with another vocabulary (Gemma) when it is there.
-  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,bogus=1", e->target, &d, &err),
+  assert_int_equal(
+      specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,bogus=1", e->target, &d, &err),
+      SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_equal(
+      specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage=17", e->target, &d, &err),
+      SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage_n_min=6",
+                                          e->target, &d, &err),
                    SPECINFER_ERR_CONFIG);
   specinfer_free(err);
   err = nullptr;
-  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage=17", e->target, &d, &err),
-                   SPECINFER_ERR_CONFIG);
-  specinfer_free(err);
-  err = nullptr;
-  assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage_n_min=6", e->target, &d, &err),
-                   SPECINFER_ERR_CONFIG);
-  specinfer_free(err);
-  err = nullptr;
-  assert_int_not_equal(specinfer_drafter_open(e->reg, "draft-model", "path=/nonexistent.gguf", e->target, &d, &err),
-                       SPECINFER_OK);
+  assert_int_not_equal(
+      specinfer_drafter_open(e->reg, "draft-model", "path=/nonexistent.gguf", e->target, &d, &err),
+      SPECINFER_OK);
   assert_non_null(err);
   specinfer_free(err);
   err = nullptr;
   std::string gemma = models_dir() + "/gemma-3-270m.gguf";
   if (exists(gemma)) {
     std::string cfg = "path=" + gemma;
-    assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", cfg.c_str(), e->target, &d, &err),
-                     SPECINFER_ERR_UNSUPPORTED);
+    assert_int_equal(
+        specinfer_drafter_open(e->reg, "draft-model", cfg.c_str(), e->target, &d, &err),
+        SPECINFER_ERR_UNSUPPORTED);
     assert_non_null(std::strstr(err, "vocabulary"));
     specinfer_free(err);
   }
@@ -342,7 +365,8 @@ void test_bad_configs(void **state) {
 
 int main(void) {
   std::string dir = models_dir();
-  g_sanitized = std::getenv("SPECINFER_SANITIZED") && std::strcmp(std::getenv("SPECINFER_SANITIZED"), "1") == 0;
+  g_sanitized = std::getenv("SPECINFER_SANITIZED") &&
+                std::strcmp(std::getenv("SPECINFER_SANITIZED"), "1") == 0;
   std::string big = dir + "/qwen2.5-coder-1.5b.gguf", small = dir + "/qwen2.5-coder-0.5b.gguf";
   if (exists(small) && (g_sanitized || exists(big))) {
     g_draft = small;

@@ -21,7 +21,8 @@ specinfer_plugin_descriptor *si_go_descriptor(int slot, const char *name, const 
 void si_go_free_descriptor(specinfer_plugin_descriptor *d);
 
 /* Calls the coupler's draft-side sampler of a draft request. */
-int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab, int64_t position);
+int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab,
+                     int64_t position);
 
 /* Copies a NUL-terminated message into a plugin error buffer. */
 void si_go_set_error(specinfer_plugin_error *err, const char *msg);

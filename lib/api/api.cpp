@@ -38,37 +38,61 @@ T merge_params(const T *given, void (*init)(T *)) {
   return out;
 }
 
-const char *nonnull(const std::string &s) { return s.c_str(); }
+const char *nonnull(const std::string &s) {
+  return s.c_str();
+}
 
 }  // namespace
 
 extern "C" {
 
-SPECINFER_API int specinfer_version_number(void) { return SPECINFER_VERSION_NUMBER; }
-SPECINFER_API const char *specinfer_version_string(void) { return SPECINFER_VERSION_STRING; }
+SPECINFER_API int specinfer_version_number(void) {
+  return SPECINFER_VERSION_NUMBER;
+}
+SPECINFER_API const char *specinfer_version_string(void) {
+  return SPECINFER_VERSION_STRING;
+}
 
 SPECINFER_API const char *specinfer_status_str(int status) {
   switch (status) {
-    case SPECINFER_OK: return "SPECINFER_OK";
-    case SPECINFER_ERR_INVALID_ARGUMENT: return "SPECINFER_ERR_INVALID_ARGUMENT";
-    case SPECINFER_ERR_OUT_OF_MEMORY: return "SPECINFER_ERR_OUT_OF_MEMORY";
-    case SPECINFER_ERR_NOT_FOUND: return "SPECINFER_ERR_NOT_FOUND";
-    case SPECINFER_ERR_IO: return "SPECINFER_ERR_IO";
-    case SPECINFER_ERR_FORMAT: return "SPECINFER_ERR_FORMAT";
-    case SPECINFER_ERR_ABI_MISMATCH: return "SPECINFER_ERR_ABI_MISMATCH";
-    case SPECINFER_ERR_UNSUPPORTED: return "SPECINFER_ERR_UNSUPPORTED";
-    case SPECINFER_ERR_CONFIG: return "SPECINFER_ERR_CONFIG";
-    case SPECINFER_ERR_STATE: return "SPECINFER_ERR_STATE";
-    case SPECINFER_ERR_CANCELLED: return "SPECINFER_ERR_CANCELLED";
-    case SPECINFER_ERR_PLUGIN: return "SPECINFER_ERR_PLUGIN";
-    case SPECINFER_ERR_CONTEXT_FULL: return "SPECINFER_ERR_CONTEXT_FULL";
-    case SPECINFER_ERR_BUFFER_TOO_SMALL: return "SPECINFER_ERR_BUFFER_TOO_SMALL";
-    case SPECINFER_ERR_INTERNAL: return "SPECINFER_ERR_INTERNAL";
-    default: return "SPECINFER_UNKNOWN_STATUS";
+    case SPECINFER_OK:
+      return "SPECINFER_OK";
+    case SPECINFER_ERR_INVALID_ARGUMENT:
+      return "SPECINFER_ERR_INVALID_ARGUMENT";
+    case SPECINFER_ERR_OUT_OF_MEMORY:
+      return "SPECINFER_ERR_OUT_OF_MEMORY";
+    case SPECINFER_ERR_NOT_FOUND:
+      return "SPECINFER_ERR_NOT_FOUND";
+    case SPECINFER_ERR_IO:
+      return "SPECINFER_ERR_IO";
+    case SPECINFER_ERR_FORMAT:
+      return "SPECINFER_ERR_FORMAT";
+    case SPECINFER_ERR_ABI_MISMATCH:
+      return "SPECINFER_ERR_ABI_MISMATCH";
+    case SPECINFER_ERR_UNSUPPORTED:
+      return "SPECINFER_ERR_UNSUPPORTED";
+    case SPECINFER_ERR_CONFIG:
+      return "SPECINFER_ERR_CONFIG";
+    case SPECINFER_ERR_STATE:
+      return "SPECINFER_ERR_STATE";
+    case SPECINFER_ERR_CANCELLED:
+      return "SPECINFER_ERR_CANCELLED";
+    case SPECINFER_ERR_PLUGIN:
+      return "SPECINFER_ERR_PLUGIN";
+    case SPECINFER_ERR_CONTEXT_FULL:
+      return "SPECINFER_ERR_CONTEXT_FULL";
+    case SPECINFER_ERR_BUFFER_TOO_SMALL:
+      return "SPECINFER_ERR_BUFFER_TOO_SMALL";
+    case SPECINFER_ERR_INTERNAL:
+      return "SPECINFER_ERR_INTERNAL";
+    default:
+      return "SPECINFER_UNKNOWN_STATUS";
   }
 }
 
-SPECINFER_API void specinfer_free(void *ptr) { std::free(ptr); }
+SPECINFER_API void specinfer_free(void *ptr) {
+  std::free(ptr);
+}
 
 /* ---- registry ---- */
 
@@ -89,11 +113,13 @@ SPECINFER_API specinfer_status specinfer_registry_create(const specinfer_registr
     if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
     if (params && !struct_ok(params))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid", params->struct_size);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid",
+           params->struct_size);
     specinfer_registry_params p = merge_params(params, specinfer_registry_params_init);
     if (p.n_threads < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_threads must be >= 0");
     if (p.log_level < SPECINFER_LOG_DEBUG || p.log_level > SPECINFER_LOG_NONE)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "log_level %d is not a specinfer_log_level", p.log_level);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "log_level %d is not a specinfer_log_level",
+           p.log_level);
     auto r = std::make_unique<specinfer_registry>();
     r->impl = std::make_unique<specinfer::Registry>(p);
     *out = r.release();
@@ -114,7 +140,8 @@ SPECINFER_API const char *specinfer_registry_plugin_path(const specinfer_registr
 SPECINFER_API specinfer_status specinfer_registry_load_plugin(specinfer_registry *registry,
                                                               const char *path, char **errmsg) {
   return guard(nullptr, errmsg, [&] {
-    if (!registry || !path) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and path must not be NULL");
+    if (!registry || !path)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and path must not be NULL");
     registry->impl->load_file(path);
   });
 }
@@ -124,7 +151,8 @@ SPECINFER_API specinfer_status specinfer_registry_load_dir(specinfer_registry *r
                                                            char **errmsg) {
   if (n_loaded) *n_loaded = 0;
   return guard(nullptr, errmsg, [&] {
-    if (!registry || !dir) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and dir must not be NULL");
+    if (!registry || !dir)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and dir must not be NULL");
     int n = registry->impl->load_dir(dir);
     if (n_loaded) *n_loaded = n;
   });
@@ -143,7 +171,8 @@ SPECINFER_API specinfer_status specinfer_registry_register_plugin(
 SPECINFER_API specinfer_status specinfer_registry_unload_plugin(specinfer_registry *registry,
                                                                 const char *name, char **errmsg) {
   return guard(nullptr, errmsg, [&] {
-    if (!registry || !name) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and name must not be NULL");
+    if (!registry || !name)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and name must not be NULL");
     registry->impl->unload(name);
   });
 }
@@ -171,7 +200,8 @@ SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registr
   return guard(nullptr, errmsg, [&] {
     if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
-    if (!registry || !plugin) fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and plugin must not be NULL");
+    if (!registry || !plugin)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry and plugin must not be NULL");
     *out = static_cast<specinfer_target *>(
         specinfer::open_target_object(*registry->impl, plugin, config ? config : ""));
   });
@@ -220,14 +250,16 @@ SPECINFER_API specinfer_status specinfer_target_tokenize(specinfer_target *targe
     std::vector<int32_t> ids = target->tokenize(text ? text : "", len, add_special, parse_special);
     *n_tokens = ids.size();
     if (ids.size() > cap)
-      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "%zu tokens do not fit a buffer of %zu", ids.size(), cap);
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "%zu tokens do not fit a buffer of %zu", ids.size(),
+           cap);
     if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
   });
 }
 
 SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *target,
                                                            const int32_t *tokens, size_t n,
-                                                           char *text, size_t cap, size_t *n_bytes) {
+                                                           char *text, size_t cap,
+                                                           size_t *n_bytes) {
   if (!target) return SPECINFER_ERR_INVALID_ARGUMENT;
   if (n_bytes) *n_bytes = 0;
   return guard(&target->last_error, nullptr, [&] {
@@ -301,7 +333,8 @@ SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target
     *out = nullptr;
     if (!target) fail(SPECINFER_ERR_INVALID_ARGUMENT, "target is NULL");
     if (params && !struct_ok(params))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid", params->struct_size);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid",
+           params->struct_size);
     specinfer_session_params p = merge_params(params, specinfer_session_params_init);
     auto s = std::make_unique<specinfer_session>();
     s->impl = std::make_unique<specinfer::Session>(*target, drafter,
@@ -310,7 +343,9 @@ SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target
   });
 }
 
-SPECINFER_API void specinfer_session_destroy(specinfer_session *session) { delete session; }
+SPECINFER_API void specinfer_session_destroy(specinfer_session *session) {
+  delete session;
+}
 
 SPECINFER_API const char *specinfer_session_errmsg(const specinfer_session *session) {
   return session ? nonnull(session->impl->last_error) : "session is NULL";
@@ -330,7 +365,8 @@ SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *
 
 SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
                                                           int32_t max_tokens,
-                                                          specinfer_token_fn on_tokens, void *user) {
+                                                          specinfer_token_fn on_tokens,
+                                                          void *user) {
   if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
   return guard(&session->impl->last_error, nullptr,
                [&] { session->impl->generate(max_tokens, on_tokens, user); });
@@ -342,7 +378,8 @@ SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session
   if (n_tokens) *n_tokens = 0;
   if (done) *done = 0;
   return guard(&session->impl->last_error, nullptr, [&] {
-    if (!tokens || !n_tokens) fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens and n_tokens must not be NULL");
+    if (!tokens || !n_tokens)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens and n_tokens must not be NULL");
     if (cap < session->impl->max_emit())
       fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "cap %zu is below max_draft + 1 = %zu", cap,
            session->impl->max_emit());
@@ -362,7 +399,7 @@ SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats) 
 }
 
 SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_session *session,
-                                                       specinfer_session_stats *stats) {
+                                                           specinfer_session_stats *stats) {
   if (!session || !struct_ok(stats)) return SPECINFER_ERR_INVALID_ARGUMENT;
   session->impl->stats(*stats);
   return SPECINFER_OK;

@@ -53,7 +53,9 @@ SPECINFER_API specinfer_status specinfer_coupler_create(const char *spec, specin
   });
 }
 
-SPECINFER_API void specinfer_coupler_destroy(specinfer_coupler *coupler) { delete coupler; }
+SPECINFER_API void specinfer_coupler_destroy(specinfer_coupler *coupler) {
+  delete coupler;
+}
 
 SPECINFER_API const char *specinfer_coupler_name(const specinfer_coupler *coupler) {
   if (!coupler || !coupler->impl) return "";
@@ -96,7 +98,8 @@ SPECINFER_API specinfer_status specinfer_coupler_draft_sample(const specinfer_co
     if (!q) fail(SPECINFER_ERR_INVALID_ARGUMENT, "q is NULL");
     check_vocab_rows(vocab, 1, q_len, "q");
     if (position < 0)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "position must be >= 0 (got %lld)", static_cast<long long>(position));
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "position must be >= 0 (got %lld)",
+           static_cast<long long>(position));
     *token = c.draft_sample(vocab, q, seed, position);
   });
 }
@@ -112,9 +115,11 @@ SPECINFER_API specinfer_status specinfer_coupler_verify_tree(
     if (n_nodes < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_nodes must be >= 0 (got %d)", n_nodes);
     if (!p) fail(SPECINFER_ERR_INVALID_ARGUMENT, "p is NULL");
     if (n_nodes > 0 && (!tokens || !parents || !path))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens, parents or path is NULL with %d nodes", n_nodes);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens, parents or path is NULL with %d nodes",
+           n_nodes);
     if (path_cap < static_cast<size_t>(n_nodes))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "path has room for %zu nodes; the tree has %d", path_cap, n_nodes);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "path has room for %zu nodes; the tree has %d", path_cap,
+           n_nodes);
     check_vocab_rows(vocab, static_cast<int64_t>(n_nodes) + 1, p_len, "p");
     check_q(q, q_len, vocab, n_nodes);
     specinfer::VerifyResult r =
@@ -144,7 +149,8 @@ SPECINFER_API specinfer_status specinfer_sample_probs(const float *logits, int32
     specinfer_sampling_params_init(&given);
     if (params) {
       if (params->struct_size < sizeof(uint32_t) || params->struct_size > (1u << 16))
-        fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling params: bad struct_size %u", params->struct_size);
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling params: bad struct_size %u",
+             params->struct_size);
       // Read only the fields the caller's struct has (it may come from an older header).
       std::memcpy(&given, params, std::min<size_t>(params->struct_size, sizeof(given)));
       given.struct_size = sizeof(given);

@@ -32,7 +32,8 @@ sk::Role role_of(int32_t flags) {
 
 void check_struct_size(uint32_t have, size_t need, const char *what) {
   if (have < need)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "%s.struct_size is %u, at least %zu expected", what, have, need);
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "%s.struct_size is %u, at least %zu expected", what, have,
+         need);
 }
 
 }  // namespace
@@ -53,7 +54,9 @@ SPECINFER_API specinfer_status specinfer_sketcher_create(const char *kind, int64
   });
 }
 
-SPECINFER_API void specinfer_sketcher_destroy(specinfer_sketcher *sketcher) { delete sketcher; }
+SPECINFER_API void specinfer_sketcher_destroy(specinfer_sketcher *sketcher) {
+  delete sketcher;
+}
 
 SPECINFER_API specinfer_status specinfer_sketcher_get_info(const specinfer_sketcher *sketcher,
                                                            specinfer_sketcher_info *info) {
@@ -97,39 +100,38 @@ SPECINFER_API specinfer_status specinfer_sketcher_sketch(const specinfer_sketche
     *n_bytes = 0;
     if (!x) fail(SPECINFER_ERR_INVALID_ARGUMENT, "x is NULL");
     if (n != s.dim())
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "vector has %zu elements, the sketcher's dimension is %u", n, s.dim());
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "vector has %zu elements, the sketcher's dimension is %u", n, s.dim());
     const sk::Role role = role_of(flags);
     std::vector<unsigned char> out;
     s.sketch(x, role, out);
     *n_bytes = out.size();
     if (cap < out.size() || !buf)
-      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "the sketch needs %zu bytes, the buffer has %zu", out.size(),
-           buf ? cap : size_t{0});
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "the sketch needs %zu bytes, the buffer has %zu",
+           out.size(), buf ? cap : size_t{0});
     std::memcpy(buf, out.data(), out.size());
   });
 }
 
-SPECINFER_API specinfer_status specinfer_sketcher_sketch_rows(const specinfer_sketcher *sketcher,
-                                                              const float *rows, size_t n_rows,
-                                                              size_t row_stride, int32_t flags,
-                                                              void *buf, size_t cap,
-                                                              size_t *offsets, size_t *n_bytes,
-                                                              char **errmsg) {
+SPECINFER_API specinfer_status specinfer_sketcher_sketch_rows(
+    const specinfer_sketcher *sketcher, const float *rows, size_t n_rows, size_t row_stride,
+    int32_t flags, void *buf, size_t cap, size_t *offsets, size_t *n_bytes, char **errmsg) {
   return guard(nullptr, errmsg, [&] {
     const sk::Sketcher &s = sketcher_of(sketcher);
     if (!n_bytes) fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_bytes is NULL");
     *n_bytes = 0;
     if (n_rows > 0 && !rows) fail(SPECINFER_ERR_INVALID_ARGUMENT, "rows is NULL");
     if (n_rows > 0 && row_stride < s.dim())
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "row_stride %zu is less than the dimension %u", row_stride, s.dim());
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "row_stride %zu is less than the dimension %u",
+           row_stride, s.dim());
     const sk::Role role = role_of(flags);
     std::vector<unsigned char> out;
     std::vector<size_t> offs;
     s.sketch_rows(rows, n_rows, row_stride, role, out, offs);
     *n_bytes = out.size();
     if (cap < out.size() || (!buf && !out.empty()))
-      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "the sketches need %zu bytes, the buffer has %zu", out.size(),
-           buf ? cap : size_t{0});
+      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "the sketches need %zu bytes, the buffer has %zu",
+           out.size(), buf ? cap : size_t{0});
     if (!out.empty()) std::memcpy(buf, out.data(), out.size());
     if (offsets) std::memcpy(offsets, offs.data(), offs.size() * sizeof(size_t));
   });
@@ -154,7 +156,8 @@ SPECINFER_API specinfer_status specinfer_sketcher_estimate_many(
     const sk::Sketcher &s = sketcher_of(sketcher);
     if (n_keys > 0 && (!keys || !offsets || !scores))
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "keys, offsets or scores is NULL");
-    s.estimate_many(query, query_len, static_cast<const unsigned char *>(keys), offsets, n_keys, scores);
+    s.estimate_many(query, query_len, static_cast<const unsigned char *>(keys), offsets, n_keys,
+                    scores);
   });
 }
 

@@ -27,9 +27,12 @@ Isa from_env(Isa best) noexcept {
   const char *s = std::getenv("SPECINFER_ISA");
   if (s == nullptr || *s == '\0') return best;
   Isa want = best;
-  if (std::strcmp(s, "scalar") == 0) want = Isa::scalar;
-  else if (std::strcmp(s, "avx2") == 0) want = Isa::avx2;
-  else if (std::strcmp(s, "avx512") == 0) want = Isa::avx512;
+  if (std::strcmp(s, "scalar") == 0)
+    want = Isa::scalar;
+  else if (std::strcmp(s, "avx2") == 0)
+    want = Isa::avx2;
+  else if (std::strcmp(s, "avx512") == 0)
+    want = Isa::avx512;
   return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
 
@@ -66,9 +69,12 @@ Isa set_active_isa(Isa isa) noexcept {
 
 const char *isa_name(Isa isa) noexcept {
   switch (isa) {
-    case Isa::avx512: return "avx512";
-    case Isa::avx2: return "avx2";
-    default: return "scalar";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::avx2:
+      return "avx2";
+    default:
+      return "scalar";
   }
 }
 

@@ -28,9 +28,13 @@ specinfer_status guarded(F &&fn) noexcept {
   }
 }
 
-size_t k_row_size(int32_t wtype, int64_t n_cols) { return wtype_row_size(wtype, n_cols); }
+size_t k_row_size(int32_t wtype, int64_t n_cols) {
+  return wtype_row_size(wtype, n_cols);
+}
 
-int64_t k_block_size(int32_t wtype) { return wtype_block_size(wtype); }
+int64_t k_block_size(int32_t wtype) {
+  return wtype_block_size(wtype);
+}
 
 specinfer_status k_dequantize_row(int32_t wtype, const void *src, float *dst, int64_t n) {
   return guarded([&] { dequantize_row(wtype, src, dst, n); });
@@ -50,18 +54,26 @@ void k_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t 
   rope(x, n_heads, head_dim, n_rot, pos, freq_base, neox);
 }
 
-void k_softmax(float *x, int64_t n) { softmax(x, n); }
+void k_softmax(float *x, int64_t n) {
+  softmax(x, n);
+}
 
 specinfer_status k_attention(const specinfer_attention_args *args) {
   if (args == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
   return guarded([&] { attention(*args); });
 }
 
-void k_silu_mul(float *gate, const float *up, int64_t n) { silu_mul(gate, up, n); }
+void k_silu_mul(float *gate, const float *up, int64_t n) {
+  silu_mul(gate, up, n);
+}
 
-void k_add(float *y, const float *x, int64_t n) { add(y, x, n); }
+void k_add(float *y, const float *x, int64_t n) {
+  add(y, x, n);
+}
 
-const char *k_isa() { return backend_isa(); }
+const char *k_isa() {
+  return backend_isa();
+}
 
 // The opaque ABI handle is the backend's PackedWeight.
 specinfer_status k_pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
@@ -69,7 +81,8 @@ specinfer_status k_pack_weight(int32_t wtype, const void *w, int64_t n_rows, int
   if (out == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
   *out = nullptr;
   return guarded([&] {
-    *out = reinterpret_cast<specinfer_packed_weight *>(pack_weight(wtype, w, n_rows, n_cols).release());
+    *out = reinterpret_cast<specinfer_packed_weight *>(
+        pack_weight(wtype, w, n_rows, n_cols).release());
   });
 }
 
@@ -79,7 +92,9 @@ specinfer_status k_matmul_packed(const specinfer_packed_weight *pw, const float 
   return guarded([&] { matmul_packed(*reinterpret_cast<const PackedWeight *>(pw), x, n_tok, y); });
 }
 
-void k_free_packed(specinfer_packed_weight *pw) { delete reinterpret_cast<PackedWeight *>(pw); }
+void k_free_packed(specinfer_packed_weight *pw) {
+  delete reinterpret_cast<PackedWeight *>(pw);
+}
 
 specinfer_status k_quantize_row(int32_t wtype, const float *src, void *dst, int64_t n) {
   return guarded([&] { quantize_row_ref(wtype, src, dst, n); });
@@ -88,13 +103,27 @@ specinfer_status k_quantize_row(int32_t wtype, const float *src, void *dst, int6
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
-  static const specinfer_kernels table = {
-      sizeof(specinfer_kernels), k_row_size, k_block_size, k_dequantize_row, k_matmul, k_rmsnorm,
-      k_rope, k_softmax, k_attention, k_silu_mul, k_add, k_isa, k_pack_weight, k_matmul_packed,
-      k_free_packed, k_quantize_row};
+  static const specinfer_kernels table = {sizeof(specinfer_kernels),
+                                          k_row_size,
+                                          k_block_size,
+                                          k_dequantize_row,
+                                          k_matmul,
+                                          k_rmsnorm,
+                                          k_rope,
+                                          k_softmax,
+                                          k_attention,
+                                          k_silu_mul,
+                                          k_add,
+                                          k_isa,
+                                          k_pack_weight,
+                                          k_matmul_packed,
+                                          k_free_packed,
+                                          k_quantize_row};
   return &table;
 }
 
-const char *backend_isa() { return isa_name(active_isa()); }
+const char *backend_isa() {
+  return isa_name(active_isa());
+}
 
 }  // namespace specinfer

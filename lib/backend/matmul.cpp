@@ -36,12 +36,13 @@ MatmulRowsFn pick_kernel(Isa isa, int32_t wtype, Isa *picked) {
 }
 
 // Checks one call's operands and returns them as MatmulArgs.
-MatmulArgs checked_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols, const float *x,
-                        int64_t n_tok, float *y) {
+MatmulArgs checked_args(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
+                        const float *x, int64_t n_tok, float *y) {
   const int64_t bs = wtype_block_size(wtype);
   if (bs == 0) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: unknown weight type %d", wtype);
   if (n_rows <= 0 || n_cols <= 0 || n_tok <= 0)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: sizes must be positive (rows %lld, cols %lld, tokens %lld)",
+    fail(SPECINFER_ERR_INVALID_ARGUMENT,
+         "matmul: sizes must be positive (rows %lld, cols %lld, tokens %lld)",
          static_cast<long long>(n_rows), static_cast<long long>(n_cols),
          static_cast<long long>(n_tok));
   if (n_cols % bs != 0)
@@ -76,8 +77,10 @@ void run_rows(MatmulRowsFn fn, Isa picked, const MatmulArgs &base) {
     auto *q = reinterpret_cast<ActQ8 *>(act.data());
     const bool simd = static_cast<int>(picked) >= static_cast<int>(Isa::avx2);
     for (int64_t t = 0; t < a.n_tok; ++t) {
-      if (simd) quantize_act_q8_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
-      else quantize_act_q8(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      if (simd)
+        quantize_act_q8_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      else
+        quantize_act_q8(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
     }
     a.xq = q;
   } else if (kind == ActKind::q8k) {
@@ -86,10 +89,13 @@ void run_rows(MatmulRowsFn fn, Isa picked, const MatmulArgs &base) {
     auto *q = reinterpret_cast<ActQ8K *>(act.data());
     const bool simd = static_cast<int>(picked) >= static_cast<int>(Isa::avx2);
     for (int64_t t = 0; t < a.n_tok; ++t) {
-      if (simd) quantize_act_q8k_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
-      else quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      if (simd)
+        quantize_act_q8k_avx2(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
+      else
+        quantize_act_q8k(a.x + t * a.n_cols, q + t * a.xq_blocks, a.n_cols);
     }
-    const ActPrep prep = picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype, a.n_tok) : ActPrep::none;
+    const ActPrep prep =
+        picked == Isa::avx2 ? matmul_avx2_act_prep(a.wtype, a.n_tok) : ActPrep::none;
     if (prep == ActPrep::quarters_subsums) {
       act_pair_quarters(q, a.n_tok * a.xq_blocks);
       aux.resize(static_cast<size_t>(a.n_tok * a.xq_blocks) * 8);
@@ -106,7 +112,8 @@ void run_rows(MatmulRowsFn fn, Isa picked, const MatmulArgs &base) {
 void run_kernels(Isa isa, const MatmulArgs &a) {
   Isa picked;
   MatmulRowsFn fn = pick_kernel(isa, a.wtype, &picked);
-  if (fn == nullptr) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
+  if (fn == nullptr)
+    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: no kernel for %s", wtype_name(a.wtype));
   run_rows(fn, picked, a);
 }
 
@@ -132,14 +139,16 @@ void run_blas(const MatmulArgs &a) {
   const int64_t panel = std::clamp<int64_t>(65536 / a.n_cols, 4, 256);
   // Panels one after another (OpenBLAS is not safe to call concurrently); rows of a panel are
   // dequantized in parallel.
-  std::vector<float> buf(static_cast<size_t>(std::min(panel, a.n_rows)) * static_cast<size_t>(a.n_cols));
+  std::vector<float> buf(static_cast<size_t>(std::min(panel, a.n_rows)) *
+                         static_cast<size_t>(a.n_cols));
   for (int64_t p0 = 0; p0 < a.n_rows; p0 += panel) {
     const int64_t p1 = std::min(a.n_rows, p0 + panel);
-    tbb::parallel_for(tbb::blocked_range<int64_t>(p0, p1), [&](const tbb::blocked_range<int64_t> &r) {
-      for (int64_t row = r.begin(); row < r.end(); ++row)
-        dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
-                       buf.data() + static_cast<size_t>(row - p0) * a.n_cols, a.n_cols);
-    });
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(p0, p1), [&](const tbb::blocked_range<int64_t> &r) {
+          for (int64_t row = r.begin(); row < r.end(); ++row)
+            dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
+                           buf.data() + static_cast<size_t>(row - p0) * a.n_cols, a.n_cols);
+        });
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
                 static_cast<int>(p1 - p0), n_cols, 1.0f, a.x, n_cols, buf.data(), n_cols, 0.0f,
                 a.y + p0, static_cast<int>(a.n_rows));
@@ -162,20 +171,24 @@ void matmul_with(Isa isa, MatmulPath path, int32_t wtype, const void *w, int64_t
   const MatmulArgs a = checked_args(wtype, w, n_rows, n_cols, x, n_tok, y);
   if (!isa_available(isa))
     fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
-  const bool blas = path == MatmulPath::blas ||
-                    (path == MatmulPath::automatic && n_tok >= kBlasMinTokens &&
-                     wtype == SPECINFER_WTYPE_F32);
-  if (blas) run_blas(a);
-  else run_kernels(isa, a);
+  const bool blas =
+      path == MatmulPath::blas ||
+      (path == MatmulPath::automatic && n_tok >= kBlasMinTokens && wtype == SPECINFER_WTYPE_F32);
+  if (blas)
+    run_blas(a);
+  else
+    run_kernels(isa, a);
 }
 
 void matmul_rows_with(MatmulRowsFn fn, Isa fn_isa, int32_t wtype, const void *w, int64_t n_rows,
                       int64_t n_cols, const float *x, int64_t n_tok, float *y) {
   const MatmulArgs a = checked_args(wtype, w, n_rows, n_cols, x, n_tok, y);
   if (fn == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL row kernel");
-  const Isa prep = static_cast<int>(fn_isa) >= static_cast<int>(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+  const Isa prep =
+      static_cast<int>(fn_isa) >= static_cast<int>(Isa::avx2) ? Isa::avx2 : Isa::scalar;
   if (!isa_available(prep))
-    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot prepare activations for %s kernels", isa_name(fn_isa));
+    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot prepare activations for %s kernels",
+         isa_name(fn_isa));
   run_rows(fn, fn_isa, a);
 }
 

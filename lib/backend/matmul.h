@@ -105,9 +105,10 @@ void for_row_ranges(int64_t n_rows, size_t row_bytes, Fn &&fn) {
     fn(int64_t{0}, n_rows);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, units, grain), [&](const tbb::blocked_range<int64_t> &r) {
-    fn(r.begin() * kUnit, std::min(r.end() * kUnit, n_rows));
-  });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, units, grain),
+                    [&](const tbb::blocked_range<int64_t> &r) {
+                      fn(r.begin() * kUnit, std::min(r.end() * kUnit, n_rows));
+                    });
 }
 
 // Fast dequantization of n values (a multiple of the block size); same results as

@@ -1,12 +1,12 @@
-// AVX2 (+FMA, F16C) row kernels. Each weight row is unpacked block by block and applied to a tile of
-// up to kTile tokens while it is in registers / L1, so a call streams the weights once however
+// AVX2 (+FMA, F16C) row kernels. Each weight row is unpacked block by block and applied to a tile
+// of up to kTile tokens while it is in registers / L1, so a call streams the weights once however
 // many tokens it scores. Quantized types: unsigned-by-signed byte products (vpmaddubsw) with the
 // int8 activations, scaled by the per-group integer scales (vpmaddwd), one float conversion per
 // block (32-value formats) or super-block (k-quants).
 //
 // Everything here is in an anonymous namespace and calls no inline function shared with other
-// translation units: an out-of-line copy compiled with AVX2 flags must never be picked by the linker
-// for code that runs on a CPU without AVX2.
+// translation units: an out-of-line copy compiled with AVX2 flags must never be picked by the
+// linker for code that runs on a CPU without AVX2.
 #include <immintrin.h>
 
 #include <cstring>
@@ -26,10 +26,16 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
-inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
+inline __m256i load256(const void *p) {
+  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+inline __m128i load128(const void *p) {
+  return _mm_loadu_si128(static_cast<const __m128i *>(p));
+}
 
 // Runs K::run<NT> over the rows, NT = the tokens left (at most kTile) per pass.
 template <class K>
@@ -43,14 +49,30 @@ void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
       const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
       float out[kTile];
       switch (nt) {
-        case 8: K::template run<8>(a, row, t0, out); break;
-        case 7: K::template run<7>(a, row, t0, out); break;
-        case 6: K::template run<6>(a, row, t0, out); break;
-        case 5: K::template run<5>(a, row, t0, out); break;
-        case 4: K::template run<4>(a, row, t0, out); break;
-        case 3: K::template run<3>(a, row, t0, out); break;
-        case 2: K::template run<2>(a, row, t0, out); break;
-        default: K::template run<1>(a, row, t0, out); break;
+        case 8:
+          K::template run<8>(a, row, t0, out);
+          break;
+        case 7:
+          K::template run<7>(a, row, t0, out);
+          break;
+        case 6:
+          K::template run<6>(a, row, t0, out);
+          break;
+        case 5:
+          K::template run<5>(a, row, t0, out);
+          break;
+        case 4:
+          K::template run<4>(a, row, t0, out);
+          break;
+        case 3:
+          K::template run<3>(a, row, t0, out);
+          break;
+        case 2:
+          K::template run<2>(a, row, t0, out);
+          break;
+        default:
+          K::template run<1>(a, row, t0, out);
+          break;
       }
       for (int t = 0; t < nt; ++t) a.y[(t0 + t) * a.n_rows + r] = out[t];
     }
@@ -68,7 +90,8 @@ struct KFloat {
     } else if constexpr (W == SPECINFER_WTYPE_F16) {
       return _mm256_cvtph_ps(load128(row + 2 * c));
     } else {
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(row + 2 * c)), 16));
+      return _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(row + 2 * c)), 16));
     }
   }
   static float load1(const uint8_t *row, int64_t c) {
@@ -111,7 +134,8 @@ struct KFloat {
     }
     for (; c + 8 <= n; c += 8) {
       const __m256 w0 = load8(row, c);
-      for (int t = 0; t < NT; ++t) acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
+      for (int t = 0; t < NT; ++t)
+        acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c), acc0[t]);
     }
     for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
     for (; c < n; ++c) {
@@ -218,20 +242,23 @@ struct KQ32 {
         const ActQ8 &xb = x[t][i];
         const __m256i sx = _mm256_sign_epi8(load256(xb.qs), q);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                 _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
       }
     } else if constexpr (B::kOffset != 0) {
       for (int t = 0; t < NT; ++t) {
         const ActQ8 &xb = x[t][i];
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
         p = _mm256_sub_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(B::kOffset * xb.sum)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                 _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
       }
     } else {
       for (int t = 0; t < NT; ++t) {
         const ActQ8 &xb = x[t][i];
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb.qs)), ones);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                 _mm256_mul_ps(dv, _mm256_broadcast_ss(&xb.d)), acc[t]);
         accm[t] += m * xb.d * static_cast<float>(xb.sum);
       }
     }
@@ -253,7 +280,8 @@ struct KQ32 {
     }
     int64_t i = 0;
     for (; i + kSets <= nb; i += kSets) {
-      _mm_prefetch(reinterpret_cast<const char *>(row + static_cast<size_t>(i + 8) * kBB), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char *>(row + static_cast<size_t>(i + 8) * kBB),
+                   _MM_HINT_T0);
       for (int k = 0; k < kSets; ++k)
         block<NT>(row + static_cast<size_t>(i + k) * kBB, x, i + k, acc[k], accm);
     }
@@ -299,8 +327,10 @@ struct KQ45K {
       const uint32_t sc_lo = a0 & 0x3F3F3F3Fu, mn_lo = a1 & 0x3F3F3F3Fu;
       const uint32_t sc_hi = (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
       const uint32_t mn_hi = ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
-      const __m128i sc16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)));
+      const __m128i sc16 =
+          _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+      const __m128i mins =
+          _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)));
       alignas(16) int16_t sc[8];
       _mm_store_si128(reinterpret_cast<__m128i *>(sc), sc16);
       __m256i ia[NT];
@@ -360,10 +390,14 @@ struct KQ4KPaired {
     // vpshufb controls: int16 scale 2p in the low lane, 2p+1 in the high lane (local constants:
     // no AVX code may run at static initialization).
     const __m256i kSel[4] = {
-        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
-        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
-        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
-        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                         3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6,
+                         7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,
+                         11, 10, 11, 10, 11, 10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,
+                         15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
       uint16_t dh, dmh;
@@ -411,9 +445,10 @@ struct KQ4KPaired {
       }
       // acc += d * xd * ia - dmin * sum_j m_j * (xd * bsum_j).
       const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
-      const __m256 mv = _mm256_mul_ps(
-          _mm256_set1_ps(_cvtsh_ss(dmh)),
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)))));
+      const __m256 mv =
+          _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)),
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(
+                            0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo)))));
       for (int t = 0; t < NT; ++t) {
         const __m256 dx = _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t][i].d));
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), dx, acc[t]);
@@ -448,12 +483,17 @@ struct KQ6K {
     // Byte shuffles broadcasting int16 element 2k to the low lane and 2k+1 to the high lane
     // (local, not global: no AVX code may run at static initialization).
     const __m256i kQ6Shuf[4] = {
-        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
-        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
-        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
-        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                         3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6,
+                         7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,
+                         11, 10, 11, 10, 11, 10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,
+                         15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
     for (int64_t i = 0; i < nb; ++i) {
-      const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
+      const auto *b =
+          reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
       const float d = h2f(dh);
@@ -462,15 +502,18 @@ struct KQ6K {
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
       for (int h = 0; h < 2; ++h) {
         // Scales of groups 8h..8h+7 as int16 in both 128-bit lanes.
-        const __m256i sch = _mm256_broadcastsi128_si256(
-            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
+        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
         const __m256i raw0 = load256(b->ql + 64 * h);
         const __m256i raw1 = load256(b->ql + 64 * h + 32);
         const __m256i hb = load256(b->qh + 32 * h);
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4), _mm256_and_si256(hb, m30));
+        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4),
+                               _mm256_and_si256(hb, m30));
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         for (int k = 0; k < 4; ++k) {
@@ -478,7 +521,8 @@ struct KQ6K {
           const __m256i s = _mm256_shuffle_epi8(sch, kQ6Shuf[k]);
           for (int t = 0; t < NT; ++t) {
             const int8_t *xq = x[t][i].qs + 128 * h + 32 * k;
-            ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(xq)), s));
+            ia[t] = _mm256_add_epi32(ia[t],
+                                     _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], load256(xq)), s));
           }
         }
       }
@@ -506,15 +550,17 @@ struct KQ6KPaired {
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m30 = _mm256_set1_epi8(0x30);
-    const __m256i swap16 = _mm256_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13,
-                                            2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    const __m256i swap16 = _mm256_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13, 2,
+                                            3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
     // Scales of groups (0, 2 | 1, 3) and (4, 6 | 5, 7) of an 8-group half, from its 8 int16s.
-    const __m256i selA = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5,
-                                          2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7);
-    const __m256i selB = _mm256_setr_epi8(8, 9, 12, 13, 8, 9, 12, 13, 8, 9, 12, 13, 8, 9, 12, 13,
-                                          10, 11, 14, 15, 10, 11, 14, 15, 10, 11, 14, 15, 10, 11, 14, 15);
+    const __m256i selA = _mm256_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6,
+                                          7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7);
+    const __m256i selB =
+        _mm256_setr_epi8(8, 9, 12, 13, 8, 9, 12, 13, 8, 9, 12, 13, 8, 9, 12, 13, 10, 11, 14, 15, 10,
+                         11, 14, 15, 10, 11, 14, 15, 10, 11, 14, 15);
     for (int64_t i = 0; i < nb; ++i) {
-      const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
+      const auto *b =
+          reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
       const __m256i scn = q6k_scales_neg32(b->scales);
@@ -522,14 +568,17 @@ struct KQ6KPaired {
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
 #pragma GCC unroll 1
       for (int h = 0; h < 2; ++h) {
-        const __m256i sch = _mm256_broadcastsi128_si256(
-            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
+        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
         const __m256i raw0 = load256(b->ql + 64 * h);
         const __m256i raw1 = load256(b->ql + 64 * h + 32);
         const __m256i hb = load256(b->qh + 32 * h);
-        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(raw0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(raw1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4), _mm256_and_si256(hb, m30));
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(raw0, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(raw1, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4),
+                                           _mm256_and_si256(hb, m30));
         const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         const __m256i wa1 = _mm256_blend_epi16(q0, q1, 0xAA);
@@ -544,12 +593,14 @@ struct KQ6KPaired {
                                               _mm256_maddubs_epi16(wa2, load256(xq + 32)));
           const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(wb1, load256(xq + 64)),
                                               _mm256_maddubs_epi16(wb2, load256(xq + 96)));
-          ia[t] = _mm256_add_epi32(ia[t], _mm256_add_epi32(_mm256_madd_epi16(pa, sa), _mm256_madd_epi16(pb, sb)));
+          ia[t] = _mm256_add_epi32(
+              ia[t], _mm256_add_epi32(_mm256_madd_epi16(pa, sa), _mm256_madd_epi16(pb, sb)));
         }
       }
       const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
       for (int t = 0; t < NT; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t][i].d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]),
+                                 _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t][i].d)), acc[t]);
     }
     for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   }
@@ -559,27 +610,42 @@ struct KQ6KPaired {
 // one. Both compute the same exact int32 sums and the same float steps after them, so a token's
 // result is bit-identical either way (batch invariance).
 void rows_q6k(const MatmulArgs &a, int64_t r0, int64_t r1) {
-  if (a.n_tok == 1) rows_tiled<KQ6K>(a, r0, r1);
-  else rows_tiled<KQ6KPaired>(a, r0, r1);
+  if (a.n_tok == 1)
+    rows_tiled<KQ6K>(a, r0, r1);
+  else
+    rows_tiled<KQ6KPaired>(a, r0, r1);
 }
 
 }  // namespace
 
 MatmulRowsFn matmul_kernel_avx2(int32_t wtype) noexcept {
   switch (wtype) {
-    case SPECINFER_WTYPE_F32: return rows_tiled<KFloat<SPECINFER_WTYPE_F32>>;
-    case SPECINFER_WTYPE_F16: return rows_tiled<KFloat<SPECINFER_WTYPE_F16>>;
-    case SPECINFER_WTYPE_BF16: return rows_tiled<KFloat<SPECINFER_WTYPE_BF16>>;
-    case SPECINFER_WTYPE_Q4_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_0>>;
-    case SPECINFER_WTYPE_Q4_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_1>>;
-    case SPECINFER_WTYPE_Q5_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_0>>;
-    case SPECINFER_WTYPE_Q5_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_1>>;
-    case SPECINFER_WTYPE_Q8_0: return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_0>>;
-    case SPECINFER_WTYPE_Q8_1: return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_1>>;
-    case SPECINFER_WTYPE_Q4_K: return rows_tiled<KQ4KPaired>;
-    case SPECINFER_WTYPE_Q5_K: return rows_tiled<KQ45K<true>>;
-    case SPECINFER_WTYPE_Q6_K: return rows_q6k;
-    default: return nullptr;  // Q2_K, Q3_K, Q8_K: the scalar kernels
+    case SPECINFER_WTYPE_F32:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_F32>>;
+    case SPECINFER_WTYPE_F16:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_F16>>;
+    case SPECINFER_WTYPE_BF16:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_BF16>>;
+    case SPECINFER_WTYPE_Q4_0:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_0>>;
+    case SPECINFER_WTYPE_Q4_1:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q4_1>>;
+    case SPECINFER_WTYPE_Q5_0:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_0>>;
+    case SPECINFER_WTYPE_Q5_1:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q5_1>>;
+    case SPECINFER_WTYPE_Q8_0:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_0>>;
+    case SPECINFER_WTYPE_Q8_1:
+      return rows_tiled<KQ32<SPECINFER_WTYPE_Q8_1>>;
+    case SPECINFER_WTYPE_Q4_K:
+      return rows_tiled<KQ4KPaired>;
+    case SPECINFER_WTYPE_Q5_K:
+      return rows_tiled<KQ45K<true>>;
+    case SPECINFER_WTYPE_Q6_K:
+      return rows_q6k;
+    default:
+      return nullptr;  // Q2_K, Q3_K, Q8_K: the scalar kernels
   }
 }
 

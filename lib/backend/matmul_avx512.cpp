@@ -39,9 +39,15 @@ inline float hsum256(__m256 v) {
 inline float hsum512(__m512 v) {
   return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
-inline __m128i load128(const void *p) { return _mm_loadu_si128(static_cast<const __m128i *>(p)); }
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+inline __m256i load256(const void *p) {
+  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
+inline __m128i load128(const void *p) {
+  return _mm_loadu_si128(static_cast<const __m128i *>(p));
+}
 
 template <class K>
 void rows_tiled(const MatmulArgs &a, int64_t r0, int64_t r1) {
@@ -78,7 +84,8 @@ struct KFloat {
     } else if constexpr (W == SPECINFER_WTYPE_F16) {
       return _mm512_cvtph_ps(load256(row + 2 * c));
     } else {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(row + 2 * c)), 16));
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(row + 2 * c)), 16));
     }
   }
   static float load1(const uint8_t *row, int64_t c) {
@@ -119,7 +126,8 @@ struct KFloat {
     }
     for (; c + 16 <= n; c += 16) {
       const __m512 w0 = load16(row, c);
-      for (int t = 0; t < NT; ++t) acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + c), acc0[t]);
+      for (int t = 0; t < NT; ++t)
+        acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + c), acc0[t]);
     }
     for (int t = 0; t < NT; ++t) out[t] = hsum512(_mm512_add_ps(acc0[t], acc1[t]));
     for (; c < n; ++c) {
@@ -228,30 +236,38 @@ struct KQ6KVnni {
     const __m256i m30 = _mm256_set1_epi8(0x30);
     // Byte shuffles broadcasting int16 element 2k to the low lane and 2k+1 to the high lane.
     const __m256i shuf[4] = {
-        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
-        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
-        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11),
-        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
+        _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                         3, 2, 3, 2, 3, 2, 3),
+        _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6,
+                         7, 6, 7, 6, 7, 6, 7),
+        _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10,
+                         11, 10, 11, 10, 11, 10, 11, 10, 11),
+        _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14,
+                         15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
     for (int64_t i = 0; i < nb; ++i) {
-      const auto *b = reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
+      const auto *b =
+          reinterpret_cast<const BlockQ6_K *>(row + static_cast<size_t>(i) * sizeof(BlockQ6_K));
       uint16_t dh;
       std::memcpy(&dh, &b->d, 2);
       const float d = h2f(dh);
-      const __m256i scn =
-          _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5));
+      const __m256i scn = _mm256_sub_epi16(
+          _mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(load128(b->scales)), 5));
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t) ia[t] = _mm256_madd_epi16(scn, load256(x[t][i].bsums));
       for (int h = 0; h < 2; ++h) {
         // Scales of groups 8h..8h+7 as int16 in both 128-bit lanes.
-        const __m256i sch = _mm256_broadcastsi128_si256(
-            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
+        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b->scales + 8 * h))));
         const __m256i raw0 = load256(b->ql + 64 * h);
         const __m256i raw1 = load256(b->ql + 64 * h + 32);
         const __m256i hb = load256(b->qh + 32 * h);
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4), _mm256_and_si256(hb, m30));
+        q[0] = _mm256_or_si256(_mm256_and_si256(raw0, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(raw1, m4),
+                               _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4),
+                               _mm256_and_si256(hb, m30));
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         for (int k = 0; k < 4; ++k) {
@@ -274,14 +290,22 @@ struct KQ6KVnni {
 
 MatmulRowsFn matmul_kernel_avx512(int32_t wtype) noexcept {
   switch (wtype) {
-    case SPECINFER_WTYPE_F32: return rows_tiled<KFloat<SPECINFER_WTYPE_F32>>;
-    case SPECINFER_WTYPE_F16: return rows_tiled<KFloat<SPECINFER_WTYPE_F16>>;
-    case SPECINFER_WTYPE_BF16: return rows_tiled<KFloat<SPECINFER_WTYPE_BF16>>;
-    case SPECINFER_WTYPE_Q8_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q8_0>>;
-    case SPECINFER_WTYPE_Q4_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q4_0>>;
-    case SPECINFER_WTYPE_Q5_0: return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q5_0>>;
-    case SPECINFER_WTYPE_Q6_K: return rows_tiled<KQ6KVnni>;
-    default: return nullptr;  // the AVX2 kernels (Q4_K runs packed: packed_avx512.cpp)
+    case SPECINFER_WTYPE_F32:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_F32>>;
+    case SPECINFER_WTYPE_F16:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_F16>>;
+    case SPECINFER_WTYPE_BF16:
+      return rows_tiled<KFloat<SPECINFER_WTYPE_BF16>>;
+    case SPECINFER_WTYPE_Q8_0:
+      return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q8_0>>;
+    case SPECINFER_WTYPE_Q4_0:
+      return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q4_0>>;
+    case SPECINFER_WTYPE_Q5_0:
+      return rows_tiled<KQ32Vnni<SPECINFER_WTYPE_Q5_0>>;
+    case SPECINFER_WTYPE_Q6_K:
+      return rows_tiled<KQ6KVnni>;
+    default:
+      return nullptr;  // the AVX2 kernels (Q4_K runs packed: packed_avx512.cpp)
   }
 }
 

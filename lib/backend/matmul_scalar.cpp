@@ -20,8 +20,10 @@ float load_w(const uint8_t *row, int64_t c) {
   } else {
     uint16_t h;
     std::memcpy(&h, row + 2 * c, 2);
-    if constexpr (W == SPECINFER_WTYPE_F16) return fp16_to_fp32(h);
-    else return bf16_to_fp32(h);
+    if constexpr (W == SPECINFER_WTYPE_F16)
+      return fp16_to_fp32(h);
+    else
+      return bf16_to_fp32(h);
   }
 }
 
@@ -61,8 +63,10 @@ void unpack32(const uint8_t *blk, Unpacked32 &u) {
       u.q[j + 16] = static_cast<int8_t>((b->qs[j] >> 4) - off);
     }
     u.d = fp16_to_fp32(b->d);
-    if constexpr (W == SPECINFER_WTYPE_Q4_1) u.m = fp16_to_fp32(b->m);
-    else u.m = 0.0f;
+    if constexpr (W == SPECINFER_WTYPE_Q4_1)
+      u.m = fp16_to_fp32(b->m);
+    else
+      u.m = 0.0f;
   } else if constexpr (W == SPECINFER_WTYPE_Q5_0 || W == SPECINFER_WTYPE_Q5_1) {
     using B = std::conditional_t<W == SPECINFER_WTYPE_Q5_0, BlockQ5_0, BlockQ5_1>;
     const B *b = reinterpret_cast<const B *>(blk);
@@ -73,8 +77,10 @@ void unpack32(const uint8_t *blk, Unpacked32 &u) {
       u.q[j + 16] = static_cast<int8_t>(((b->qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off);
     }
     u.d = fp16_to_fp32(b->d);
-    if constexpr (W == SPECINFER_WTYPE_Q5_1) u.m = fp16_to_fp32(b->m);
-    else u.m = 0.0f;
+    if constexpr (W == SPECINFER_WTYPE_Q5_1)
+      u.m = fp16_to_fp32(b->m);
+    else
+      u.m = 0.0f;
   } else {
     using B = std::conditional_t<W == SPECINFER_WTYPE_Q8_0, BlockQ8_0, BlockQ8_1>;
     const B *b = reinterpret_cast<const B *>(blk);
@@ -211,7 +217,8 @@ void rows_q256(const MatmulArgs &a, int64_t r0, int64_t r1) {
           int32_t isum = 0, msum = 0;
           for (int g = 0; g < 16; ++g) {
             int32_t s = 0;
-            for (int l = 0; l < 16; ++l) s += static_cast<int32_t>(u.q[16 * g + l]) * x.qs[16 * g + l];
+            for (int l = 0; l < 16; ++l)
+              s += static_cast<int32_t>(u.q[16 * g + l]) * x.qs[16 * g + l];
             isum += u.sc[g] * s;
             msum += u.mn[g] * x.bsums[g];
           }
@@ -227,22 +234,38 @@ void rows_q256(const MatmulArgs &a, int64_t r0, int64_t r1) {
 
 MatmulRowsFn matmul_kernel_scalar(int32_t wtype) noexcept {
   switch (wtype) {
-    case SPECINFER_WTYPE_F32: return rows_float<SPECINFER_WTYPE_F32>;
-    case SPECINFER_WTYPE_F16: return rows_float<SPECINFER_WTYPE_F16>;
-    case SPECINFER_WTYPE_BF16: return rows_float<SPECINFER_WTYPE_BF16>;
-    case SPECINFER_WTYPE_Q4_0: return rows_q32<SPECINFER_WTYPE_Q4_0>;
-    case SPECINFER_WTYPE_Q4_1: return rows_q32<SPECINFER_WTYPE_Q4_1>;
-    case SPECINFER_WTYPE_Q5_0: return rows_q32<SPECINFER_WTYPE_Q5_0>;
-    case SPECINFER_WTYPE_Q5_1: return rows_q32<SPECINFER_WTYPE_Q5_1>;
-    case SPECINFER_WTYPE_Q8_0: return rows_q32<SPECINFER_WTYPE_Q8_0>;
-    case SPECINFER_WTYPE_Q8_1: return rows_q32<SPECINFER_WTYPE_Q8_1>;
-    case SPECINFER_WTYPE_Q2_K: return rows_q256<SPECINFER_WTYPE_Q2_K>;
-    case SPECINFER_WTYPE_Q3_K: return rows_q256<SPECINFER_WTYPE_Q3_K>;
-    case SPECINFER_WTYPE_Q4_K: return rows_q256<SPECINFER_WTYPE_Q4_K>;
-    case SPECINFER_WTYPE_Q5_K: return rows_q256<SPECINFER_WTYPE_Q5_K>;
-    case SPECINFER_WTYPE_Q6_K: return rows_q256<SPECINFER_WTYPE_Q6_K>;
-    case SPECINFER_WTYPE_Q8_K: return rows_q256<SPECINFER_WTYPE_Q8_K>;
-    default: return nullptr;
+    case SPECINFER_WTYPE_F32:
+      return rows_float<SPECINFER_WTYPE_F32>;
+    case SPECINFER_WTYPE_F16:
+      return rows_float<SPECINFER_WTYPE_F16>;
+    case SPECINFER_WTYPE_BF16:
+      return rows_float<SPECINFER_WTYPE_BF16>;
+    case SPECINFER_WTYPE_Q4_0:
+      return rows_q32<SPECINFER_WTYPE_Q4_0>;
+    case SPECINFER_WTYPE_Q4_1:
+      return rows_q32<SPECINFER_WTYPE_Q4_1>;
+    case SPECINFER_WTYPE_Q5_0:
+      return rows_q32<SPECINFER_WTYPE_Q5_0>;
+    case SPECINFER_WTYPE_Q5_1:
+      return rows_q32<SPECINFER_WTYPE_Q5_1>;
+    case SPECINFER_WTYPE_Q8_0:
+      return rows_q32<SPECINFER_WTYPE_Q8_0>;
+    case SPECINFER_WTYPE_Q8_1:
+      return rows_q32<SPECINFER_WTYPE_Q8_1>;
+    case SPECINFER_WTYPE_Q2_K:
+      return rows_q256<SPECINFER_WTYPE_Q2_K>;
+    case SPECINFER_WTYPE_Q3_K:
+      return rows_q256<SPECINFER_WTYPE_Q3_K>;
+    case SPECINFER_WTYPE_Q4_K:
+      return rows_q256<SPECINFER_WTYPE_Q4_K>;
+    case SPECINFER_WTYPE_Q5_K:
+      return rows_q256<SPECINFER_WTYPE_Q5_K>;
+    case SPECINFER_WTYPE_Q6_K:
+      return rows_q256<SPECINFER_WTYPE_Q6_K>;
+    case SPECINFER_WTYPE_Q8_K:
+      return rows_q256<SPECINFER_WTYPE_Q8_K>;
+    default:
+      return nullptr;
   }
 }
 

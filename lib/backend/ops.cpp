@@ -48,13 +48,14 @@ void silu_mul_s(float *gate, const float *up, int64_t n) {
 void add_s(float *y, const float *x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
-void scores_s(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride, int64_t n,
-              int64_t hd, float scale, float *out, int64_t out_stride) {
+void scores_s(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride,
+              int64_t n, int64_t hd, float scale, float *out, int64_t out_stride) {
   for (int64_t h = 0; h < g; ++h)
-    for (int64_t j = 0; j < n; ++j) out[h * out_stride + j] = dot_s(q + h * q_stride, k + j * stride, hd) * scale;
+    for (int64_t j = 0; j < n; ++j)
+      out[h * out_stride + j] = dot_s(q + h * q_stride, k + j * stride, hd) * scale;
 }
-void weighted_sum_s(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride, int64_t n,
-                    int64_t hd, float *out, int64_t q_stride) {
+void weighted_sum_s(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride,
+                    int64_t n, int64_t hd, float *out, int64_t q_stride) {
   for (int64_t h = 0; h < g; ++h) {
     float *o = out + h * q_stride;
     const float *ph = p + h * p_stride;
@@ -67,8 +68,8 @@ void weighted_sum_s(const float *p, int64_t p_stride, int64_t g, const float *v,
 }  // namespace
 
 const VecOps &vec_ops_scalar() noexcept {
-  static const VecOps ops = {scale_s, sumsq_s, mul_scaled_s, exp_sub_sum_s,
-                             silu_mul_s, add_s, scores_s, weighted_sum_s};
+  static const VecOps ops = {scale_s,    sumsq_s, mul_scaled_s, exp_sub_sum_s,
+                             silu_mul_s, add_s,   scores_s,     weighted_sum_s};
   return ops;
 }
 
@@ -84,8 +85,8 @@ void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) noe
   v.mul_scaled(x, w, s, y, n);
 }
 
-void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float freq_base, int32_t neox) noexcept {
+void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          int32_t neox) noexcept {
   if (x == nullptr || n_heads <= 0 || head_dim <= 0 || n_rot <= 0) return;
   if (n_rot > head_dim) n_rot = head_dim;
   n_rot &= ~int64_t{1};
@@ -103,7 +104,8 @@ void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t po
   }
   for (int64_t i = 0; i < half; ++i) {
     const double theta = static_cast<double>(pos) *
-                         std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+                         std::pow(static_cast<double>(freq_base),
+                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
     c[i] = static_cast<float>(std::cos(theta));
     s[i] = static_cast<float>(std::sin(theta));
   }
@@ -164,36 +166,38 @@ void attention(const specinfer_attention_args &a) {
   const int64_t items = static_cast<int64_t>(a.n_q) * a.n_head_kv;
   // Work per item is about 4 * group * n_kv * head_dim flops; keep tasks above ~64k flops.
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, group * n_kv * hd));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, items, grain), [&](const tbb::blocked_range<int64_t> &r) {
-    std::vector<float> scores(static_cast<size_t>(group * n_kv));
-    for (int64_t it = r.begin(); it < r.end(); ++it) {
-      const int64_t qi = it / a.n_head_kv, kvh = it % a.n_head_kv;
-      const float *q = a.q + (qi * a.n_head + kvh * group) * hd;
-      float *out = a.out + (qi * a.n_head + kvh * group) * hd;
-      const int64_t last = n_kv - a.n_q + qi;  // causal: attend j <= last
-      // Causal: only the visible prefix takes part, so a query's result does not depend on how
-      // many queries share the batch (bit for bit; speculative decoding relies on it).
-      const int64_t n_vis = a.mask ? n_kv : last + 1;
-      const float *kh = a.k + kvh * hd, *vh = a.v + kvh * hd;
-      const int64_t stride = static_cast<int64_t>(a.n_head_kv) * hd;
-      v.scores(q, hd, group, kh, stride, n_vis, hd, a.scale, scores.data(), n_kv);
-      for (int64_t h = 0; h < group; ++h) {
-        float *sc = scores.data() + h * n_kv;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n_vis; ++j) {
-          if (a.mask && a.mask[qi * n_kv + j] == 0) sc[j] = -std::numeric_limits<float>::infinity();
-          m = sc[j] > m ? sc[j] : m;
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, items, grain), [&](const tbb::blocked_range<int64_t> &r) {
+        std::vector<float> scores(static_cast<size_t>(group * n_kv));
+        for (int64_t it = r.begin(); it < r.end(); ++it) {
+          const int64_t qi = it / a.n_head_kv, kvh = it % a.n_head_kv;
+          const float *q = a.q + (qi * a.n_head + kvh * group) * hd;
+          float *out = a.out + (qi * a.n_head + kvh * group) * hd;
+          const int64_t last = n_kv - a.n_q + qi;  // causal: attend j <= last
+          // Causal: only the visible prefix takes part, so a query's result does not depend on how
+          // many queries share the batch (bit for bit; speculative decoding relies on it).
+          const int64_t n_vis = a.mask ? n_kv : last + 1;
+          const float *kh = a.k + kvh * hd, *vh = a.v + kvh * hd;
+          const int64_t stride = static_cast<int64_t>(a.n_head_kv) * hd;
+          v.scores(q, hd, group, kh, stride, n_vis, hd, a.scale, scores.data(), n_kv);
+          for (int64_t h = 0; h < group; ++h) {
+            float *sc = scores.data() + h * n_kv;
+            float m = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < n_vis; ++j) {
+              if (a.mask && a.mask[qi * n_kv + j] == 0)
+                sc[j] = -std::numeric_limits<float>::infinity();
+              m = sc[j] > m ? sc[j] : m;
+            }
+            if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible (or NaN): zeros
+              for (int64_t j = 0; j < n_vis; ++j) sc[j] = 0.0f;
+              continue;
+            }
+            const float inv = 1.0f / v.exp_sub_sum(sc, m, n_vis);
+            for (int64_t j = 0; j < n_vis; ++j) sc[j] *= inv;
+          }
+          v.weighted_sum(scores.data(), n_kv, group, vh, stride, n_vis, hd, out, hd);
         }
-        if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible (or NaN): zeros
-          for (int64_t j = 0; j < n_vis; ++j) sc[j] = 0.0f;
-          continue;
-        }
-        const float inv = 1.0f / v.exp_sub_sum(sc, m, n_vis);
-        for (int64_t j = 0; j < n_vis; ++j) sc[j] *= inv;
-      }
-      v.weighted_sum(scores.data(), n_kv, group, vh, stride, n_vis, hd, out, hd);
-    }
-  });
+      });
 }
 
 }  // namespace specinfer

@@ -12,8 +12,8 @@ namespace specinfer {
 
 // Vector primitives of one instruction set.
 struct VecOps {
-  void (*scale)(float *x, float s, int64_t n);                          // x *= s
-  float (*sumsq)(const float *x, int64_t n);                            // sum x^2
+  void (*scale)(float *x, float s, int64_t n);                                       // x *= s
+  float (*sumsq)(const float *x, int64_t n);                                         // sum x^2
   void (*mul_scaled)(const float *x, const float *w, float s, float *y, int64_t n);  // y = x*w*s
   float (*exp_sub_sum)(float *x, float m, int64_t n);  // x = exp(x - m), returns the sum
   void (*silu_mul)(float *gate, const float *up, int64_t n);
@@ -23,8 +23,8 @@ struct VecOps {
   // scores: out[h * out_stride + j] = dot(q + h * q_stride, k + j * stride) * scale, h < g, j < n
   // (hd values each). A key's score is computed the same way whatever n and g are (batch
   // invariance).
-  void (*scores)(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride, int64_t n,
-                 int64_t hd, float scale, float *out, int64_t out_stride);
+  void (*scores)(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride,
+                 int64_t n, int64_t hd, float scale, float *out, int64_t out_stride);
   // out[h * q_stride + 0..hd) = sum_j p[h * p_stride + j] * v[j * stride ..], j ascending, skipping
   // p == 0 (masked keys), for h < g.
   void (*weighted_sum)(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride,
@@ -41,8 +41,8 @@ void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) noe
 // Rotary embedding in place on x[n_heads][head_dim], the first n_rot dims of each head, angle
 // pos * freq_base^(-2i / n_rot) for pair i. neox: pairs (i, i + n_rot/2); else (2i, 2i+1).
 // n_rot is rounded down to even and capped at head_dim; bad sizes do nothing.
-void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float freq_base, int32_t neox) noexcept;
+void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          int32_t neox) noexcept;
 // In-place softmax; if every value is -inf the result is uniform. n <= 0: nothing.
 void softmax(float *x, int64_t n) noexcept;
 // gate[i] = silu(gate[i]) * up[i].

@@ -35,7 +35,8 @@ inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
   const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   return _mm256_andnot_ps(zero_below, y);
 }
@@ -47,7 +48,8 @@ float dot_a(const float *a, const float *b, int64_t n) {
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
   float s = hsum(_mm256_add_ps(s0, s1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -90,7 +92,8 @@ void mul_scaled_a(const float *x, const float *w, float s, float *y, int64_t n) 
   int64_t i = 0;
   if (w != nullptr) {
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+      _mm256_storeu_ps(
+          y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
     for (; i < n; ++i) y[i] = x[i] * s * w[i];
   } else {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
@@ -137,10 +140,12 @@ void add_a(float *y, const float *x, int64_t n) {
 // Four keys' scores at once: q is loaded once per 8 values for all four, two accumulators per key.
 // The reduction order of a key's sum is the same in every slot (hadd tree, then the two 128-bit
 // halves), so a key's score does not depend on which keys share its group (batch invariance).
-inline void scores4(const float *q, const float *k0, const float *k1, const float *k2, const float *k3,
-                    int64_t hd, float scale, float *out4) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-  __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+inline void scores4(const float *q, const float *k0, const float *k1, const float *k2,
+                    const float *k3, int64_t hd, float scale, float *out4) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+         a3 = _mm256_setzero_ps();
+  __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(),
+         b3 = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 16 <= hd; d += 16) {
     const __m256 qa = _mm256_loadu_ps(q + d), qb = _mm256_loadu_ps(q + d + 8);
@@ -169,17 +174,19 @@ inline void scores4(const float *q, const float *k0, const float *k1, const floa
   _mm_storeu_ps(out4, _mm_mul_ps(r, _mm_set1_ps(scale)));
 }
 
-void scores_a(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride, int64_t n,
-              int64_t hd, float scale, float *out, int64_t out_stride) {
+void scores_a(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride,
+              int64_t n, int64_t hd, float scale, float *out, int64_t out_stride) {
   if (hd % 8 != 0) {
     for (int64_t h = 0; h < g; ++h)
-      for (int64_t j = 0; j < n; ++j) out[h * out_stride + j] = dot_a(q + h * q_stride, k + j * stride, hd) * scale;
+      for (int64_t j = 0; j < n; ++j)
+        out[h * out_stride + j] = dot_a(q + h * q_stride, k + j * stride, hd) * scale;
     return;
   }
   // Four keys (a few KiB) stay in L1 while every head of the group scores them.
   for (int64_t j = 0; j < n; j += 4) {
     const float *kk[4];
-    for (int i = 0; i < 4; ++i) kk[i] = k + std::min<int64_t>(j + i, n - 1) * stride;  // repeat the last
+    for (int i = 0; i < 4; ++i)
+      kk[i] = k + std::min<int64_t>(j + i, n - 1) * stride;  // repeat the last
     for (int64_t h = 0; h < g; ++h) {
       float *o = out + h * out_stride + j;
       if (j + 4 <= n) {
@@ -193,8 +200,8 @@ void scores_a(const float *q, int64_t q_stride, int64_t g, const float *k, int64
   }
 }
 
-void weighted_sum_a(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride, int64_t n,
-                    int64_t hd, float *out, int64_t q_stride) {
+void weighted_sum_a(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride,
+                    int64_t n, int64_t hd, float *out, int64_t q_stride) {
   if (hd % 8 != 0) {
     for (int64_t h = 0; h < g; ++h) {
       float *o = out + h * q_stride;
@@ -222,14 +229,16 @@ void weighted_sum_a(const float *p, int64_t p_stride, int64_t g, const float *v,
           if (ph[j] == 0.0f) continue;
           const __m256 pj = _mm256_set1_ps(ph[j]);
           const float *vj = v + j * stride + d;
-          for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), acc[i]);
+          for (int i = 0; i < 8; ++i)
+            acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * i), acc[i]);
         }
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(o + d + 8 * i, acc[i]);
       }
       for (; d < hd; d += 8) {
         __m256 acc = _mm256_loadu_ps(o + d);
         for (int64_t j = j0; j < j1; ++j)
-          if (ph[j] != 0.0f) acc = _mm256_fmadd_ps(_mm256_set1_ps(ph[j]), _mm256_loadu_ps(v + j * stride + d), acc);
+          if (ph[j] != 0.0f)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(ph[j]), _mm256_loadu_ps(v + j * stride + d), acc);
         _mm256_storeu_ps(o + d, acc);
       }
     }
@@ -239,8 +248,8 @@ void weighted_sum_a(const float *p, int64_t p_stride, int64_t g, const float *v,
 }  // namespace
 
 const VecOps &vec_ops_avx2() noexcept {
-  static const VecOps ops = {scale_a, sumsq_a, mul_scaled_a, exp_sub_sum_a,
-                             silu_mul_a, add_a, scores_a, weighted_sum_a};
+  static const VecOps ops = {scale_a,    sumsq_a, mul_scaled_a, exp_sub_sum_a,
+                             silu_mul_a, add_a,   scores_a,     weighted_sum_a};
   return ops;
 }
 

@@ -18,17 +18,22 @@
 
 namespace specinfer {
 
-void PackedWeight::Free::operator()(uint8_t *p) const noexcept { std::free(p); }
+void PackedWeight::Free::operator()(uint8_t *p) const noexcept {
+  std::free(p);
+}
 
 PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) noexcept {
-  if (wtype == SPECINFER_WTYPE_Q4_K) return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q4k_r16 : PackLayout::q4k_x8;
+  if (wtype == SPECINFER_WTYPE_Q4_K)
+    return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q4k_r16 : PackLayout::q4k_x8;
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
   if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   // Q4_0 with other column counts, Q5_0 and Q8_0. (For Q4_0 the sixteen-row kernel is also faster
   // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafted no faster.)
   // With AVX2 Q4_0 and Q5_0 only (see the layout).
-  if ((wtype == SPECINFER_WTYPE_Q4_0 || wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0) &&
-      n_rows % 16 == 0 && (isa == Isa::avx512 || (isa == Isa::avx2 && wtype != SPECINFER_WTYPE_Q8_0)))
+  if ((wtype == SPECINFER_WTYPE_Q4_0 || wtype == SPECINFER_WTYPE_Q5_0 ||
+       wtype == SPECINFER_WTYPE_Q8_0) &&
+      n_rows % 16 == 0 &&
+      (isa == Isa::avx512 || (isa == Isa::avx2 && wtype != SPECINFER_WTYPE_Q8_0)))
     return PackLayout::q32_r16;
   return PackLayout::plain;
 }
@@ -133,10 +138,12 @@ void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
     for (int j = 0; j < 2; ++j) {
       const uint8_t *v = q + 16 * g + j;  // v[2k] = value 2k + j of group g
       for (int c = 0; c < 4; ++c)
-        dst[32 * c + 2 * g + j] = static_cast<uint8_t>((v[4 * c] & 15) | ((v[4 * c + 2] & 15) << 4));
+        dst[32 * c + 2 * g + j] =
+            static_cast<uint8_t>((v[4 * c] & 15) | ((v[4 * c + 2] & 15) << 4));
       for (int h = 0; h < 2; ++h)
-        dst[128 + 32 * h + 2 * g + j] = static_cast<uint8_t>((v[8 * h] >> 4) | ((v[8 * h + 2] >> 4) << 2) |
-                                                             ((v[8 * h + 4] >> 4) << 4) | ((v[8 * h + 6] >> 4) << 6));
+        dst[128 + 32 * h + 2 * g + j] =
+            static_cast<uint8_t>((v[8 * h] >> 4) | ((v[8 * h + 2] >> 4) << 2) |
+                                 ((v[8 * h + 4] >> 4) << 4) | ((v[8 * h + 6] >> 4) << 6));
     }
   std::memcpy(dst + 192, src + 192, 18);  // scales, d
 }
@@ -152,7 +159,8 @@ void unpack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
 void act_to_q8k16(const ActQ8K *a, ActQ8K16 *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int k = 0; k < 8; ++k)
-      for (int g = 0; g < 16; ++g) std::memcpy(out[b].qs + 32 * k + 2 * g, a[b].qs + 16 * g + 2 * k, 2);
+      for (int g = 0; g < 16; ++g)
+        std::memcpy(out[b].qs + 32 * k + 2 * g, a[b].qs + 16 * g + 2 * k, 2);
     std::memcpy(out[b].bsums, a[b].bsums, sizeof out[b].bsums);
     out[b].d = a[b].d;
   }
@@ -208,7 +216,8 @@ void pack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept {
   for (int c = 0; c < 2; ++c)
     for (int g = 0; g < 4; ++g)
       for (int i = 0; i < 8; ++i)
-        dst[8 + 32 * c + 8 * g + i] = static_cast<uint8_t>(vals[g][16 * c + i] | (vals[g][16 * c + 8 + i] << 4));
+        dst[8 + 32 * c + 8 * g + i] =
+            static_cast<uint8_t>(vals[g][16 * c + i] | (vals[g][16 * c + 8 + i] << 4));
 }
 
 void unpack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept {
@@ -223,7 +232,8 @@ void unpack_q40_x4(const uint8_t *src, uint8_t *dst) noexcept {
   for (int g = 0; g < 4; ++g) {
     uint8_t *b = dst + g * sizeof(BlockQ4_0);
     std::memcpy(b, src + 2 * g, 2);
-    for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(vals[g][j] | (vals[g][j + 16] << 4));
+    for (int j = 0; j < 16; ++j)
+      b[2 + j] = static_cast<uint8_t>(vals[g][j] | (vals[g][j + 16] << 4));
   }
 }
 
@@ -247,7 +257,9 @@ void act_to_q8x4(const ActQ8 *a, ActQ8X4 *out, int64_t n_super) noexcept {
 namespace {
 
 // The sum of group s's 32 values (|sum| <= 32 * 127).
-int group32_sum(const ActQ8K &a, int s) { return a.bsums[2 * s] + a.bsums[2 * s + 1]; }
+int group32_sum(const ActQ8K &a, int s) {
+  return a.bsums[2 * s] + a.bsums[2 * s + 1];
+}
 
 // xs[s] = d x the sum of group s's 32 values (ActQ8KP).
 void group32_sums(const ActQ8K &a, float *xs) {
@@ -259,7 +271,8 @@ void group32_sums(const ActQ8K &a, float *xs) {
 void act_to_q8kp(const ActQ8K *a, ActQ8KP *out, int64_t n_blocks) noexcept {
   for (int64_t b = 0; b < n_blocks; ++b) {
     for (int k = 0; k < 8; ++k)
-      for (int s = 0; s < 8; ++s) std::memcpy(out[b].qs + 32 * k + 4 * s, a[b].qs + 32 * s + 4 * k, 4);
+      for (int s = 0; s < 8; ++s)
+        std::memcpy(out[b].qs + 32 * k + 4 * s, a[b].qs + 32 * s + 4 * k, 4);
     group32_sums(a[b], out[b].xs);
     out[b].d = a[b].d;
   }
@@ -279,10 +292,12 @@ inline void q4k_file_pos(int v, int *byte, int *shift) {
 
 }  // namespace
 
-void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept {
+void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
+                       uint8_t *tile) noexcept {
   std::memset(tile, 0, kR16Tile);
   for (int l = 0; l < 16; ++l) {
-    const uint8_t *blk = src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    const uint8_t *blk =
+        src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
     for (int c = 0; c < 256; ++c) {
       int byte, shift;
       q4k_file_pos(c, &byte, &shift);
@@ -302,9 +317,11 @@ void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint
   }
 }
 
-void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept {
+void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept {
   for (int l = 0; l < 16; ++l) {
-    uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    uint8_t *blk =
+        dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
     std::memcpy(blk, tile + kR16D + 2 * l, 2);
     std::memcpy(blk + 2, tile + kR16Dmin + 2 * l, 2);
     uint8_t sc[8], mn[8];
@@ -344,10 +361,17 @@ int block32_value(int32_t wtype, const uint8_t *blk, int j) {
 }
 
 // Where row l's value at column c lies in a q32_r16 tile: for the nibble types its byte and
-// shift, for Q8_0 its byte; Q5_0's fifth bit is bit c / 4 of byte 256 + r16_32_lane_byte(l, c) % 64.
-inline int r16_32_nibble_byte(int l, int c) { return 64 * (c / 8) + 4 * l + c % 4; }
-inline int r16_32_nibble_shift(int c) { return 4 * ((c / 4) % 2); }
-inline int r16_32_lane_byte(int l, int c) { return 64 * (c / 4) + 4 * l + c % 4; }
+// shift, for Q8_0 its byte; Q5_0's fifth bit is bit c / 4 of byte 256 + r16_32_lane_byte(l, c)
+// % 64.
+inline int r16_32_nibble_byte(int l, int c) {
+  return 64 * (c / 8) + 4 * l + c % 4;
+}
+inline int r16_32_nibble_shift(int c) {
+  return 4 * ((c / 4) % 2);
+}
+inline int r16_32_lane_byte(int l, int c) {
+  return 64 * (c / 4) + 4 * l + c % 4;
+}
 
 // The scalar kernels of the sixteen-row layouts: row r is lane r % 16 of row group r / 16, whose
 // tiles (tile_bytes each) follow one another; y[t][r] = the float block(tile, lane, x block, acc)
@@ -360,7 +384,8 @@ void r16_rows_scalar(const Args &a, size_t tile_bytes, int64_t r0, int64_t r1, B
     for (int64_t t = 0; t < a.n_tok; ++t) {
       float acc = 0.0f;
       for (int64_t i = 0; i < a.n_blocks; ++i)
-        acc = block(a.w + static_cast<size_t>(g * a.n_blocks + i) * tile_bytes, l, a.x[t * a.n_blocks + i], acc);
+        acc = block(a.w + static_cast<size_t>(g * a.n_blocks + i) * tile_bytes, l,
+                    a.x[t * a.n_blocks + i], acc);
       a.y[t * a.y_stride + r] = acc;
     }
   }
@@ -375,7 +400,8 @@ int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept {
   return q;
 }
 
-void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept {
+void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, int64_t i,
+                       uint8_t *tile) noexcept {
   const size_t bb = wtype_row_size(wtype, 32);
   std::memset(tile, 0, q32_r16_tile_bytes(wtype));
   for (int l = 0; l < 16; ++l) {
@@ -397,7 +423,8 @@ void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, 
   }
 }
 
-void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept {
+void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept {
   const size_t bb = wtype_row_size(wtype, 32);
   for (int l = 0; l < 16; ++l) {
     uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * bb;
@@ -420,21 +447,25 @@ void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_
 
 void q32_r16_rows_scalar(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
   const int off = q32_r16_offset(a.wtype);
-  r16_rows_scalar(a, q32_r16_tile_bytes(a.wtype), r0, r1, [&](const uint8_t *tile, int l, const ActQ8 &x, float acc) {
-    uint16_t dh;
-    std::memcpy(&dh, tile + q32_r16_d_offset(a.wtype) + 2 * l, 2);
-    int32_t sum = -off * x.sum;
-    for (int c = 0; c < 32; ++c) sum += q32_r16_value(a.wtype, tile, l, c) * x.qs[c];
-    // As the AVX-512 kernel: sum * (d * xd) added.
-    return std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x.d, acc);
-  });
+  r16_rows_scalar(a, q32_r16_tile_bytes(a.wtype), r0, r1,
+                  [&](const uint8_t *tile, int l, const ActQ8 &x, float acc) {
+                    uint16_t dh;
+                    std::memcpy(&dh, tile + q32_r16_d_offset(a.wtype) + 2 * l, 2);
+                    int32_t sum = -off * x.sum;
+                    for (int c = 0; c < 32; ++c)
+                      sum += q32_r16_value(a.wtype, tile, l, c) * x.qs[c];
+                    // As the AVX-512 kernel: sum * (d * xd) added.
+                    return std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x.d, acc);
+                  });
 }
 
-std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
+std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows,
+                                          int64_t n_cols) {
   return pack_weight_for(active_isa(), wtype, w, n_rows, n_cols);
 }
 
-std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
+std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows,
+                                              int64_t n_cols) {
   check_sizes(wtype, w, n_rows, n_cols);
   auto pw = std::make_unique<PackedWeight>();
   pw->wtype = wtype;
@@ -448,27 +479,30 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
   }
   const size_t bytes = pw->row_bytes * static_cast<size_t>(n_rows);
   auto *mem = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  if (mem == nullptr) fail(SPECINFER_ERR_OUT_OF_MEMORY, "pack_weight: cannot allocate %zu bytes", bytes);
+  if (mem == nullptr)
+    fail(SPECINFER_ERR_OUT_OF_MEMORY, "pack_weight: cannot allocate %zu bytes", bytes);
   pw->owned.reset(mem);
   pw->data = mem;
   const auto *src = static_cast<const uint8_t *>(w);
   if (pw->layout == PackLayout::q32_r16) {
     const int64_t nb = n_cols / 32, n_tiles = n_rows / 16 * nb;
     const size_t tb = q32_r16_tile_bytes(wtype);
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 256), [&](const tbb::blocked_range<int64_t> &r) {
-      for (int64_t k = r.begin(); k < r.end(); ++k)
-        pack_tile_q32_r16(wtype, src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes, k % nb,
-                          mem + static_cast<size_t>(k) * tb);
-    });
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, n_tiles, 256), [&](const tbb::blocked_range<int64_t> &r) {
+          for (int64_t k = r.begin(); k < r.end(); ++k)
+            pack_tile_q32_r16(wtype, src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes,
+                              pw->row_bytes, k % nb, mem + static_cast<size_t>(k) * tb);
+        });
     return pw;
   }
   if (pw->layout == PackLayout::q4k_r16) {
     const int64_t nb = n_cols / kQKK, n_tiles = n_rows / 16 * nb;
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
-      for (int64_t k = r.begin(); k < r.end(); ++k)
-        pack_tile_q4k_r16(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes, k % nb,
-                          mem + static_cast<size_t>(k) * kR16Tile);
-    });
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
+          for (int64_t k = r.begin(); k < r.end(); ++k)
+            pack_tile_q4k_r16(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes,
+                              k % nb, mem + static_cast<size_t>(k) * kR16Tile);
+        });
     return pw;
   }
   // Every layout keeps the size: q4k_x8 one 144-byte super-block for one, q6k_x16 210 bytes for
@@ -484,10 +518,11 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
     pack_unit = pack_block_q6k_x16;
   }
   const auto n_units = static_cast<int64_t>(bytes / unit);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_units, 4096), [&](const tbb::blocked_range<int64_t> &r) {
-    for (int64_t b = r.begin(); b < r.end(); ++b)
-      pack_unit(src + static_cast<size_t>(b) * unit, mem + static_cast<size_t>(b) * unit);
-  });
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n_units, 4096), [&](const tbb::blocked_range<int64_t> &r) {
+        for (int64_t b = r.begin(); b < r.end(); ++b)
+          pack_unit(src + static_cast<size_t>(b) * unit, mem + static_cast<size_t>(b) * unit);
+      });
   return pw;
 }
 
@@ -520,7 +555,8 @@ void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
         }
       }
       // The AVX2 horizontal sum's order.
-      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
+                  h3 = acc[3] + acc[7];
       a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
     }
   }
@@ -566,14 +602,16 @@ void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept
           for (int g = 2 * lane; g < 2 * lane + 2; ++g) {
             int32_t gs = 0;
             for (int k = 0; k < 8; ++k)
-              for (int j = 0; j < 2; ++j) gs += q6k_x16_get(blk, g, k, j) * x[i].qs[32 * k + 2 * g + j];
+              for (int j = 0; j < 2; ++j)
+                gs += q6k_x16_get(blk, g, k, j) * x[i].qs[32 * k + 2 * g + j];
             sum += static_cast<int8_t>(blk[192 + g]) * (gs - 32 * x[i].bsums[g]);
           }
           // As the AVX2 kernel: fma(int sum, d * xd, acc).
           acc[lane] = std::fma(static_cast<float>(sum), dx, acc[lane]);
         }
       }
-      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
+                  h3 = acc[3] + acc[7];
       a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
     }
   }
@@ -601,10 +639,12 @@ void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept 
             }
           sum -= x[i].osum[lane];
           // As the AVX2 kernel: fma(int sum, d * xd, acc).
-          acc[lane] = std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x[i].xd[lane], acc[lane]);
+          acc[lane] =
+              std::fma(static_cast<float>(sum), fp16_to_fp32(dh) * x[i].xd[lane], acc[lane]);
         }
       }
-      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6], h3 = acc[3] + acc[7];
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
+                  h3 = acc[3] + acc[7];
       a.y[t * a.y_stride + r] = (h0 + h2) + (h1 + h3);
     }
   }
@@ -677,8 +717,10 @@ class ActBuffers {
 // n_tok tokens of cols values (x) to ActQ8 blocks, cols / 32 per token (q).
 void quantize_tokens_q8(bool simd, const float *x, int64_t n_tok, int64_t cols, ActQ8 *q) {
   for (int64_t t = 0; t < n_tok; ++t) {
-    if (simd) quantize_act_q8_avx2(x + t * cols, q + t * (cols / 32), cols);
-    else quantize_act_q8(x + t * cols, q + t * (cols / 32), cols);
+    if (simd)
+      quantize_act_q8_avx2(x + t * cols, q + t * (cols / 32), cols);
+    else
+      quantize_act_q8(x + t * cols, q + t * (cols / 32), cols);
   }
 }
 
@@ -701,8 +743,10 @@ void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n
   ActQ8K *q = buffers.get<ActQ8K, 0>(n);
   Act *xp = buffers.get<Act, 1>(n);
   for (int64_t t = 0; t < n_tok; ++t) {
-    if (simd) quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
-    else quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
+    if (simd)
+      quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
+    else
+      quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
   }
   prep(q, xp, static_cast<int64_t>(n));
   a.x = xp;
@@ -711,9 +755,12 @@ void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n
 
 }  // namespace
 
-void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
-  if (pw.layout == PackLayout::plain) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: weights not packed");
-  if (x == nullptr || y == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL input or output");
+void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x,
+                           int64_t n_tok, float *y) {
+  if (pw.layout == PackLayout::plain)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: weights not packed");
+  if (x == nullptr || y == nullptr)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: NULL input or output");
   if (n_tok <= 0 || n_tok > (int64_t{1} << 24))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "matmul: %lld tokens", static_cast<long long>(n_tok));
   const bool simd = k.simd_prep;
@@ -759,7 +806,8 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
   if (pw.layout == PackLayout::q6k_x16)
     run_q8k_layout<PackedArgsQ6, ActQ8K16>(pw, simd, x, n_tok, y, act_to_q8k16, k.q6k_x16);
   else
-    run_q8k_layout<PackedArgs, ActQ8KP>(pw, simd, x, n_tok, y, simd ? act_to_q8kp_avx2 : act_to_q8kp, k.q4k_x8);
+    run_q8k_layout<PackedArgs, ActQ8KP>(pw, simd, x, n_tok, y,
+                                        simd ? act_to_q8kp_avx2 : act_to_q8kp, k.q4k_x8);
 }
 
 void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t n_tok, float *y) {
@@ -767,7 +815,8 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
     matmul_with(isa, MatmulPath::automatic, pw.wtype, pw.data, pw.rows, pw.cols, x, n_tok, y);
     return;
   }
-  if (!isa_available(isa)) fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
+  if (!isa_available(isa))
+    fail(SPECINFER_ERR_UNSUPPORTED, "matmul: this CPU cannot run %s kernels", isa_name(isa));
   matmul_packed_kernels(packed_kernels(isa), pw, x, n_tok, y);
 }
 

@@ -68,8 +68,8 @@
 //    rows' d (fp16). Same bytes as the file's. Per block and token: eight vpdpbusd with four
 //    activation bytes broadcast, one conversion and one multiply-add for sixteen rows (the plain
 //    kernels: a vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks).
-//    Also chosen for Q5_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as two
-//    halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
+//    Also chosen for Q5_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as
+//    two halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
 //    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
 //  plain: every other type, and Q4_0 / Q5_0 / Q8_0 where none of the above applies; the handle
 //    refers to the caller's weights and the ordinary kernels (matmul.h) run.
@@ -89,7 +89,14 @@
 
 namespace specinfer {
 
-enum class PackLayout : int32_t { plain = 0, q4k_x8 = 1, q40_x4 = 2, q6k_x16 = 3, q4k_r16 = 4, q32_r16 = 5 };
+enum class PackLayout : int32_t {
+  plain = 0,
+  q4k_x8 = 1,
+  q40_x4 = 2,
+  q6k_x16 = 3,
+  q4k_r16 = 4,
+  q32_r16 = 5
+};
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
 // 32s + 4k .. 32s + 4k + 3), xs[s] = d * (sum of group s's 32 values), then d.
@@ -142,10 +149,12 @@ PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) n
 // Packs w (n_rows x n_cols of wtype; rows in parallel on the caller's task arena). For the plain
 // layout nothing is copied and w must outlive the result. Throws specinfer::Error like matmul
 // (INVALID_ARGUMENT for NULL or bad sizes, UNSUPPORTED for an unknown type), OUT_OF_MEMORY.
-std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols);
+std::unique_ptr<PackedWeight> pack_weight(int32_t wtype, const void *w, int64_t n_rows,
+                                          int64_t n_cols);
 // The same in the layout for isa instead of the active set's (tests, benchmarks). Every kernel
 // set runs every layout (scalar code where it has no kernel of its own for one).
-std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols);
+std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void *w, int64_t n_rows,
+                                              int64_t n_cols);
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] with the active instruction set. A token's result does not
 // depend on n_tok (batch invariance). Throws like matmul.
@@ -155,13 +164,17 @@ void matmul_packed_with(Isa isa, const PackedWeight &pw, const float *x, int64_t
 
 // Offsets in a q4k_r16 tile (see the layout above), its size, and where row l's nibble of column
 // c (0..255) lies: byte r16_nibble_byte(l, c), shift 4 * ((c / 4) % 2).
-constexpr size_t kR16Scales = 2048, kR16MinHigh = 2176, kR16D = 2240, kR16Dmin = 2272, kR16Tile = 2304;
-inline int r16_nibble_byte(int l, int c) noexcept { return 256 * (c / 32) + 64 * ((c % 32) / 8) + 4 * l + c % 4; }
+constexpr size_t kR16Scales = 2048, kR16MinHigh = 2176, kR16D = 2240, kR16Dmin = 2272,
+                 kR16Tile = 2304;
+inline int r16_nibble_byte(int l, int c) noexcept {
+  return 256 * (c / 32) + 64 * ((c % 32) / 8) + 4 * l + c % 4;
+}
 // Scale and min of row l, group s (0..7) in a q4k_r16 tile.
 inline void r16_scale_min(const uint8_t *tile, int l, int s, uint8_t *sc, uint8_t *mn) noexcept {
   const uint8_t e = tile[kR16Scales + 16 * s + l];
   *sc = static_cast<uint8_t>(e & 63);
-  *mn = static_cast<uint8_t>((e >> 6) | (((tile[kR16MinHigh + 16 * (s / 2) + l] >> (4 * (s & 1))) & 15) << 2));
+  *mn = static_cast<uint8_t>((e >> 6) |
+                             (((tile[kR16MinHigh + 16 * (s / 2) + l] >> (4 * (s & 1))) & 15) << 2));
 }
 
 // Scale and min of group s (0..7) from the 12 q4k_x8 scale bytes e (see the layout above).
@@ -189,7 +202,8 @@ void act_to_q8k16(const ActQ8K *a, ActQ8K16 *out, int64_t n_blocks) noexcept;
 // Super-block i of sixteen Q4_K rows (src, rows src_row_bytes apart) into a q4k_r16 tile, and
 // back (tests).
 void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
-void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
+void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept;
 // ActQ8K -> ActQ8KS.
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 
@@ -198,15 +212,19 @@ void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 constexpr size_t q32_r16_tile_bytes(int32_t wtype) noexcept {
   return wtype == SPECINFER_WTYPE_Q8_0 ? 544 : wtype == SPECINFER_WTYPE_Q5_0 ? 352 : 288;
 }
-constexpr size_t q32_r16_d_offset(int32_t wtype) noexcept { return q32_r16_tile_bytes(wtype) - 32; }
+constexpr size_t q32_r16_d_offset(int32_t wtype) noexcept {
+  return q32_r16_tile_bytes(wtype) - 32;
+}
 constexpr int q32_r16_offset(int32_t wtype) noexcept {
   return wtype == SPECINFER_WTYPE_Q8_0 ? 128 : wtype == SPECINFER_WTYPE_Q5_0 ? 16 : 8;
 }
 int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept;
 // Block i of sixteen rows of wtype (src, rows src_row_bytes apart) into a q32_r16 tile, and back
 // (tests).
-void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
-void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes, int64_t i) noexcept;
+void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, int64_t i,
+                       uint8_t *tile) noexcept;
+void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept;
 
 // Row kernels for the q4k_x8 layout: rows [r0, r1) for n_tok tokens of x (n_cols / 256 blocks
 // each), y[t * y_stride + r].
@@ -284,6 +302,7 @@ struct PackedKernels {
 PackedKernels packed_kernels(Isa isa) noexcept;
 // matmul_packed_with for a packed (not plain) layout with explicit row kernels (tests: the
 // emulated AVX-512 kernels). Throws like matmul.
-void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x, int64_t n_tok, float *y);
+void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const float *x,
+                           int64_t n_tok, float *y);
 
 }  // namespace specinfer

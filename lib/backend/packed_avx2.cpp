@@ -24,15 +24,17 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline __m256i load256(const void *p) {
+  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
 
 // The n_blocks super-blocks of one row for NT tokens (x[t * n_blocks + i]) into acc. Per
 // super-block the nibbles are unpacked one 32-byte chunk (two registers) at a time and applied to
 // every token before the next chunk: the live registers are NT int16 sums, NT float accumulators
 // and the chunk (no spills up to NT = 5).
 template <int NT>
-__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x, int64_t n_blocks,
-                                                         __m256 *acc) {
+__attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, const ActQ8KP *x,
+                                                         int64_t n_blocks, __m256 *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < n_blocks; ++i) {
     const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ4_K);
@@ -48,7 +50,8 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
         for (int t = 0; t < NT; ++t) __asm__("" : "+x"(lo), "+x"(hi) : "x"(s[t]));
       for (int t = 0; t < NT; ++t) {
         const int8_t *xq = x[t * n_blocks + i].qs + 64 * c;
-        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)),
+                                           _mm256_maddubs_epi16(hi, load256(xq + 32)));
         s[t] = c == 0 ? p : _mm256_add_epi16(s[t], p);
       }
     }
@@ -64,9 +67,12 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
     const __m128i scb = _mm_and_si128(e, m3f);
     const __m256i scv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(scb, scb));  // s0 s0 s1 s1 ... s7 s7
     const __m128i w = _mm_cvtsi32_si128(static_cast<int>(eh));
-    const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
-    const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
-    const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+    const __m128i mhi =
+        _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+    const __m128i mn =
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+    const __m256 mv =
+        _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
     const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
     for (int t = 0; t < NT; ++t) {
       const ActQ8KP &xb = x[t * n_blocks + i];
@@ -84,7 +90,8 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
 // (bench_kernels BM_MatmulStream, 1536 x 8960, 2 threads) 3 / 5 tokens took 765 / 1030 us chunked
 // against 512 / 700-790 us whole (and in cache whole rows were as fast or faster).
 template <int NT>
-__attribute__((noinline)) void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
+__attribute__((noinline)) void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1,
+                                           int64_t t0) {
   const ActQ8KP *x = a.x + t0 * a.n_blocks;
   for (int64_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
@@ -112,15 +119,22 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
       const __m128i dh = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb));
       const __m256 dv = _mm256_cvtph_ps(_mm_unpacklo_epi16(dh, dh));  // d0 d0 d1 d1 ... d3 d3
       const __m256i raw0 = load256(sb + 8), raw1 = load256(sb + 40);
-      const __m256i n0 = _mm256_and_si256(raw0, m4), n1 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4);
-      const __m256i n2 = _mm256_and_si256(raw1, m4), n3 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4);
+      const __m256i n0 = _mm256_and_si256(raw0, m4),
+                    n1 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4);
+      const __m256i n2 = _mm256_and_si256(raw1, m4),
+                    n3 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4);
       for (int t = 0; t < NT; ++t) {
         const ActQ8X4 &xb = x[t * nb + i];
-        const __m256i s = _mm256_add_epi16(
-            _mm256_add_epi16(_mm256_maddubs_epi16(n0, load256(xb.qs)), _mm256_maddubs_epi16(n1, load256(xb.qs + 32))),
-            _mm256_add_epi16(_mm256_maddubs_epi16(n2, load256(xb.qs + 64)), _mm256_maddubs_epi16(n3, load256(xb.qs + 96))));
-        const __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_load_si256(reinterpret_cast<const __m256i *>(xb.osum)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_load_ps(xb.xd)), acc[t]);
+        const __m256i s =
+            _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(n0, load256(xb.qs)),
+                                              _mm256_maddubs_epi16(n1, load256(xb.qs + 32))),
+                             _mm256_add_epi16(_mm256_maddubs_epi16(n2, load256(xb.qs + 64)),
+                                              _mm256_maddubs_epi16(n3, load256(xb.qs + 96))));
+        const __m256i p =
+            _mm256_sub_epi32(_mm256_madd_epi16(s, ones),
+                             _mm256_load_si256(reinterpret_cast<const __m256i *>(xb.osum)));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_load_ps(xb.xd)),
+                                 acc[t]);
       }
     }
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
@@ -133,16 +147,18 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
 // vpmaddubsw added in int16, one vpmaddwd by the scales, added in int32. Int32 lane l sums groups
 // 2l and 2l + 1; one float multiply-add per super-block and token.
 template <int NT>
-__attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, const ActQ8K16 *x, int64_t n_blocks,
-                                                          __m256 *acc) {
+__attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, const ActQ8K16 *x,
+                                                          int64_t n_blocks, __m256 *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t i = 0; i < n_blocks; ++i) {
     const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ6_K);
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+    const __m256i sc =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
     const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
     __m256i ia[NT];
     for (int t = 0; t < NT; ++t)
-      ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * n_blocks + i].bsums)));
+      ia[t] = _mm256_madd_epi16(
+          scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * n_blocks + i].bsums)));
     for (int c = 0; c < 4; ++c) {
       const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
       // Registers 2c and 2c + 1 (k % 4 = 2(c % 2) and that + 1): their high bits are bit pairs
@@ -150,13 +166,15 @@ __attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, co
       const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
       const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
       __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));
-      __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), _mm256_and_si256(h1, m30));
+      __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                   _mm256_and_si256(h1, m30));
       // As in q4k_x8_blocks: keep the compiler from hoisting the next chunk above these sums.
       if (c > 0)
         for (int t = 0; t < NT; ++t) __asm__("" : "+x"(lo), "+x"(hi) : "x"(ia[t]));
       for (int t = 0; t < NT; ++t) {
         const int8_t *xq = x[t * n_blocks + i].qs + 64 * c;
-        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)),
+                                           _mm256_maddubs_epi16(hi, load256(xq + 32)));
         ia[t] = _mm256_add_epi32(ia[t], _mm256_madd_epi16(p, sc));
       }
     }
@@ -164,13 +182,15 @@ __attribute__((always_inline)) inline void q6k_x16_blocks(const uint8_t *row, co
     std::memcpy(&dh, blk + 208, 2);
     const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
     for (int t = 0; t < NT; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * n_blocks + i].d)),
-                               acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]),
+                          _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * n_blocks + i].d)), acc[t]);
   }
 }
 
 template <int NT>
-__attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
+__attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1,
+                                            int64_t t0) {
   const ActQ8K16 *x = a.x + t0 * a.n_blocks;
   for (int64_t r = r0; r < r1; ++r) {
     __m256 acc[NT];
@@ -183,20 +203,22 @@ __attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, i
 // q32_r16 (W = Q4_0 or Q5_0): rows 16g + 8h .. + 7 (half h of the tiles' 64-byte lines) for NT
 // tokens from t0. Per block: eight registers of values (nibbles split; Q5_0's fifth bits shifted
 // into place from the bit plane), the eight rows' d; per token the vpmaddubsw products of registers
-// 0-3 and of 4-7 added in int16, one vpmaddwd each to int32, the offset's start, then sum * (d * xd)
-// added, as in q32_r16_rows_scalar (same bits).
+// 0-3 and of 4-7 added in int16, one vpmaddwd each to int32, the offset's start, then sum * (d *
+// xd) added, as in q32_r16_rows_scalar (same bits).
 template <int32_t W, int NT>
 void q32_r16_half(const PackedArgsQ32 &a, int64_t g, int h, int64_t t0) {
   constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
   constexpr int kOff = q32_r16_offset(W);
   const ActQ8 *x = a.x + t0 * a.n_blocks;
   const int64_t nb = a.n_blocks;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16),
+                ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *whole = a.w + static_cast<size_t>(g * nb + i) * kTile, *tile = whole + 32 * h;
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(whole + kD + 16 * h)));
+    const __m256 dv =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(whole + kD + 16 * h)));
     __m256i v[8];
     for (int q = 0; q < 4; ++q) {
       const __m256i raw = load256(tile + 64 * q);
@@ -226,11 +248,14 @@ void q32_r16_half(const PackedArgsQ32 &a, int64_t g, int h, int64_t t0) {
         }
         p[k] = _mm256_madd_epi16(s16, ones);
       }
-      const __m256i sum = _mm256_add_epi32(_mm256_set1_epi32(-kOff * xb.sum), _mm256_add_epi32(p[0], p[1]));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dv, _mm256_set1_ps(xb.d)), acc[t]);
+      const __m256i sum =
+          _mm256_add_epi32(_mm256_set1_epi32(-kOff * xb.sum), _mm256_add_epi32(p[0], p[1]));
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dv, _mm256_set1_ps(xb.d)), acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g + 8 * h, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    _mm256_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g + 8 * h, acc[t]);
 }
 
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most
@@ -244,14 +269,30 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
     const int64_t left = n_tok - t0, passes = (left + kMax - 1) / kMax;
     const int nt = static_cast<int>((left + passes - 1) / passes);
     switch (nt) {
-      case 8: if constexpr (kMax >= 8) tile(std::integral_constant<int, 8>{}, t0); break;
-      case 7: if constexpr (kMax >= 7) tile(std::integral_constant<int, 7>{}, t0); break;
-      case 6: if constexpr (kMax >= 6) tile(std::integral_constant<int, 6>{}, t0); break;
-      case 5: if constexpr (kMax >= 5) tile(std::integral_constant<int, 5>{}, t0); break;
-      case 4: if constexpr (kMax >= 4) tile(std::integral_constant<int, 4>{}, t0); break;
-      case 3: if constexpr (kMax >= 3) tile(std::integral_constant<int, 3>{}, t0); break;
-      case 2: if constexpr (kMax >= 2) tile(std::integral_constant<int, 2>{}, t0); break;
-      default: tile(std::integral_constant<int, 1>{}, t0); break;
+      case 8:
+        if constexpr (kMax >= 8) tile(std::integral_constant<int, 8>{}, t0);
+        break;
+      case 7:
+        if constexpr (kMax >= 7) tile(std::integral_constant<int, 7>{}, t0);
+        break;
+      case 6:
+        if constexpr (kMax >= 6) tile(std::integral_constant<int, 6>{}, t0);
+        break;
+      case 5:
+        if constexpr (kMax >= 5) tile(std::integral_constant<int, 5>{}, t0);
+        break;
+      case 4:
+        if constexpr (kMax >= 4) tile(std::integral_constant<int, 4>{}, t0);
+        break;
+      case 3:
+        if constexpr (kMax >= 3) tile(std::integral_constant<int, 3>{}, t0);
+        break;
+      case 2:
+        if constexpr (kMax >= 2) tile(std::integral_constant<int, 2>{}, t0);
+        break;
+      default:
+        tile(std::integral_constant<int, 1>{}, t0);
+        break;
     }
     t0 += nt;
   }
@@ -262,16 +303,19 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   // At most 6 tokens a pass: 8 spill (bench_kernels, 256 x 1536 in L2, one thread: 8 tokens
   // 75.5 us as one tile of 8, 62.1 as two of 4; 16 tokens 141 / 118).
-  token_tiles<6>(a.n_tok, [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<6>(a.n_tok,
+                 [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
   // 4 nibble registers, the scales, 6 sums and temporaries: no spills up to 6.
-  token_tiles<6>(a.n_tok, [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<6>(a.n_tok,
+                 [&](auto nt, int64_t t0) { q40_x4_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void q4k_x8_rows_avx2(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
-  token_tiles<kTile>(a.n_tok, [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
+  token_tiles<kTile>(a.n_tok,
+                     [&](auto nt, int64_t t0) { q4k_x8_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }
 
 void q32_r16_rows_avx2(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
@@ -284,8 +328,10 @@ void q32_r16_rows_avx2(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept 
     constexpr int NT = decltype(nt)::value;
     for (int64_t g = r0 / 16; g < r1 / 16; ++g)
       for (int h = 0; h < 2; ++h) {
-        if (a.wtype == SPECINFER_WTYPE_Q5_0) q32_r16_half<SPECINFER_WTYPE_Q5_0, NT>(a, g, h, t0);
-        else q32_r16_half<SPECINFER_WTYPE_Q4_0, NT>(a, g, h, t0);
+        if (a.wtype == SPECINFER_WTYPE_Q5_0)
+          q32_r16_half<SPECINFER_WTYPE_Q5_0, NT>(a, g, h, t0);
+        else
+          q32_r16_half<SPECINFER_WTYPE_Q4_0, NT>(a, g, h, t0);
       }
   });
 }

@@ -68,7 +68,9 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline __m256i load256(const void *p) {
+  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
+}
 
 // q4k_x8: rows [r0, r1) for NT tokens from t0. Per super-block and token: eight vpdpbusd give the
 // eight groups' exact sums (lane s = group s), one float multiply by the group scales (exact:
@@ -90,7 +92,8 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
       for (int t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i raw = load256(qs + 32 * c);
-        const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        const __m256i lo = _mm256_and_si256(raw, m4),
+                      hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
         for (int t = 0; t < NT; ++t) {
           const int8_t *xq = x[t * nb + i].qs + 64 * c;
           s[t] = _mm256_dpbusd_epi32(s[t], lo, load256(xq));
@@ -106,9 +109,12 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
       std::memcpy(&eh, blk + 12, 4);
       const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(e, m3f)));
       const __m128i w = _mm_cvtsi32_si128(static_cast<int>(eh));
-      const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
-      const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
-      const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+      const __m128i mhi =
+          _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+      const __m128i mn =
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+      const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dmh)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
       const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
       for (int t = 0; t < NT; ++t) {
         const ActQ8KP &xb = x[t * nb + i];
@@ -134,10 +140,12 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
 // an integer so that no out-of-bounds pointer arises.
 constexpr size_t kAheadGroups = 2, kFarGroups = 4;
 inline void prefetch_lines(uintptr_t p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
+  for (size_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T0);
 }
 inline void prefetch_lines_l2(uintptr_t p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T1);
+  for (size_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char *>(p + o), _MM_HINT_T1);
 }
 
 // Super-block i (block_bytes each) of the 2 * NP rows from row0 into blk, after prefetching the
@@ -145,8 +153,8 @@ inline void prefetch_lines_l2(uintptr_t p, size_t bytes) {
 // Only the first token tile prefetches far: the later ones find a task's rows in L2 (prefill of
 // 512 tokens ran 4% slower with every tile prefetching).
 template <int NP>
-inline void group_blocks(const uint8_t *row0, size_t row_bytes, size_t block_bytes, int64_t i, bool far,
-                         const uint8_t **blk) {
+inline void group_blocks(const uint8_t *row0, size_t row_bytes, size_t block_bytes, int64_t i,
+                         bool far, const uint8_t **blk) {
   const size_t chunk = 2 * NP * block_bytes, group = 2 * NP * row_bytes;
   const uintptr_t part = reinterpret_cast<uintptr_t>(row0) + static_cast<size_t>(i) * chunk;
   prefetch_lines(part + kAheadGroups * group, chunk);
@@ -162,7 +170,9 @@ inline __m512i pair256(const void *lo, const void *hi) {
 inline __m512 pair_ps(__m256 lo, __m256 hi) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
-inline __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(load256(p)); }
+inline __m512i bcast256(const void *p) {
+  return _mm512_broadcast_i64x4(load256(p));
+}
 
 // Stores the sums of the two halves as rows r and r + 1, each half added exactly as hsum does.
 inline void store_pair(float *y, int64_t r, __m512 acc) {
@@ -170,9 +180,11 @@ inline void store_pair(float *y, int64_t r, __m512 acc) {
   y[r + 1] = hsum(_mm512_extractf32x8_ps(acc, 1));
 }
 
-// The NP x NT accumulators of a row group (pairs from row r) into y, token t at y + (t0 + t) * stride.
+// The NP x NT accumulators of a row group (pairs from row r) into y, token t at y + (t0 + t) *
+// stride.
 template <int NP, int NT>
-inline void store_group(const __m512 (&acc)[NP][NT], float *y, int64_t stride, int64_t t0, int64_t r) {
+inline void store_group(const __m512 (&acc)[NP][NT], float *y, int64_t stride, int64_t t0,
+                        int64_t r) {
   for (int p = 0; p < NP; ++p)
     for (int t = 0; t < NT; ++t) store_pair(y + (t0 + t) * stride, r + 2 * p, acc[p][t]);
 }
@@ -223,22 +235,29 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
     for (int p = 0; p < NP; ++p) {
       // Both rows' scales and mins at once (row 2p in the low bytes), decoded as in q4k_x8_tile.
       const uint8_t *b0 = blk[2 * p], *b1 = blk[2 * p + 1];
-      const __m128i e = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b0 + 4)),
-                                           _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b1 + 4)));
+      const __m128i e =
+          _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b0 + 4)),
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b1 + 4)));
       uint32_t eh0, eh1, dd0, dd1;
       std::memcpy(&eh0, b0 + 12, 4);
       std::memcpy(&eh1, b1 + 12, 4);
       std::memcpy(&dd0, b0, 4);  // d, dmin (fp16)
       std::memcpy(&dd1, b1, 4);
       scf2[p] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
-      const __m128i w = _mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(eh0)), _mm_cvtsi32_si128(static_cast<int>(eh1)));
-      const __m128i mhi = _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
-      const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
+      const __m128i w = _mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(eh0)),
+                                           _mm_cvtsi32_si128(static_cast<int>(eh1)));
+      const __m128i mhi =
+          _mm_unpacklo_epi8(_mm_and_si128(w, m0f), _mm_and_si128(_mm_srli_epi16(w, 4), m0f));
+      const __m128i mn =
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(mhi, 2));
       // [d0, dmin0, d1, dmin1] as floats, spread to the halves.
-      const __m128 dd = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(dd0)), _mm_cvtsi32_si128(static_cast<int>(dd1))));
+      const __m128 dd = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(dd0)),
+                                                        _mm_cvtsi32_si128(static_cast<int>(dd1))));
       const __m512 ddz = _mm512_castps128_ps512(dd);
-      dv2[p] = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), ddz);
-      const __m512 dm2 = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), ddz);
+      dv2[p] = _mm512_permutexvar_ps(
+          _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), ddz);
+      const __m512 dm2 = _mm512_permutexvar_ps(
+          _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), ddz);
       mv2[p] = _mm512_mul_ps(dm2, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
     }
     for (int t = 0; t < NT; ++t) {
@@ -246,7 +265,8 @@ void q4k_x8_tile_pairs(const PackedArgs &a, int64_t r, int64_t t0) {
       const __m512 d = _mm512_set1_ps(xb.d), xs = _mm512_broadcast_f32x8(_mm256_load_ps(xb.xs));
       for (int p = 0; p < NP; ++p) {
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[p][t]), scf2[p]);
-        acc[p][t] = _mm512_fmadd_ps(f, _mm512_mul_ps(dv2[p], d), _mm512_fnmadd_ps(mv2[p], xs, acc[p][t]));
+        acc[p][t] =
+            _mm512_fmadd_ps(f, _mm512_mul_ps(dv2[p], d), _mm512_fnmadd_ps(mv2[p], xs, acc[p][t]));
       }
     }
   }
@@ -270,16 +290,20 @@ void q40_x4_tile(const PackedArgsX4 &a, int64_t r0, int64_t r1, int64_t t0) {
       const __m128i dh = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb));
       const __m256 dv = _mm256_cvtph_ps(_mm_unpacklo_epi16(dh, dh));  // d0 d0 d1 d1 ... d3 d3
       const __m256i raw0 = load256(sb + 8), raw1 = load256(sb + 40);
-      const __m256i n0 = _mm256_and_si256(raw0, m4), n1 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4);
-      const __m256i n2 = _mm256_and_si256(raw1, m4), n3 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4);
+      const __m256i n0 = _mm256_and_si256(raw0, m4),
+                    n1 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), m4);
+      const __m256i n2 = _mm256_and_si256(raw1, m4),
+                    n3 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), m4);
       for (int t = 0; t < NT; ++t) {
         const ActQ8X4 &xb = x[t * nb + i];
         __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), n0, load256(xb.qs));
         s = _mm256_dpbusd_epi32(s, n1, load256(xb.qs + 32));
         s = _mm256_dpbusd_epi32(s, n2, load256(xb.qs + 64));
         s = _mm256_dpbusd_epi32(s, n3, load256(xb.qs + 96));
-        const __m256i p = _mm256_sub_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i *>(xb.osum)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_load_ps(xb.xd)), acc[t]);
+        const __m256i p =
+            _mm256_sub_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i *>(xb.osum)));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv, _mm256_load_ps(xb.xd)),
+                                 acc[t]);
       }
     }
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
@@ -301,21 +325,25 @@ void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t *blk = row + static_cast<size_t>(i) * sizeof(BlockQ6_K);
-      const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+      const __m256i sc =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
       const __m256i scn = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
       __m256i ia[NT];
       for (int t = 0; t < NT; ++t)
-        ia[t] = _mm256_madd_epi16(scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * nb + i].bsums)));
+        ia[t] = _mm256_madd_epi16(
+            scn, _mm256_load_si256(reinterpret_cast<const __m256i *>(x[t * nb + i].bsums)));
       for (int c = 0; c < 4; ++c) {
         const __m256i raw = load256(blk + 32 * c), hb = load256(blk + 128 + 32 * (c / 2));
         // High bits as in the AVX2 kernel.
         const __m256i h0 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 4) : hb;
         const __m256i h1 = (c % 2 == 0) ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
         const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m30));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), _mm256_and_si256(h1, m30));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                           _mm256_and_si256(h1, m30));
         for (int t = 0; t < NT; ++t) {
           const int8_t *xq = x[t * nb + i].qs + 64 * c;
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)), _mm256_maddubs_epi16(hi, load256(xq + 32)));
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(xq)),
+                                             _mm256_maddubs_epi16(hi, load256(xq + 32)));
           ia[t] = _mm256_dpwssd_epi32(ia[t], p, sc);
         }
       }
@@ -323,7 +351,8 @@ void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, int64_t r1, int64_t t0) {
       std::memcpy(&dh, blk + 208, 2);
       const __m256 dv = _mm256_set1_ps(_cvtsh_ss(dh));
       for (int t = 0; t < NT; ++t)
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]), _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * nb + i].d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[t]),
+                                 _mm256_mul_ps(dv, _mm256_broadcast_ss(&x[t * nb + i].d)), acc[t]);
     }
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r] = hsum(acc[t]);
   }
@@ -349,7 +378,8 @@ void q40_x4_tile_pairs(const PackedArgsX4 &a, int64_t r, int64_t t0) {
       const uint8_t *sb0 = blk[2 * p], *sb1 = blk[2 * p + 1];
       const __m128i dh0 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb0));
       const __m128i dh1 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sb1));
-      dv[p] = pair_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(dh0, dh0)), _mm256_cvtph_ps(_mm_unpacklo_epi16(dh1, dh1)));
+      dv[p] = pair_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(dh0, dh0)),
+                      _mm256_cvtph_ps(_mm_unpacklo_epi16(dh1, dh1)));
       const __m512i raw0 = pair256(sb0 + 8, sb1 + 8), raw1 = pair256(sb0 + 40, sb1 + 40);
       n[p][0] = _mm512_and_si512(raw0, m4);
       n[p][1] = _mm512_and_si512(_mm512_srli_epi16(raw0, 4), m4);
@@ -367,7 +397,8 @@ void q40_x4_tile_pairs(const PackedArgsX4 &a, int64_t r, int64_t t0) {
         sum = _mm512_dpbusd_epi32(sum, n[p][1], x1);
         sum = _mm512_dpbusd_epi32(sum, n[p][2], x2);
         sum = _mm512_dpbusd_epi32(sum, n[p][3], x3);
-        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, os)), _mm512_mul_ps(dv[p], xd), acc[p][t]);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, os)),
+                                    _mm512_mul_ps(dv[p], xd), acc[p][t]);
       }
     }
   }
@@ -391,7 +422,8 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
     __m512i sc[NP], ia[NP][NT];
     for (int p = 0; p < NP; ++p) {
       const __m256i sc8 = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2 * p] + 192))),
+          _mm256_castsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2 * p] + 192))),
           _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2 * p + 1] + 192)), 1);
       sc[p] = _mm512_cvtepi8_epi16(sc8);
       const __m512i scn = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(sc[p], 5));
@@ -401,17 +433,20 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
       __m512i lo[NP], hi[NP];
       for (int p = 0; p < NP; ++p) {
         const __m512i raw = pair256(blk[2 * p] + 32 * c, blk[2 * p + 1] + 32 * c);
-        const __m512i hb = pair256(blk[2 * p] + 128 + 32 * (c / 2), blk[2 * p + 1] + 128 + 32 * (c / 2));
+        const __m512i hb =
+            pair256(blk[2 * p] + 128 + 32 * (c / 2), blk[2 * p + 1] + 128 + 32 * (c / 2));
         const __m512i h0 = (c % 2 == 0) ? _mm512_slli_epi16(hb, 4) : hb;
         const __m512i h1 = (c % 2 == 0) ? _mm512_slli_epi16(hb, 2) : _mm512_srli_epi16(hb, 2);
         lo[p] = _mm512_or_si512(_mm512_and_si512(raw, m4), _mm512_and_si512(h0, m30));
-        hi[p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4), _mm512_and_si512(h1, m30));
+        hi[p] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
+                                _mm512_and_si512(h1, m30));
       }
       for (int t = 0; t < NT; ++t) {
         const int8_t *xq = x[t * nb + i].qs + 64 * c;
         const __m512i xa = bcast256(xq), xb = bcast256(xq + 32);
         for (int p = 0; p < NP; ++p) {
-          const __m512i prod = _mm512_add_epi16(_mm512_maddubs_epi16(lo[p], xa), _mm512_maddubs_epi16(hi[p], xb));
+          const __m512i prod =
+              _mm512_add_epi16(_mm512_maddubs_epi16(lo[p], xa), _mm512_maddubs_epi16(hi[p], xb));
           ia[p][t] = _mm512_dpwssd_epi32(ia[p][t], prod, sc[p]);
         }
       }
@@ -426,7 +461,8 @@ void q6k_x16_tile_pairs(const PackedArgsQ6 &a, int64_t r, int64_t t0) {
     for (int t = 0; t < NT; ++t) {
       const __m512 d = _mm512_set1_ps(x[t * nb + i].d);
       for (int p = 0; p < NP; ++p)
-        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv[p], d), acc[p][t]);
+        acc[p][t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[p][t]), _mm512_mul_ps(dv[p], d), acc[p][t]);
     }
   }
   store_group(acc, a.y, a.y_stride, t0, r);
@@ -462,22 +498,23 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
     prefetch_tiles_ahead(tile, kR16Tile, t0 == 0);
     __m512 scaled[NT];
     for (int t = 0; t < NT; ++t) scaled[t] = _mm512_setzero_ps();
-SPECINFER_UNROLL(8)
+    SPECINFER_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
-      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
+      const __m128i e =
+          _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
       const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(e, m3f)));
       __m512i v[8];
-SPECINFER_UNROLL(4)
+      SPECINFER_UNROLL(4)
       for (int q = 0; q < 4; ++q) {
         const __m512i raw = _mm512_load_si512(tile + 256 * s + 64 * q);
         v[2 * q] = _mm512_and_si512(raw, m4);
         v[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
       }
-SPECINFER_UNROLL(8)
+      SPECINFER_UNROLL(8)
       for (int t = 0; t < NT; ++t) {
         const int8_t *xq = x[t * nb + i].qs + 32 * s;
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-SPECINFER_UNROLL(4)
+        SPECINFER_UNROLL(4)
         for (int c = 0; c < 8; c += 2) {  // register c: columns 32s + 4c .. + 3
           int32_t x0, x1;
           std::memcpy(&x0, xq + 4 * c, 4);
@@ -491,19 +528,25 @@ SPECINFER_UNROLL(4)
     // The mins of groups 2j and 2j + 1 as an int16 pair per lane (row): the low two bits from the
     // scale byte's top, the high four from a nibble of the min-high byte.
     const auto min6 = [&](int s, __m128i high) {
-      const __m128i e = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
-      return _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03), _mm_slli_epi16(_mm_and_si128(high, m0f), 2));
+      const __m128i e =
+          _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16Scales + 16 * s));
+      return _mm_or_si128(_mm_and_si128(_mm_srli_epi16(e, 6), m03),
+                          _mm_slli_epi16(_mm_and_si128(high, m0f), 2));
     };
     __m512i mp[4];
-SPECINFER_UNROLL(4)
+    SPECINFER_UNROLL(4)
     for (int j = 0; j < 4; ++j) {
-      const __m128i mh = _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * j));
+      const __m128i mh =
+          _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kR16MinHigh + 16 * j));
       const __m128i m0 = min6(2 * j, mh), m1 = min6(2 * j + 1, _mm_srli_epi16(mh, 4));
-      mp[j] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
+      mp[j] = _mm512_cvtepu8_epi16(
+          _mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
     }
-    const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
-    const __m512 dmv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
-SPECINFER_UNROLL(8)
+    const __m512 dv =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16D)));
+    const __m512 dmv =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kR16Dmin)));
+    SPECINFER_UNROLL(8)
     for (int t = 0; t < NT; ++t) {
       const ActQ8KS &xb = x[t * nb + i];
       __m512i mins = _mm512_setzero_si512();
@@ -512,7 +555,8 @@ SPECINFER_UNROLL(8)
         std::memcpy(&pair, xb.bsums + 2 * j, 4);
         mins = _mm512_dpwssd_epi32(mins, mp[j], _mm512_set1_epi32(pair));
       }
-      const __m512 part = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), dmv, _mm512_mul_ps(scaled[t], dv));
+      const __m512 part =
+          _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), dmv, _mm512_mul_ps(scaled[t], dv));
       acc[t] = _mm512_fmadd_ps(part, _mm512_set1_ps(xb.d), acc[t]);
     }
   }
@@ -537,7 +581,8 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t *tile = a.w + static_cast<size_t>(g * nb + i) * kTile;
     prefetch_tiles_ahead(tile, kTile, t0 == 0);
-    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(tile + kD)));
+    const __m512 dv =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(tile + kD)));
     __m512i v[8];
     if constexpr (W == SPECINFER_WTYPE_Q8_0) {
       for (int c = 0; c < 8; ++c) v[c] = _mm512_loadu_si512(tile + 64 * c);
@@ -550,8 +595,9 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
       if constexpr (W == SPECINFER_WTYPE_Q5_0) {  // 16 added where bit c of the plane's byte is set
         const __m512i plane = _mm512_loadu_si512(tile + 256);
         for (int c = 0; c < 8; ++c)
-          v[c] = _mm512_mask_add_epi8(v[c], _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << c))), v[c],
-                                      sixteen);
+          v[c] = _mm512_mask_add_epi8(
+              v[c], _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << c))), v[c],
+              sixteen);
       }
     }
     for (int t = 0; t < NT; ++t) {
@@ -583,14 +629,30 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
     const int64_t left = n_tok - t0, passes = (left + kTile - 1) / kTile;
     const int nt = static_cast<int>((left + passes - 1) / passes);
     switch (nt) {
-      case 8: if constexpr (kTile >= 8) tile(std::integral_constant<int, 8>{}, t0); break;
-      case 7: if constexpr (kTile >= 7) tile(std::integral_constant<int, 7>{}, t0); break;
-      case 6: if constexpr (kTile >= 6) tile(std::integral_constant<int, 6>{}, t0); break;
-      case 5: tile(std::integral_constant<int, 5>{}, t0); break;
-      case 4: tile(std::integral_constant<int, 4>{}, t0); break;
-      case 3: tile(std::integral_constant<int, 3>{}, t0); break;
-      case 2: tile(std::integral_constant<int, 2>{}, t0); break;
-      default: tile(std::integral_constant<int, 1>{}, t0); break;
+      case 8:
+        if constexpr (kTile >= 8) tile(std::integral_constant<int, 8>{}, t0);
+        break;
+      case 7:
+        if constexpr (kTile >= 7) tile(std::integral_constant<int, 7>{}, t0);
+        break;
+      case 6:
+        if constexpr (kTile >= 6) tile(std::integral_constant<int, 6>{}, t0);
+        break;
+      case 5:
+        tile(std::integral_constant<int, 5>{}, t0);
+        break;
+      case 4:
+        tile(std::integral_constant<int, 4>{}, t0);
+        break;
+      case 3:
+        tile(std::integral_constant<int, 3>{}, t0);
+        break;
+      case 2:
+        tile(std::integral_constant<int, 2>{}, t0);
+        break;
+      default:
+        tile(std::integral_constant<int, 1>{}, t0);
+        break;
     }
     t0 += nt;
   }
@@ -611,16 +673,18 @@ void row_groups(int64_t r0, int64_t r1, Pairs &&pairs, Single &&single) {
 void q4k_x8_rows_avx512(const PackedArgs &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    row_groups(r0, r1, [&](auto np, int64_t r) { q4k_x8_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
-               [&](int64_t r, int64_t end) { q4k_x8_tile<NT>(a, r, end, t0); });
+    row_groups(
+        r0, r1, [&](auto np, int64_t r) { q4k_x8_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+        [&](int64_t r, int64_t end) { q4k_x8_tile<NT>(a, r, end, t0); });
   });
 }
 
 void q40_x4_rows_avx512(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    row_groups(r0, r1, [&](auto np, int64_t r) { q40_x4_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
-               [&](int64_t r, int64_t end) { q40_x4_tile<NT>(a, r, end, t0); });
+    row_groups(
+        r0, r1, [&](auto np, int64_t r) { q40_x4_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+        [&](int64_t r, int64_t end) { q40_x4_tile<NT>(a, r, end, t0); });
   });
 }
 
@@ -634,9 +698,12 @@ void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcep
   token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
     for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
-      if (a.wtype == SPECINFER_WTYPE_Q8_0) q32_r16_tile<SPECINFER_WTYPE_Q8_0, NT>(a, g, t0);
-      else if (a.wtype == SPECINFER_WTYPE_Q5_0) q32_r16_tile<SPECINFER_WTYPE_Q5_0, NT>(a, g, t0);
-      else q32_r16_tile<SPECINFER_WTYPE_Q4_0, NT>(a, g, t0);
+      if (a.wtype == SPECINFER_WTYPE_Q8_0)
+        q32_r16_tile<SPECINFER_WTYPE_Q8_0, NT>(a, g, t0);
+      else if (a.wtype == SPECINFER_WTYPE_Q5_0)
+        q32_r16_tile<SPECINFER_WTYPE_Q5_0, NT>(a, g, t0);
+      else
+        q32_r16_tile<SPECINFER_WTYPE_Q4_0, NT>(a, g, t0);
     }
   });
 }
@@ -644,8 +711,9 @@ void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcep
 void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<5>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
-    row_groups(r0, r1, [&](auto np, int64_t r) { q6k_x16_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
-               [&](int64_t r, int64_t end) { q6k_x16_tile<NT>(a, r, end, t0); });
+    row_groups(
+        r0, r1, [&](auto np, int64_t r) { q6k_x16_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
+        [&](int64_t r, int64_t end) { q6k_x16_tile<NT>(a, r, end, t0); });
   });
 }
 

@@ -100,22 +100,38 @@ int64_t wtype_block_size(int32_t wtype) noexcept {
 
 size_t wtype_block_bytes(int32_t wtype) noexcept {
   switch (wtype) {
-    case SPECINFER_WTYPE_F32: return 4;
-    case SPECINFER_WTYPE_F16: return 2;
-    case SPECINFER_WTYPE_BF16: return 2;
-    case SPECINFER_WTYPE_Q4_0: return sizeof(BlockQ4_0);
-    case SPECINFER_WTYPE_Q4_1: return sizeof(BlockQ4_1);
-    case SPECINFER_WTYPE_Q5_0: return sizeof(BlockQ5_0);
-    case SPECINFER_WTYPE_Q5_1: return sizeof(BlockQ5_1);
-    case SPECINFER_WTYPE_Q8_0: return sizeof(BlockQ8_0);
-    case SPECINFER_WTYPE_Q8_1: return sizeof(BlockQ8_1);
-    case SPECINFER_WTYPE_Q2_K: return sizeof(BlockQ2_K);
-    case SPECINFER_WTYPE_Q3_K: return sizeof(BlockQ3_K);
-    case SPECINFER_WTYPE_Q4_K: return sizeof(BlockQ4_K);
-    case SPECINFER_WTYPE_Q5_K: return sizeof(BlockQ5_K);
-    case SPECINFER_WTYPE_Q6_K: return sizeof(BlockQ6_K);
-    case SPECINFER_WTYPE_Q8_K: return sizeof(BlockQ8_K);
-    default: return 0;
+    case SPECINFER_WTYPE_F32:
+      return 4;
+    case SPECINFER_WTYPE_F16:
+      return 2;
+    case SPECINFER_WTYPE_BF16:
+      return 2;
+    case SPECINFER_WTYPE_Q4_0:
+      return sizeof(BlockQ4_0);
+    case SPECINFER_WTYPE_Q4_1:
+      return sizeof(BlockQ4_1);
+    case SPECINFER_WTYPE_Q5_0:
+      return sizeof(BlockQ5_0);
+    case SPECINFER_WTYPE_Q5_1:
+      return sizeof(BlockQ5_1);
+    case SPECINFER_WTYPE_Q8_0:
+      return sizeof(BlockQ8_0);
+    case SPECINFER_WTYPE_Q8_1:
+      return sizeof(BlockQ8_1);
+    case SPECINFER_WTYPE_Q2_K:
+      return sizeof(BlockQ2_K);
+    case SPECINFER_WTYPE_Q3_K:
+      return sizeof(BlockQ3_K);
+    case SPECINFER_WTYPE_Q4_K:
+      return sizeof(BlockQ4_K);
+    case SPECINFER_WTYPE_Q5_K:
+      return sizeof(BlockQ5_K);
+    case SPECINFER_WTYPE_Q6_K:
+      return sizeof(BlockQ6_K);
+    case SPECINFER_WTYPE_Q8_K:
+      return sizeof(BlockQ8_K);
+    default:
+      return 0;
   }
 }
 
@@ -127,22 +143,38 @@ size_t wtype_row_size(int32_t wtype, int64_t n_cols) noexcept {
 
 const char *wtype_name(int32_t wtype) noexcept {
   switch (wtype) {
-    case SPECINFER_WTYPE_F32: return "f32";
-    case SPECINFER_WTYPE_F16: return "f16";
-    case SPECINFER_WTYPE_BF16: return "bf16";
-    case SPECINFER_WTYPE_Q4_0: return "q4_0";
-    case SPECINFER_WTYPE_Q4_1: return "q4_1";
-    case SPECINFER_WTYPE_Q5_0: return "q5_0";
-    case SPECINFER_WTYPE_Q5_1: return "q5_1";
-    case SPECINFER_WTYPE_Q8_0: return "q8_0";
-    case SPECINFER_WTYPE_Q8_1: return "q8_1";
-    case SPECINFER_WTYPE_Q2_K: return "q2_K";
-    case SPECINFER_WTYPE_Q3_K: return "q3_K";
-    case SPECINFER_WTYPE_Q4_K: return "q4_K";
-    case SPECINFER_WTYPE_Q5_K: return "q5_K";
-    case SPECINFER_WTYPE_Q6_K: return "q6_K";
-    case SPECINFER_WTYPE_Q8_K: return "q8_K";
-    default: return "unknown";
+    case SPECINFER_WTYPE_F32:
+      return "f32";
+    case SPECINFER_WTYPE_F16:
+      return "f16";
+    case SPECINFER_WTYPE_BF16:
+      return "bf16";
+    case SPECINFER_WTYPE_Q4_0:
+      return "q4_0";
+    case SPECINFER_WTYPE_Q4_1:
+      return "q4_1";
+    case SPECINFER_WTYPE_Q5_0:
+      return "q5_0";
+    case SPECINFER_WTYPE_Q5_1:
+      return "q5_1";
+    case SPECINFER_WTYPE_Q8_0:
+      return "q8_0";
+    case SPECINFER_WTYPE_Q8_1:
+      return "q8_1";
+    case SPECINFER_WTYPE_Q2_K:
+      return "q2_K";
+    case SPECINFER_WTYPE_Q3_K:
+      return "q3_K";
+    case SPECINFER_WTYPE_Q4_K:
+      return "q4_K";
+    case SPECINFER_WTYPE_Q5_K:
+      return "q5_K";
+    case SPECINFER_WTYPE_Q6_K:
+      return "q6_K";
+    case SPECINFER_WTYPE_Q8_K:
+      return "q8_K";
+    default:
+      return "unknown";
   }
 }
 
@@ -343,19 +375,32 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
       return;
     }
-    case SPECINFER_WTYPE_Q4_0: return deq_q4_0(static_cast<const BlockQ4_0 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q4_1: return deq_q4_1(static_cast<const BlockQ4_1 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q5_0: return deq_q5_0(static_cast<const BlockQ5_0 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q5_1: return deq_q5_1(static_cast<const BlockQ5_1 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q8_0: return deq_q8_0(static_cast<const BlockQ8_0 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q8_1: return deq_q8_1(static_cast<const BlockQ8_1 *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q2_K: return deq_q2_k(static_cast<const BlockQ2_K *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q3_K: return deq_q3_k(static_cast<const BlockQ3_K *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q4_K: return deq_q4_k(static_cast<const BlockQ4_K *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q5_K: return deq_q5_k(static_cast<const BlockQ5_K *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q6_K: return deq_q6_k(static_cast<const BlockQ6_K *>(src), dst, nb);
-    case SPECINFER_WTYPE_Q8_K: return deq_q8_k(static_cast<const BlockQ8_K *>(src), dst, nb);
-    default: break;
+    case SPECINFER_WTYPE_Q4_0:
+      return deq_q4_0(static_cast<const BlockQ4_0 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q4_1:
+      return deq_q4_1(static_cast<const BlockQ4_1 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q5_0:
+      return deq_q5_0(static_cast<const BlockQ5_0 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q5_1:
+      return deq_q5_1(static_cast<const BlockQ5_1 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q8_0:
+      return deq_q8_0(static_cast<const BlockQ8_0 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q8_1:
+      return deq_q8_1(static_cast<const BlockQ8_1 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q2_K:
+      return deq_q2_k(static_cast<const BlockQ2_K *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q3_K:
+      return deq_q3_k(static_cast<const BlockQ3_K *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q4_K:
+      return deq_q4_k(static_cast<const BlockQ4_K *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q5_K:
+      return deq_q5_k(static_cast<const BlockQ5_K *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q6_K:
+      return deq_q6_k(static_cast<const BlockQ6_K *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q8_K:
+      return deq_q8_k(static_cast<const BlockQ8_K *>(src), dst, nb);
+    default:
+      break;
   }
   fail(SPECINFER_ERR_UNSUPPORTED, "dequantize: unsupported weight type %d", wtype);
 }
@@ -370,7 +415,8 @@ namespace {
 // 0.851 for a search over 11 scales and 0.855 for the file's Q5_0.) Returns false for inf or NaN.
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: round to nearest even, vectorizable
 
-// Levels for scale d (1 / d = id) and their squared error; also the sums a least-squares refit needs.
+// Levels for scale d (1 / d = id) and their squared error; also the sums a least-squares refit
+// needs.
 float q4_0_levels(const float *x, float d, float id, float *q, float *sxq, float *sqq) {
   float err = 0.0f, a = 0.0f, b = 0.0f;
   for (int j = 0; j < kQK; ++j) {

@@ -49,7 +49,8 @@ float quantize_group_avx2(const float *x, int n, int8_t *q) {
       v[k] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(p, magic), magic));
     }
     // packs interleave the 128-bit lanes; the permute puts the 32 bytes back in order.
-    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    const __m256i w =
+        _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + j), _mm256_permutevar8x32_epi32(w, order));
   }
   return am / 127.0f;
@@ -62,7 +63,9 @@ inline void group16_sums(const int8_t *q, int n_groups, int32_t *out) {
   for (int g = 0; g < n_groups; g += 2) {
     // |sum| over 16 values <= 2032: vpmaddubsw with 1 (unsigned) x q (signed) is exact.
     const __m256i s = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(ones8, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 16 * g))), ones16);
+        _mm256_maddubs_epi16(ones8,
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + 16 * g))),
+        ones16);
     // s: 8 int32, lanes 0..3 from group g, 4..7 from group g + 1.
     __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
     lo = _mm_hadd_epi32(lo, hi);  // g: 0+1, 2+3 | g+1: 0+1, 2+3

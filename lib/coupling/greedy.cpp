@@ -34,6 +34,8 @@ class GreedyCoupler final : public StepCoupler {
 
 }  // namespace
 
-std::unique_ptr<Coupler> make_greedy_coupler() { return std::make_unique<GreedyCoupler>(); }
+std::unique_ptr<Coupler> make_greedy_coupler() {
+  return std::make_unique<GreedyCoupler>();
+}
 
 }  // namespace specinfer

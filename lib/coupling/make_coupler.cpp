@@ -17,7 +17,8 @@ double parse_number(const std::string &spec, const std::string &text) {
   char *end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v))
-    fail(SPECINFER_ERR_CONFIG, "coupler '%s': '%s' is not a finite number", spec.c_str(), text.c_str());
+    fail(SPECINFER_ERR_CONFIG, "coupler '%s': '%s' is not a finite number", spec.c_str(),
+         text.c_str());
   return v;
 }
 
@@ -28,7 +29,8 @@ std::unique_ptr<Coupler> make_coupler(const std::string &spec) {
   size_t start = 0;
   for (;;) {
     size_t colon = spec.find(':', start);
-    parts.push_back(spec.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    parts.push_back(
+        spec.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
@@ -36,7 +38,8 @@ std::unique_ptr<Coupler> make_coupler(const std::string &spec) {
   const size_t n_args = parts.size() - 1;
   auto no_args = [&]() {
     if (n_args)
-      fail(SPECINFER_ERR_CONFIG, "coupler '%s': '%s' takes no parameter", spec.c_str(), kind.c_str());
+      fail(SPECINFER_ERR_CONFIG, "coupler '%s': '%s' takes no parameter", spec.c_str(),
+           kind.c_str());
   };
   if (kind == "greedy") {
     no_args();
@@ -47,7 +50,8 @@ std::unique_ptr<Coupler> make_coupler(const std::string &spec) {
     return make_rejection_coupler(1.0);
   }
   if (kind == "lenient") {
-    if (n_args > 1) fail(SPECINFER_ERR_CONFIG, "coupler '%s': lenient takes one parameter", spec.c_str());
+    if (n_args > 1)
+      fail(SPECINFER_ERR_CONFIG, "coupler '%s': lenient takes one parameter", spec.c_str());
     double l = n_args ? parse_number(spec, parts[1]) : 0.5;
     return make_rejection_coupler(l);
   }
@@ -60,7 +64,9 @@ std::unique_ptr<Coupler> make_coupler(const std::string &spec) {
     return make_minhash_coupler();
   }
   if (kind == "typical") {
-    if (n_args > 2) fail(SPECINFER_ERR_CONFIG, "coupler '%s': typical takes at most two parameters", spec.c_str());
+    if (n_args > 2)
+      fail(SPECINFER_ERR_CONFIG, "coupler '%s': typical takes at most two parameters",
+           spec.c_str());
     double eps = n_args >= 1 ? parse_number(spec, parts[1]) : 0.09;
     double delta = n_args >= 2 ? parse_number(spec, parts[2]) : 0.3;
     return make_typical_coupler(eps, delta);

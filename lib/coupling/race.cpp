@@ -40,7 +40,9 @@ int32_t heaviest(const float *w, int32_t vocab) {
   return best;
 }
 
-uint64_t join(uint32_t lo, uint32_t hi) { return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32); }
+uint64_t join(uint32_t lo, uint32_t hi) {
+  return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(hi) << 32);
+}
 
 // Calls fn(i, bits) for every token i with w[i] > 0, bits = rng.bits(i). Dense stretches of the
 // vocabulary get their random values in bulk (vectorized); sparse ones (after top-k, top-p) one
@@ -108,13 +110,16 @@ uint32_t dart_stream(uint32_t chunk, uint32_t j) {
 }
 
 // Time within chunk c of token i's first dart under w, given the chunk's lowest height m < w.
-double first_dart_in_chunk(uint64_t seed, int64_t position, uint32_t c, int32_t i, double m, double w) {
-  const double t_low = CounterRng(seed, position, dart_stream(c, kChunkStreams - 1)).uniform(static_cast<uint64_t>(i));
+double first_dart_in_chunk(uint64_t seed, int64_t position, uint32_t c, int32_t i, double m,
+                           double w) {
+  const double t_low = CounterRng(seed, position, dart_stream(c, kChunkStreams - 1))
+                           .uniform(static_cast<uint64_t>(i));
   const double rate = 1.0 - m;  // the other darts: heights in (m, 1]
   double t = 0;
   if (rate > 0) {
     for (uint32_t j = 1; j + 1 < kChunkStreams; ++j) {
-      std::array<uint32_t, 4> b = CounterRng(seed, position, dart_stream(c, j)).block(static_cast<uint32_t>(i));
+      std::array<uint32_t, 4> b =
+          CounterRng(seed, position, dart_stream(c, j)).block(static_cast<uint32_t>(i));
       t += -std::log(CounterRng::to_open_unit(join(b[0], b[1]))) / rate;
       if (t >= t_low) break;
       if (m + CounterRng::to_open_unit(join(b[2], b[3])) * rate < w) return t;
@@ -156,7 +161,8 @@ class RaceCoupler final : public StepCoupler {
   RaceCoupler(std::string name, Choice choice) : StepCoupler(std::move(name)), choice_(choice) {}
   bool exact() const override { return true; }
 
-  int32_t draft_sample(int32_t vocab, const float *q, uint64_t seed, int64_t position) const override {
+  int32_t draft_sample(int32_t vocab, const float *q, uint64_t seed,
+                       int64_t position) const override {
     check_vocab(vocab);
     check_prob_row(q, vocab, "q", 0);
     return choice_(q, vocab, seed, position);

@@ -15,7 +15,8 @@ bool prob_row_stats_avx2(const float *row, int32_t n, double *sum) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(row + i);
-    ok = _mm256_and_ps(ok, _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ), _mm256_cmp_ps(x, big, _CMP_LE_OQ)));
+    ok = _mm256_and_ps(
+        ok, _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ), _mm256_cmp_ps(x, big, _CMP_LE_OQ)));
     s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
     s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
   }

@@ -10,7 +10,8 @@
 namespace specinfer {
 
 void check_vocab(int32_t vocab) {
-  if (vocab <= 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: vocab must be > 0 (got %d)", vocab);
+  if (vocab <= 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: vocab must be > 0 (got %d)", vocab);
 }
 
 void check_token(int32_t token, int32_t vocab, const char *what, int64_t index) {
@@ -20,13 +21,16 @@ void check_token(int32_t token, int32_t vocab, const char *what, int64_t index) 
 }
 
 void check_prob_row(const float *row, int32_t vocab, const char *what, int64_t index) {
-  if (!row) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what, static_cast<long long>(index));
+  if (!row)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what,
+         static_cast<long long>(index));
   double sum = 0;
   // Fast path: one vectorized pass; the slow loop below runs only to name a bad entry.
   if (active_isa() != Isa::scalar && prob_row_stats_avx2(row, vocab, &sum)) {
     if (std::fabs(sum - 1.0) > kProbSumTolerance)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld sums to %.9g, not 1 (tolerance %g)",
-           what, static_cast<long long>(index), sum, kProbSumTolerance);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "coupler: %s row %lld sums to %.9g, not 1 (tolerance %g)", what,
+           static_cast<long long>(index), sum, kProbSumTolerance);
     return;
   }
   sum = 0;
@@ -46,7 +50,9 @@ void check_prob_row(const float *row, int32_t vocab, const char *what, int64_t i
 }
 
 void check_score_row(const float *row, int32_t vocab, const char *what, int64_t index) {
-  if (!row) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what, static_cast<long long>(index));
+  if (!row)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what,
+         static_cast<long long>(index));
   bool any = false;
   for (int32_t i = 0; i < vocab; ++i) {
     float x = row[i];
@@ -62,7 +68,8 @@ void check_score_row(const float *row, int32_t vocab, const char *what, int64_t 
 
 VerifyResult StepCoupler::verify(int32_t vocab, int32_t k, const float *p, const float *q,
                                  const int32_t *draft, uint64_t seed, int64_t position) const {
-  if (k < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: draft length k must be >= 0 (got %d)", k);
+  if (k < 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: draft length k must be >= 0 (got %d)", k);
   if (k > 0 && !draft) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: NULL draft with k = %d", k);
   std::vector<int32_t> parents(static_cast<size_t>(k)), path(static_cast<size_t>(k));
   for (int32_t j = 0; j < k; ++j) parents[static_cast<size_t>(j)] = j - 1;
@@ -70,14 +77,15 @@ VerifyResult StepCoupler::verify(int32_t vocab, int32_t k, const float *p, const
 }
 
 VerifyResult StepCoupler::verify_tree(int32_t vocab, int32_t n_nodes, const float *p,
-                                      const float *q, const int32_t *tokens,
-                                      const int32_t *parents, uint64_t seed, int64_t position,
-                                      int32_t *path) const {
+                                      const float *q, const int32_t *tokens, const int32_t *parents,
+                                      uint64_t seed, int64_t position, int32_t *path) const {
   check_vocab(vocab);
-  if (n_nodes < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: node count must be >= 0 (got %d)", n_nodes);
+  if (n_nodes < 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: node count must be >= 0 (got %d)", n_nodes);
   if (!p) fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: NULL p");
   if (n_nodes > 0 && (!tokens || !parents || !path))
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: NULL tokens, parents or path with %d nodes", n_nodes);
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: NULL tokens, parents or path with %d nodes",
+         n_nodes);
   if (position < 0)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: position must be >= 0 (got %lld)",
          static_cast<long long>(position));
@@ -124,7 +132,8 @@ VerifyResult StepCoupler::verify_tree(int32_t vocab, int32_t n_nodes, const floa
     int32_t c = step(vocab, prow, children, seed, position + depth, &token, scratch);
     if (c < 0) {
       if (token < 0 || token >= vocab)
-        fail(SPECINFER_ERR_INTERNAL, "coupler %s chose token %d outside the vocabulary", name().c_str(), token);
+        fail(SPECINFER_ERR_INTERNAL, "coupler %s chose token %d outside the vocabulary",
+             name().c_str(), token);
       out.token = token;
       return out;
     }

@@ -36,7 +36,9 @@ void *host_alloc(size_t size, size_t align) {
   return std::aligned_alloc(align, rounded);
 }
 
-void host_free(void *ptr) { std::free(ptr); }
+void host_free(void *ptr) {
+  std::free(ptr);
+}
 
 void host_parallel_for(const specinfer_host *, int64_t n, int64_t grain,
                        void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {

@@ -108,7 +108,9 @@ void TargetObject::forward(const specinfer_forward_batch &batch) {
   check_plugin(rc, err, "forward");
 }
 
-int32_t TargetObject::kv_size() { return vtable_->kv_size(self_); }
+int32_t TargetObject::kv_size() {
+  return vtable_->kv_size(self_);
+}
 
 void TargetObject::kv_truncate(int32_t n_keep) {
   auto err = fresh_error();
@@ -116,7 +118,8 @@ void TargetObject::kv_truncate(int32_t n_keep) {
 }
 
 void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
-  if (!vtable_->kv_keep) fail(SPECINFER_ERR_UNSUPPORTED, "this target cannot keep a token tree's path");
+  if (!vtable_->kv_keep)
+    fail(SPECINFER_ERR_UNSUPPORTED, "this target cannot keep a token tree's path");
   auto err = fresh_error();
   check_plugin(vtable_->kv_keep(self_, base, idx, n, &err), err, "kv_keep");
 }
@@ -153,10 +156,12 @@ void DrafterObject::propose(const specinfer_draft_request &request, specinfer_dr
   registry_.run([&] { rc = vtable_->propose(self_, &request, &draft, &err); });
   check_plugin(rc, err, "drafter propose");
   if (draft.n_nodes < 0 || draft.n_nodes > draft.cap)
-    fail(SPECINFER_ERR_PLUGIN, "drafter proposed %d nodes with room for %d", draft.n_nodes, draft.cap);
+    fail(SPECINFER_ERR_PLUGIN, "drafter proposed %d nodes with room for %d", draft.n_nodes,
+         draft.cap);
   for (int32_t i = 0; i < draft.n_nodes; ++i) {
     if (draft.tokens[i] < 0 || draft.tokens[i] >= draft.vocab_size)
-      fail(SPECINFER_ERR_PLUGIN, "drafter proposed token %d outside the vocabulary", draft.tokens[i]);
+      fail(SPECINFER_ERR_PLUGIN, "drafter proposed token %d outside the vocabulary",
+           draft.tokens[i]);
     if (draft.parents[i] < -1 || draft.parents[i] >= i)
       fail(SPECINFER_ERR_PLUGIN, "drafter node %d has parent %d (must be -1 or an earlier node)", i,
            draft.parents[i]);
@@ -174,12 +179,14 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
                                  const std::string &config) {
   LoadedPlugin &p = registry.find(plugin);
   if (!p.target_factory)
-    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no target (it is a drafter)", plugin.c_str());
+    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no target (it is a drafter)",
+         plugin.c_str());
   void *self = nullptr;
   const specinfer_target_vtable *vt = nullptr;
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry.run([&] { rc = p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err); });
+  registry.run(
+      [&] { rc = p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err); });
   check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
   return new specinfer_target(registry, &p, self, vt);
 }

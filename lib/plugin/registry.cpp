@@ -29,7 +29,7 @@ std::string library_dir() {
 }
 
 bool is_file(const std::string &path) {
-  struct stat st{};
+  struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -140,8 +140,10 @@ void Registry::add(const specinfer_plugin_descriptor *d, const std::string &path
   plugin->description = d->description ? d->description : "";
   plugin->path = path;
   plugin->descriptor = d;
-  auto tf = static_cast<const specinfer_target_factory *>(d->get_factory(SPECINFER_TARGET_FACTORY_ID));
-  auto df = static_cast<const specinfer_drafter_factory *>(d->get_factory(SPECINFER_DRAFTER_FACTORY_ID));
+  auto tf =
+      static_cast<const specinfer_target_factory *>(d->get_factory(SPECINFER_TARGET_FACTORY_ID));
+  auto df =
+      static_cast<const specinfer_drafter_factory *>(d->get_factory(SPECINFER_DRAFTER_FACTORY_ID));
   if (tf && (tf->struct_size < sizeof(specinfer_target_factory) || !tf->create))
     fail(SPECINFER_ERR_FORMAT, "plugin '%s': malformed target factory", d->name);
   if (df && (df->struct_size < sizeof(specinfer_drafter_factory) || !df->create))
@@ -170,8 +172,8 @@ void Registry::load_file(const std::string &path) {
   auto d = static_cast<const specinfer_plugin_descriptor *>(dlsym(dl, "specinfer_plugin_entry"));
   if (!d) {
     dlclose(dl);
-    fail(SPECINFER_ERR_FORMAT, "%s is not a specinfer plugin: it exports no 'specinfer_plugin_entry'",
-         path.c_str());
+    fail(SPECINFER_ERR_FORMAT,
+         "%s is not a specinfer plugin: it exports no 'specinfer_plugin_entry'", path.c_str());
   }
   std::lock_guard<std::mutex> lock(mu_);
   try {
@@ -188,7 +190,8 @@ int Registry::load_dir(const std::string &dir) {
   std::vector<std::string> files;
   while (dirent *e = readdir(dp)) {
     std::string name = e->d_name;
-    if (name.rfind("specinfer-", 0) == 0 && name.size() > 3 && name.substr(name.size() - 3) == ".so")
+    if (name.rfind("specinfer-", 0) == 0 && name.size() > 3 &&
+        name.substr(name.size() - 3) == ".so")
       files.push_back(dir + "/" + name);
   }
   closedir(dp);

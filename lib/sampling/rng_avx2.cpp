@@ -18,8 +18,8 @@ inline void mulhilo(__m256i a, __m256i m, __m256i &hi, __m256i &lo) {
 
 }  // namespace
 
-void philox_blocks_avx2(uint32_t first_block, size_t n_blocks, uint32_t c1, uint32_t c2, uint32_t c3,
-                        uint32_t k0, uint32_t k1, uint32_t *out) {
+void philox_blocks_avx2(uint32_t first_block, size_t n_blocks, uint32_t c1, uint32_t c2,
+                        uint32_t c3, uint32_t k0, uint32_t k1, uint32_t *out) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

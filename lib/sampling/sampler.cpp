@@ -13,7 +13,8 @@ void check_sampling_params(const SamplingParams &p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: temperature must be finite and >= 0 (got %g)",
          static_cast<double>(p.temperature));
-  if (p.top_k < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: top_k must be >= 0 (got %d)", p.top_k);
+  if (p.top_k < 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: top_k must be >= 0 (got %d)", p.top_k);
   if (!(p.top_p > 0 && p.top_p <= 1))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: top_p must be in (0, 1] (got %g)",
          static_cast<double>(p.top_p));
@@ -62,16 +63,19 @@ struct ByProbDesc {
 
 }  // namespace
 
-void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params, float *probs) {
+void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params,
+                     float *probs) {
   check_sampling_params(params);
   if (!logits || !probs) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: NULL logits or probs");
-  if (vocab <= 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: vocab must be > 0 (got %d)", vocab);
+  if (vocab <= 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: vocab must be > 0 (got %d)", vocab);
   float maxv = -std::numeric_limits<float>::infinity();
   int32_t amax = -1;
   for (int32_t i = 0; i < vocab; ++i) {
     float x = logits[i];
     if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: logit %d is %s", i, std::isnan(x) ? "NaN" : "+inf");
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: logit %d is %s", i,
+           std::isnan(x) ? "NaN" : "+inf");
     if (x > maxv) {
       maxv = x;
       amax = i;
@@ -116,7 +120,9 @@ void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &p
     std::fill(probs, probs + vocab, 0.0f);
     for (int32_t i : cand) probs[i] = weight(i);
     // exp may underflow to 0 for a far-off survivor at a small temperature: drop those.
-    cand.erase(std::remove_if(cand.begin(), cand.end(), [probs](int32_t i) { return !(probs[i] > 0); }), cand.end());
+    cand.erase(
+        std::remove_if(cand.begin(), cand.end(), [probs](int32_t i) { return !(probs[i] > 0); }),
+        cand.end());
   } else {
     for (int32_t i = 0; i < vocab; ++i) {
       probs[i] = weight(i);

@@ -22,7 +22,8 @@ void check_sampling_params(const SamplingParams &params);
 // id everywhere (argmax, top-k and top-p cut-offs), so the result is a pure function of the input.
 // Logits may be -inf (a masked token) but not NaN or +inf, and not all -inf.
 // Throws Error(INVALID_ARGUMENT) on bad params or logits. `probs` may not alias `logits`.
-void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params, float *probs);
+void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params,
+                     float *probs);
 
 // Index of the largest value (the lowest index among equal maxima; NaN entries are skipped).
 // Returns -1 when n <= 0 or every entry is NaN.

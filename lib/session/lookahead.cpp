@@ -133,7 +133,9 @@ int32_t Lookahead::next() {
   return best_k;
 }
 
-double Lookahead::self_stop_rate() const { return asked_ > 0 ? self_stops_ / asked_ : 0.0; }
+double Lookahead::self_stop_rate() const {
+  return asked_ > 0 ? self_stops_ / asked_ : 0.0;
+}
 
 void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms,
                         double target_ms, int32_t batch) {
@@ -165,7 +167,8 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     hot_ = accepted == drafted;
     // One draft step per drafted token, and one more for a token the drafter declined.
     double per_token = draft_ms / (drafted + (drafted < requested ? 1 : 0));
-    draft_ms_per_token_ = draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
+    draft_ms_per_token_ =
+        draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
   }
   if (target_ms > 0 && batch >= 1 && batch <= kMaxBatch) {
     double &m = pass_ms_[static_cast<size_t>(batch)];

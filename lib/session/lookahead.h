@@ -36,8 +36,8 @@ class Lookahead {
   // After a round: tokens asked for, drafted, accepted, the time spent drafting and in the target
   // pass, and how many tokens that pass scored. c is the time of one draft step: a drafter that
   // drafted fewer tokens than asked spent one step on the token it declined.
-  void observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms, double target_ms,
-               int32_t batch);
+  void observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms,
+               double target_ms, int32_t batch);
   // Share of recent rounds (asking for 2 or more) in which the drafter drafted fewer than asked.
   double self_stop_rate() const;
   // A new text: forgets the acceptance history and any pause, keeps the measured costs.
@@ -56,7 +56,8 @@ class Lookahead {
   static constexpr int32_t kMaxPauseRounds = 64;
   // A self-limiting drafter pauses when its recent drafting rounds ran below kQuickPauseMargin of
   // plain decoding's speed over at least kQuickJudgeRounds rounds, or below kPauseMargin over at
-  // least kJudgeRounds: a few rounds vary too much (accepted lengths, timings) to judge a small gap.
+  // least kJudgeRounds: a few rounds vary too much (accepted lengths, timings) to judge a small
+  // gap.
   static constexpr double kQuickJudgeRounds = 4, kQuickPauseMargin = 0.6;
   static constexpr double kJudgeRounds = 16, kPauseMargin = 0.85;
   static constexpr int32_t kRefreshRounds = 64;  // rounds between plain rounds that re-measure
@@ -64,20 +65,20 @@ class Lookahead {
  private:
   int32_t max_draft_ = 8;
   bool adaptive_ = true;
-  double accepted_ = 0, drafted_ = 0;   // exponentially decayed counts
+  double accepted_ = 0, drafted_ = 0;  // exponentially decayed counts
   // Per state [cold, hot] and draft position i (1-based): decayed counts of rounds whose first
   // i - 1 drafted tokens were accepted and that drafted an i-th, and of those that rejected it.
   std::array<std::array<double, kMaxBatch + 1>, 2> reached_{}, rejected_{};
-  bool hot_ = false;                    // the last round's draft was accepted whole
-  double asked_ = 0, self_stops_ = 0;   // decayed counts for self_stop_rate
+  bool hot_ = false;                   // the last round's draft was accepted whole
+  double asked_ = 0, self_stops_ = 0;  // decayed counts for self_stop_rate
   // Decayed tokens and time (draft + target pass) of recent drafting rounds, and their number.
   double realized_tokens_ = 0, realized_ms_ = 0, realized_rounds_ = 0;
-  double draft_ms_per_token_ = 0;       // moving average
+  double draft_ms_per_token_ = 0;                // moving average
   std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
   int32_t paused_ = 0;
-  int32_t pause_len_ = pause_rounds;    // the next pause of a self-limiting drafter
+  int32_t pause_len_ = pause_rounds;  // the next pause of a self-limiting drafter
   int32_t since_plain_ = 0;
-  bool seen_draft_ = false;             // a round has asked for a draft since configure()
+  bool seen_draft_ = false;  // a round has asked for a draft since configure()
 };
 
 }  // namespace specinfer

@@ -31,7 +31,11 @@ size_t utf8_complete_prefix(const std::string &s) {
   for (size_t back = 1; back <= 4 && back <= n; ++back) {
     unsigned char c = static_cast<unsigned char>(s[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    size_t need = (c & 0x80) == 0 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    size_t need = (c & 0x80) == 0      ? 1
+                  : (c & 0xE0) == 0xC0 ? 2
+                  : (c & 0xF0) == 0xE0 ? 3
+                  : (c & 0xF8) == 0xF0 ? 4
+                                       : 1;
     return back < need ? n - back : n;
   }
   return n;
@@ -101,7 +105,9 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   if (drafter_) drafter_->in_session = true;
 }
 
-Session::~Session() { release(); }
+Session::~Session() {
+  release();
+}
 
 void Session::release() {
   target_.in_session = false;
@@ -129,11 +135,12 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
   if (!tokens && n) fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens is NULL");
   for (size_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab_)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "token %d at index %zu is outside the vocabulary (size %d)",
-           tokens[i], i, vocab_);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "token %d at index %zu is outside the vocabulary (size %d)", tokens[i], i, vocab_);
   if (tokens_.size() + n > static_cast<size_t>(n_ctx_))
-    fail(SPECINFER_ERR_CONTEXT_FULL, "the prompt (%zu tokens) does not fit the context window of %d",
-         tokens_.size() + n, n_ctx_);
+    fail(SPECINFER_ERR_CONTEXT_FULL,
+         "the prompt (%zu tokens) does not fit the context window of %d", tokens_.size() + n,
+         n_ctx_);
   tokens_.insert(tokens_.end(), tokens, tokens + n);
   n_prompt_ += static_cast<int64_t>(n);
 }
@@ -190,7 +197,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   prefill();
 
   const int64_t base = static_cast<int64_t>(tokens_.size());  // sequence index of the next token
-  int32_t room = static_cast<int32_t>(n_ctx_ - base);           // tokens that still fit
+  int32_t room = static_cast<int32_t>(n_ctx_ - base);         // tokens that still fit
   int32_t k = drafter_ ? lookahead_.next() : 0;
   k = std::min({k, max_emit - 1, room - 1});
   if (k < 0) k = 0;
@@ -264,7 +271,8 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   VerifyResult v;
   if (greedy_) {
     int32_t acc = 0;
-    while (acc < n_draft && argmax(&logits_[static_cast<size_t>(acc) * vocab_], vocab_) == draft_tokens_[acc])
+    while (acc < n_draft &&
+           argmax(&logits_[static_cast<size_t>(acc) * vocab_], vocab_) == draft_tokens_[acc])
       ++acc;
     v.n_accepted = acc;
     v.token = argmax(&logits_[static_cast<size_t>(acc) * vocab_], vocab_);
@@ -272,8 +280,9 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
     for (int32_t i = 0; i < n_batch; ++i)
       logits_to_probs(&logits_[static_cast<size_t>(i) * vocab_], vocab_, sampling_,
                       &probs_[static_cast<size_t>(i) * vocab_]);
-    v = coupler_->verify(vocab_, n_draft, probs_.data(), draft_has_probs ? draft_probs_.data() : nullptr,
-                         draft_tokens_.data(), params_.seed, base);
+    v = coupler_->verify(vocab_, n_draft, probs_.data(),
+                         draft_has_probs ? draft_probs_.data() : nullptr, draft_tokens_.data(),
+                         params_.seed, base);
   }
   if (v.n_accepted < 0 || v.n_accepted > n_draft || v.token < 0 || v.token >= vocab_)
     fail(SPECINFER_ERR_INTERNAL, "coupler returned an invalid result (%d accepted, token %d)",

@@ -63,15 +63,15 @@ class Session {
   int32_t vocab_;
   int32_t n_ctx_;
 
-  std::vector<int32_t> tokens_;       // the whole sequence
-  std::vector<int32_t> kv_tokens_;    // what the target's KV cache holds (a prefix of some text)
-  size_t drafter_known_ = 0;          // tokens committed to the drafter
+  std::vector<int32_t> tokens_;     // the whole sequence
+  std::vector<int32_t> kv_tokens_;  // what the target's KV cache holds (a prefix of some text)
+  size_t drafter_known_ = 0;        // tokens committed to the drafter
   bool drafter_begun_ = false;
-  std::string utf8_pending_;          // bytes of an unfinished UTF-8 character
+  std::string utf8_pending_;  // bytes of an unfinished UTF-8 character
 
-  std::vector<float> logits_;         // [(k+1)][vocab]
-  std::vector<float> probs_;          // [(k+1)][vocab]
-  std::vector<float> draft_probs_;    // [k][vocab]
+  std::vector<float> logits_;       // [(k+1)][vocab]
+  std::vector<float> probs_;        // [(k+1)][vocab]
+  std::vector<float> draft_probs_;  // [k][vocab]
   std::vector<int32_t> draft_tokens_, draft_parents_;
   std::vector<int32_t> batch_tokens_, batch_pos_;
 

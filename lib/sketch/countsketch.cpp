@@ -1,7 +1,7 @@
 // CountSketch / sparse JL: column j of S has s nonzeros +-1/sqrt(s), one in each of s blocks of
 // rows (block b is rows [b*m/s, (b+1)*m/s)), at a hashed row with a hashed sign. Applying it costs
-// O(s * nnz(a)); with s = 1 it is the classic CountSketch. Each block is an independent CountSketch,
-// so <y_a, y_b> is unbiased with variance at most 2 ||a||^2 ||b||^2 / m.
+// O(s * nnz(a)); with s = 1 it is the classic CountSketch. Each block is an independent
+// CountSketch, so <y_a, y_b> is unbiased with variance at most 2 ||a||^2 ||b||^2 / m.
 //
 // Payload: m float32.
 #include <cmath>
@@ -55,7 +55,8 @@ class CountSketch final : public Sketcher {
   }
 
   void validate(const View &v) const override {
-    if (v.h.role != Role::key) fail(SPECINFER_ERR_FORMAT, "countsketch sketches have no query role");
+    if (v.h.role != Role::key)
+      fail(SPECINFER_ERR_FORMAT, "countsketch sketches have no query role");
     if (v.h.count != size_ || v.h.payload_bytes != 4 * static_cast<size_t>(size_))
       fail(SPECINFER_ERR_FORMAT, "countsketch payload of %u bytes, expected %zu", v.h.payload_bytes,
            4 * static_cast<size_t>(size_));
@@ -72,7 +73,8 @@ class CountSketch final : public Sketcher {
   double distance2_views(const View &a, const View &b) const override {
     double s = 0.0;
     for (uint32_t r = 0; r < size_; ++r) {
-      const double d = static_cast<double>(load_le<float>(a.payload + 4 * r)) - load_le<float>(b.payload + 4 * r);
+      const double d = static_cast<double>(load_le<float>(a.payload + 4 * r)) -
+                       load_le<float>(b.payload + 4 * r);
       s += d * d;
     }
     return s;

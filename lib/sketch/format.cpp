@@ -8,11 +8,16 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the sketch format assu
 
 const char *kind_name(Kind kind) {
   switch (kind) {
-    case Kind::jl: return "jl";
-    case Kind::countsketch: return "countsketch";
-    case Kind::qjl: return "qjl";
-    case Kind::threshold: return "threshold";
-    case Kind::priority: return "priority";
+    case Kind::jl:
+      return "jl";
+    case Kind::countsketch:
+      return "countsketch";
+    case Kind::qjl:
+      return "qjl";
+    case Kind::threshold:
+      return "threshold";
+    case Kind::priority:
+      return "priority";
   }
   return "unknown";
 }

@@ -28,9 +28,13 @@ inline uint64_t hash_at(uint64_t key, uint64_t counter) {
 }
 
 // Uniform in [0, 1) with 53 random bits.
-inline double to_unit(uint64_t x) { return static_cast<double>(x >> 11) * 0x1.0p-53; }
+inline double to_unit(uint64_t x) {
+  return static_cast<double>(x >> 11) * 0x1.0p-53;
+}
 // Uniform in (0, 1]: never 0, so logs and divisions are safe.
-inline double to_unit_open0(uint64_t x) { return static_cast<double>((x >> 11) + 1) * 0x1.0p-53; }
+inline double to_unit_open0(uint64_t x) {
+  return static_cast<double>((x >> 11) + 1) * 0x1.0p-53;
+}
 
 // A uniform integer in [0, n) for n < 2^32 (multiply-high, no modulo bias worth mentioning).
 inline uint32_t to_range(uint64_t x, uint32_t n) {

@@ -52,14 +52,18 @@ const Kernels kScalar = {"scalar", axpy_scalar, add_signed_scalar, dot_scalar, s
 
 }  // namespace
 
-const Kernels &scalar_kernels() { return kScalar; }
+const Kernels &scalar_kernels() {
+  return kScalar;
+}
 
 const Kernels *avx2_kernels() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok ? &avx2_kernel_table() : nullptr;
 }
 
-Simd best_simd() { return avx2_kernels() ? Simd::avx2 : Simd::scalar; }
+Simd best_simd() {
+  return avx2_kernels() ? Simd::avx2 : Simd::scalar;
+}
 
 const Kernels &kernels_for(Simd simd) {
   if (simd == Simd::scalar) return kScalar;

@@ -101,6 +101,8 @@ const Kernels kAvx2 = {"avx2", axpy_avx2, add_signed_avx2, dot_avx2, signed_sum_
 
 }  // namespace
 
-const Kernels &avx2_kernel_table() { return kAvx2; }
+const Kernels &avx2_kernel_table() {
+  return kAvx2;
+}
 
 }  // namespace specinfer::sketch

@@ -34,17 +34,18 @@ class Projection final : public Sketcher {
       key_ = stream_key(seed, kSignStream);
       if (entries <= kMaterializeSign) {
         bits_.resize(static_cast<size_t>(dim) * words_);
-        for (uint32_t j = 0; j < dim; ++j) sign_column(j, bits_.data() + static_cast<size_t>(j) * words_);
+        for (uint32_t j = 0; j < dim; ++j)
+          sign_column(j, bits_.data() + static_cast<size_t>(j) * words_);
       }
     } else {
       key_ = stream_key(seed, kGaussStream);
       if (opt_.orthogonal && entries > kMaterializeGaussian)
-        fail(SPECINFER_ERR_INVALID_ARGUMENT,
-             "orthogonal=1 needs d*m <= %llu (got %u*%u)",
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "orthogonal=1 needs d*m <= %llu (got %u*%u)",
              static_cast<unsigned long long>(kMaterializeGaussian), dim, size);
       if (entries <= kMaterializeGaussian) {
         gauss_.resize(static_cast<size_t>(entries));
-        for (uint32_t j = 0; j < dim; ++j) gauss_column(j, gauss_.data() + static_cast<size_t>(j) * size);
+        for (uint32_t j = 0; j < dim; ++j)
+          gauss_column(j, gauss_.data() + static_cast<size_t>(j) * size);
         if (opt_.orthogonal) orthogonalize();
       }
     }
@@ -82,15 +83,18 @@ class Projection final : public Sketcher {
   }
 
   void validate(const View &v) const override {
-    if (v.h.count != size_) fail(SPECINFER_ERR_FORMAT, "sketch count %u, expected m = %u", v.h.count, size_);
-    if (kind_ == Kind::jl && v.h.role != Role::key) fail(SPECINFER_ERR_FORMAT, "jl sketches have no query role");
+    if (v.h.count != size_)
+      fail(SPECINFER_ERR_FORMAT, "sketch count %u, expected m = %u", v.h.count, size_);
+    if (kind_ == Kind::jl && v.h.role != Role::key)
+      fail(SPECINFER_ERR_FORMAT, "jl sketches have no query role");
     bool exact;
     if (v.h.payload_bytes + kHeaderBytes != bytes(v.h.role, &exact))
       fail(SPECINFER_ERR_FORMAT, "sketch payload of %u bytes, expected %zu", v.h.payload_bytes,
            bytes(v.h.role, &exact) - kHeaderBytes);
     if (kind_ == Kind::qjl && v.h.role == Role::key) {
       const double norm = load_le<double>(v.payload);
-      if (!std::isfinite(norm) || norm < 0.0) fail(SPECINFER_ERR_FORMAT, "bad norm in a qjl key sketch");
+      if (!std::isfinite(norm) || norm < 0.0)
+        fail(SPECINFER_ERR_FORMAT, "bad norm in a qjl key sketch");
     }
   }
 
@@ -128,7 +132,8 @@ class Projection final : public Sketcher {
     }
     double s = 0.0;
     for (uint32_t r = 0; r < size_; ++r) {
-      const double d = static_cast<double>(load_le<float>(a.payload + 4 * r)) - load_le<float>(b.payload + 4 * r);
+      const double d = static_cast<double>(load_le<float>(a.payload + 4 * r)) -
+                       load_le<float>(b.payload + 4 * r);
       s += d * d;
     }
     return kind_ == Kind::qjl ? s / size_ : s;
@@ -153,7 +158,8 @@ class Projection final : public Sketcher {
 
   // Column j of the sign matrix as bits (bit set = +1).
   void sign_column(uint32_t j, uint64_t *bits) const {
-    for (uint32_t w = 0; w < words_; ++w) bits[w] = hash_at(key_, static_cast<uint64_t>(j) * words_ + w);
+    for (uint32_t w = 0; w < words_; ++w)
+      bits[w] = hash_at(key_, static_cast<uint64_t>(j) * words_ + w);
   }
 
   // y = S x (unscaled), skipping zero entries of x.
@@ -218,7 +224,8 @@ class Projection final : public Sketcher {
       }
     }
     for (size_t j = 0; j < d; ++j)
-      for (size_t r = 0; r < m; ++r) gauss_[j * m + r] = static_cast<float>(rows[r * d + j] * length[r]);
+      for (size_t r = 0; r < m; ++r)
+        gauss_[j * m + r] = static_cast<float>(rows[r * d + j] * length[r]);
   }
 
   uint32_t words_;

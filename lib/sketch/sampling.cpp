@@ -54,7 +54,9 @@ class Sampler final : public Sketcher {
       struct Ranked {
         double rank;
         uint32_t index;
-        bool operator<(const Ranked &o) const { return rank < o.rank || (rank == o.rank && index < o.index); }
+        bool operator<(const Ranked &o) const {
+          return rank < o.rank || (rank == o.rank && index < o.index);
+        }
       };
       std::vector<Ranked> ranked;
       for (uint32_t j = 0; j < dim_; ++j) {
@@ -77,17 +79,21 @@ class Sampler final : public Sketcher {
     store_le<double>(p, scalar);
     for (uint32_t i = 0; i < count; ++i) {
       store_le<uint32_t>(p + 8 + 4 * static_cast<size_t>(i), idx[i]);
-      store_le<float>(p + 8 + 4 * static_cast<size_t>(count) + 4 * static_cast<size_t>(i), x[idx[i]]);
+      store_le<float>(p + 8 + 4 * static_cast<size_t>(count) + 4 * static_cast<size_t>(i),
+                      x[idx[i]]);
     }
   }
 
   void validate(const View &v) const override {
-    if (v.h.role != Role::key) fail(SPECINFER_ERR_FORMAT, "%s sketches have no query role", kind_name(kind_));
+    if (v.h.role != Role::key)
+      fail(SPECINFER_ERR_FORMAT, "%s sketches have no query role", kind_name(kind_));
     const size_t count = v.h.count;
     if (count > dim_ || (kind_ == Kind::priority && count > size_))
-      fail(SPECINFER_ERR_FORMAT, "%s sketch with %zu samples (d = %u, m = %u)", kind_name(kind_), count, dim_, size_);
+      fail(SPECINFER_ERR_FORMAT, "%s sketch with %zu samples (d = %u, m = %u)", kind_name(kind_),
+           count, dim_, size_);
     if (v.h.payload_bytes != 8 + 8 * count)
-      fail(SPECINFER_ERR_FORMAT, "%s payload of %u bytes, expected %zu", kind_name(kind_), v.h.payload_bytes, 8 + 8 * count);
+      fail(SPECINFER_ERR_FORMAT, "%s payload of %u bytes, expected %zu", kind_name(kind_),
+           v.h.payload_bytes, 8 + 8 * count);
     const double scalar = load_le<double>(v.payload);
     if (kind_ == Kind::threshold) {
       if (!std::isfinite(scalar) || scalar < 0.0 || (count > 0 && scalar <= 0.0))
@@ -101,11 +107,13 @@ class Sampler final : public Sketcher {
     for (size_t i = 0; i < count; ++i) {
       const uint32_t j = load_le<uint32_t>(ix + 4 * i);
       if (j >= dim_ || (i > 0 && j <= prev))
-        fail(SPECINFER_ERR_FORMAT, "%s sketch: sample indices out of range or out of order", kind_name(kind_));
+        fail(SPECINFER_ERR_FORMAT, "%s sketch: sample indices out of range or out of order",
+             kind_name(kind_));
       prev = j;
       const float a = load_le<float>(val + 4 * i);
       if (!std::isfinite(a) || a == 0.0f)
-        fail(SPECINFER_ERR_FORMAT, "%s sketch: a sampled value is zero or not finite", kind_name(kind_));
+        fail(SPECINFER_ERR_FORMAT, "%s sketch: a sampled value is zero or not finite",
+             kind_name(kind_));
     }
   }
 

@@ -43,19 +43,26 @@ Options parse_options(Kind kind, uint32_t size, const std::string &text) {
       continue;
     }
     const size_t eq = item.find('=');
-    if (eq == std::string::npos) fail(SPECINFER_ERR_CONFIG, "option '%s' is not key=value", item.c_str());
+    if (eq == std::string::npos)
+      fail(SPECINFER_ERR_CONFIG, "option '%s' is not key=value", item.c_str());
     const std::string key = trim(item.substr(0, eq)), val = trim(item.substr(eq + 1));
     if (key == "simd") {
-      if (val == "auto") o.simd = best_simd();
-      else if (val == "scalar") o.simd = Simd::scalar;
+      if (val == "auto")
+        o.simd = best_simd();
+      else if (val == "scalar")
+        o.simd = Simd::scalar;
       else if (val == "avx2") {
         if (!avx2_kernels()) fail(SPECINFER_ERR_UNSUPPORTED, "simd=avx2: this CPU has no AVX2/FMA");
         o.simd = Simd::avx2;
-      } else fail(SPECINFER_ERR_CONFIG, "simd=%s: expected auto, avx2 or scalar", val.c_str());
+      } else
+        fail(SPECINFER_ERR_CONFIG, "simd=%s: expected auto, avx2 or scalar", val.c_str());
     } else if (key == "dist" && kind == Kind::jl) {
-      if (val == "gaussian") o.sign = false;
-      else if (val == "sign") o.sign = true;
-      else fail(SPECINFER_ERR_CONFIG, "dist=%s: expected gaussian or sign", val.c_str());
+      if (val == "gaussian")
+        o.sign = false;
+      else if (val == "sign")
+        o.sign = true;
+      else
+        fail(SPECINFER_ERR_CONFIG, "dist=%s: expected gaussian or sign", val.c_str());
     } else if (key == "s" && kind == Kind::countsketch) {
       char *end = nullptr;
       const long v = std::strtol(val.c_str(), &end, 10);
@@ -64,9 +71,12 @@ Options parse_options(Kind kind, uint32_t size, const std::string &text) {
              val.c_str(), size);
       o.sparsity = static_cast<uint32_t>(v);
     } else if (key == "orthogonal" && kind == Kind::qjl) {
-      if (val == "1" || val == "true") o.orthogonal = true;
-      else if (val == "0" || val == "false") o.orthogonal = false;
-      else fail(SPECINFER_ERR_CONFIG, "orthogonal=%s: expected 0 or 1", val.c_str());
+      if (val == "1" || val == "true")
+        o.orthogonal = true;
+      else if (val == "0" || val == "false")
+        o.orthogonal = false;
+      else
+        fail(SPECINFER_ERR_CONFIG, "orthogonal=%s: expected 0 or 1", val.c_str());
     } else {
       fail(SPECINFER_ERR_CONFIG, "unknown option '%s' for a %s sketcher", key.c_str(),
            kind_name(kind));
@@ -86,8 +96,13 @@ void check_finite(const float *x, uint32_t dim) {
 }  // namespace
 
 Sketcher::Sketcher(Kind kind, uint32_t dim, uint32_t size, uint64_t seed, const Options &opt)
-    : kind_(kind), dim_(dim), size_(size), seed_(seed), config_(config_hash(kind, dim, size, seed, opt)),
-      opt_(opt), k_(&kernels_for(opt.simd)) {}
+    : kind_(kind),
+      dim_(dim),
+      size_(size),
+      seed_(seed),
+      config_(config_hash(kind, dim, size, seed, opt)),
+      opt_(opt),
+      k_(&kernels_for(opt.simd)) {}
 
 unsigned char *Sketcher::begin_sketch(std::vector<unsigned char> &out, Role role, uint32_t count,
                                       size_t payload) const {
@@ -115,7 +130,8 @@ void Sketcher::sketch_rows(const float *rows, size_t n, size_t stride, Role role
                            std::vector<unsigned char> &out, std::vector<size_t> &offsets) const {
   if (n > 0 && !rows) fail(SPECINFER_ERR_INVALID_ARGUMENT, "rows are NULL");
   if (n > 1 && stride < dim_)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "row stride %zu is less than the dimension %u", stride, dim_);
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "row stride %zu is less than the dimension %u", stride,
+         dim_);
   std::vector<std::vector<unsigned char>> parts(n);
   std::vector<std::optional<Error>> errors(n);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, n), [&](const tbb::blocked_range<size_t> &r) {
@@ -162,7 +178,8 @@ void Sketcher::estimate_many(const void *query, size_t query_len, const unsigned
                              const size_t *offsets, size_t n, double *out) const {
   const View q = check(query, query_len);
   if (n == 0) return;
-  if (!keys || !offsets || !out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "keys, offsets or scores are NULL");
+  if (!keys || !offsets || !out)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "keys, offsets or scores are NULL");
   std::vector<View> views(n);
   for (size_t i = 0; i < n; ++i) {
     if (offsets[i + 1] < offsets[i])
@@ -192,18 +209,23 @@ double Sketcher::distance2_views(const View &, const View &) const {
 std::unique_ptr<Sketcher> make_sketcher(const std::string &kind_text, int64_t dim, int64_t size,
                                         uint64_t seed, const std::string &options) {
   Kind kind;
-  if (kind_text == "jl") kind = Kind::jl;
-  else if (kind_text == "countsketch") kind = Kind::countsketch;
-  else if (kind_text == "qjl") kind = Kind::qjl;
-  else if (kind_text == "threshold") kind = Kind::threshold;
-  else if (kind_text == "priority") kind = Kind::priority;
+  if (kind_text == "jl")
+    kind = Kind::jl;
+  else if (kind_text == "countsketch")
+    kind = Kind::countsketch;
+  else if (kind_text == "qjl")
+    kind = Kind::qjl;
+  else if (kind_text == "threshold")
+    kind = Kind::threshold;
+  else if (kind_text == "priority")
+    kind = Kind::priority;
   else
     fail(SPECINFER_ERR_CONFIG,
          "unknown sketch kind '%s' (expected jl, countsketch, qjl, threshold or priority)",
          kind_text.c_str());
   if (dim < 1 || dim > kMaxDim)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "dimension %lld outside [1, %lld]", static_cast<long long>(dim),
-         static_cast<long long>(kMaxDim));
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "dimension %lld outside [1, %lld]",
+         static_cast<long long>(dim), static_cast<long long>(kMaxDim));
   if (size < 1 || size > kMaxSize)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "sketch size %lld outside [1, %lld]",
          static_cast<long long>(size), static_cast<long long>(kMaxSize));
@@ -211,10 +233,13 @@ std::unique_ptr<Sketcher> make_sketcher(const std::string &kind_text, int64_t di
   const Options opt = parse_options(kind, m, options);
   switch (kind) {
     case Kind::jl:
-    case Kind::qjl: return make_projection(kind, d, m, seed, opt);
-    case Kind::countsketch: return make_countsketch(d, m, seed, opt);
+    case Kind::qjl:
+      return make_projection(kind, d, m, seed, opt);
+    case Kind::countsketch:
+      return make_countsketch(d, m, seed, opt);
     case Kind::threshold:
-    case Kind::priority: return make_sampler(kind, d, m, seed, opt);
+    case Kind::priority:
+      return make_sampler(kind, d, m, seed, opt);
   }
   fail(SPECINFER_ERR_INTERNAL, "unreachable sketch kind");
 }

@@ -4,9 +4,10 @@
 // Kinds (see abi/specinfer.h for the user's view):
 //   jl           y = S a / sqrt(m), S dense Gaussian or +-1;          estimate <y_a, y_b>
 //   countsketch  one +-1 per column (or s per column, 1/sqrt(s));      estimate <y_a, y_b>
-//   qjl          key: sign(S a) and ||a||; query: S q;                estimate sqrt(pi/2)/m ||a|| <S q, sign(S a)>
-//   threshold    keep i when h(i) < min(1, m a_i^2/||a||^2);          sum over common i of a_i b_i / min(p_a, p_b)
-//   priority     keep the m smallest h(i)/a_i^2, tau the (m+1)-th;    sum over common i of a_i b_i / min(1, a_i^2 tau_a, b_i^2 tau_b)
+//   qjl          key: sign(S a) and ||a||; query: S q;                estimate sqrt(pi/2)/m ||a||
+//   <S q, sign(S a)> threshold    keep i when h(i) < min(1, m a_i^2/||a||^2);          sum over
+//   common i of a_i b_i / min(p_a, p_b) priority     keep the m smallest h(i)/a_i^2, tau the
+//   (m+1)-th;    sum over common i of a_i b_i / min(1, a_i^2 tau_a, b_i^2 tau_b)
 // h, S and the buckets are counter-based hashes of (seed, index): a sketch depends only on the
 // vector, the seed and the options, never on threads or call order.
 //
@@ -29,10 +30,10 @@ constexpr int64_t kMaxDim = int64_t{1} << 28;
 constexpr int64_t kMaxSize = int64_t{1} << 24;
 
 struct Options {
-  bool sign = false;        // jl: +-1 entries instead of Gaussian ("dist=sign")
-  uint32_t sparsity = 1;    // countsketch: nonzeros per column ("s=")
-  bool orthogonal = false;  // qjl: orthogonalized rows ("orthogonal=1")
-  Simd simd = Simd::scalar; // kernels ("simd=auto|avx2|scalar"); never changes the format
+  bool sign = false;         // jl: +-1 entries instead of Gaussian ("dist=sign")
+  uint32_t sparsity = 1;     // countsketch: nonzeros per column ("s=")
+  bool orthogonal = false;   // qjl: orthogonalized rows ("orthogonal=1")
+  Simd simd = Simd::scalar;  // kernels ("simd=auto|avx2|scalar"); never changes the format
 };
 
 class Sketcher {

@@ -96,8 +96,8 @@ specinfer_status guarded(specinfer_plugin_error *err, Fn &&fn) {
 struct Drafter {
   const specinfer_host *host = nullptr;
   specinfer_host_target model{};
-  int32_t vocab = 0;     // the draft model's logits per position
-  int32_t n_ctx = 0;     // the draft model's context window
+  int32_t vocab = 0;  // the draft model's logits per position
+  int32_t n_ctx = 0;  // the draft model's context window
   float p_min = 0.4f;
   int32_t max_draft = 4;  // for the model's drafts
   bool lookup = false;
@@ -106,9 +106,9 @@ struct Drafter {
   int32_t stage = 3;  // most prompt-lookup tokens checked along in a draft's first forward
   int32_t stage_n_min = 2;
 
-  std::vector<int32_t> kv;      // what the draft model's KV cache holds
-  std::vector<float> logits;    // [(stage + 1) x vocab] logits after the last tokens fed
-  std::vector<float> scratch;   // [vocab]
+  std::vector<int32_t> kv;     // what the draft model's KV cache holds
+  std::vector<float> logits;   // [(stage + 1) x vocab] logits after the last tokens fed
+  std::vector<float> scratch;  // [vocab]
   std::vector<int32_t> batch_tokens, batch_pos;
   specinfer_ngram::ContextIndex index;
   std::vector<int32_t> tail, cand, pending;
@@ -119,7 +119,8 @@ struct Drafter {
 
   void check(specinfer_status rc, const specinfer_plugin_error &e, const char *what) const {
     if (rc != SPECINFER_OK)
-      throw Failure(rc, std::string("draft-model: the draft model's ") + what + " failed: " + e.message);
+      throw Failure(
+          rc, std::string("draft-model: the draft model's ") + what + " failed: " + e.message);
   }
 
   // Feeds tokens[0 .. n) at positions kv.size() ..; keeps the logits of the last n_out of them
@@ -168,7 +169,8 @@ struct Drafter {
 
   // Up to `want` tokens that prompt lookup predicts after ctx (the context index's continuation,
   // longest match first, matches of lookup_n_max down to n_min tokens); brings the index to ctx.
-  size_t lookup_tokens(const int32_t *ctx, size_t n, int32_t want, int n_min, std::vector<int32_t> &outv) {
+  size_t lookup_tokens(const int32_t *ctx, size_t n, int32_t want, int n_min,
+                       std::vector<int32_t> &outv) {
     index.sync(ctx, n);
     outv.clear();
     size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
@@ -192,7 +194,8 @@ struct Drafter {
   int32_t lookup_draft(const specinfer_draft_request &req, specinfer_draft &out, int32_t want) {
     lookup_tokens(req.context, req.n_context, want, lookup_n_min, cand);
     int32_t k = 0;
-    for (; k < static_cast<int32_t>(cand.size()) && cand[static_cast<size_t>(k)] < out.vocab_size; ++k) {
+    for (; k < static_cast<int32_t>(cand.size()) && cand[static_cast<size_t>(k)] < out.vocab_size;
+         ++k) {
       out.tokens[k] = cand[static_cast<size_t>(k)];
       out.parents[k] = k - 1;
     }
@@ -204,10 +207,12 @@ struct Drafter {
     out.has_probs = 0;
     int32_t want = std::min(req.max_tokens, out.cap);
     if (want <= 0 || req.n_context == 0) return;
-    if (out.vocab_size <= 0) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
+    if (out.vocab_size <= 0)
+      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
     for (size_t i = 0; i < req.n_context; ++i)
       if (req.context[i] < 0 || req.context[i] >= vocab)
-        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: a context token is outside the draft model's vocabulary");
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
+                      "draft-model: a context token is outside the draft model's vocabulary");
     if (lookup) {
       int32_t k = lookup_draft(req, out, want);
       if (k > 0) {
@@ -217,13 +222,16 @@ struct Drafter {
     }
     // The draft model's window: stop drafting where it ends.
     want = std::min(want, max_draft);
-    want = std::min<int64_t>(want, static_cast<int64_t>(n_ctx) - static_cast<int64_t>(req.n_context));
+    want =
+        std::min<int64_t>(want, static_cast<int64_t>(n_ctx) - static_cast<int64_t>(req.n_context));
     if (want <= 0) return;
     // Staged drafting: the tokens prompt lookup predicts ride along in the first forward; while
     // the model's own choice equals them, its next distribution is already computed. The draft
     // is the same as without them (up to float rounding: the kernels score each token alike).
     size_t n_cand = 0;
-    if (stage > 0) n_cand = lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
+    if (stage > 0)
+      n_cand =
+          lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
     sync(req.context, req.n_context, cand.data(), n_cand);
     const size_t base = req.n_context;  // cache index of the first drafted token
 
@@ -249,8 +257,10 @@ struct Drafter {
       if (q[arg] < p_min) break;  // not confident: end the draft here
       int32_t tok = arg;
       if (sample) {
-        tok = req.sample(req.sample_ctx, q, out.vocab_size, static_cast<int64_t>(req.n_context) + k);
-        if (tok < 0 || tok >= v) throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the coupler's draft sampler failed");
+        tok =
+            req.sample(req.sample_ctx, q, out.vocab_size, static_cast<int64_t>(req.n_context) + k);
+        if (tok < 0 || tok >= v)
+          throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the coupler's draft sampler failed");
       }
       out.tokens[k] = tok;
       out.parents[k] = k - 1;
@@ -271,15 +281,19 @@ struct Drafter {
   }
 };
 
-void d_destroy(void *self) { delete static_cast<Drafter *>(self); }
+void d_destroy(void *self) {
+  delete static_cast<Drafter *>(self);
+}
 
-specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
+specinfer_status d_begin(void *self, const int32_t *context, size_t n,
+                         specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   return guarded(err, [&] {
     if (!context && n) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL context");
     for (size_t i = 0; i < n; ++i)
       if (context[i] < 0 || context[i] >= d->vocab)
-        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: a prompt token is outside the draft model's vocabulary");
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
+                      "draft-model: a prompt token is outside the draft model's vocabulary");
     // Prefill the prompt now, so the first draft costs what later drafts cost.
     if (n > 0 && n <= static_cast<size_t>(d->n_ctx)) d->sync(context, n);
     if (d->lookup) d->index.sync(context, n);
@@ -302,7 +316,8 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
     if (!req || !out || (!req->context && req->n_context) || !out->tokens || !out->parents)
       throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: malformed draft request");
     if (req->temperature > 0 && req->sample && !out->probs)
-      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: no room for the draft distributions");
+      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
+                    "draft-model: no room for the draft distributions");
     d->propose(*req, *out);
   });
 }
@@ -312,8 +327,8 @@ const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_de
 
 // The draft model must speak the target's vocabulary: same size, and the same bytes for a spread
 // of token ids.
-void check_vocabulary(Drafter &d, const specinfer_model_info &dinfo, const specinfer_model_info *tinfo,
-                      const specinfer_host_target *target) {
+void check_vocabulary(Drafter &d, const specinfer_model_info &dinfo,
+                      const specinfer_model_info *tinfo, const specinfer_host_target *target) {
   if (!tinfo) return;
   if (dinfo.vocab_size != tinfo->vocab_size)
     throw Failure(SPECINFER_ERR_UNSUPPORTED,
@@ -329,37 +344,44 @@ void check_vocabulary(Drafter &d, const specinfer_model_info &dinfo, const speci
     specinfer_status ra = d.model.vtable->token_bytes(d.model.self, t, a, sizeof a, &na, &e);
     specinfer_status rb = target->vtable->token_bytes(target->self, t, b, sizeof b, &nb, &e);
     if (ra != rb || (ra == SPECINFER_OK && (na != nb || std::memcmp(a, b, na) != 0)))
-      throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: token " + std::to_string(t) +
-                                                   " differs between the draft model and the target: "
-                                                   "they must share a vocabulary");
+      throw Failure(SPECINFER_ERR_UNSUPPORTED,
+                    "draft-model: token " + std::to_string(t) +
+                        " differs between the draft model and the target: "
+                        "they must share a vocabulary");
   }
 }
 
 specinfer_status drafter_create(const specinfer_host *host, const char *config,
                                 const specinfer_model_info *target_info,
                                 const specinfer_host_target *target, void **self,
-                                const specinfer_drafter_vtable **vtable, specinfer_plugin_error *err) {
+                                const specinfer_drafter_vtable **vtable,
+                                specinfer_plugin_error *err) {
   return guarded(err, [&] {
-    if (!host || !self || !vtable) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL argument");
+    if (!host || !self || !vtable)
+      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL argument");
     if (!host->open_target || !host->close_target)
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host cannot open targets");
     if (!host->kernels || !host->kernels->softmax)
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host has no softmax kernel");
-    Config cfg(config, {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft", "lookup",
-                        "lookup_n_min", "lookup_n_max", "stage", "stage_n_min"});
+    Config cfg(config,
+               {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft",
+                "lookup", "lookup_n_min", "lookup_n_max", "stage", "stage_n_min"});
     auto d = std::make_unique<Drafter>();
     d->p_min = static_cast<float>(cfg.get_float("p_min", 0.4, 0.0, 1.0));
     d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 4, 1, 64));
     d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
     d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 3, 1, 16));
     d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
-    if (d->lookup_n_min > d->lookup_n_max) throw ConfigError("draft-model: lookup_n_min must not exceed lookup_n_max");
+    if (d->lookup_n_min > d->lookup_n_max)
+      throw ConfigError("draft-model: lookup_n_min must not exceed lookup_n_max");
     d->stage = static_cast<int32_t>(cfg.get_int("stage", 3, 0, 16));
     d->stage_n_min = static_cast<int32_t>(cfg.get_int("stage_n_min", 2, 1, 16));
-    if (d->stage_n_min > d->lookup_n_max) throw ConfigError("draft-model: stage_n_min must not exceed lookup_n_max");
+    if (d->stage_n_min > d->lookup_n_max)
+      throw ConfigError("draft-model: stage_n_min must not exceed lookup_n_max");
     d->index.configure(d->lookup_n_max);
     std::string plugin = cfg.get("plugin", "gguf");
-    if (plugin.empty() || plugin == "draft-model") throw ConfigError("draft-model: bad plugin '" + plugin + "'");
+    if (plugin.empty() || plugin == "draft-model")
+      throw ConfigError("draft-model: bad plugin '" + plugin + "'");
     std::string tcfg;
     for (const char *key : {"path", "n_ctx", "k", "vocab_limit", "requant"})
       if (cfg.has(key)) {
@@ -367,17 +389,20 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
         tcfg.append(key).push_back('=');
         tcfg.append(cfg.get(key, ""));
       }
-    if (plugin == "gguf" && !cfg.has("requant")) tcfg.append(tcfg.empty() ? "requant=q4_0" : ",requant=q4_0");
+    if (plugin == "gguf" && !cfg.has("requant"))
+      tcfg.append(tcfg.empty() ? "requant=q4_0" : ",requant=q4_0");
     if (plugin == "gguf" && !cfg.has("vocab_limit")) tcfg.append(",vocab_limit=32768");
     specinfer_plugin_error e{};
     specinfer_status rc = host->open_target(host, plugin.c_str(), tcfg.c_str(), &d->model, &e);
-    if (rc != SPECINFER_OK) throw Failure(rc, std::string("draft-model: cannot open the draft model: ") + e.message);
+    if (rc != SPECINFER_OK)
+      throw Failure(rc, std::string("draft-model: cannot open the draft model: ") + e.message);
     d->host = host;
     specinfer_model_info info{};
     info.struct_size = sizeof info;
     rc = d->model.vtable->info(d->model.self, &info);
     if (rc != SPECINFER_OK) throw Failure(rc, "draft-model: the draft model's info failed");
-    if (info.vocab_size <= 0 || info.n_ctx <= 0) throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the draft model reports no vocabulary");
+    if (info.vocab_size <= 0 || info.n_ctx <= 0)
+      throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the draft model reports no vocabulary");
     check_vocabulary(*d, info, target_info, target);
     d->vocab = info.vocab_size;
     d->n_ctx = info.n_ctx;

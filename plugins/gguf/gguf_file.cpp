@@ -25,53 +25,84 @@ constexpr uint64_t kMaxStringLen = uint64_t(1) << 30;
 
 struct File::Value {
   ValueType type;
-  const uint8_t *raw;       // the value's bytes (for a string: the length prefix)
-  ValueType elem_type;      // arrays only
-  uint64_t count = 0;       // arrays only
+  const uint8_t *raw;   // the value's bytes (for a string: the length prefix)
+  ValueType elem_type;  // arrays only
+  uint64_t count = 0;   // arrays only
 };
 
 TypeBlock type_block(int32_t type) {
   switch (type) {
-    case 0: return {1, 4};      // F32
-    case 1: return {1, 2};      // F16
-    case 2: return {32, 18};    // Q4_0
-    case 3: return {32, 20};    // Q4_1
-    case 6: return {32, 22};    // Q5_0
-    case 7: return {32, 24};    // Q5_1
-    case 8: return {32, 34};    // Q8_0
-    case 9: return {32, 36};    // Q8_1
-    case 10: return {256, 84};  // Q2_K
-    case 11: return {256, 110}; // Q3_K
-    case 12: return {256, 144}; // Q4_K
-    case 13: return {256, 176}; // Q5_K
-    case 14: return {256, 210}; // Q6_K
-    case 15: return {256, 292}; // Q8_K
-    case 16: return {256, 66};  // IQ2_XXS
-    case 17: return {256, 74};  // IQ2_XS
-    case 18: return {256, 98};  // IQ3_XXS
-    case 19: return {256, 50};  // IQ1_S
-    case 20: return {32, 18};   // IQ4_NL
-    case 21: return {256, 110}; // IQ3_S
-    case 22: return {256, 82};  // IQ2_S
-    case 23: return {256, 136}; // IQ4_XS
-    case 24: return {1, 1};     // I8
-    case 25: return {1, 2};     // I16
-    case 26: return {1, 4};     // I32
-    case 27: return {1, 8};     // I64
-    case 28: return {1, 8};     // F64
-    case 29: return {256, 56};  // IQ1_M
-    case 30: return {1, 2};     // BF16
-    default: return {0, 0};
+    case 0:
+      return {1, 4};  // F32
+    case 1:
+      return {1, 2};  // F16
+    case 2:
+      return {32, 18};  // Q4_0
+    case 3:
+      return {32, 20};  // Q4_1
+    case 6:
+      return {32, 22};  // Q5_0
+    case 7:
+      return {32, 24};  // Q5_1
+    case 8:
+      return {32, 34};  // Q8_0
+    case 9:
+      return {32, 36};  // Q8_1
+    case 10:
+      return {256, 84};  // Q2_K
+    case 11:
+      return {256, 110};  // Q3_K
+    case 12:
+      return {256, 144};  // Q4_K
+    case 13:
+      return {256, 176};  // Q5_K
+    case 14:
+      return {256, 210};  // Q6_K
+    case 15:
+      return {256, 292};  // Q8_K
+    case 16:
+      return {256, 66};  // IQ2_XXS
+    case 17:
+      return {256, 74};  // IQ2_XS
+    case 18:
+      return {256, 98};  // IQ3_XXS
+    case 19:
+      return {256, 50};  // IQ1_S
+    case 20:
+      return {32, 18};  // IQ4_NL
+    case 21:
+      return {256, 110};  // IQ3_S
+    case 22:
+      return {256, 82};  // IQ2_S
+    case 23:
+      return {256, 136};  // IQ4_XS
+    case 24:
+      return {1, 1};  // I8
+    case 25:
+      return {1, 2};  // I16
+    case 26:
+      return {1, 4};  // I32
+    case 27:
+      return {1, 8};  // I64
+    case 28:
+      return {1, 8};  // F64
+    case 29:
+      return {256, 56};  // IQ1_M
+    case 30:
+      return {1, 2};  // BF16
+    default:
+      return {0, 0};
   }
 }
 
 const char *type_name(int32_t type) {
   static const char *const names[] = {
-      "f32",     "f16",    "q4_0",    "q4_1",  "?4",     "?5",    "q5_0",   "q5_1",
-      "q8_0",    "q8_1",   "q2_k",    "q3_k",  "q4_k",   "q5_k",  "q6_k",   "q8_k",
-      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s",  "iq4_xs",
+      "f32",     "f16",    "q4_0",    "q4_1",  "?4",     "?5",    "q5_0",  "q5_1",
+      "q8_0",    "q8_1",   "q2_k",    "q3_k",  "q4_k",   "q5_k",  "q6_k",  "q8_k",
+      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s", "iq2_s", "iq4_xs",
       "i8",      "i16",    "i32",     "i64",   "f64",    "iq1_m", "bf16"};
-  if (type < 0 || type >= int32_t(sizeof(names) / sizeof(names[0])) || type_block(type).block_values == 0)
+  if (type < 0 || type >= int32_t(sizeof(names) / sizeof(names[0])) ||
+      type_block(type).block_values == 0)
     return "unknown";
   return names[type];
 }
@@ -87,11 +118,23 @@ const char *value_type_name(uint32_t t) {
 // Fixed size of a scalar value type; 0 for string/array/invalid.
 uint64_t scalar_size(uint32_t t) {
   switch (t) {
-    case 0: case 1: case 7: return 1;
-    case 2: case 3: return 2;
-    case 4: case 5: case 6: return 4;
-    case 10: case 11: case 12: return 8;
-    default: return 0;
+    case 0:
+    case 1:
+    case 7:
+      return 1;
+    case 2:
+    case 3:
+      return 2;
+    case 4:
+    case 5:
+    case 6:
+      return 4;
+    case 10:
+    case 11:
+    case 12:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -188,14 +231,22 @@ void skip_value(Cursor &c, uint32_t t, int depth, const std::string &key) {
 
 bool is_int_type(ValueType t) {
   switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
-    case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64:
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::U16:
+    case ValueType::I16:
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::U64:
+    case ValueType::I64:
       return true;
     default:
       return false;
   }
 }
-bool is_float_type(ValueType t) { return t == ValueType::F32 || t == ValueType::F64; }
+bool is_float_type(ValueType t) {
+  return t == ValueType::F32 || t == ValueType::F64;
+}
 
 template <typename T>
 T load(const uint8_t *p) {
@@ -207,13 +258,20 @@ T load(const uint8_t *p) {
 // Decodes an integer of type t at p; throws if a u64 does not fit in int64.
 int64_t decode_int(ValueType t, const uint8_t *p, std::string_view key) {
   switch (t) {
-    case ValueType::U8: return load<uint8_t>(p);
-    case ValueType::I8: return load<int8_t>(p);
-    case ValueType::U16: return load<uint16_t>(p);
-    case ValueType::I16: return load<int16_t>(p);
-    case ValueType::U32: return load<uint32_t>(p);
-    case ValueType::I32: return load<int32_t>(p);
-    case ValueType::I64: return load<int64_t>(p);
+    case ValueType::U8:
+      return load<uint8_t>(p);
+    case ValueType::I8:
+      return load<int8_t>(p);
+    case ValueType::U16:
+      return load<uint16_t>(p);
+    case ValueType::I16:
+      return load<int16_t>(p);
+    case ValueType::U32:
+      return load<uint32_t>(p);
+    case ValueType::I32:
+      return load<int32_t>(p);
+    case ValueType::I64:
+      return load<int64_t>(p);
     case ValueType::U64: {
       uint64_t v = load<uint64_t>(p);
       if (v > uint64_t(std::numeric_limits<int64_t>::max()))
@@ -221,8 +279,10 @@ int64_t decode_int(ValueType t, const uint8_t *p, std::string_view key) {
              int(key.size()), key.data(), (unsigned long long)v);
       return int64_t(v);
     }
-    case ValueType::BOOL: return load<uint8_t>(p);
-    default: break;
+    case ValueType::BOOL:
+      return load<uint8_t>(p);
+    default:
+      break;
   }
   fail(SPECINFER_ERR_FORMAT, "gguf: key '%.*s' is not an integer", int(key.size()), key.data());
 }
@@ -329,8 +389,7 @@ void File::parse() {
     if (!seen.insert(key).second)
       fail(SPECINFER_ERR_FORMAT, "gguf: duplicate metadata key '%s'", k.c_str());
     uint32_t t = c.read<uint32_t>("metadata value type");
-    if (t > 12)
-      fail(SPECINFER_ERR_FORMAT, "gguf: key '%s': invalid value type %u", k.c_str(), t);
+    if (t > 12) fail(SPECINFER_ERR_FORMAT, "gguf: key '%s': invalid value type %u", k.c_str(), t);
     auto v = std::make_unique<Value>();
     v->type = ValueType(t);
     v->raw = base_ + c.pos;
@@ -392,8 +451,9 @@ void File::parse() {
     t.n_bytes = n_elem / uint64_t(b.block_values) * uint64_t(b.block_bytes);
     t.offset = c.read<uint64_t>("tensor offset");
     if (t.offset % alignment_ != 0)
-      fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' offset %llu is not a multiple of the alignment %llu",
-           t.name.c_str(), (unsigned long long)t.offset, (unsigned long long)alignment_);
+      fail(SPECINFER_ERR_FORMAT,
+           "gguf: tensor '%s' offset %llu is not a multiple of the alignment %llu", t.name.c_str(),
+           (unsigned long long)t.offset, (unsigned long long)alignment_);
     tensors_.push_back(std::move(t));
   }
 
@@ -401,13 +461,15 @@ void File::parse() {
   uint64_t header_end = c.pos;
   data_offset_ = (header_end + alignment_ - 1) / alignment_ * alignment_;
   if (!tensors_.empty() && data_offset_ > size_)
-    fail(SPECINFER_ERR_FORMAT, "gguf: file truncated: tensor data would start at %llu, file has %llu bytes",
+    fail(SPECINFER_ERR_FORMAT,
+         "gguf: file truncated: tensor data would start at %llu, file has %llu bytes",
          (unsigned long long)data_offset_, (unsigned long long)size_);
   uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
   for (TensorInfo &t : tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset)
       fail(SPECINFER_ERR_FORMAT,
-           "gguf: tensor '%s' data [%llu, +%llu) lies past the end of the file (data section is %llu bytes)",
+           "gguf: tensor '%s' data [%llu, +%llu) lies past the end of the file (data section is "
+           "%llu bytes)",
            t.name.c_str(), (unsigned long long)t.offset, (unsigned long long)t.n_bytes,
            (unsigned long long)data_size);
     t.data = base_ + data_offset_ + t.offset;
@@ -434,7 +496,9 @@ const File::Value *File::find(std::string_view key) const {
   return nullptr;
 }
 
-bool File::has(std::string_view key) const { return find(key) != nullptr; }
+bool File::has(std::string_view key) const {
+  return find(key) != nullptr;
+}
 
 std::optional<ValueType> File::type_of(std::string_view key) const {
   const Value *v = find(key);
@@ -503,13 +567,13 @@ std::vector<float> File::get_float_array(std::string_view key) const {
   std::vector<float> out;
   const Value *v = find(key);
   if (!v) return out;
-  if (v->type != ValueType::ARRAY ||
-      !(is_int_type(v->elem_type) || is_float_type(v->elem_type)))
+  if (v->type != ValueType::ARRAY || !(is_int_type(v->elem_type) || is_float_type(v->elem_type)))
     wrong_type(key, "an array of numbers", v->type);
   uint64_t es = scalar_size(uint32_t(v->elem_type));
   out.reserve(size_t(v->count));
   const uint8_t *p = v->raw + 12;
-  for (uint64_t i = 0; i < v->count; i++) out.push_back(float(decode_float(v->elem_type, p + i * es, key)));
+  for (uint64_t i = 0; i < v->count; i++)
+    out.push_back(float(decode_float(v->elem_type, p + i * es, key)));
   return out;
 }
 

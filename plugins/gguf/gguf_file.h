@@ -108,7 +108,7 @@ class File {
 
   const uint8_t *base_ = nullptr;
   uint64_t size_ = 0;
-  void *map_ = nullptr;       // mmap'd region (or nullptr)
+  void *map_ = nullptr;        // mmap'd region (or nullptr)
   std::vector<uint8_t> copy_;  // from_memory's copy
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

@@ -67,7 +67,8 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
     hp_.rope_neox = false;
   } else {
     fail(SPECINFER_ERR_UNSUPPORTED,
-         "gguf: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)",
+         "gguf: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, "
+         "gemma3)",
          hp_.arch.c_str());
   }
   hp_.name = file.get_string("general.name").value_or(hp_.arch);
@@ -87,7 +88,8 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
   hp_.n_ff = checked_int(file, a + "feed_forward_length", 1, 1 << 20);
   hp_.n_ctx_train = checked_int(file, a + "context_length", 1, 1 << 24, 4096);
   hp_.n_rot = checked_int(file, a + "rope.dimension_count", 2, hp_.head_dim, hp_.head_dim);
-  if (hp_.n_rot % 2 != 0) fail(SPECINFER_ERR_FORMAT, "gguf: rope.dimension_count %d is odd", hp_.n_rot);
+  if (hp_.n_rot % 2 != 0)
+    fail(SPECINFER_ERR_FORMAT, "gguf: rope.dimension_count %d is odd", hp_.n_rot);
   hp_.norm_eps = float(file.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-6));
   hp_.rope_base = float(file.get_float(a + "rope.freq_base").value_or(10000.0));
   if (!(hp_.norm_eps > 0.0f) || !(hp_.rope_base > 0.0f) || !std::isfinite(hp_.rope_base))
@@ -108,7 +110,8 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: logit soft-capping is not supported");
   }
   if (file.find_tensor("rope_freqs.weight"))
-    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope frequency factors (rope_freqs.weight) are not supported");
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "gguf: rope frequency factors (rope_freqs.weight) are not supported");
 
   const TensorInfo *emb = file.find_tensor("token_embd.weight");
   if (!emb) fail(SPECINFER_ERR_FORMAT, "gguf: tensor 'token_embd.weight' is missing");
@@ -116,7 +119,8 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
     fail(SPECINFER_ERR_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)emb->ne[1]);
   const int64_t n_vocab = emb->ne[1];
   tok_embd_ = weight("token_embd.weight", n_vocab, hp_.n_embd);
-  output_ = file.find_tensor("output.weight") ? weight("output.weight", n_vocab, hp_.n_embd) : tok_embd_;
+  output_ =
+      file.find_tensor("output.weight") ? weight("output.weight", n_vocab, hp_.n_embd) : tok_embd_;
   hp_.n_vocab = int32_t(n_vocab);
   output_norm_ = vec("output_norm.weight", hp_.n_embd, true);
 
@@ -150,20 +154,21 @@ Model::Model(const File &file, const specinfer_host *host, int32_t n_ctx, const 
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
 
-  if (vocab_limit < 0)
-    fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
+  if (vocab_limit < 0) fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
   n_out_ = vocab_limit > 0 && vocab_limit < hp_.n_vocab ? vocab_limit : hp_.n_vocab;
   output_file_ = output_;
   output_.rows = n_out_;  // rows are contiguous: the first n_out_ rows are a matrix of their own
   if (n_out_ < hp_.n_vocab) is_extra_.assign(size_t(hp_.n_vocab), 0);
   if (opt.requant >= 0) {
     if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q8_0)
-      fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q8_0)", opt.requant);
+      fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q8_0)",
+           opt.requant);
     if (k_->struct_size < offsetof(specinfer_kernels, quantize_row) + sizeof(k_->quantize_row) ||
         !k_->quantize_row)
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: requant needs a host kernel table with quantize_row");
     for (Layer &L : layers_)
-      for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) requant(*w, opt.requant);
+      for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        requant(*w, opt.requant);
     requant(output_, opt.requant);
   }
   const bool can_pack =
@@ -184,13 +189,15 @@ Weight Model::weight(const std::string &name, int64_t rows, int64_t cols) const 
   const TensorInfo *t = file_.find_tensor(name);
   if (!t) fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' is missing", name.c_str());
   if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
-    fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+    fail(SPECINFER_ERR_FORMAT,
+         "gguf: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
          name.c_str(), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
          (long long)t->ne[3], (long long)cols, (long long)rows);
   size_t rb = k_->row_size(t->type, cols);
   if (rb == 0)
-    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: tensor '%s' has type %s (%d), which the kernels do not support",
-         name.c_str(), type_name(t->type), int(t->type));
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "gguf: tensor '%s' has type %s (%d), which the kernels do not support", name.c_str(),
+         type_name(t->type), int(t->type));
   if (uint64_t(rb) * uint64_t(rows) != t->n_bytes)
     fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s': %lld rows of %zu bytes != %llu bytes of data",
          name.c_str(), (long long)rows, rb, (unsigned long long)t->n_bytes);
@@ -210,8 +217,9 @@ std::vector<float> Model::vec(const std::string &name, int64_t n, bool required)
     return {};
   }
   if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-    fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has %lld x %lld values, expected a vector of %lld",
-         name.c_str(), (long long)t->ne[0], (long long)(t->ne[1] * t->ne[2] * t->ne[3]), (long long)n);
+    fail(SPECINFER_ERR_FORMAT,
+         "gguf: tensor '%s' has %lld x %lld values, expected a vector of %lld", name.c_str(),
+         (long long)t->ne[0], (long long)(t->ne[1] * t->ne[2] * t->ne[3]), (long long)n);
   size_t rb = k_->row_size(t->type, n);
   if (rb == 0 || rb != t->n_bytes)
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: tensor '%s' has unsupported type %s", name.c_str(),
@@ -233,7 +241,8 @@ void Model::requant(Weight &w, int32_t wtype) {
   if (rb == 0 || rb >= w.row_bytes) return;  // columns not a multiple of 32, or not wider
   const size_t bytes = rb * size_t(w.rows);
   void *mem = host_->alloc(bytes, 64);
-  if (mem == nullptr) fail(SPECINFER_ERR_OUT_OF_MEMORY, "gguf: requant: cannot allocate %zu bytes", bytes);
+  if (mem == nullptr)
+    fail(SPECINFER_ERR_OUT_OF_MEMORY, "gguf: requant: cannot allocate %zu bytes", bytes);
   owned_.emplace_back(static_cast<uint8_t *>(mem), host_->free);
   struct Job {
     const specinfer_kernels *k;
@@ -244,27 +253,32 @@ void Model::requant(Weight &w, int32_t wtype) {
     std::atomic<int32_t> status{SPECINFER_OK};
   } job{k_, &w, wtype, rb, static_cast<uint8_t *>(mem)};
   // Rows in parallel; a failing row (inf / NaN weights) records its status, the others go on.
-  host_->parallel_for(host_, w.rows, 16, [](void *ctx, int64_t begin, int64_t end) {
-    Job &j = *static_cast<Job *>(ctx);
-    std::vector<float> row;
-    try {
-      row.resize(size_t(j.w->cols));
-    } catch (...) {
-      j.status.store(SPECINFER_ERR_OUT_OF_MEMORY);
-      return;
-    }
-    for (int64_t r = begin; r < end; ++r) {
-      const auto *src = static_cast<const uint8_t *>(j.w->data) + size_t(r) * j.w->row_bytes;
-      specinfer_status st = j.k->dequantize_row(j.w->type, src, row.data(), j.w->cols);
-      if (st == SPECINFER_OK) st = j.k->quantize_row(j.wtype, row.data(), j.dst + size_t(r) * j.rb, j.w->cols);
-      if (st != SPECINFER_OK) {
-        j.status.store(st);
-        return;
-      }
-    }
-  }, &job);
+  host_->parallel_for(
+      host_, w.rows, 16,
+      [](void *ctx, int64_t begin, int64_t end) {
+        Job &j = *static_cast<Job *>(ctx);
+        std::vector<float> row;
+        try {
+          row.resize(size_t(j.w->cols));
+        } catch (...) {
+          j.status.store(SPECINFER_ERR_OUT_OF_MEMORY);
+          return;
+        }
+        for (int64_t r = begin; r < end; ++r) {
+          const auto *src = static_cast<const uint8_t *>(j.w->data) + size_t(r) * j.w->row_bytes;
+          specinfer_status st = j.k->dequantize_row(j.w->type, src, row.data(), j.w->cols);
+          if (st == SPECINFER_OK)
+            st = j.k->quantize_row(j.wtype, row.data(), j.dst + size_t(r) * j.rb, j.w->cols);
+          if (st != SPECINFER_OK) {
+            j.status.store(st);
+            return;
+          }
+        }
+      },
+      &job);
   if (const auto st = specinfer_status(job.status.load()); st != SPECINFER_OK)
-    fail(st, "gguf: requant of a %lld x %lld %s matrix to %s failed (status %d: inf or NaN weights?)",
+    fail(st,
+         "gguf: requant of a %lld x %lld %s matrix to %s failed (status %d: inf or NaN weights?)",
          (long long)w.rows, (long long)w.cols, type_name(w.type), type_name(wtype), int(st));
   w.type = wtype;
   w.data = mem;
@@ -272,25 +286,29 @@ void Model::requant(Weight &w, int32_t wtype) {
 }
 
 void Model::add_output_ids(const int32_t *ids, int32_t n) {
-  if (n > 0 && ids == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: NULL ids");
+  if (n > 0 && ids == nullptr)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: NULL ids");
   if (n_out_ == hp_.n_vocab) return;
   const int64_t E = hp_.n_embd;
   for (int32_t i = 0; i < n; i++) {
     const int32_t id = ids[i];
     if (id < 0 || id >= hp_.n_vocab)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: id %d is outside the vocabulary of %d", id,
-           hp_.n_vocab);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "gguf: add_output_ids: id %d is outside the vocabulary of %d", id, hp_.n_vocab);
     if (id < n_out_ || is_extra_[size_t(id)]) continue;
     // The file's row, in the output matrix's type (re-quantized like the rest if it was).
-    const auto *src = static_cast<const uint8_t *>(output_file_.data) + size_t(id) * output_file_.row_bytes;
+    const auto *src =
+        static_cast<const uint8_t *>(output_file_.data) + size_t(id) * output_file_.row_bytes;
     const size_t at = extra_rows_.size();
     extra_rows_.resize(at + output_.row_bytes);
     if (output_.type == output_file_.type) {
       std::memcpy(extra_rows_.data() + at, src, output_.row_bytes);
     } else {
       extra_row_f_.resize(size_t(E));
-      check_status(k_->dequantize_row(output_file_.type, src, extra_row_f_.data(), E), "dequantize_row");
-      check_status(k_->quantize_row(output_.type, extra_row_f_.data(), extra_rows_.data() + at, E), "quantize_row");
+      check_status(k_->dequantize_row(output_file_.type, src, extra_row_f_.data(), E),
+                   "dequantize_row");
+      check_status(k_->quantize_row(output_.type, extra_row_f_.data(), extra_rows_.data() + at, E),
+                   "quantize_row");
     }
     extra_ids_.push_back(id);
     is_extra_[size_t(id)] = 1;
@@ -346,8 +364,9 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
          n_cached_, n, n_ctx_);
   for (int32_t i = 0; i < n; i++) {
     if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token %d at batch index %d is outside the vocabulary of %d",
-           tokens[i], i, hp_.n_vocab);
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "gguf: token %d at batch index %d is outside the vocabulary of %d", tokens[i], i,
+           hp_.n_vocab);
     if (positions[i] < 0)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: position %d at batch index %d is negative",
            positions[i], i);
@@ -370,7 +389,8 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   float *g = gate_.data(), *u = up_.data();
 
   for (int32_t i = 0; i < n; i++) {
-    const auto *row = static_cast<const uint8_t *>(tok_embd_.data) + size_t(tokens[i]) * tok_embd_.row_bytes;
+    const auto *row =
+        static_cast<const uint8_t *>(tok_embd_.data) + size_t(tokens[i]) * tok_embd_.row_bytes;
     check_status(k_->dequantize_row(tok_embd_.type, row, x + i * E, E), "dequantize_row");
     if (hp_.embd_scale != 1.0f)
       for (int64_t j = 0; j < E; j++) x[i * E + j] *= hp_.embd_scale;
@@ -382,7 +402,8 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
     for (int32_t i = 0; i < n; i++) {
       uint8_t *m = mask_.data() + size_t(i) * size_t(n_kv);
       std::memset(m, 1, size_t(n_cached_));
-      for (int32_t j = 0; j < n; j++) m[n_cached_ + j] = tree_mask[size_t(i) * size_t(n) + size_t(j)] ? 1 : 0;
+      for (int32_t j = 0; j < n; j++)
+        m[n_cached_ + j] = tree_mask[size_t(i) * size_t(n) + size_t(j)] ? 1 : 0;
     }
     mask = mask_.data();
   }
@@ -432,7 +453,8 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       if (!L.bk.empty()) k_->add(kc + i * KV, L.bk.data(), KV);
       if (!L.bv.empty()) k_->add(vc + i * KV, L.bv.data(), KV);
       if (!L.q_norm.empty())
-        for (int64_t j = 0; j < H; j++) k_->rmsnorm(q + i * QD + j * hd, L.q_norm.data(), hd, eps, q + i * QD + j * hd);
+        for (int64_t j = 0; j < H; j++)
+          k_->rmsnorm(q + i * QD + j * hd, L.q_norm.data(), hd, eps, q + i * QD + j * hd);
       if (!L.k_norm.empty())
         for (int64_t j = 0; j < Hkv; j++)
           k_->rmsnorm(kc + i * KV + j * hd, L.k_norm.data(), hd, eps, kc + i * KV + j * hd);
@@ -446,7 +468,8 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
     check_status(k_->attention(&args), "attention");
     matmul(L.wo, att, n, h);
     if (!L.post_attn_norm.empty())
-      for (int32_t i = 0; i < n; i++) k_->rmsnorm(h + i * E, L.post_attn_norm.data(), E, eps, h + i * E);
+      for (int32_t i = 0; i < n; i++)
+        k_->rmsnorm(h + i * E, L.post_attn_norm.data(), E, eps, h + i * E);
     k_->add(x, h, n * E);
 
     for (int32_t i = 0; i < n; i++) k_->rmsnorm(x + i * E, L.ffn_norm.data(), E, eps, h + i * E);
@@ -458,12 +481,14 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
       k_->silu_mul(g, u, n * F);
     matmul(L.down, g, n, h);
     if (!L.post_ffn_norm.empty())
-      for (int32_t i = 0; i < n; i++) k_->rmsnorm(h + i * E, L.post_ffn_norm.data(), E, eps, h + i * E);
+      for (int32_t i = 0; i < n; i++)
+        k_->rmsnorm(h + i * E, L.post_ffn_norm.data(), E, eps, h + i * E);
     k_->add(x, h, n * E);
   }
 
   const int32_t first = n - n_logits;
-  for (int32_t i = first; i < n; i++) k_->rmsnorm(x + i * E, output_norm_.data(), E, eps, h + i * E);
+  for (int32_t i = first; i < n; i++)
+    k_->rmsnorm(x + i * E, output_norm_.data(), E, eps, h + i * E);
   if (n_logits > 0) {
     if (hidden) std::memcpy(hidden, h + first * E, size_t(n_logits) * size_t(E) * sizeof(float));
     if (n_out_ == hp_.n_vocab) {
@@ -481,21 +506,25 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
           extra_padded_.resize(size_t(stride) * rb);
           std::memcpy(extra_padded_.data(), extra_rows_.data(), size_t(n_extra) * rb);
           for (int64_t r = n_extra; r < stride; r++)
-            std::memcpy(extra_padded_.data() + size_t(r) * rb, extra_rows_.data() + size_t(n_extra - 1) * rb, rb);
+            std::memcpy(extra_padded_.data() + size_t(r) * rb,
+                        extra_rows_.data() + size_t(n_extra - 1) * rb, rb);
           specinfer_packed_weight *p = nullptr;
-          check_status(k_->pack_weight(output_.type, extra_padded_.data(), stride, E, &p), "pack_weight");
+          check_status(k_->pack_weight(output_.type, extra_padded_.data(), stride, E, &p),
+                       "pack_weight");
           extra_packed_ = std::unique_ptr<specinfer_packed_weight, PackedFree>(p, PackedFree{k_});
         }
-        check_status(k_->matmul_packed(extra_packed_.get(), h + first * E, n_logits, extra_logits_.data()),
-                     "matmul_packed");
+        check_status(
+            k_->matmul_packed(extra_packed_.get(), h + first * E, n_logits, extra_logits_.data()),
+            "matmul_packed");
       } else if (n_extra > 0) {
-        check_status(k_->matmul(output_.type, extra_rows_.data(), n_extra, E, h + first * E, n_logits,
-                                extra_logits_.data()),
+        check_status(k_->matmul(output_.type, extra_rows_.data(), n_extra, E, h + first * E,
+                                n_logits, extra_logits_.data()),
                      "matmul");
       }
       for (int32_t i = 0; i < n_logits; i++) {
         float *row = logits + size_t(i) * size_t(hp_.n_vocab);
-        std::memcpy(row, out_rows_.data() + size_t(i) * size_t(n_out_), size_t(n_out_) * sizeof(float));
+        std::memcpy(row, out_rows_.data() + size_t(i) * size_t(n_out_),
+                    size_t(n_out_) * sizeof(float));
         std::fill(row + n_out_, row + hp_.n_vocab, -std::numeric_limits<float>::infinity());
         for (int64_t j = 0; j < n_extra; j++)
           row[extra_ids_[size_t(j)]] = extra_logits_[size_t(i) * size_t(stride) + size_t(j)];
@@ -517,7 +546,8 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   for (int32_t j = 0; j < n; j++) {
     if (idx[j] < 0 || idx[j] >= n_cached_ - base || (j > 0 && idx[j] <= idx[j - 1]))
       fail(SPECINFER_ERR_INVALID_ARGUMENT,
-           "gguf: kv_keep: index %d (= %d) is out of range or not increasing (%d positions after base %d)",
+           "gguf: kv_keep: index %d (= %d) is out of range or not increasing (%d positions after "
+           "base %d)",
            j, idx[j], n_cached_ - base, base);
   }
   const size_t row = size_t(hp_.n_head_kv) * size_t(hp_.head_dim);

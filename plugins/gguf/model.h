@@ -1,6 +1,6 @@
-// A decoder-only transformer (Llama / Qwen2 / Qwen3 family, Gemma 3) read from a GGUF file, with its own KV
-// cache. All heavy math (matmul, attention, norms, rope, activations) runs through the host's
-// kernel table; the model only arranges buffers.
+// A decoder-only transformer (Llama / Qwen2 / Qwen3 family, Gemma 3) read from a GGUF file, with
+// its own KV cache. All heavy math (matmul, attention, norms, rope, activations) runs through the
+// host's kernel table; the model only arranges buffers.
 //
 // Threads: one thread at a time per Model (the kernels parallelize internally).
 #pragma once
@@ -17,17 +17,17 @@
 namespace specinfer::gguf {
 
 struct Hparams {
-  std::string arch;        // general.architecture
-  std::string name;        // general.name (or the arch)
-  int32_t n_vocab = 0;     // rows of the output matrix
+  std::string arch;     // general.architecture
+  std::string name;     // general.name (or the arch)
+  int32_t n_vocab = 0;  // rows of the output matrix
   int32_t n_embd = 0;
   int32_t n_layer = 0;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
-  int32_t head_dim = 0;    // attention.key_length, default n_embd / n_head
+  int32_t head_dim = 0;  // attention.key_length, default n_embd / n_head
   int32_t n_ff = 0;
   int32_t n_ctx_train = 0;
-  int32_t n_rot = 0;       // rope.dimension_count, default head_dim
+  int32_t n_rot = 0;  // rope.dimension_count, default head_dim
   float norm_eps = 1e-6f;
   float rope_base = 10000.0f;
   bool rope_neox = false;  // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
@@ -35,10 +35,10 @@ struct Hparams {
   // sliding-window attention in all but every swa_pattern-th layer (with its own rope base).
   bool gemma = false;
   float embd_scale = 1.0f;
-  float attn_scale = 0.0f;        // 1/sqrt(head_dim) unless the architecture says otherwise
-  int32_t swa_window = 0;         // 0 = no sliding window
-  int32_t swa_pattern = 0;        // layer il is global iff (il + 1) % swa_pattern == 0
-  float rope_base_swa = 10000.0f; // rope base of the sliding-window layers
+  float attn_scale = 0.0f;         // 1/sqrt(head_dim) unless the architecture says otherwise
+  int32_t swa_window = 0;          // 0 = no sliding window
+  int32_t swa_pattern = 0;         // layer il is global iff (il + 1) % swa_pattern == 0
+  float rope_base_swa = 10000.0f;  // rope base of the sliding-window layers
 };
 
 // A weight matrix: rows of cols values of a (possibly quantized) type, in the mapping.
@@ -63,16 +63,15 @@ class Model {
   // 4096). The File must outlive the Model. Throws gguf::Error (UNSUPPORTED for an unknown
   // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
   // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K,
-  // Q6_K and Q4_0 matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts), if
-  // the host has it. vocab_limit in (0,
-  // n_vocab): compute logits only for token ids below it, for every token the model has been fed
-  // and for ids given to add_output_ids, and write -inf for the rest (a cheaper output matrix for
-  // draft models: ids are roughly in frequency order in BPE vocabularies, and the rarer tokens a
-  // continuation needs are mostly in its context); 0 = all. requant (a draft model's cheaper copy):
-  // every matrix stored with more bits per weight than that type (and a multiple of 32 columns) is
-  // decoded and re-quantized to it in memory (the file is not touched): for the Qwen2.5 0.5B draft,
-  // Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the draft's proposals change, the
-  // target's output does not.
+  // Q6_K and Q4_0 matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts),
+  // if the host has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it,
+  // for every token the model has been fed and for ids given to add_output_ids, and write -inf for
+  // the rest (a cheaper output matrix for draft models: ids are roughly in frequency order in BPE
+  // vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 = all.
+  // requant (a draft model's cheaper copy): every matrix stored with more bits per weight than that
+  // type (and a multiple of 32 columns) is decoded and re-quantized to it in memory (the file is
+  // not touched): for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token.
+  // Lossy: the draft's proposals change, the target's output does not.
   Model(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt = {});
   Model(const Model &) = delete;
   Model &operator=(const Model &) = delete;
@@ -111,7 +110,8 @@ class Model {
 
  private:
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, post_ffn_norm;
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm,
+        post_ffn_norm;
     bool swa = false;  // sliding-window layer
     float rope_base = 0.0f;
     Weight wq, wk, wv, wo, gate, up, down;
@@ -132,10 +132,11 @@ class Model {
   int32_t n_cached_ = 0;
   int32_t capacity_ = 0;  // positions the caches hold room for
   Weight tok_embd_, output_;
-  int32_t n_out_ = 0;             // output rows computed (n_vocab, or the vocab limit)
-  std::vector<float> out_rows_;   // scratch for limited logits
+  int32_t n_out_ = 0;            // output rows computed (n_vocab, or the vocab limit)
+  std::vector<float> out_rows_;  // scratch for limited logits
   // With a vocabulary limit, the rows of ids above it that are computed too: the file's output
-  // matrix (all rows), their rows in output_'s type in the order of extra_ids_, and which ids are in.
+  // matrix (all rows), their rows in output_'s type in the order of extra_ids_, and which ids are
+  // in.
   Weight output_file_;
   std::vector<uint8_t> extra_rows_;
   std::vector<int32_t> extra_ids_;

@@ -51,8 +51,8 @@ struct Target {
 
 struct Config {
   std::string path;
-  int32_t n_ctx = 0;  // 0 = min(model context, 4096)
-  bool pack = true;   // repack weights at load for the faster kernels
+  int32_t n_ctx = 0;        // 0 = min(model context, 4096)
+  bool pack = true;         // repack weights at load for the faster kernels
   int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
   int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
 };
@@ -68,8 +68,8 @@ int32_t int_value(const std::string &key, const std::string &value, long lo, lon
   char *end = nullptr;
   long v = std::strtol(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0' || v < lo || v > hi)
-    fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' needs an integer in %ld..%ld, got '%s'", key.c_str(),
-         lo, hi, value.c_str());
+    fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' needs an integer in %ld..%ld, got '%s'",
+         key.c_str(), lo, hi, value.c_str());
   return int32_t(v);
 }
 
@@ -95,26 +95,36 @@ Config parse_config(const char *text) {
     } else if (key == "vocab_limit") {
       cfg.vocab_limit = int_value(key, value, 0, 1L << 24);
     } else if (key == "requant") {
-      if (value == "q4_0") cfg.requant = SPECINFER_WTYPE_Q4_0;
-      else if (value == "q8_0") cfg.requant = SPECINFER_WTYPE_Q8_0;
-      else if (value == "none" || value == "0") cfg.requant = -1;
+      if (value == "q4_0")
+        cfg.requant = SPECINFER_WTYPE_Q4_0;
+      else if (value == "q8_0")
+        cfg.requant = SPECINFER_WTYPE_Q8_0;
+      else if (value == "none" || value == "0")
+        cfg.requant = -1;
       else
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'requant' needs q4_0, q8_0 or none, got '%s'", value.c_str());
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'requant' needs q4_0, q8_0 or none, got '%s'",
+             value.c_str());
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
       cfg.pack = value == "1";
     } else {
-      fail(SPECINFER_ERR_CONFIG, "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant)", key.c_str());
+      fail(SPECINFER_ERR_CONFIG,
+           "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant)",
+           key.c_str());
     }
   }
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
   return cfg;
 }
 
-Target *self_of(void *p) { return static_cast<Target *>(p); }
+Target *self_of(void *p) {
+  return static_cast<Target *>(p);
+}
 
-void target_destroy(void *self) { delete self_of(self); }
+void target_destroy(void *self) {
+  delete self_of(self);
+}
 
 specinfer_status target_info(void *self, specinfer_model_info *info) {
   if (self == nullptr || info == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
@@ -187,7 +197,9 @@ specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
   });
 }
 
-int32_t target_kv_size(void *self) { return self ? self_of(self)->model->kv_size() : 0; }
+int32_t target_kv_size(void *self) {
+  return self ? self_of(self)->model->kv_size() : 0;
+}
 
 specinfer_status target_kv_truncate(void *self, int32_t n_keep, specinfer_plugin_error *err) {
   return guarded(err, [&] {
@@ -205,9 +217,15 @@ specinfer_status target_kv_keep(void *self, int32_t base, const int32_t *idx, in
 }
 
 const specinfer_target_vtable kVtable = {
-    sizeof(specinfer_target_vtable), target_destroy,     target_info,
-    target_tokenize,                 target_token_bytes, target_forward,
-    target_kv_size,                  target_kv_truncate, target_kv_keep,
+    sizeof(specinfer_target_vtable),
+    target_destroy,
+    target_info,
+    target_tokenize,
+    target_token_bytes,
+    target_forward,
+    target_kv_size,
+    target_kv_truncate,
+    target_kv_keep,
 };
 
 specinfer_status target_create(const specinfer_host *host, const char *config, void **self,

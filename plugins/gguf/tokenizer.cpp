@@ -32,40 +32,100 @@ bool is_llama3_family(std::string_view pre) {
 
 // End of turn; the first present is eot() when the file names none.
 constexpr const char *kEndOfTurn[] = {
-    "<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>",      "_<EOT>",     "[EOT]",         "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
     "<end_of_utterance>",
 };
 
 // Fill-in-middle markers (prefix, suffix, middle, pad, repository, file separator).
 constexpr const char *kFillInMiddle[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
-    "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>",
-    "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
-    "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
-    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<\xEF\xBD\x9C"
+    "fim\xE2\x96\x81"
+    "begin\xEF\xBD\x9C>",
+    "<PRE>",
+    "\xE2\x96\x81<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<\xEF\xBD\x9C"
+    "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+    "<SUF>",
+    "\xE2\x96\x81<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<\xEF\xBD\x9C"
+    "fim\xE2\x96\x81"
+    "end\xEF\xBD\x9C>",
+    "<MID>",
+    "\xE2\x96\x81<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
     "<|file_sep|>",
 };
 
 // Fill-in-middle markers that also end generation (pad, repository, file separator).
 constexpr const char *kFillInMiddleEnd[] = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
-    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+    "<|fim_pad|>",   "<fim-pad>",  "<fim_pad>", "<PAD>",      "[PAD]",        "<|fim_repo|>",
+    "<|repo_name|>", "<fim-repo>", "<REPO>",    "<reponame>", "<|file_sep|>",
 };
 
 // Spellings that end generation when present.
 constexpr const char *kEndOfGeneration[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "[e~[",
 };
 
 // Spellings llama.cpp always makes user-defined (rendered even with special = false; gpt-oss).
-constexpr const char *kUserDefinedByName[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+constexpr const char *kUserDefinedByName[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                              "<|constrain|>"};
 
 // "<0xAB>" -> 0xAB, or -1.
 int parse_byte_token(std::string_view text) {
@@ -74,10 +134,14 @@ int parse_byte_token(std::string_view text) {
   for (int i = 3; i < 5; ++i) {
     const char c = text[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return -1;
     value = value * 16 + d;
   }
   return value;
@@ -113,18 +177,21 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const File &f) {
   spec.model = *model;
   spec.pre = f.get_string("tokenizer.ggml.pre").value_or("");
   spec.tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (spec.tokens.empty()) fail(SPECINFER_ERR_FORMAT, "tokenizer: the file has no tokenizer.ggml.tokens");
+  if (spec.tokens.empty())
+    fail(SPECINFER_ERR_FORMAT, "tokenizer: the file has no tokenizer.ggml.tokens");
   spec.scores = f.get_float_array("tokenizer.ggml.scores");
   for (int64_t t : f.get_int_array("tokenizer.ggml.token_type")) {
     spec.types.push_back(static_cast<int32_t>(std::clamp<int64_t>(t, -1, 1000)));
   }
   if (spec.model == "gpt2") {
-    if (!f.has("tokenizer.ggml.merges")) fail(SPECINFER_ERR_FORMAT, "tokenizer: BPE vocabulary without tokenizer.ggml.merges");
+    if (!f.has("tokenizer.ggml.merges"))
+      fail(SPECINFER_ERR_FORMAT, "tokenizer: BPE vocabulary without tokenizer.ggml.merges");
     spec.merges = f.get_string_array("tokenizer.ggml.merges");
   }
   const auto id_key = [&](const char *key, std::optional<int32_t> &out) {
     if (auto v = f.get_int(key)) {
-      out = (*v >= 0 && *v < static_cast<int64_t>(spec.tokens.size())) ? static_cast<int32_t>(*v) : -1;
+      out = (*v >= 0 && *v < static_cast<int64_t>(spec.tokens.size())) ? static_cast<int32_t>(*v)
+                                                                       : -1;
     }
   };
   id_key("tokenizer.ggml.bos_token_id", spec.bos);
@@ -151,12 +218,14 @@ void Tokenizer::build(TokenizerSpec &spec) {
   } else if (spec.model == "llama") {
     kind_ = Kind::Spm;
   } else {
-    fail(SPECINFER_ERR_UNSUPPORTED, "tokenizer: unsupported tokenizer model '%s' (supported: gpt2, llama)",
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "tokenizer: unsupported tokenizer model '%s' (supported: gpt2, llama)",
          spec.model.c_str());
   }
   const size_t n = spec.tokens.size();
   if (n == 0) fail(SPECINFER_ERR_FORMAT, "tokenizer: empty vocabulary");
-  if (n > static_cast<size_t>(INT32_MAX)) fail(SPECINFER_ERR_FORMAT, "tokenizer: vocabulary too large");
+  if (n > static_cast<size_t>(INT32_MAX))
+    fail(SPECINFER_ERR_FORMAT, "tokenizer: vocabulary too large");
   if (!spec.scores.empty() && spec.scores.size() != n) {
     fail(SPECINFER_ERR_FORMAT, "tokenizer: %zu scores for %zu tokens", spec.scores.size(), n);
   }
@@ -258,13 +327,16 @@ void Tokenizer::build(TokenizerSpec &spec) {
   for (size_t i = 0; i < n; ++i) {
     const std::string &text = texts_[i];
     const TokenType ty = types_[i];
-    const bool spelt = ty == TokenType::Control || ty == TokenType::Unknown || ty == TokenType::UserDefined;
+    const bool spelt =
+        ty == TokenType::Control || ty == TokenType::Unknown || ty == TokenType::UserDefined;
     if (kind_ == Kind::Bpe) {
       // Words reach the vocabulary in byte-level spelling, so any token whose spelling decodes
       // to bytes can be looked up by those bytes.
       std::optional<std::string> raw = unicode::byte_level_to_bytes(text);
-      if (spelt) bytes_[i] = text;
-      else if (ty == TokenType::Normal || ty == TokenType::Byte) bytes_[i] = raw ? *raw : text;
+      if (spelt)
+        bytes_[i] = text;
+      else if (ty == TokenType::Normal || ty == TokenType::Byte)
+        bytes_[i] = raw ? *raw : text;
       if (raw) {
         keys_[i] = std::move(*raw);
         has_key[i] = true;
@@ -295,7 +367,8 @@ void Tokenizer::build(TokenizerSpec &spec) {
       const int32_t l = lookup(*left), rr = lookup(*right), res = lookup(*left + *right);
       // A merge whose parts or result are not tokens can never produce a token; skip it.
       if (l < 0 || rr < 0 || res < 0) continue;
-      merges_.try_emplace(pair_key(l, rr), Merge{static_cast<int32_t>(std::min<size_t>(r, INT32_MAX)), res});
+      merges_.try_emplace(pair_key(l, rr),
+                          Merge{static_cast<int32_t>(std::min<size_t>(r, INT32_MAX)), res});
     }
     bool known = false;
     pretok_ = std::make_unique<PreTokenizer>(PreTokenizer::patterns_for(pre_, &known));
@@ -348,8 +421,10 @@ void Tokenizer::build(TokenizerSpec &spec) {
         trie_.push_back(fresh);
         found = static_cast<int32_t>(trie_.size() - 1);
         // `link` may dangle after push_back; recompute it.
-        if (node < 0) trie_root_[c] = found;
-        else trie_[node].child = found;
+        if (node < 0)
+          trie_root_[c] = found;
+        else
+          trie_[node].child = found;
       }
       node = found;
     }
@@ -360,7 +435,8 @@ void Tokenizer::build(TokenizerSpec &spec) {
 
 void Tokenizer::check_id(int32_t id) const {
   if (id < 0 || id >= vocab_size()) {
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokenizer: token id %d outside the vocabulary [0, %d)", id, vocab_size());
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokenizer: token id %d outside the vocabulary [0, %d)",
+         id, vocab_size());
   }
 }
 
@@ -405,7 +481,9 @@ int32_t Tokenizer::lookup(std::string_view key) const {
   return kind_ == Kind::Bpe ? by_key_.find(key) : by_text_.find(key);
 }
 
-int32_t Tokenizer::find_token(std::string_view text) const { return by_text_.find(text); }
+int32_t Tokenizer::find_token(std::string_view text) const {
+  return by_text_.find(text);
+}
 
 const std::string &Tokenizer::token_text(int32_t id) const {
   check_id(id);
@@ -417,7 +495,9 @@ TokenType Tokenizer::token_type(int32_t id) const {
   return types_[id];
 }
 
-bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
+bool Tokenizer::is_eog(int32_t id) const {
+  return std::binary_search(eog_.begin(), eog_.end(), id);
+}
 
 std::string Tokenizer::token_bytes(int32_t id, bool special) const {
   check_id(id);
@@ -448,7 +528,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 // Cuts the text at special spellings. llama.cpp's rule: take the special tokens longest first;
 // each takes its leftmost non-overlapping occurrences in the text not yet taken. Here all
 // occurrences are found at once with the trie and then accepted in that same order.
-std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special) const {
+std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text,
+                                                      bool parse_special) const {
   struct Candidate {
     int32_t priority;
     int32_t token;
@@ -497,15 +578,18 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, boo
   return out;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   const std::vector<Fragment> fragments = partition(text, parse_special);
   if (kind_ == Kind::Bpe) {
     for (const Fragment &f : fragments) {
-      if (f.token >= 0) out.push_back(f.token);
-      else encode_bpe(text.substr(f.begin, f.end - f.begin), out);
+      if (f.token >= 0)
+        out.push_back(f.token);
+      else
+        encode_bpe(text.substr(f.begin, f.end - f.begin), out);
     }
   } else {
     bool after_special = true;  // the start of the text counts as after a special token
@@ -584,7 +668,8 @@ void Tokenizer::encode_bpe_word(std::string_view word, std::vector<int32_t> &out
     heap.pop();
     Symbol &l = sym[p.left];
     Symbol &r = sym[p.right];
-    if (!l.alive || !r.alive || l.next != p.right || l.id != p.left_id || r.id != p.right_id) continue;
+    if (!l.alive || !r.alive || l.next != p.right || l.id != p.left_id || r.id != p.right_id)
+      continue;
     l.id = merges_.find(pair_key(p.left_id, p.right_id))->second.result;
     r.alive = false;
     l.next = r.next;
@@ -610,7 +695,8 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out) con
   std::vector<Symbol> sym;
   sym.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
-    const size_t len = std::min(unicode::utf8_seq_len(static_cast<unsigned char>(text[pos])), text.size() - pos);
+    const size_t len =
+        std::min(unicode::utf8_seq_len(static_cast<unsigned char>(text[pos])), text.size() - pos);
     const int32_t idx = static_cast<int32_t>(sym.size());
     sym.push_back({idx - 1, pos + len < text.size() ? idx + 1 : -1, pos, len});
     pos += len;
@@ -656,8 +742,10 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<int32_t> &out) con
     }
     for (char c : piece) {
       const int32_t fb = byte_fallback_[static_cast<uint8_t>(c)];
-      if (fb >= 0) out.push_back(fb);
-      else if (unk_ >= 0) out.push_back(unk_);
+      if (fb >= 0)
+        out.push_back(fb);
+      else if (unk_ >= 0)
+        out.push_back(unk_);
     }
   }
 }

@@ -19,13 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <functional>
 #include <vector>
 
 #include "gguf_file.h"
@@ -107,7 +107,8 @@ class Tokenizer {
   // The name of the pre-tokenizer in use ("qwen2", "default", ...; "" for SPM).
   const std::string &pre_name() const { return pre_; }
   // Token text exactly as stored in the vocabulary; type as stored (with llama.cpp's corrections
-  // for end-of-turn / fill-in-middle tokens, which are made control tokens). Throw like token_bytes.
+  // for end-of-turn / fill-in-middle tokens, which are made control tokens). Throw like
+  // token_bytes.
   const std::string &token_text(int32_t id) const;
   TokenType token_type(int32_t id) const;
   // The id whose stored text is `text`, or -1.
@@ -148,8 +149,8 @@ class Tokenizer {
 
    private:
     const std::vector<std::string> *keys_ = nullptr;
-    std::vector<int32_t> slots_;     // id, or -1 for empty
-    std::vector<uint32_t> hashes_;   // high bits of each slot's hash, to skip most compares
+    std::vector<int32_t> slots_;    // id, or -1 for empty
+    std::vector<uint32_t> hashes_;  // high bits of each slot's hash, to skip most compares
     size_t mask_ = 0;
   };
 

@@ -41,8 +41,9 @@ const std::array<Family, 5> &families() {
         "chatglm-bpe", "glm4"},
        {kLlama3}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "kormo"}, {kQwen2}},
-      {{"gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "jina-v1-en", "jina-v2-code",
-        "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "exaone4", "trillion", "mellum"},
+      {{"gpt2", "gpt-2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "jina-v1-en",
+        "jina-v2-code", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "exaone4", "trillion",
+        "mellum"},
        {kGpt2}},
       // Code models that cut every digit first, then apply GPT-2.
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
@@ -79,7 +80,8 @@ struct MatchState {
 
 MatchState &match_state() {
   thread_local MatchState state;
-  if (!state.context || !state.data) fail(SPECINFER_ERR_OUT_OF_MEMORY, "pre-tokenizer: out of memory");
+  if (!state.context || !state.data)
+    fail(SPECINFER_ERR_OUT_OF_MEMORY, "pre-tokenizer: out of memory");
   return state;
 }
 
@@ -103,11 +105,11 @@ PreTokenizer::PreTokenizer(std::vector<std::string> patterns) : patterns_(std::m
       compiled_.push_back(c);
       int err = 0;
       PCRE2_SIZE err_offset = 0;
-      c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP,
-                              &err, &err_offset, nullptr);
+      c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                              PCRE2_UTF | PCRE2_UCP, &err, &err_offset, nullptr);
       if (!c->code) {
-        fail(SPECINFER_ERR_INTERNAL, "pre-tokenizer: expression %s does not compile at %zu: %s", p.c_str(),
-             static_cast<size_t>(err_offset), pcre2_message(err).c_str());
+        fail(SPECINFER_ERR_INTERNAL, "pre-tokenizer: expression %s does not compile at %zu: %s",
+             p.c_str(), static_cast<size_t>(err_offset), pcre2_message(err).c_str());
       }
       // Without JIT support PCRE2 falls back to its interpreter; results are the same.
       (void)pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);
@@ -151,9 +153,12 @@ std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text
       size_t pos = 0;   // where the next search starts
       size_t last = 0;  // end of the previous piece pushed
       while (pos < len) {
-        const int rc = pcre2_match(c->code, subject, len, pos, PCRE2_NO_UTF_CHECK, ms.data, ms.context);
+        const int rc =
+            pcre2_match(c->code, subject, len, pos, PCRE2_NO_UTF_CHECK, ms.data, ms.context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) fail(SPECINFER_ERR_INTERNAL, "pre-tokenizer: match failed: %s", pcre2_message(rc).c_str());
+        if (rc < 0)
+          fail(SPECINFER_ERR_INTERNAL, "pre-tokenizer: match failed: %s",
+               pcre2_message(rc).c_str());
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(ms.data);
         const size_t ms_begin = ov[0], ms_end = ov[1];
         if (ms_end == ms_begin) {

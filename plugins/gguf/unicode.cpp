@@ -105,7 +105,8 @@ struct ByteMap {
     to_byte.fill(-1);
     uint32_t next = 256;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const bool printable =
+          (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_cp[b] = printable ? static_cast<uint32_t>(b) : next++;
       to_byte[to_cp[b]] = static_cast<int16_t>(b);
     }
@@ -119,7 +120,9 @@ const ByteMap &byte_map() {
 
 }  // namespace
 
-uint32_t byte_to_codepoint(uint8_t b) { return byte_map().to_cp[b]; }
+uint32_t byte_to_codepoint(uint8_t b) {
+  return byte_map().to_cp[b];
+}
 
 int codepoint_to_byte(uint32_t cp) {
   const ByteMap &m = byte_map();

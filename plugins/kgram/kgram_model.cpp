@@ -43,7 +43,8 @@ void Model::train(std::string_view text) {
     for (int len = 1; len <= order_ && static_cast<size_t>(len) <= i; ++len) {
       Counts &c = table_[key(b + i - len, len)];
       c.total++;
-      auto it = std::find_if(c.next.begin(), c.next.end(), [&](auto &p) { return p.first == b[i]; });
+      auto it =
+          std::find_if(c.next.begin(), c.next.end(), [&](auto &p) { return p.first == b[i]; });
       if (it == c.next.end())
         c.next.emplace_back(b[i], 1u);
       else

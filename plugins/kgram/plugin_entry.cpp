@@ -1,6 +1,7 @@
 // The kgram plugin: Shannon's k-gram byte model as a target and as a drafter.
-//   target config:  path=<text file>, k=<1..7, default 6>, smoothing=<s > 0, default 1>, n_ctx=<default 8192>
-//   drafter config: the same keys; proposes greedily (point masses) when the session decodes
+//   target config:  path=<text file>, k=<1..7, default 6>, smoothing=<s > 0, default 1>,
+//   n_ctx=<default 8192> drafter config: the same keys; proposes greedily (point masses) when the
+//   session decodes
 //                   greedily, else samples each token with the coupler's draft side and reports q.
 #include <cmath>
 #include <cstdio>
@@ -45,7 +46,8 @@ specinfer_status guarded(specinfer_plugin_error *err, F &&fn) {
 }
 
 std::shared_ptr<Model> make_model(const Config &cfg, std::string *name) {
-  if (!cfg.has("path")) throw specinfer_plugin::ConfigError("kgram needs path=<training text file>");
+  if (!cfg.has("path"))
+    throw specinfer_plugin::ConfigError("kgram needs path=<training text file>");
   int k = static_cast<int>(cfg.get_int("k", 6, 1, specinfer_kgram::kMaxOrder));
   double s = cfg.get_float("smoothing", 1.0, 1e-6, 1e6);
   auto m = std::make_shared<Model>(cfg.get("path", ""), k, s);
@@ -63,7 +65,9 @@ struct Target {
   std::vector<uint8_t> ctx;    // scratch
 };
 
-void t_destroy(void *self) { delete static_cast<Target *>(self); }
+void t_destroy(void *self) {
+  delete static_cast<Target *>(self);
+}
 
 specinfer_status t_info(void *self, specinfer_model_info *info) {
   auto *t = static_cast<Target *>(self);
@@ -100,7 +104,8 @@ specinfer_status t_token_bytes(void *, int32_t token, char *buf, size_t cap, siz
   return SPECINFER_OK;
 }
 
-specinfer_status t_forward(void *self, const specinfer_forward_batch *b, specinfer_plugin_error *err) {
+specinfer_status t_forward(void *self, const specinfer_forward_batch *b,
+                           specinfer_plugin_error *err) {
   auto *t = static_cast<Target *>(self);
   return guarded(err, [&] {
     if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->tokens || !b->positions)) ||
@@ -130,8 +135,10 @@ specinfer_status t_forward(void *self, const specinfer_forward_batch *b, specinf
       }
       size_t from_cache = static_cast<size_t>(k) > seen.size() ? k - seen.size() : 0;
       from_cache = std::min(from_cache, base);
-      t->ctx.insert(t->ctx.end(), t->cache.end() - static_cast<std::ptrdiff_t>(from_cache), t->cache.end());
-      for (auto it = seen.rbegin(); it != seen.rend(); ++it) t->ctx.push_back(static_cast<uint8_t>(*it));
+      t->ctx.insert(t->ctx.end(), t->cache.end() - static_cast<std::ptrdiff_t>(from_cache),
+                    t->cache.end());
+      for (auto it = seen.rbegin(); it != seen.rend(); ++it)
+        t->ctx.push_back(static_cast<uint8_t>(*it));
       float *out = b->logits + static_cast<size_t>(i - (n - b->n_logits)) * kVocab;
       t->model->distribution(t->ctx.data(), t->ctx.size(), out);
       for (int x = 0; x < kVocab; ++x) out[x] = std::log(out[x]);
@@ -141,7 +148,9 @@ specinfer_status t_forward(void *self, const specinfer_forward_batch *b, specinf
   });
 }
 
-int32_t t_kv_size(void *self) { return static_cast<int32_t>(static_cast<Target *>(self)->cache.size()); }
+int32_t t_kv_size(void *self) {
+  return static_cast<int32_t>(static_cast<Target *>(self)->cache.size());
+}
 
 specinfer_status t_kv_truncate(void *self, int32_t n_keep, specinfer_plugin_error *err) {
   auto *t = static_cast<Target *>(self);
@@ -167,17 +176,25 @@ specinfer_status t_kv_keep(void *self, int32_t base, const int32_t *idx, int32_t
       set_err(err, "kv_keep: indices must increase and lie in the cache");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
-  for (int32_t i = 0; i < n; ++i) t->cache[static_cast<size_t>(base + i)] = t->cache[static_cast<size_t>(base + idx[i])];
+  for (int32_t i = 0; i < n; ++i)
+    t->cache[static_cast<size_t>(base + i)] = t->cache[static_cast<size_t>(base + idx[i])];
   t->cache.resize(static_cast<size_t>(base + n));
   return SPECINFER_OK;
 }
 
-const specinfer_target_vtable kTargetVtable = {
-    sizeof(specinfer_target_vtable), t_destroy, t_info, t_tokenize, t_token_bytes, t_forward,
-    t_kv_size, t_kv_truncate, t_kv_keep};
+const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
+                                               t_destroy,
+                                               t_info,
+                                               t_tokenize,
+                                               t_token_bytes,
+                                               t_forward,
+                                               t_kv_size,
+                                               t_kv_truncate,
+                                               t_kv_keep};
 
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
-                               const specinfer_target_vtable **vtable, specinfer_plugin_error *err) {
+                               const specinfer_target_vtable **vtable,
+                               specinfer_plugin_error *err) {
   return guarded(err, [&] {
     Config cfg(config, {"path", "k", "smoothing", "n_ctx"});
     auto t = std::make_unique<Target>();
@@ -196,14 +213,17 @@ const specinfer_target_factory kTargetFactory = {sizeof(specinfer_target_factory
 struct Drafter {
   std::shared_ptr<Model> model;
   std::string name;
-  std::vector<uint8_t> text;   // committed sequence
-  std::vector<uint8_t> ctx;    // scratch: text + draft so far
+  std::vector<uint8_t> text;  // committed sequence
+  std::vector<uint8_t> ctx;   // scratch: text + draft so far
   std::vector<float> probs;
 };
 
-void d_destroy(void *self) { delete static_cast<Drafter *>(self); }
+void d_destroy(void *self) {
+  delete static_cast<Drafter *>(self);
+}
 
-specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
+specinfer_status d_begin(void *self, const int32_t *context, size_t n,
+                         specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   d->text.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -216,7 +236,8 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer
   return SPECINFER_OK;
 }
 
-specinfer_status d_commit(void *self, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
+specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
+                          specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   for (size_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= kVocab) {
@@ -240,7 +261,8 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
     const int k = d->model->order();
     const bool sample = req->temperature > 0 && req->sample;
     int32_t n = std::min(req->max_tokens, out->cap);
-    d->ctx.assign(d->text.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(d->text.size(), k)), d->text.end());
+    d->ctx.assign(d->text.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(d->text.size(), k)),
+                  d->text.end());
     d->probs.resize(kVocab);
     for (int32_t i = 0; i < n; ++i) {
       float *q = sample ? out->probs + static_cast<size_t>(i) * kVocab : d->probs.data();
@@ -275,8 +297,9 @@ const specinfer_drafter_vtable kDrafterVtable = {sizeof(specinfer_drafter_vtable
                                                  d_begin, d_propose, d_commit};
 
 specinfer_status drafter_create(const specinfer_host *, const char *config,
-                                const specinfer_model_info *target_info, const specinfer_host_target *,
-                                void **self, const specinfer_drafter_vtable **vtable,
+                                const specinfer_model_info *target_info,
+                                const specinfer_host_target *, void **self,
+                                const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
   return guarded(err, [&] {
     if (!target_info || target_info->vocab_size != kVocab) {
@@ -292,7 +315,8 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
   });
 }
 
-const specinfer_drafter_factory kDrafterFactory = {sizeof(specinfer_drafter_factory), drafter_create};
+const specinfer_drafter_factory kDrafterFactory = {sizeof(specinfer_drafter_factory),
+                                                   drafter_create};
 
 const void *get_factory(const char *id) {
   if (!id) return nullptr;

@@ -52,7 +52,8 @@ class ContextIndex {
       seq_.push_back(toks[j]);
       size_t i = seq_.size() - 1;  // the new token follows the n-grams ending at i - 1
       for (int k = 1; k <= n_max_ && static_cast<size_t>(k) <= i; ++k)
-        maps_[static_cast<size_t>(k)][hash_ngram(&seq_[i - static_cast<size_t>(k)], k)] = static_cast<uint32_t>(i);
+        maps_[static_cast<size_t>(k)][hash_ngram(&seq_[i - static_cast<size_t>(k)], k)] =
+            static_cast<uint32_t>(i);
     }
   }
 
@@ -72,7 +73,8 @@ class ContextIndex {
     auto it = m.find(hash_ngram(pattern, k));
     if (it == m.end()) return -1;
     size_t p = it->second;
-    if (p < static_cast<size_t>(k) || !std::equal(pattern, pattern + k, seq_.begin() + static_cast<ptrdiff_t>(p - k)))
+    if (p < static_cast<size_t>(k) ||
+        !std::equal(pattern, pattern + k, seq_.begin() + static_cast<ptrdiff_t>(p - k)))
       return -1;  // a hash collision
     return static_cast<ptrdiff_t>(p);
   }

@@ -45,7 +45,9 @@ struct Drafter {
   std::vector<int32_t> tail;  // scratch: the last n_max tokens of the context, then the draft
 };
 
-void d_destroy(void *self) { delete static_cast<Drafter *>(self); }
+void d_destroy(void *self) {
+  delete static_cast<Drafter *>(self);
+}
 
 bool tokens_ok(const int32_t *t, size_t n, specinfer_plugin_error *err) {
   if (!t && n) {
@@ -60,7 +62,8 @@ bool tokens_ok(const int32_t *t, size_t n, specinfer_plugin_error *err) {
   return true;
 }
 
-specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer_plugin_error *err) {
+specinfer_status d_begin(void *self, const int32_t *context, size_t n,
+                         specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   if (!tokens_ok(context, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
   try {
@@ -77,7 +80,8 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n, specinfer
   return SPECINFER_OK;
 }
 
-specinfer_status d_commit(void *self, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
+specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
+                          specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
   if (!tokens_ok(tokens, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
   try {
@@ -149,7 +153,8 @@ std::vector<int32_t> tokenize_corpus(const std::string &path, const specinfer_ho
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("ngram: cannot read the static corpus '" + path + "'");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > (size_t{256} << 20)) throw ConfigError("ngram: the static corpus exceeds 256 MiB");
+  if (text.size() > (size_t{256} << 20))
+    throw ConfigError("ngram: the static corpus exceeds 256 MiB");
   std::vector<int32_t> all, buf;
   specinfer_plugin_error e{};
   size_t pos = 0;
@@ -226,7 +231,8 @@ extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_p
     sizeof(specinfer_plugin_descriptor),
     "ngram",
     "1.1",
-    "n-gram drafting: prompt lookup in the context, then n-gram caches over earlier output and a corpus",
+    "n-gram drafting: prompt lookup in the context, then n-gram caches over earlier output and a "
+    "corpus",
     nullptr,
     nullptr,
     get_factory};

@@ -9,5 +9,11 @@ static const void *get_factory(const char *id) {
 }
 
 SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry = {
-    99u, sizeof(specinfer_plugin_descriptor), "bad-abi", "0", "built for plugin ABI 99", NULL, NULL,
+    99u,
+    sizeof(specinfer_plugin_descriptor),
+    "bad-abi",
+    "0",
+    "built for plugin ABI 99",
+    NULL,
+    NULL,
     get_factory};

@@ -19,20 +19,21 @@
 namespace {
 
 void usage(FILE *out) {
-  std::fprintf(out,
-               "usage: specinfer bench --target PLUGIN[:CONFIG] --prompts FILE.jsonl [options]\n\n"
-               "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf\n"
-               "  --prompts FILE         JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)\n"
-               "  --drafter P[:K=V,...]  a drafter to compare with plain decoding (repeatable)\n"
-               "  --coupler SPEC         coupler (repeatable; default: greedy at --temp 0, else rejection)\n"
-               "  --limit N              first N prompts only (default: all)\n"
-               "  -n, --max-tokens N     tokens generated per prompt (default 64)\n"
-               "  --max-draft K          most tokens drafted per round (default 8)\n"
-               "  --fixed-draft          no adaptive draft length\n"
-               "  --temp T, --seed S     sampling (default greedy, seed 0)\n"
-               "  --threads N            backend threads (default: all cores)\n"
-               "  --chart FILE.png       write a chart of tokens/s per prompt (default: none)\n"
-               "  --verbose              one line per prompt and configuration\n");
+  std::fprintf(
+      out,
+      "usage: specinfer bench --target PLUGIN[:CONFIG] --prompts FILE.jsonl [options]\n\n"
+      "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf\n"
+      "  --prompts FILE         JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)\n"
+      "  --drafter P[:K=V,...]  a drafter to compare with plain decoding (repeatable)\n"
+      "  --coupler SPEC         coupler (repeatable; default: greedy at --temp 0, else rejection)\n"
+      "  --limit N              first N prompts only (default: all)\n"
+      "  -n, --max-tokens N     tokens generated per prompt (default 64)\n"
+      "  --max-draft K          most tokens drafted per round (default 8)\n"
+      "  --fixed-draft          no adaptive draft length\n"
+      "  --temp T, --seed S     sampling (default greedy, seed 0)\n"
+      "  --threads N            backend threads (default: all cores)\n"
+      "  --chart FILE.png       write a chart of tokens/s per prompt (default: none)\n"
+      "  --verbose              one line per prompt and configuration\n");
 }
 
 // Reads the "prompt" string of one JSON object line (enough JSON for the prompt files).
@@ -66,7 +67,10 @@ bool json_prompt(const std::string &line, std::string *out) {
     *v = 0;
     for (size_t j = at; j < at + 4; ++j) {
       char c = line[j];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) return false;
       *v = *v * 16 + static_cast<uint32_t>(d);
     }
@@ -81,19 +85,36 @@ bool json_prompt(const std::string &line, std::string *out) {
     }
     if (++i >= line.size()) return false;
     switch (line[i]) {
-      case 'n': out->push_back('\n'); break;
-      case 't': out->push_back('\t'); break;
-      case 'r': out->push_back('\r'); break;
-      case 'b': out->push_back('\b'); break;
-      case 'f': out->push_back('\f'); break;
-      case '/': out->push_back('/'); break;
-      case '\\': out->push_back('\\'); break;
-      case '"': out->push_back('"'); break;
+      case 'n':
+        out->push_back('\n');
+        break;
+      case 't':
+        out->push_back('\t');
+        break;
+      case 'r':
+        out->push_back('\r');
+        break;
+      case 'b':
+        out->push_back('\b');
+        break;
+      case 'f':
+        out->push_back('\f');
+        break;
+      case '/':
+        out->push_back('/');
+        break;
+      case '\\':
+        out->push_back('\\');
+        break;
+      case '"':
+        out->push_back('"');
+        break;
       case 'u': {
         uint32_t v = 0;
         if (!hex4(i + 1, &v)) return false;
         i += 4;
-        if (v >= 0xD800 && v < 0xDC00 && i + 6 < line.size() && line[i + 1] == '\\' && line[i + 2] == 'u') {
+        if (v >= 0xD800 && v < 0xDC00 && i + 6 < line.size() && line[i + 1] == '\\' &&
+            line[i + 2] == 'u') {
           uint32_t lo = 0;
           if (hex4(i + 3, &lo) && lo >= 0xDC00 && lo < 0xE000) {
             v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
@@ -103,7 +124,8 @@ bool json_prompt(const std::string &line, std::string *out) {
         put_utf8(v);
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return false;
@@ -205,7 +227,8 @@ int cmd_bench(int argc, char **argv) {
   {
     std::ifstream in(prompts_file, std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "specinfer bench: cannot read %s: %s\n", prompts_file.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "specinfer bench: cannot read %s: %s\n", prompts_file.c_str(),
+                   std::strerror(errno));
       return 1;
     }
     std::string line, p;
@@ -214,7 +237,8 @@ int cmd_bench(int argc, char **argv) {
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       if (!json_prompt(line, &p)) {
-        std::fprintf(stderr, "specinfer bench: %s:%zu: no \"prompt\" string\n", prompts_file.c_str(), lineno);
+        std::fprintf(stderr, "specinfer bench: %s:%zu: no \"prompt\" string\n",
+                     prompts_file.c_str(), lineno);
         return 1;
       }
       prompts.push_back(p);
@@ -270,7 +294,8 @@ int cmd_bench(int argc, char **argv) {
         c.plain_index = plain_index;
         specinfer_coupler_create(cs.c_str(), &c.coupler, nullptr);
         cli::split_spec(ds, &plugin, &config);
-        if (specinfer_drafter_open(reg, plugin.c_str(), config.c_str(), target, &c.drafter, &err) != SPECINFER_OK) {
+        if (specinfer_drafter_open(reg, plugin.c_str(), config.c_str(), target, &c.drafter, &err) !=
+            SPECINFER_OK) {
           std::fprintf(stderr, "specinfer bench: cannot open drafter '%s': %s\n", ds.c_str(), err);
           specinfer_coupler_destroy(c.coupler);
           ok = false;
@@ -298,7 +323,8 @@ int cmd_bench(int argc, char **argv) {
           ok = false;
           break;
         }
-        specinfer_status st = specinfer_session_feed_text(s, prompts[pi].data(), prompts[pi].size());
+        specinfer_status st =
+            specinfer_session_feed_text(s, prompts[pi].data(), prompts[pi].size());
         if (st == SPECINFER_OK) st = specinfer_session_generate(s, max_tokens, nullptr, nullptr);
         if (st != SPECINFER_OK) {
           std::fprintf(stderr, "specinfer bench: prompt %zu, %s: %s\n", pi + 1, c.label.c_str(),
@@ -323,10 +349,12 @@ int cmd_bench(int argc, char **argv) {
         c.drafted += ss.n_drafted;
         c.accepted += ss.n_accepted;
         c.tps.push_back(ss.tokens_per_second);
-        if (c.outputs.back() == configs[static_cast<size_t>(c.plain_index)].outputs.back()) ++c.identical;
+        if (c.outputs.back() == configs[static_cast<size_t>(c.plain_index)].outputs.back())
+          ++c.identical;
         if (verbose)
-          std::fprintf(stderr, "  prompt %3zu  %-44s %-10s %7.2f tok/s  %4lld tokens  accept %.3f\n", pi + 1,
-                       c.label.c_str(), c.coupler_spec.c_str(), ss.tokens_per_second,
+          std::fprintf(stderr,
+                       "  prompt %3zu  %-44s %-10s %7.2f tok/s  %4lld tokens  accept %.3f\n",
+                       pi + 1, c.label.c_str(), c.coupler_spec.c_str(), ss.tokens_per_second,
                        static_cast<long long>(ss.n_generated), ss.acceptance_rate);
       }
       if (!verbose) std::fprintf(stderr, "\rbench: %zu/%zu prompts", pi + 1, prompts.size());
@@ -334,18 +362,22 @@ int cmd_bench(int argc, char **argv) {
     if (!verbose) std::fprintf(stderr, "\n");
     if (!ok) break;
 
-    std::printf("| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | drafted | identical to plain |\n");
+    std::printf(
+        "| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | drafted | "
+        "identical to plain |\n");
     std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const Config &c : configs) {
       const Config &pl = configs[static_cast<size_t>(c.plain_index)];
       double tps = c.gen_ms > 0 ? c.generated * 1000.0 / c.gen_ms : 0;
       double ptps = pl.gen_ms > 0 ? pl.generated * 1000.0 / pl.gen_ms : 0;
       char acc[32] = "-";
-      if (c.drafted > 0) std::snprintf(acc, sizeof acc, "%.3f", static_cast<double>(c.accepted) / c.drafted);
+      if (c.drafted > 0)
+        std::snprintf(acc, sizeof acc, "%.3f", static_cast<double>(c.accepted) / c.drafted);
       std::printf("| %s | %s | %.2f | %.2fx | %s | %.2f | %lld | %lld/%zu |\n", c.label.c_str(),
                   c.coupler_spec.c_str(), tps, ptps > 0 ? tps / ptps : 0.0, acc,
                   c.rounds ? static_cast<double>(c.generated) / c.rounds : 0.0,
-                  static_cast<long long>(c.drafted), static_cast<long long>(c.identical), prompts.size());
+                  static_cast<long long>(c.drafted), static_cast<long long>(c.identical),
+                  prompts.size());
     }
     if (!chart.empty()) {
       pngchart::Chart ch;

@@ -14,22 +14,24 @@
 namespace {
 
 void usage(FILE *out) {
-  std::fprintf(out,
-               "usage: specinfer generate --target PLUGIN[:CONFIG] [options]\n\n"
-               "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf or kgram:path=text.txt,k=6\n"
-               "  --drafter P[:K=V,...]  drafter, e.g. ngram or kgram:path=text.txt,k=3 (default: none)\n"
-               "  --coupler SPEC         greedy | rejection | lenient:L | gumbel | minhash | typical\n"
-               "                         (default: greedy at --temp 0, else rejection)\n"
-               "  --prompt TEXT          the prompt (or --prompt-file FILE)\n"
-               "  -n, --max-tokens N     tokens to generate (default 128)\n"
-               "  --max-draft K          most tokens drafted per round, 0..16 (default 8)\n"
-               "  --fixed-draft          always draft --max-draft tokens (no adaptive draft length)\n"
-               "  --temp T               temperature (default 0: greedy)\n"
-               "  --top-k K, --top-p P, --min-p P   sampling filters\n"
-               "  --seed S               randomness for sampling and coupling (default 0)\n"
-               "  --threads N            backend threads (default: all cores)\n"
-               "  --compare-plain        also decode without the drafter and print the speedup\n"
-               "  --quiet                do not print the text, only the statistics\n");
+  std::fprintf(
+      out,
+      "usage: specinfer generate --target PLUGIN[:CONFIG] [options]\n\n"
+      "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf or "
+      "kgram:path=text.txt,k=6\n"
+      "  --drafter P[:K=V,...]  drafter, e.g. ngram or kgram:path=text.txt,k=3 (default: none)\n"
+      "  --coupler SPEC         greedy | rejection | lenient:L | gumbel | minhash | typical\n"
+      "                         (default: greedy at --temp 0, else rejection)\n"
+      "  --prompt TEXT          the prompt (or --prompt-file FILE)\n"
+      "  -n, --max-tokens N     tokens to generate (default 128)\n"
+      "  --max-draft K          most tokens drafted per round, 0..16 (default 8)\n"
+      "  --fixed-draft          always draft --max-draft tokens (no adaptive draft length)\n"
+      "  --temp T               temperature (default 0: greedy)\n"
+      "  --top-k K, --top-p P, --min-p P   sampling filters\n"
+      "  --seed S               randomness for sampling and coupling (default 0)\n"
+      "  --threads N            backend threads (default: all cores)\n"
+      "  --compare-plain        also decode without the drafter and print the speedup\n"
+      "  --quiet                do not print the text, only the statistics\n");
 }
 
 struct Options {
@@ -119,14 +121,15 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
 }
 
 void print_stats(const char *label, const specinfer_session_stats &s) {
-  std::fprintf(stderr,
-               "[%s] prompt %lld tokens, generated %lld tokens in %lld rounds (%lld target passes)\n"
-               "[%s] drafted %lld, accepted %lld, acceptance rate %.3f, mean tokens per round %.2f\n"
-               "[%s] prefill %.1f ms, draft %.1f ms, verify %.1f ms, sample %.1f ms; %.2f tokens/s\n",
-               label, (long long)s.n_prompt_tokens, (long long)s.n_generated, (long long)s.n_rounds,
-               (long long)s.n_target_passes, label, (long long)s.n_drafted, (long long)s.n_accepted,
-               s.acceptance_rate, s.mean_accepted, label, s.t_prefill_ms, s.t_draft_ms, s.t_verify_ms,
-               s.t_sample_ms, s.tokens_per_second);
+  std::fprintf(
+      stderr,
+      "[%s] prompt %lld tokens, generated %lld tokens in %lld rounds (%lld target passes)\n"
+      "[%s] drafted %lld, accepted %lld, acceptance rate %.3f, mean tokens per round %.2f\n"
+      "[%s] prefill %.1f ms, draft %.1f ms, verify %.1f ms, sample %.1f ms; %.2f tokens/s\n",
+      label, (long long)s.n_prompt_tokens, (long long)s.n_generated, (long long)s.n_rounds,
+      (long long)s.n_target_passes, label, (long long)s.n_drafted, (long long)s.n_accepted,
+      s.acceptance_rate, s.mean_accepted, label, s.t_prefill_ms, s.t_draft_ms, s.t_verify_ms,
+      s.t_sample_ms, s.tokens_per_second);
 }
 
 }  // namespace
@@ -189,14 +192,16 @@ int cmd_generate(int argc, char **argv) {
     }
   }
   if (o.target.empty() || !have_prompt) {
-    std::fprintf(stderr, "specinfer generate: --target and --prompt (or --prompt-file) are required\n\n");
+    std::fprintf(stderr,
+                 "specinfer generate: --target and --prompt (or --prompt-file) are required\n\n");
     usage(stderr);
     return 2;
   }
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "specinfer generate: cannot read %s: %s\n", prompt_file.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "specinfer generate: cannot read %s: %s\n", prompt_file.c_str(),
+                   std::strerror(errno));
       return 1;
     }
     o.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -220,7 +225,8 @@ int cmd_generate(int argc, char **argv) {
     rc = run(reg, o, false, false, &plain, &plain_tokens);
     if (rc == 0) {
       print_stats("plain", plain);
-      double speedup = plain.tokens_per_second > 0 ? spec.tokens_per_second / plain.tokens_per_second : 0;
+      double speedup =
+          plain.tokens_per_second > 0 ? spec.tokens_per_second / plain.tokens_per_second : 0;
       std::fprintf(stderr, "speedup over plain decoding: %.2fx (%s output)\n", speedup,
                    spec_tokens == plain_tokens ? "identical" : "DIFFERENT");
     }

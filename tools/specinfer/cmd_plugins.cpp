@@ -34,8 +34,9 @@ int cmd_plugins(int argc, char **argv) {
     info.struct_size = sizeof(info);
     if (specinfer_registry_plugin_info(reg, i, &info) != SPECINFER_OK) continue;
     std::printf("%-12s %-8s %s%s  %s\n    %s\n", info.name, info.version,
-                info.has_target ? "target" : "", info.has_drafter ? (info.has_target ? "+drafter" : "drafter") : "",
-                info.path, info.description);
+                info.has_target ? "target" : "",
+                info.has_drafter ? (info.has_target ? "+drafter" : "drafter") : "", info.path,
+                info.description);
   }
   specinfer_registry_destroy(reg);
   return 0;

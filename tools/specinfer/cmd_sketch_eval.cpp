@@ -40,27 +40,30 @@ struct Config {
 };
 
 void usage(FILE *out) {
-  std::fprintf(out,
-               "usage: specinfer sketch-eval [options]\n\n"
-               "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product Sketching\"\n"
-               "(VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) against storage.\n\n"
-               "options:\n"
-               "  --nnz N             nonzeros per vector (default 20000; length is 5 N)\n"
-               "  --overlaps LIST     shared fraction of the nonzeros (default 0.01,0.1,0.5,1)\n"
-               "  --outliers F        fraction of outlier values (default 0.02)\n"
-               "  --storage LO:HI:STEP  storage budgets in 64-bit words (default 200:2000:200)\n"
-               "  --trials T          sketch seeds per point (default 100)\n"
-               "  --methods LIST      of jl,countsketch,qjl,threshold,priority\n"
-               "                      (default jl,countsketch,threshold,priority)\n"
-               "  --jl-dist D         sign (default, as in the paper) or gaussian\n"
-               "  --data-seed S       seed of the synthetic vectors (default 9)\n"
-               "  --png PREFIX        write PREFIX-overlap-<pct>.png charts (default sketch-eval)\n"
-               "  --no-png            do not write charts\n\n"
-               "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
-               "The same on real query/key vectors from a model's attention layers (plus top-1 / top-8\n"
-               "agreement of the keys each query ranks highest); options:\n");
-  if (out == stdout) sketch_eval_real_usage("  ");
-  else std::fprintf(out, "  see `specinfer sketch-eval --help`\n");
+  std::fprintf(
+      out,
+      "usage: specinfer sketch-eval [options]\n\n"
+      "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product Sketching\"\n"
+      "(VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) against storage.\n\n"
+      "options:\n"
+      "  --nnz N             nonzeros per vector (default 20000; length is 5 N)\n"
+      "  --overlaps LIST     shared fraction of the nonzeros (default 0.01,0.1,0.5,1)\n"
+      "  --outliers F        fraction of outlier values (default 0.02)\n"
+      "  --storage LO:HI:STEP  storage budgets in 64-bit words (default 200:2000:200)\n"
+      "  --trials T          sketch seeds per point (default 100)\n"
+      "  --methods LIST      of jl,countsketch,qjl,threshold,priority\n"
+      "                      (default jl,countsketch,threshold,priority)\n"
+      "  --jl-dist D         sign (default, as in the paper) or gaussian\n"
+      "  --data-seed S       seed of the synthetic vectors (default 9)\n"
+      "  --png PREFIX        write PREFIX-overlap-<pct>.png charts (default sketch-eval)\n"
+      "  --no-png            do not write charts\n\n"
+      "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
+      "The same on real query/key vectors from a model's attention layers (plus top-1 / top-8\n"
+      "agreement of the keys each query ranks highest); options:\n");
+  if (out == stdout)
+    sketch_eval_real_usage("  ");
+  else
+    std::fprintf(out, "  see `specinfer sketch-eval --help`\n");
 }
 
 using cli::split;
@@ -107,7 +110,8 @@ void make_pair(const Config &cfg, double overlap, std::vector<float> &a, std::ve
   for (size_t k = 0; k < n_out; ++k) std::swap(slots[k], slots[k + rng.below(nnz - k)]);
   auto outlier = [&] {
     double v;
-    do v = 5.0 + rng.normal(); while (v < 4.0 || v > 6.0);
+    do v = 5.0 + rng.normal();
+    while (v < 4.0 || v > 6.0);
     return static_cast<float>(std::round(v));
   };
   for (size_t k = 0; k < n_out; ++k) va[slots[k]] = outlier();
@@ -139,7 +143,8 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
   if (method == "jl") options = "dist=" + cfg.jl_dist;
   specinfer_sketcher *s = nullptr;
   char *err = nullptr;
-  if (specinfer_sketcher_create(method.c_str(), static_cast<int64_t>(d), m, seed, options.c_str(), &s, &err) != SPECINFER_OK) {
+  if (specinfer_sketcher_create(method.c_str(), static_cast<int64_t>(d), m, seed, options.c_str(),
+                                &s, &err) != SPECINFER_OK) {
     Failure f{err ? err : "sketcher_create failed"};
     specinfer_free(err);
     throw f;
@@ -150,21 +155,25 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
   if (method == "qjl") {  // a as a key, b as a query
     size_t na = 0, nb = 0;
     specinfer_sketcher_sketch(s, ab.data(), d, 0, nullptr, 0, &na, nullptr);
-    specinfer_sketcher_sketch(s, ab.data() + d, d, SPECINFER_SKETCH_QUERY, nullptr, 0, &nb, nullptr);
+    specinfer_sketcher_sketch(s, ab.data() + d, d, SPECINFER_SKETCH_QUERY, nullptr, 0, &nb,
+                              nullptr);
     buf.resize(na + nb);
     rc = specinfer_sketcher_sketch(s, ab.data(), d, 0, buf.data(), na, &na, &err);
     if (rc == SPECINFER_OK)
-      rc = specinfer_sketcher_sketch(s, ab.data() + d, d, SPECINFER_SKETCH_QUERY, buf.data() + na, nb, &nb, &err);
+      rc = specinfer_sketcher_sketch(s, ab.data() + d, d, SPECINFER_SKETCH_QUERY, buf.data() + na,
+                                     nb, &nb, &err);
     offsets[1] = na;
     offsets[2] = na + nb;
   } else {  // both rows at once, in parallel
     specinfer_sketcher_sketch_rows(s, ab.data(), 2, d, 0, nullptr, 0, nullptr, &total, nullptr);
     buf.resize(total);
-    rc = specinfer_sketcher_sketch_rows(s, ab.data(), 2, d, 0, buf.data(), buf.size(), offsets, &total, &err);
+    rc = specinfer_sketcher_sketch_rows(s, ab.data(), 2, d, 0, buf.data(), buf.size(), offsets,
+                                        &total, &err);
   }
   double est = 0.0;
   if (rc == SPECINFER_OK)
-    rc = specinfer_sketcher_estimate(s, buf.data(), offsets[1], buf.data() + offsets[1], offsets[2] - offsets[1], &est, &err);
+    rc = specinfer_sketcher_estimate(s, buf.data(), offsets[1], buf.data() + offsets[1],
+                                     offsets[2] - offsets[1], &est, &err);
   if (rc == SPECINFER_OK && samples) {
     specinfer_sketch_header h;
     std::memset(&h, 0, sizeof h);
@@ -228,7 +237,8 @@ int cmd_sketch_eval(int argc, char **argv) {
       ok = value(&v);
       cfg.methods = split(v, ',');
       for (const std::string &m : cfg.methods)
-        ok = ok && (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
+        ok = ok &&
+             (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
     } else if (arg == "--jl-dist") {
       ok = value(&cfg.jl_dist) && (cfg.jl_dist == "sign" || cfg.jl_dist == "gaussian");
     } else if (arg == "--data-seed") {
@@ -253,11 +263,14 @@ int cmd_sketch_eval(int argc, char **argv) {
   }
 
   std::vector<int64_t> storages;
-  for (int64_t s = cfg.storage_lo; s <= cfg.storage_hi; s += cfg.storage_step) storages.push_back(s);
+  for (int64_t s = cfg.storage_lo; s <= cfg.storage_hi; s += cfg.storage_step)
+    storages.push_back(s);
   std::printf("sketch-eval: nnz %lld, length %lld, outliers %.3g, %d trials, jl dist=%s\n",
               static_cast<long long>(cfg.nnz), static_cast<long long>(5 * cfg.nnz), cfg.outliers,
               cfg.trials, cfg.jl_dist.c_str());
-  std::printf("storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 samples\n");
+  std::printf(
+      "storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 "
+      "samples\n");
 
   for (double overlap : cfg.overlaps) {
     std::vector<float> a, b;

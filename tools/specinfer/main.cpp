@@ -17,11 +17,14 @@ const Command kCommands[] = {
     {"bench", cmd_bench, "plain decoding vs drafters on a prompt set: table and PNG chart"},
     {"generate", cmd_generate, "generate text with a target, a drafter and a coupler"},
     {"plugins", cmd_plugins, "list the plugins found on the plugin path"},
-    {"sketch-eval", cmd_sketch_eval, "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
+    {"sketch-eval", cmd_sketch_eval,
+     "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
 };
 
 void usage(FILE *out) {
-  std::fprintf(out, "specinfer %s — speculative decoding on the CPU\n\nusage: specinfer <command> [options]\n\ncommands:\n",
+  std::fprintf(out,
+               "specinfer %s — speculative decoding on the CPU\n\nusage: specinfer <command> "
+               "[options]\n\ncommands:\n",
                specinfer_version_string());
   for (const Command &c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
   std::fprintf(out, "\n`specinfer <command> --help` describes a command's options.\n");

@@ -99,18 +99,22 @@ class BitWriter {
 };
 
 void put_literal(BitWriter &bw, int sym) {  // the fixed literal/length code of RFC 1951 3.2.6
-  if (sym < 144) bw.put_huffman(0x30 + sym, 8);
-  else if (sym < 256) bw.put_huffman(0x190 + (sym - 144), 9);
-  else if (sym < 280) bw.put_huffman(sym - 256, 7);
-  else bw.put_huffman(0xC0 + (sym - 280), 8);
+  if (sym < 144)
+    bw.put_huffman(0x30 + sym, 8);
+  else if (sym < 256)
+    bw.put_huffman(0x190 + (sym - 144), 9);
+  else if (sym < 280)
+    bw.put_huffman(sym - 256, 7);
+  else
+    bw.put_huffman(0xC0 + (sym - 280), 8);
 }
 
 const int kLenBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
                           31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
 const int kLenExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
                            2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-const int kDistBase[30] = {1,    2,    3,    4,    5,    7,     9,     13,    17,  25,
-                           33,   49,   65,   97,   129,  193,   257,   385,   513, 769,
+const int kDistBase[30] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
+                           33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
                            1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
 const int kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
                             6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
@@ -149,7 +153,8 @@ struct Clip {
   bool inside(int x, int y) const { return x >= x0 && x <= x1 && y >= y0 && y <= y1; }
 };
 
-void thick_line(Image &img, int xa, int ya, int xb, int yb, uint32_t c, int radius, const Clip &clip) {
+void thick_line(Image &img, int xa, int ya, int xb, int yb, uint32_t c, int radius,
+                const Clip &clip) {
   int dx = std::abs(xb - xa), dy = -std::abs(yb - ya);
   const int sx = xa < xb ? 1 : -1, sy = ya < yb ? 1 : -1;
   int err = dx + dy;
@@ -203,8 +208,10 @@ std::string tick_label(double v, bool log_axis) {
   char buf[32];
   if (log_axis) {
     const double value = std::pow(10.0, v);
-    if (value >= 1e-3 && value < 1e5) std::snprintf(buf, sizeof buf, "%g", value);
-    else std::snprintf(buf, sizeof buf, "%.0e", value);
+    if (value >= 1e-3 && value < 1e5)
+      std::snprintf(buf, sizeof buf, "%g", value);
+    else
+      std::snprintf(buf, sizeof buf, "%.0e", value);
   } else {
     std::snprintf(buf, sizeof buf, "%g", v);
   }
@@ -213,7 +220,8 @@ std::string tick_label(double v, bool log_axis) {
 
 }  // namespace
 
-Image::Image(int w, int h, uint32_t background) : width(w), height(h), rgb(static_cast<size_t>(w) * h * 3) {
+Image::Image(int w, int h, uint32_t background)
+    : width(w), height(h), rgb(static_cast<size_t>(w) * h * 3) {
   for (size_t i = 0; i < rgb.size(); i += 3) {
     rgb[i] = static_cast<uint8_t>(background >> 16);
     rgb[i + 1] = static_cast<uint8_t>(background >> 8);
@@ -239,7 +247,8 @@ int text_width(const std::string &text, int scale) {
   return text.empty() ? 0 : (static_cast<int>(text.size()) * kAdvance - 1) * scale;
 }
 
-int draw_text(Image &img, int x, int y, const std::string &text, uint32_t color, int scale, bool vertical) {
+int draw_text(Image &img, int x, int y, const std::string &text, uint32_t color, int scale,
+              bool vertical) {
   int pen = 0;
   for (unsigned char ch : text) {
     const int g = (ch >= 32 && ch <= 126) ? ch - 32 : '?' - 32;
@@ -249,8 +258,10 @@ int draw_text(Image &img, int x, int y, const std::string &text, uint32_t color,
         for (int sy = 0; sy < scale; ++sy)
           for (int sx = 0; sx < scale; ++sx) {
             const int gx = (pen + col) * scale + sx, gy = row * scale + sy;
-            if (vertical) img.set(x + gy, y - gx, color);  // baseline runs upwards
-            else img.set(x + gx, y + gy, color);
+            if (vertical)
+              img.set(x + gy, y - gx, color);  // baseline runs upwards
+            else
+              img.set(x + gx, y + gy, color);
           }
       }
     pen += kAdvance;
@@ -264,14 +275,16 @@ Image render(const Chart &chart) {
   // Legend width from the longest name.
   int legend_w = 0;
   for (const Series &s : chart.series) legend_w = std::max(legend_w, text_width(s.name) + 40);
-  const int left = 78, right = W - 20 - legend_w, top = chart.title.empty() ? 20 : 44, bottom = H - 52;
+  const int left = 78, right = W - 20 - legend_w, top = chart.title.empty() ? 20 : 44,
+            bottom = H - 52;
   const Clip plot{left, top, std::max(left + 10, right), bottom};
 
   // Data ranges in axis units.
   auto tx = [&](double v) { return chart.log_x ? std::log10(v) : v; };
   auto ty = [&](double v) { return chart.log_y ? std::log10(v) : v; };
   auto usable = [&](double x, double y) {
-    return std::isfinite(x) && std::isfinite(y) && (!chart.log_x || x > 0) && (!chart.log_y || y > 0);
+    return std::isfinite(x) && std::isfinite(y) && (!chart.log_x || x > 0) &&
+           (!chart.log_y || y > 0);
   };
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const Series &s : chart.series)
@@ -290,11 +303,17 @@ Image render(const Chart &chart) {
   } else {
     const double pad = 0.05 * (y1 - y0);
     y1 += pad;
-    if (y0 < 0 || y0 - pad >= 0) y0 -= pad;
-    else y0 = std::max(0.0, y0 - pad);
+    if (y0 < 0 || y0 - pad >= 0)
+      y0 -= pad;
+    else
+      y0 = std::max(0.0, y0 - pad);
   }
-  auto px = [&](double v) { return plot.x0 + static_cast<int>(std::lround((v - x0) / (x1 - x0) * (plot.x1 - plot.x0))); };
-  auto py = [&](double v) { return plot.y1 - static_cast<int>(std::lround((v - y0) / (y1 - y0) * (plot.y1 - plot.y0))); };
+  auto px = [&](double v) {
+    return plot.x0 + static_cast<int>(std::lround((v - x0) / (x1 - x0) * (plot.x1 - plot.x0)));
+  };
+  auto py = [&](double v) {
+    return plot.y1 - static_cast<int>(std::lround((v - y0) / (y1 - y0) * (plot.y1 - plot.y0)));
+  };
 
   const uint32_t grid = 0xe6e6e6, axis = 0x000000, text = 0x202020;
   for (double t : ticks_for(x0, x1, chart.log_x)) {
@@ -317,16 +336,20 @@ Image render(const Chart &chart) {
   fill_rect(img, plot.x0, plot.y0, plot.x1, plot.y0, axis);
 
   if (!chart.title.empty())
-    draw_text(img, (plot.x0 + plot.x1) / 2 - text_width(chart.title, 2) / 2, 12, chart.title, text, 2);
+    draw_text(img, (plot.x0 + plot.x1) / 2 - text_width(chart.title, 2) / 2, 12, chart.title, text,
+              2);
   if (!chart.x_label.empty())
-    draw_text(img, (plot.x0 + plot.x1) / 2 - text_width(chart.x_label) / 2, H - 24, chart.x_label, text);
+    draw_text(img, (plot.x0 + plot.x1) / 2 - text_width(chart.x_label) / 2, H - 24, chart.x_label,
+              text);
   if (!chart.y_label.empty())
-    draw_text(img, 10, (plot.y0 + plot.y1) / 2 + text_width(chart.y_label) / 2, chart.y_label, text, 1, true);
+    draw_text(img, 10, (plot.y0 + plot.y1) / 2 + text_width(chart.y_label) / 2, chart.y_label, text,
+              1, true);
 
   size_t next_color = 0;
   int legend_y = plot.y0 + 6;
   for (const Series &s : chart.series) {
-    const uint32_t c = s.color ? s.color : kPalette[next_color++ % (sizeof kPalette / sizeof kPalette[0])];
+    const uint32_t c =
+        s.color ? s.color : kPalette[next_color++ % (sizeof kPalette / sizeof kPalette[0])];
     int prev_x = 0, prev_y = 0;
     bool have_prev = false;
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
@@ -395,7 +418,8 @@ std::vector<uint8_t> zlib_compress(const uint8_t *data, size_t n) {
   constexpr int kHashBits = 15;
   std::vector<int64_t> head(size_t{1} << kHashBits, -1);
   auto hash3 = [&](size_t i) {
-    const uint32_t v = static_cast<uint32_t>(data[i]) << 16 | static_cast<uint32_t>(data[i + 1]) << 8 | data[i + 2];
+    const uint32_t v = static_cast<uint32_t>(data[i]) << 16 |
+                       static_cast<uint32_t>(data[i + 1]) << 8 | data[i + 2];
     return (v * 2654435761u) >> (32 - kHashBits);
   };
   size_t i = 0;
@@ -418,7 +442,8 @@ std::vector<uint8_t> zlib_compress(const uint8_t *data, size_t n) {
     }
     if (best_len >= 3) {
       put_match(bw, best_len, static_cast<int>(best_dist));
-      for (size_t k = i + 1; k < i + best_len && k + 3 <= n; ++k) head[hash3(k)] = static_cast<int64_t>(k);
+      for (size_t k = i + 1; k < i + best_len && k + 3 <= n; ++k)
+        head[hash3(k)] = static_cast<int64_t>(k);
       i += best_len;
     } else {
       put_literal(bw, data[i]);

@@ -1,8 +1,8 @@
-// specinfer sketch-eval --model PATH: the sketch experiment of cmd_sketch_eval.cpp on real query and
-// key vectors. The model (plugins/gguf, linked in as its static core gguf_core) reads a text in
-// chunks; Model::set_qk_observer hands over each layer's queries and keys after bias, norm and RoPE.
-// The model runs on the kernels and threads of libspecinfer's host table, obtained by registering a
-// tiny in-process plugin whose init() receives it (see docs/ARCHITECTURE.md).
+// specinfer sketch-eval --model PATH: the sketch experiment of cmd_sketch_eval.cpp on real query
+// and key vectors. The model (plugins/gguf, linked in as its static core gguf_core) reads a text in
+// chunks; Model::set_qk_observer hands over each layer's queries and keys after bias, norm and
+// RoPE. The model runs on the kernels and threads of libspecinfer's host table, obtained by
+// registering a tiny in-process plugin whose init() receives it (see docs/ARCHITECTURE.md).
 //
 // Evaluation, per selected layer and kv head g (query heads map to g as h / (n_head / n_head_kv)):
 // for every storage budget S, method and trial seed one sketcher of dimension head_dim is made;
@@ -135,10 +135,14 @@ bool json_string(const std::string &s, size_t &i, std::string *out) {
     for (int k = 0; k < 4; ++k) {
       const char c = s[i++];
       *v <<= 4;
-      if (c >= '0' && c <= '9') *v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') *v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') *v |= static_cast<uint32_t>(c - 'A' + 10);
-      else return false;
+      if (c >= '0' && c <= '9')
+        *v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        *v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        *v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        return false;
     }
     return true;
   };
@@ -152,12 +156,26 @@ bool json_string(const std::string &s, size_t &i, std::string *out) {
     if (i >= s.size()) return false;
     const char e = s[i++];
     switch (e) {
-      case 'n': *out += '\n'; break;
-      case 't': *out += '\t'; break;
-      case 'r': *out += '\r'; break;
-      case 'b': *out += '\b'; break;
-      case 'f': *out += '\f'; break;
-      case '"': case '\\': case '/': *out += e; break;
+      case 'n':
+        *out += '\n';
+        break;
+      case 't':
+        *out += '\t';
+        break;
+      case 'r':
+        *out += '\r';
+        break;
+      case 'b':
+        *out += '\b';
+        break;
+      case 'f':
+        *out += '\f';
+        break;
+      case '"':
+      case '\\':
+      case '/':
+        *out += e;
+        break;
       case 'u': {
         uint32_t cp = 0;
         if (!hex4(&cp)) return false;
@@ -170,7 +188,8 @@ bool json_string(const std::string &s, size_t &i, std::string *out) {
         put_utf8(*out, cp);
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return false;
@@ -232,8 +251,8 @@ int32_t probe_init(const specinfer_host *host) {
 }
 
 specinfer_status probe_create(const specinfer_host *, const char *, const specinfer_model_info *,
-                              const specinfer_host_target *, void **, const specinfer_drafter_vtable **,
-                              specinfer_plugin_error *err) {
+                              const specinfer_host_target *, void **,
+                              const specinfer_drafter_vtable **, specinfer_plugin_error *err) {
   std::snprintf(err->message, sizeof err->message,
                 "the sketch-eval plugin only receives the host table; it drafts nothing");
   return SPECINFER_ERR_UNSUPPORTED;
@@ -246,9 +265,14 @@ const void *probe_get_factory(const char *id) {
 }
 
 const specinfer_plugin_descriptor kProbe = {
-    SPECINFER_PLUGIN_ABI_VERSION, sizeof(specinfer_plugin_descriptor), "sketch-eval-host",
-    SPECINFER_VERSION_STRING, "lends libspecinfer's host table to `specinfer sketch-eval --model`",
-    probe_init, nullptr, probe_get_factory};
+    SPECINFER_PLUGIN_ABI_VERSION,
+    sizeof(specinfer_plugin_descriptor),
+    "sketch-eval-host",
+    SPECINFER_VERSION_STRING,
+    "lends libspecinfer's host table to `specinfer sketch-eval --model`",
+    probe_init,
+    nullptr,
+    probe_get_factory};
 
 // ---- captured vectors ----
 
@@ -258,7 +282,9 @@ struct Capture {
   std::vector<int32_t> layers;        // model layer of each slot
   std::vector<std::vector<float>> q;  // per slot: [n_tok][n_head * hd]
   std::vector<std::vector<float>> k;  // per slot: [n_tok][n_kv * hd]
-  bool swa(int32_t layer) const { return swa_window > 0 && swa_pattern > 0 && (layer + 1) % swa_pattern != 0; }
+  bool swa(int32_t layer) const {
+    return swa_window > 0 && swa_pattern > 0 && (layer + 1) % swa_pattern != 0;
+  }
 };
 
 // ---- accumulators: one cell per (slot, budget, method) ----
@@ -282,7 +308,8 @@ struct Cell {
 };
 
 int64_t size_for(const std::string &method, int64_t storage) {
-  if (method == "threshold" || method == "priority") return std::max<int64_t>(1, static_cast<int64_t>(storage / 1.5));
+  if (method == "threshold" || method == "priority")
+    return std::max<int64_t>(1, static_cast<int64_t>(storage / 1.5));
   return storage;
 }
 
@@ -291,7 +318,8 @@ struct Sketcher {
   specinfer_sketcher *s = nullptr;
   Sketcher(const std::string &kind, int64_t d, int64_t m, uint64_t seed, const std::string &opt) {
     char *err = nullptr;
-    if (specinfer_sketcher_create(kind.c_str(), d, m, seed, opt.c_str(), &s, &err) != SPECINFER_OK) {
+    if (specinfer_sketcher_create(kind.c_str(), d, m, seed, opt.c_str(), &s, &err) !=
+        SPECINFER_OK) {
       Failure f{kind + ": " + (err ? err : "sketcher_create failed")};
       specinfer_free(err);
       throw f;
@@ -303,22 +331,25 @@ struct Sketcher {
 
   void check(specinfer_status rc, char *err, const char *what) const {
     if (rc == SPECINFER_OK) return;
-    Failure f{std::string(what) + ": " + specinfer_status_str(rc) + (err ? std::string(": ") + err : "")};
+    Failure f{std::string(what) + ": " + specinfer_status_str(rc) +
+              (err ? std::string(": ") + err : "")};
     specinfer_free(err);
     throw f;
   }
   // Sketches n rows of length dim (stride floats apart) into buf/offsets.
-  void rows(const float *x, size_t n, size_t stride, int32_t flags,
-            std::vector<unsigned char> &buf, std::vector<size_t> &offsets) const {
+  void rows(const float *x, size_t n, size_t stride, int32_t flags, std::vector<unsigned char> &buf,
+            std::vector<size_t> &offsets) const {
     offsets.assign(n + 1, 0);
     size_t total = 0;
     char *err = nullptr;
-    specinfer_status rc = specinfer_sketcher_sketch_rows(s, x, n, stride, flags, nullptr, 0, nullptr, &total, &err);
+    specinfer_status rc =
+        specinfer_sketcher_sketch_rows(s, x, n, stride, flags, nullptr, 0, nullptr, &total, &err);
     if (rc != SPECINFER_ERR_BUFFER_TOO_SMALL && rc != SPECINFER_OK) check(rc, err, "sketch_rows");
     specinfer_free(err);
     err = nullptr;
     buf.resize(std::max<size_t>(total, 1));
-    check(specinfer_sketcher_sketch_rows(s, x, n, stride, flags, buf.data(), buf.size(), offsets.data(), &total, &err),
+    check(specinfer_sketcher_sketch_rows(s, x, n, stride, flags, buf.data(), buf.size(),
+                                         offsets.data(), &total, &err),
           err, "sketch_rows");
   }
 };
@@ -327,18 +358,17 @@ struct Sketcher {
 struct Query {
   int32_t head = 0, pos = 0, lo = 0;  // keys lo..pos are visible
   double norm = 0;
-  std::vector<double> exact;           // <q, k_s> for s = lo..pos
-  std::vector<int32_t> top;            // exact top-k key offsets (relative to lo)
-  double best = 0;                     // the highest exact score
+  std::vector<double> exact;  // <q, k_s> for s = lo..pos
+  std::vector<int32_t> top;   // exact top-k key offsets (relative to lo)
+  double best = 0;            // the highest exact score
 };
 
 std::vector<int32_t> top_indices(const double *x, int32_t n, int k) {
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
   const int kk = std::min(k, n);
-  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(), [&](int32_t a, int32_t b) {
-    return x[a] > x[b] || (x[a] == x[b] && a < b);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(),
+                    [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
   idx.resize(static_cast<size_t>(kk));
   return idx;
 }
@@ -403,8 +433,9 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
       const std::string opt = method == "jl" ? "dist=" + cfg.jl_dist : "";
       Cell &c = cells[bi][mi];
       for (int64_t t = 0; t < cfg.trials; ++t) {
-        const uint64_t seed = mix(cfg.seed * 0x100000001b3ULL + uint64_t(layer) * 1000003ULL + uint64_t(g) * 7919ULL +
-                                  uint64_t(t)) | 1;
+        const uint64_t seed = mix(cfg.seed * 0x100000001b3ULL + uint64_t(layer) * 1000003ULL +
+                                  uint64_t(g) * 7919ULL + uint64_t(t)) |
+                              1;
         Sketcher sk(method, hd, size_for(method, storages[bi]), seed, opt);
         sk.rows(K, size_t(kmax) + 1, kstride, 0, kbuf, koff);
         sk.rows(qrows.data(), qs.size(), size_t(hd), SPECINFER_SKETCH_QUERY, qbuf, qoff);
@@ -415,8 +446,9 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
           const int32_t n = q.pos - q.lo + 1;
           est.resize(size_t(n));
           char *err = nullptr;
-          sk.check(specinfer_sketcher_estimate_many(sk.s, qbuf.data() + qoff[qi], qoff[qi + 1] - qoff[qi],
-                                                    kbuf.data(), koff.data() + q.lo, size_t(n), est.data(), &err),
+          sk.check(specinfer_sketcher_estimate_many(
+                       sk.s, qbuf.data() + qoff[qi], qoff[qi + 1] - qoff[qi], kbuf.data(),
+                       koff.data() + q.lo, size_t(n), est.data(), &err),
                    err, "estimate_many");
           for (int32_t s = 0; s < n; ++s) {
             const double scale = q.norm * knorm[size_t(q.lo + s)];
@@ -438,25 +470,27 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
 }
 
 void usage_options(FILE *out, const char *indent) {
-  std::fprintf(out,
-               "%s--model PATH         GGUF model whose attention queries and keys are used\n"
-               "%s--text FILE          text the model reads (*.jsonl: the \"prompt\" strings, as in\n"
-               "%s                     bench/prompts/*.jsonl); required with --model\n"
-               "%s--tokens N           tokens of the text to run (default 1024)\n"
-               "%s--chunk N            tokens per forward pass (default 256)\n"
-               "%s--layers LIST        all (default) or layers and ranges, e.g. 0,5-7,27\n"
-               "%s--storage LIST       budgets in 64-bit words, e.g. 8,16,32 (default head_dim/16,\n"
-               "%s                     /8, /4, /2, /1)\n"
-               "%s--methods LIST       of jl,countsketch,qjl,threshold,priority (default all)\n"
-               "%s--trials T           sketch seeds per layer, kv head and point (default 3)\n"
-               "%s--queries Q          query positions sampled per layer and query head (default 16)\n"
-               "%s--min-pos P          queries at positions >= P (default 64)\n"
-               "%s--jl-dist D          sign (default) or gaussian\n"
-               "%s--seed S             seed of the query sampling and the sketches (default 1)\n"
-               "%s--png PREFIX         write PREFIX-error.png and PREFIX-top8.png (default sketch-eval-real)\n"
-               "%s--no-png             do not write charts\n",
-               indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent,
-               indent, indent, indent, indent);
+  std::fprintf(
+      out,
+      "%s--model PATH         GGUF model whose attention queries and keys are used\n"
+      "%s--text FILE          text the model reads (*.jsonl: the \"prompt\" strings, as in\n"
+      "%s                     bench/prompts/*.jsonl); required with --model\n"
+      "%s--tokens N           tokens of the text to run (default 1024)\n"
+      "%s--chunk N            tokens per forward pass (default 256)\n"
+      "%s--layers LIST        all (default) or layers and ranges, e.g. 0,5-7,27\n"
+      "%s--storage LIST       budgets in 64-bit words, e.g. 8,16,32 (default head_dim/16,\n"
+      "%s                     /8, /4, /2, /1)\n"
+      "%s--methods LIST       of jl,countsketch,qjl,threshold,priority (default all)\n"
+      "%s--trials T           sketch seeds per layer, kv head and point (default 3)\n"
+      "%s--queries Q          query positions sampled per layer and query head (default 16)\n"
+      "%s--min-pos P          queries at positions >= P (default 64)\n"
+      "%s--jl-dist D          sign (default) or gaussian\n"
+      "%s--seed S             seed of the query sampling and the sketches (default 1)\n"
+      "%s--png PREFIX         write PREFIX-error.png and PREFIX-top8.png (default "
+      "sketch-eval-real)\n"
+      "%s--no-png             do not write charts\n",
+      indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent,
+      indent, indent, indent, indent, indent);
 }
 
 int run(const Config &cfg) {
@@ -478,7 +512,8 @@ int run(const Config &cfg) {
   params.load_builtin = 0;
   if (specinfer_registry_create(&params, &reg, &err) != SPECINFER_OK ||
       specinfer_registry_register_plugin(reg, &kProbe, &err) != SPECINFER_OK || !g_host) {
-    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n", err ? err : "no host table");
+    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n",
+                 err ? err : "no host table");
     specinfer_free(err);
     if (reg) specinfer_registry_destroy(reg);
     return 1;
@@ -495,11 +530,13 @@ int run(const Config &cfg) {
     std::unique_ptr<gg::Tokenizer> tok = gg::Tokenizer::from_gguf(*file);
     // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
     size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
-    while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+    while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
+      --cut;
     std::vector<int32_t> ids = tok->encode(std::string_view(text).substr(0, cut), true, false);
     if (ids.size() > static_cast<size_t>(cfg.tokens)) ids.resize(static_cast<size_t>(cfg.tokens));
     if (static_cast<int64_t>(ids.size()) <= cfg.min_pos + kTopK) {
-      std::fprintf(stderr, "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
+      std::fprintf(stderr,
+                   "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
                    cfg.text_file.c_str(), ids.size(), static_cast<long long>(cfg.min_pos), kTopK);
       return 1;
     }
@@ -508,12 +545,13 @@ int run(const Config &cfg) {
     const gg::Hparams &hp = model.hparams();
     model_name = hp.name;
     if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
-      std::fprintf(stderr, "sketch-eval: %d query heads do not group onto %d kv heads\n", hp.n_head, hp.n_head_kv);
+      std::fprintf(stderr, "sketch-eval: %d query heads do not group onto %d kv heads\n", hp.n_head,
+                   hp.n_head_kv);
       return 1;
     }
     if (!parse_layers(cfg.layers, hp.n_layer, &cap.layers)) {
-      std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n", cfg.layers.c_str(),
-                   hp.n_layer - 1);
+      std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n",
+                   cfg.layers.c_str(), hp.n_layer - 1);
       return 2;
     }
     cap.n_head = hp.n_head;
@@ -534,7 +572,8 @@ int run(const Config &cfg) {
       std::memcpy(cap.q[s].data() + size_t(at) * qw, q, size_t(n) * qw * sizeof(float));
       std::memcpy(cap.k[s].data() + size_t(at) * kw, k, size_t(n) * kw * sizeof(float));
     });
-    std::fprintf(stderr, "sketch-eval: %s: %d tokens through %d layers\n", hp.name.c_str(), N, hp.n_layer);
+    std::fprintf(stderr, "sketch-eval: %s: %d tokens through %d layers\n", hp.name.c_str(), N,
+                 hp.n_layer);
     std::vector<int32_t> pos;
     while (at < N) {
       const int32_t n = static_cast<int32_t>(std::min<int64_t>(cfg.chunk, N - at));
@@ -569,11 +608,13 @@ int run(const Config &cfg) {
   std::atomic<size_t> done{0};
   std::mutex mu;
   std::string failure;
-  std::fprintf(stderr, "  sketching: %zu layers x %d kv heads, %zu budgets x %zu methods x %lld seeds\n",
+  std::fprintf(stderr,
+               "  sketching: %zu layers x %d kv heads, %zu budgets x %zu methods x %lld seeds\n",
                cap.layers.size(), cap.n_kv, nb, nm, static_cast<long long>(cfg.trials));
   tbb::parallel_for(size_t(0), n_units, [&](size_t u) {
     try {
-      eval_unit(cfg, cap, u / size_t(cap.n_kv), int32_t(u % size_t(cap.n_kv)), storages, unit_cells[u]);
+      eval_unit(cfg, cap, u / size_t(cap.n_kv), int32_t(u % size_t(cap.n_kv)), storages,
+                unit_cells[u]);
     } catch (const Failure &f) {
       std::lock_guard<std::mutex> lock(mu);
       if (failure.empty()) failure = f.message;
@@ -589,7 +630,8 @@ int run(const Config &cfg) {
   }
 
   std::vector<std::vector<Cell>> total(nb, std::vector<Cell>(nm));
-  std::vector<std::vector<Cell>> per_layer(cap.layers.size(), std::vector<Cell>(nm));  // at the middle budget
+  std::vector<std::vector<Cell>> per_layer(cap.layers.size(),
+                                           std::vector<Cell>(nm));  // at the middle budget
   const size_t mid = nb / 2;
   for (size_t u = 0; u < n_units; ++u)
     for (size_t b = 0; b < nb; ++b)
@@ -599,16 +641,21 @@ int run(const Config &cfg) {
       }
 
   // Tables.
-  std::string layer_desc = cfg.layers == "all" ? "all " + std::to_string(cap.layers.size()) : cfg.layers;
-  std::printf("sketch-eval on real attention vectors: %s (%s)\n", model_name.c_str(), cfg.model.c_str());
+  std::string layer_desc =
+      cfg.layers == "all" ? "all " + std::to_string(cap.layers.size()) : cfg.layers;
+  std::printf("sketch-eval on real attention vectors: %s (%s)\n", model_name.c_str(),
+              cfg.model.c_str());
   std::printf("text %s: %d tokens; layers %s; %d query heads on %d kv heads; head_dim d = %d\n",
               cfg.text_file.c_str(), cap.n_tok, layer_desc.c_str(), cap.n_head, cap.n_kv, cap.hd);
-  std::printf("%lld queries per layer and query head at positions >= %lld, each against every key it "
-              "attends to: %lld (q, k) pairs x %lld seeds; jl dist=%s\n",
-              static_cast<long long>(cfg.queries), static_cast<long long>(cfg.min_pos),
-              static_cast<long long>(total[0][0].pairs / std::max<int64_t>(1, cfg.trials)),
-              static_cast<long long>(cfg.trials), cfg.jl_dist.c_str());
-  std::printf("storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 samples\n");
+  std::printf(
+      "%lld queries per layer and query head at positions >= %lld, each against every key it "
+      "attends to: %lld (q, k) pairs x %lld seeds; jl dist=%s\n",
+      static_cast<long long>(cfg.queries), static_cast<long long>(cfg.min_pos),
+      static_cast<long long>(total[0][0].pairs / std::max<int64_t>(1, cfg.trials)),
+      static_cast<long long>(cfg.trials), cfg.jl_dist.c_str());
+  std::printf(
+      "storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 "
+      "samples\n");
 
   auto table = [&](const char *title, auto value, const char *fmt) {
     std::printf("\n%s\n%8s", title, "storage");
@@ -620,18 +667,24 @@ int run(const Config &cfg) {
       std::printf("\n");
     }
   };
-  table("mean |est - <q,k>| / (||q|| ||k||)",
-        [](const Cell &c) { return c.pairs ? c.err_sum / double(c.pairs) : NAN; }, " %12.5f");
-  table("top-1: share of queries whose best estimated key is an exact best key",
-        [](const Cell &c) { return c.queries ? double(c.top1) / double(c.queries) : NAN; }, " %12.3f");
-  table("top-8 recall: |estimated top 8 & exact top 8| / 8",
-        [](const Cell &c) { return c.topk_den ? double(c.topk_hits) / double(c.topk_den) : NAN; },
-        " %12.3f");
+  table(
+      "mean |est - <q,k>| / (||q|| ||k||)",
+      [](const Cell &c) { return c.pairs ? c.err_sum / double(c.pairs) : NAN; }, " %12.5f");
+  table(
+      "top-1: share of queries whose best estimated key is an exact best key",
+      [](const Cell &c) { return c.queries ? double(c.top1) / double(c.queries) : NAN; },
+      " %12.3f");
+  table(
+      "top-8 recall: |estimated top 8 & exact top 8| / 8",
+      [](const Cell &c) { return c.topk_den ? double(c.topk_hits) / double(c.topk_den) : NAN; },
+      " %12.3f");
   char bytes_title[160];
   std::snprintf(bytes_title, sizeof bytes_title,
-                "mean key sketch bytes, header included (the key itself: %d bytes f32, %d f16)", 4 * cap.hd,
-                2 * cap.hd);
-  table(bytes_title, [](const Cell &c) { return c.keys ? c.key_bytes / double(c.keys) : NAN; }, " %12.1f");
+                "mean key sketch bytes, header included (the key itself: %d bytes f32, %d f16)",
+                4 * cap.hd, 2 * cap.hd);
+  table(
+      bytes_title, [](const Cell &c) { return c.keys ? c.key_bytes / double(c.keys) : NAN; },
+      " %12.1f");
 
   std::printf("\nper layer at storage %lld: mean |est - <q,k>| / (||q|| ||k||)\n%8s",
               static_cast<long long>(storages[mid]), "layer");
@@ -653,11 +706,12 @@ int run(const Config &cfg) {
     for (int which = 0; which < 2; ++which) {
       pngchart::Chart chart;
       char title[160];
-      std::snprintf(title, sizeof title, "%s on real q/k: %s (d = %d)", which == 0 ? "Error" : "Top-8 recall",
-                    model_stem.c_str(), cap.hd);
+      std::snprintf(title, sizeof title, "%s on real q/k: %s (d = %d)",
+                    which == 0 ? "Error" : "Top-8 recall", model_stem.c_str(), cap.hd);
       chart.title = title;
       chart.x_label = "storage (64-bit words)";
-      chart.y_label = which == 0 ? "mean |est - <q,k>| / (|q| |k|)" : "|est top 8 & exact top 8| / 8";
+      chart.y_label =
+          which == 0 ? "mean |est - <q,k>| / (|q| |k|)" : "|est top 8 & exact top 8| / 8";
       chart.log_x = true;
       chart.log_y = which == 0;
       for (size_t m = 0; m < nm; ++m) {
@@ -685,7 +739,9 @@ int run(const Config &cfg) {
 
 }  // namespace
 
-void sketch_eval_real_usage(const char *indent) { usage_options(stdout, indent); }
+void sketch_eval_real_usage(const char *indent) {
+  usage_options(stdout, indent);
+}
 
 int sketch_eval_real(int argc, char **argv) {
   Config cfg;
@@ -699,10 +755,11 @@ int sketch_eval_real(int argc, char **argv) {
     };
     bool ok = true;
     if (arg == "--help" || arg == "-h") {
-      std::printf("usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
-                  "The sketch experiment on real query/key vectors from a model's attention layers:\n"
-                  "mean |est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys\n"
-                  "a query attends to, against storage.\n\noptions:\n");
+      std::printf(
+          "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
+          "The sketch experiment on real query/key vectors from a model's attention layers:\n"
+          "mean |est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys\n"
+          "a query attends to, against storage.\n\noptions:\n");
       usage_options(stdout, "  ");
       return 0;
     } else if (arg == "--model") {
@@ -730,7 +787,8 @@ int sketch_eval_real(int argc, char **argv) {
       ok = value();
       cfg.methods = split(v, ',');
       for (const std::string &m : cfg.methods)
-        ok = ok && (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
+        ok = ok &&
+             (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
     } else if (arg == "--trials") {
       ok = value() && parse_int(v, 1, 100000, &cfg.trials);
     } else if (arg == "--queries") {
@@ -751,8 +809,10 @@ int sketch_eval_real(int argc, char **argv) {
     } else if (arg == "--no-png") {
       cfg.png = false;
     } else {
-      std::fprintf(stderr, "sketch-eval: unknown option '%s' (with --model); see sketch-eval --model x --help\n",
-                   arg.c_str());
+      std::fprintf(
+          stderr,
+          "sketch-eval: unknown option '%s' (with --model); see sketch-eval --model x --help\n",
+          arg.c_str());
       return 2;
     }
     if (!ok) {
@@ -761,7 +821,8 @@ int sketch_eval_real(int argc, char **argv) {
     }
   }
   if (cfg.model.empty() || cfg.text_file.empty()) {
-    std::fprintf(stderr, "sketch-eval: --model needs a path and --text FILE (the text the model reads)\n");
+    std::fprintf(stderr,
+                 "sketch-eval: --model needs a path and --text FILE (the text the model reads)\n");
     return 2;
   }
   return run(cfg);

@@ -11,8 +11,19 @@
 namespace gguf_test {
 
 enum : uint32_t {
-  T_U8 = 0, T_I8 = 1, T_U16 = 2, T_I16 = 3, T_U32 = 4, T_I32 = 5, T_F32 = 6,
-  T_BOOL = 7, T_STRING = 8, T_ARRAY = 9, T_U64 = 10, T_I64 = 11, T_F64 = 12
+  T_U8 = 0,
+  T_I8 = 1,
+  T_U16 = 2,
+  T_I16 = 3,
+  T_U32 = 4,
+  T_I32 = 5,
+  T_F32 = 6,
+  T_BOOL = 7,
+  T_STRING = 8,
+  T_ARRAY = 9,
+  T_U64 = 10,
+  T_I64 = 11,
+  T_F64 = 12
 };
 
 // Little-endian byte buffer helpers.

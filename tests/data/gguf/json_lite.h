@@ -82,11 +82,21 @@ struct Json {
       if (p >= t.size()) break;
       char e = t[p++];
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
         case 'u': {
           uint32_t cp = hex4(t, p);
           if (cp >= 0xD800 && cp < 0xDC00 && p + 6 <= t.size() && t[p] == '\\' && t[p + 1] == 'u') {
@@ -97,7 +107,9 @@ struct Json {
           put_utf8(out, cp);
           break;
         }
-        default: out += e; break;
+        default:
+          out += e;
+          break;
       }
     }
     expect(t, p, '"');

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,7 +92,8 @@ inline std::vector<uint8_t> make_tiny_model(const TinyConfig &c, TinyWeights *w_
   std::vector<std::string> toks;
   std::vector<int32_t> types;
   for (int i = 0; i < c.n_vocab; i++) {
-    toks.push_back(i < 2 ? (i == 0 ? "<|endoftext|>" : "<|im_end|>") : std::string(1, char('!' + i)));
+    toks.push_back(i < 2 ? (i == 0 ? "<|endoftext|>" : "<|im_end|>")
+                         : std::string(1, char('!' + i)));
     types.push_back(i < 2 ? 3 : 1);
   }
   w.kv_str("tokenizer.ggml.model", "gpt2");
@@ -167,16 +168,19 @@ inline std::vector<uint8_t> make_tiny_model(const TinyConfig &c, TinyWeights *w_
 // visible(i, j) (a [n][n] 0/1 matrix), computed from scratch in double precision. Returns logits
 // [n][n_vocab] and the final normed hidden states [n][n_embd].
 inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
-                              const std::vector<int32_t> &tokens, const std::vector<int32_t> &positions,
+                              const std::vector<int32_t> &tokens,
+                              const std::vector<int32_t> &positions,
                               const std::vector<uint8_t> &visible, std::vector<double> *logits,
                               std::vector<double> *hidden) {
-  const int n = int(tokens.size()), E = c.n_embd, hd = c.head_dim(), H = c.n_head, Hkv = c.n_head_kv;
+  const int n = int(tokens.size()), E = c.n_embd, hd = c.head_dim(), H = c.n_head,
+            Hkv = c.n_head_kv;
   const int QD = H * hd, KV = Hkv * hd, F = c.n_ff;
   auto matvec = [](const std::vector<float> &W, int rows, int cols, const std::vector<double> &x) {
     std::vector<double> y(size_t(rows), 0.0);
     for (int r = 0; r < rows; r++) {
       double s = 0;
-      for (int k = 0; k < cols; k++) s += double(W[size_t(r) * size_t(cols) + size_t(k)]) * x[size_t(k)];
+      for (int k = 0; k < cols; k++)
+        s += double(W[size_t(r) * size_t(cols) + size_t(k)]) * x[size_t(k)];
       y[size_t(r)] = s;
     }
     return y;
@@ -254,7 +258,8 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         for (int j = 0; j < n; j++) {
           if (!sees(i, j)) continue;
           double d = 0;
-          for (int t = 0; t < hd; t++) d += q[size_t(i)][size_t(h * hd + t)] * k[size_t(j)][size_t(g * hd + t)];
+          for (int t = 0; t < hd; t++)
+            d += q[size_t(i)][size_t(h * hd + t)] * k[size_t(j)][size_t(g * hd + t)];
           s[size_t(j)] = d / std::sqrt(double(hd));
           mx = std::max(mx, s[size_t(j)]);
         }
@@ -264,7 +269,8 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         for (int j = 0; j < n; j++) {
           if (!sees(i, j)) continue;
           double p = std::exp(s[size_t(j)] - mx) / z;
-          for (int t = 0; t < hd; t++) att[size_t(h * hd + t)] += p * v[size_t(j)][size_t(g * hd + t)];
+          for (int t = 0; t < hd; t++)
+            att[size_t(h * hd + t)] += p * v[size_t(j)][size_t(g * hd + t)];
         }
       }
       std::vector<double> o = matvec(L.wo, E, QD, att);
@@ -274,8 +280,9 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
       std::vector<double> gt = matvec(L.gate, F, E, h2), up = matvec(L.up, F, E, h2);
       for (int j = 0; j < F; j++) {
         double g = gt[size_t(j)];
-        double act = gemma ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
-                           : g / (1.0 + std::exp(-g));
+        double act =
+            gemma ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                  : g / (1.0 + std::exp(-g));
         gt[size_t(j)] = act * up[size_t(j)];
       }
       std::vector<double> d = matvec(L.down, E, F, gt);
