@@ -4,6 +4,7 @@
 #ifndef SPECINFER_TEST_CMOCKA_SETUP_H
 #define SPECINFER_TEST_CMOCKA_SETUP_H
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,7 +12,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "support/cmocka_setup.h"
+#include <cmocka.h>
 #ifdef __cplusplus
 }
 #endif
