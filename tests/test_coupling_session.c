@@ -5,7 +5,9 @@
  *  - tokens per round: an in-process drafter that proposes the target's own next token with
  *    probability alpha, independently per token (and a wrong one otherwise), gives
  *    (1 - alpha^(k+1)) / (1 - alpha) tokens per round in the session's statistics (within 4 sigma),
- *    and the text of plain decoding.
+ *    and the text of plain decoding;
+ *  - token trees: a drafter proposing two children per level gives the text of plain decoding
+ *    (greedy, and gumbel at a fixed seed) with the accepted path kept through kv_keep.
  * Fixed seeds throughout. */
 #include <math.h>
 #include <stdint.h>
@@ -310,10 +312,119 @@ static void test_tokens_per_round_iid_drafter(void **state) {
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Token trees: a drafter that proposes two children per level
+ * ------------------------------------------------------------------------------------------- */
+
+/* Proposes a tree of depth max_tokens / 2 along the oracle: at each level a wrong token first,
+ * then (with probability alpha) the oracle's token, else a second wrong one; the next level hangs
+ * under the second child. The accepted path (nodes 1, 3, 5, ...) is never a prefix of the node
+ * order, so the target keeps it with kv_keep. */
+static specinfer_status tree_propose(void *self, const specinfer_draft_request *req,
+                                     specinfer_draft *out, specinfer_plugin_error *err) {
+  (void)self;
+  (void)err;
+  if (!req->allow_tree) return SPECINFER_ERR_PLUGIN;
+  int32_t cap = req->max_tokens < out->cap ? req->max_tokens : out->cap;
+  int32_t n = 0;
+  for (int32_t depth = 0; n + 2 <= cap; ++depth) {
+    size_t at = req->n_context + (size_t)depth;
+    int32_t right = at < g_oracle_len ? g_oracle[at] : 0;
+    int32_t parent = n == 0 ? -1 : n - 1;
+    out->tokens[n] = (right + 1) % 256;
+    out->parents[n++] = parent;
+    out->tokens[n] = next_uniform() < g_alpha ? right : (right + 2) % 256;
+    out->parents[n++] = parent;
+  }
+  out->n_nodes = n;
+  out->has_probs = 0;
+  return SPECINFER_OK;
+}
+static const specinfer_drafter_vtable tree_vtable = {sizeof(specinfer_drafter_vtable), iid_destroy,
+                                                     iid_begin, tree_propose, iid_commit};
+static specinfer_status tree_create(const specinfer_host *host, const char *config,
+                                    const specinfer_model_info *ti,
+                                    const specinfer_host_target *target, void **self,
+                                    const specinfer_drafter_vtable **vt,
+                                    specinfer_plugin_error *err) {
+  specinfer_status rc = iid_create(host, config, ti, target, self, vt, err);
+  *vt = &tree_vtable;
+  return rc;
+}
+static const specinfer_drafter_factory tree_factory = {sizeof(specinfer_drafter_factory),
+                                                       tree_create};
+static const void *tree_get_factory(const char *id) {
+  return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &tree_factory : NULL;
+}
+static const specinfer_plugin_descriptor tree_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
+                                                        sizeof(specinfer_plugin_descriptor),
+                                                        "tree-test",
+                                                        "1",
+                                                        "two children per level",
+                                                        NULL,
+                                                        NULL,
+                                                        tree_get_factory};
+
+/* Greedy, and gumbel at a fixed seed while sampling: the session verifying trees gives the text
+ * of plain decoding with the same settings, and keeps whole levels when the drafter is right. */
+static void test_tree_drafts_equal_plain(void **state) {
+  (void)state;
+  specinfer_registry *reg = new_registry();
+  assert_int_equal(specinfer_registry_register_plugin(reg, &tree_plugin, NULL), SPECINFER_OK);
+  specinfer_target *t = open_kgram_target(reg);
+  specinfer_coupler *gumbel = NULL;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, NULL), SPECINFER_OK);
+  const char *prompt = "specinfer_status specinfer_session_";
+  const size_t n_prompt = strlen(prompt);
+  const int n = 600;
+  specinfer_drafter *d = open_drafter(reg, t, "tree-test", "");
+  for (int mode = 0; mode < 2; ++mode) {
+    specinfer_session_params p;
+    specinfer_session_params_init(&p);
+    p.seed = 7;
+    p.temperature = mode == 0 ? 0.0f : 0.8f;
+    const specinfer_coupler *c = mode == 0 ? NULL : gumbel;
+    size_t n_plain = 0;
+    int32_t *plain = run(t, NULL, c, &p, prompt, n, &n_plain, NULL);
+    assert_int_equal(n_plain, n);
+    int32_t *oracle = malloc((n_prompt + (size_t)n) * sizeof(int32_t));
+    for (size_t i = 0; i < n_prompt; ++i) oracle[i] = (unsigned char)prompt[i];
+    memcpy(oracle + n_prompt, plain, (size_t)n * sizeof(int32_t));
+    g_oracle = oracle;
+    g_oracle_len = n_prompt + (size_t)n;
+    g_alpha = 0.8;
+    g_rng = 77;
+
+    p.max_draft = 6; /* three levels */
+    p.adaptive_draft = 0;
+    specinfer_session_stats st;
+    size_t n_got = 0;
+    int32_t *got = run(t, d, c, &p, prompt, n, &n_got, &st);
+    assert_int_equal(n_got, n);
+    assert_memory_equal(got, plain, (size_t)n * sizeof(int32_t));
+    printf("  %s: %lld rounds, %.3f tokens/round, %lld nodes drafted, %lld accepted\n",
+           mode == 0 ? "greedy" : "gumbel", (long long)st.n_rounds, st.mean_accepted,
+           (long long)st.n_drafted, (long long)st.n_accepted);
+    assert_int_equal(st.n_generated, st.n_accepted + st.n_rounds);
+    /* At most one node per level is accepted, and whole levels are: with alpha 0.8 over three
+     * levels, about 2.95 tokens per round (2 when a level holds no right token). */
+    assert_true(st.n_accepted <= st.n_drafted / 2);
+    assert_true(st.mean_accepted > 2.0);
+    free(got);
+    free(plain);
+    free(oracle);
+  }
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  specinfer_coupler_destroy(gumbel);
+  assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
+  assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_drafter_invariance),
       cmocka_unit_test(test_tokens_per_round_iid_drafter),
+      cmocka_unit_test(test_tree_drafts_equal_plain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,13 +17,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-int32_t argmax(const float *x, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
-
 // Length of the prefix of `s` that ends on a whole UTF-8 character. A lead byte whose sequence is
 // not complete yet is held back; bytes that can never start a character are passed through.
 size_t utf8_complete_prefix(const std::string &s) {
@@ -63,29 +56,22 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   if (params_.max_draft < 0 || params_.max_draft > kMaxDraft)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "max_draft must be in [0, %d], got %d", kMaxDraft,
          params_.max_draft);
-  if (!(params_.temperature >= 0.0f) || !std::isfinite(params_.temperature))
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "temperature must be a finite number >= 0");
-  if (params_.top_k < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "top_k must be >= 0");
-  if (!(params_.top_p > 0.0f && params_.top_p <= 1.0f))
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "top_p must be in (0, 1]");
-  if (!(params_.min_p >= 0.0f && params_.min_p < 1.0f))
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "min_p must be in [0, 1)");
+  sampling_.temperature = params_.temperature;
+  sampling_.top_k = params_.top_k;
+  sampling_.top_p = params_.top_p;
+  sampling_.min_p = params_.min_p;
+  check_sampling_params(sampling_);
   if (drafter_ && drafter_->target() != &target_)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "the drafter was opened for another target");
   if (target_.in_session) fail(SPECINFER_ERR_STATE, "the target is already used by a session");
   if (drafter_ && drafter_->in_session)
     fail(SPECINFER_ERR_STATE, "the drafter is already used by a session");
 
-  sampling_.temperature = params_.temperature;
-  sampling_.top_k = params_.top_k;
-  sampling_.top_p = params_.top_p;
-  sampling_.min_p = params_.min_p;
-  greedy_ = params_.temperature == 0.0f;
   if (!coupler_) {
-    owned_coupler_ = make_coupler(greedy_ ? "greedy" : "rejection");
+    owned_coupler_ = make_coupler(params_.temperature == 0.0f ? "greedy" : "rejection");
     coupler_ = owned_coupler_.get();
   }
-  if (coupler_->greedy()) greedy_ = true;  // the greedy coupler decides on argmax alone
+  greedy_ = coupler_->greedy();
   vocab_ = target_.info().vocab_size;
   n_ctx_ = target_.info().n_ctx;
   if (!drafter_) params_.max_draft = 0;
@@ -98,6 +84,7 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
     draft_probs_.resize(static_cast<size_t>(params_.max_draft) * vocab_);
     draft_tokens_.resize(params_.max_draft);
     draft_parents_.resize(params_.max_draft);
+    accepted_path_.resize(params_.max_draft);
   }
   target_.kv_truncate(0);
   target_.in_session = true;
@@ -145,22 +132,55 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
   n_prompt_ += static_cast<int64_t>(n);
 }
 
-// Brings the target's KV cache to tokens_[0 .. size-1) (everything but the last token, which the
-// next round scores). Keeps the longest prefix of what the cache already holds.
-void Session::prefill() {
-  size_t want = tokens_.size() - 1;
+// One round of speculative decoding: draft -> score -> couple -> commit.
+void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
+  if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
+  if (tokens_.size() >= static_cast<size_t>(n_ctx_))
+    fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
+  catch_up();
+  const Draft draft = propose(draft_budget(max_emit));
+  const double score_ms = score(draft);
+  const VerifyResult v = couple(draft);
+  const size_t emitted = commit(draft, v, out, done);
+
+  ++n_rounds_;
+  n_generated_ += static_cast<int64_t>(emitted);
+  n_drafted_ += draft.n;
+  n_accepted_ += v.n_accepted;
+  if (drafter_)
+    lookahead_.observe(draft.requested, draft.n, v.n_accepted, draft.ms, score_ms, draft.n + 1);
+}
+
+void Session::timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
+  const auto t0 = Clock::now();
+  try {
+    round(max_emit, out, done);
+  } catch (...) {
+    t_total_ += ms_since(t0);
+    throw;
+  }
+  t_total_ += ms_since(t0);
+}
+
+// Brings the target's KV cache to every token but the last (which the round scores), keeping the
+// longest prefix the cache already holds, and tells the drafter of tokens fed since it last heard.
+// Both are prompt processing, timed as prefill.
+void Session::catch_up() {
+  const size_t want = tokens_.size() - 1;
   size_t keep = 0;
-  size_t limit = std::min(kv_tokens_.size(), want);
+  const size_t limit = std::min(kv_tokens_.size(), want);
   while (keep < limit && kv_tokens_[keep] == tokens_[keep]) ++keep;
   if (keep < kv_tokens_.size()) {
     target_.kv_truncate(static_cast<int32_t>(keep));
     kv_tokens_.resize(keep);
   }
-  if (keep == want) return;
-  auto t0 = Clock::now();
+  const bool drafter_behind = drafter_ && (!drafter_begun_ || drafter_known_ < tokens_.size());
+  if (keep == want && !drafter_behind) return;
+
+  const auto t0 = Clock::now();
   const size_t chunk = 512;
   for (size_t start = keep; start < want; start += chunk) {
-    size_t n = std::min(chunk, want - start);
+    const size_t n = std::min(chunk, want - start);
     batch_tokens_.assign(tokens_.begin() + start, tokens_.begin() + start + n);
     batch_pos_.resize(n);
     for (size_t i = 0; i < n; ++i) batch_pos_[i] = static_cast<int32_t>(start + i);
@@ -169,165 +189,163 @@ void Session::prefill() {
     b.n_tokens = static_cast<int32_t>(n);
     b.tokens = batch_tokens_.data();
     b.positions = batch_pos_.data();
-    b.n_logits = 0;
     target_.forward(b);
     ++n_passes_;
     kv_tokens_.insert(kv_tokens_.end(), batch_tokens_.begin(), batch_tokens_.end());
   }
+  if (drafter_behind) {
+    if (!drafter_begun_)
+      drafter_->begin(tokens_.data(), tokens_.size());
+    else
+      drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+    drafter_begun_ = true;
+    drafter_known_ = tokens_.size();
+  }
   t_prefill_ += ms_since(t0);
 }
 
-void Session::sync_drafter() {
-  if (!drafter_) return;
-  if (!drafter_begun_) {
-    drafter_->begin(tokens_.data(), tokens_.size());
-    drafter_begun_ = true;
-    drafter_known_ = tokens_.size();
-  } else if (drafter_known_ < tokens_.size()) {
-    drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
-    drafter_known_ = tokens_.size();
-  }
+// Nodes to ask the drafter for: the lookahead's choice, within what may still be emitted and what
+// still fits the context (the scored batch is the last token plus the draft).
+int32_t Session::draft_budget(int32_t max_emit) {
+  if (!drafter_) return 0;
+  const int32_t room = static_cast<int32_t>(n_ctx_ - static_cast<int64_t>(tokens_.size()));
+  return std::max(0, std::min({lookahead_.next(), max_emit - 1, room - 1}));
 }
 
-void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
-  done = false;
-  if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
-  if (tokens_.size() >= static_cast<size_t>(n_ctx_))
-    fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
-  prefill();
+Session::Draft Session::propose(int32_t k) {
+  Draft d;
+  d.requested = k;
+  if (k == 0) return d;
+  const auto t0 = Clock::now();
+  DraftSampleCtx sctx{coupler_, params_.seed};
+  specinfer_draft_request req{};
+  req.struct_size = sizeof(req);
+  req.max_tokens = k;
+  req.allow_tree = 1;
+  req.context = tokens_.data();
+  req.n_context = tokens_.size();
+  req.temperature = params_.temperature;
+  req.seed = params_.seed;
+  req.sample = draft_sample_cb;
+  req.sample_ctx = &sctx;
+  specinfer_draft out{};
+  out.struct_size = sizeof(out);
+  out.cap = k;
+  out.vocab_size = vocab_;
+  out.tokens = draft_tokens_.data();
+  out.parents = draft_parents_.data();
+  out.probs = draft_probs_.data();
+  drafter_->propose(req, out);  // checks node count, tokens and parent links
+  d.n = out.n_nodes;
+  d.has_probs = out.has_probs != 0;
+  for (int32_t i = 0; i < d.n; ++i) d.chain = d.chain && draft_parents_[i] == i - 1;
+  d.ms = ms_since(t0);
+  t_draft_ += d.ms;
+  return d;
+}
 
-  const int64_t base = static_cast<int64_t>(tokens_.size());  // sequence index of the next token
-  int32_t room = static_cast<int32_t>(n_ctx_ - base);         // tokens that still fit
-  int32_t k = drafter_ ? lookahead_.next() : 0;
-  k = std::min({k, max_emit - 1, room - 1});
-  if (k < 0) k = 0;
-
-  // 1. Draft.
-  int32_t n_draft = 0;
-  bool draft_has_probs = false;
-  double draft_ms = 0;
-  if (drafter_) {
-    if (!drafter_begun_) {
-      // begin() is the drafter's prompt processing (a draft model prefills the prompt): counted
-      // with the prefill, not as the cost of this round's draft.
-      auto tb = Clock::now();
-      sync_drafter();
-      t_prefill_ += ms_since(tb);
-    }
-    auto t0 = Clock::now();
-    sync_drafter();
-    if (k > 0) {
-      DraftSampleCtx sctx{coupler_, params_.seed};
-      specinfer_draft_request req{};
-      req.struct_size = sizeof(req);
-      req.max_tokens = k;
-      req.allow_tree = 0;
-      req.context = tokens_.data();
-      req.n_context = tokens_.size();
-      req.temperature = params_.temperature;
-      req.seed = params_.seed;
-      req.sample = draft_sample_cb;
-      req.sample_ctx = &sctx;
-      specinfer_draft d{};
-      d.struct_size = sizeof(d);
-      d.cap = k;
-      d.vocab_size = vocab_;
-      d.tokens = draft_tokens_.data();
-      d.parents = draft_parents_.data();
-      d.probs = draft_probs_.data();
-      drafter_->propose(req, d);
-      for (int32_t i = 0; i < d.n_nodes; ++i)
-        if (d.parents[i] != i - 1)
-          fail(SPECINFER_ERR_PLUGIN, "the drafter proposed a tree; this session verifies chains");
-      n_draft = d.n_nodes;
-      draft_has_probs = d.has_probs != 0;
-    }
-    draft_ms = ms_since(t0);
-    t_draft_ += draft_ms;
-  }
-
-  // 2. Score the last token and the draft in one pass.
-  auto t1 = Clock::now();
-  const int32_t n_batch = n_draft + 1;
-  batch_tokens_.resize(n_batch);
-  batch_pos_.resize(n_batch);
+// One target pass over the last token and the draft's nodes; a node sits one position past its
+// parent and, in a tree, sees only its ancestors. Returns the pass's time.
+double Session::score(const Draft &d) {
+  const auto t0 = Clock::now();
+  const int32_t n = d.n + 1;
+  const int32_t pos0 = static_cast<int32_t>(tokens_.size()) - 1;
+  batch_tokens_.resize(n);
+  batch_pos_.resize(n);
   batch_tokens_[0] = tokens_.back();
-  for (int32_t i = 0; i < n_draft; ++i) batch_tokens_[i + 1] = draft_tokens_[i];
-  for (int32_t i = 0; i < n_batch; ++i) batch_pos_[i] = static_cast<int32_t>(base - 1 + i);
+  batch_pos_[0] = pos0;
+  for (int32_t i = 0; i < d.n; ++i) {
+    batch_tokens_[i + 1] = draft_tokens_[i];
+    batch_pos_[i + 1] = batch_pos_[draft_parents_[i] + 1] + 1;
+  }
   specinfer_forward_batch b{};
   b.struct_size = sizeof(b);
-  b.n_tokens = n_batch;
+  b.n_tokens = n;
   b.tokens = batch_tokens_.data();
   b.positions = batch_pos_.data();
-  b.n_logits = n_batch;
+  b.n_logits = n;
   b.logits = logits_.data();
+  if (!d.chain) {  // a chain keeps the causal mask: the same kernels as plain decoding
+    tree_mask_.assign(static_cast<size_t>(n) * n, 0);
+    for (int32_t i = 0; i < n; ++i)
+      for (int32_t j = i; j >= 0; j = j == 0 ? -1 : draft_parents_[j - 1] + 1)
+        tree_mask_[static_cast<size_t>(i) * n + j] = 1;
+    b.tree_mask = tree_mask_.data();
+  }
   target_.forward(b);
   ++n_passes_;
-  double target_ms = ms_since(t1);
-  t_verify_ += target_ms;
+  const double ms = ms_since(t0);
+  t_verify_ += ms;
+  return ms;
+}
 
-  // 3. Couple.
-  auto t2 = Clock::now();
-  VerifyResult v;
-  if (greedy_) {
-    int32_t acc = 0;
-    while (acc < n_draft &&
-           argmax(&logits_[static_cast<size_t>(acc) * vocab_], vocab_) == draft_tokens_[acc])
-      ++acc;
-    v.n_accepted = acc;
-    v.token = argmax(&logits_[static_cast<size_t>(acc) * vocab_], vocab_);
-  } else {
-    for (int32_t i = 0; i < n_batch; ++i)
+// The coupler decides which nodes the target keeps: on raw scores for a coupler that reads only
+// the argmax (greedy), on the sampler's distributions otherwise.
+VerifyResult Session::couple(const Draft &d) {
+  const auto t0 = Clock::now();
+  const float *p = logits_.data();
+  const float *q = d.has_probs && !greedy_ ? draft_probs_.data() : nullptr;
+  if (!greedy_) {
+    for (int32_t i = 0; i <= d.n; ++i)
       logits_to_probs(&logits_[static_cast<size_t>(i) * vocab_], vocab_, sampling_,
                       &probs_[static_cast<size_t>(i) * vocab_]);
-    v = coupler_->verify(vocab_, n_draft, probs_.data(),
-                         draft_has_probs ? draft_probs_.data() : nullptr, draft_tokens_.data(),
-                         params_.seed, base);
+    p = probs_.data();
   }
-  if (v.n_accepted < 0 || v.n_accepted > n_draft || v.token < 0 || v.token >= vocab_)
+  const int64_t position = static_cast<int64_t>(tokens_.size());
+  VerifyResult v =
+      coupler_->verify_tree(vocab_, d.n, p, q, draft_tokens_.data(), draft_parents_.data(),
+                            params_.seed, position, accepted_path_.data());
+  if (v.n_accepted < 0 || v.n_accepted > d.n || v.token < 0 || v.token >= vocab_)
     fail(SPECINFER_ERR_INTERNAL, "coupler returned an invalid result (%d accepted, token %d)",
          v.n_accepted, v.token);
-  t_sample_ += ms_since(t2);
+  t_sample_ += ms_since(t0);
+  return v;
+}
 
-  // 4. Commit: the cache keeps the last token and the accepted draft.
-  kv_tokens_.push_back(tokens_.back());
-  for (int32_t i = 0; i < v.n_accepted; ++i) kv_tokens_.push_back(draft_tokens_[i]);
-  if (n_draft > v.n_accepted) target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
-
-  size_t first_new = out.size();
-  for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[i]);
+// Appends the accepted path and the coupler's token to the text, up to the first end-of-text
+// token; the target's cache keeps what was scored on that path, once; the drafter hears of the
+// new tokens now.
+size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out,
+                       bool &done) {
+  const size_t first = out.size();
+  for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[accepted_path_[i]]);
   out.push_back(v.token);
-  // Stop at the first eos/eot; what a drafter proposed past it is not emitted.
-  for (size_t i = first_new; i < out.size(); ++i) {
-    if (is_stop(out[i])) {
+  done = false;
+  for (size_t i = first; i < out.size(); ++i) {
+    if (is_stop(out[i])) {  // what was drafted past an end-of-text token is not emitted
       out.resize(i + 1);
       done = true;
       break;
     }
   }
-  size_t emitted = out.size() - first_new;
-  tokens_.insert(tokens_.end(), out.begin() + static_cast<std::ptrdiff_t>(first_new), out.end());
-  if (kv_tokens_.size() > tokens_.size() - 1) {  // stopped early inside the accepted draft
-    kv_tokens_.resize(tokens_.size() - 1);
-    target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
+  const size_t emitted = out.size() - first;
+  // Cached: everything before the last token, the last token, then the accepted nodes that are
+  // followed by another emitted token.
+  const int32_t kept_nodes = static_cast<int32_t>(emitted) - 1;
+  const int32_t base = static_cast<int32_t>(kv_tokens_.size());
+  kv_tokens_.push_back(tokens_.back());
+  for (int32_t i = 0; i < kept_nodes; ++i) kv_tokens_.push_back(draft_tokens_[accepted_path_[i]]);
+  bool prefix = true;  // nodes 0 .. kept_nodes-1 in order: a truncation is enough
+  for (int32_t i = 0; i < kept_nodes; ++i) prefix = prefix && accepted_path_[i] == i;
+  if (prefix) {
+    if (kept_nodes < d.n) target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
+  } else {
+    keep_idx_.resize(static_cast<size_t>(kept_nodes) + 1);
+    keep_idx_[0] = 0;  // the last token
+    for (int32_t i = 0; i < kept_nodes; ++i) keep_idx_[i + 1] = accepted_path_[i] + 1;
+    target_.kv_keep(base, keep_idx_.data(), kept_nodes + 1);
   }
 
-  ++n_rounds_;
-  n_generated_ += static_cast<int64_t>(emitted);
-  n_drafted_ += n_draft;
-  n_accepted_ += v.n_accepted;
-  if (drafter_) lookahead_.observe(k, n_draft, v.n_accepted, draft_ms, target_ms, n_batch);
+  tokens_.insert(tokens_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  if (drafter_) {
+    drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+    drafter_known_ = tokens_.size();
+  }
+  return emitted;
 }
 
 void Session::step(std::vector<int32_t> &out, bool &done) {
-  auto t0 = Clock::now();
-  try {
-    round(params_.max_draft + 1, out, done);
-  } catch (...) {
-    t_total_ += ms_since(t0);
-    throw;
-  }
-  t_total_ += ms_since(t0);
+  timed_round(params_.max_draft + 1, out, done);
 }
 
 std::string Session::take_text(const std::vector<int32_t> &toks) {
@@ -349,14 +367,7 @@ void Session::generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *u
   while (left > 0) {
     out.clear();
     bool done = false;
-    auto t0 = Clock::now();
-    try {
-      round(left, out, done);
-    } catch (...) {
-      t_total_ += ms_since(t0);
-      throw;
-    }
-    t_total_ += ms_since(t0);
+    timed_round(left, out, done);
     left -= static_cast<int32_t>(out.size());
     if (on_tokens) {
       std::string text = take_text(out);

@@ -46,9 +46,25 @@ class Session {
   std::string last_error;
 
  private:
-  void prefill();
+  // What the drafter proposed this round: nodes in draft_tokens_/draft_parents_/draft_probs_.
+  struct Draft {
+    int32_t requested = 0;   // nodes asked for (the lookahead's k)
+    int32_t n = 0;           // nodes proposed
+    bool has_probs = false;  // q rows given (else point masses)
+    bool chain = true;       // parents[i] == i - 1 for every node
+    double ms = 0;           // time spent drafting
+  };
+
+  // The round, in order: catch up, draft, score, couple, commit.
   void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
-  void sync_drafter();
+  void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
+  void catch_up();
+  int32_t draft_budget(int32_t max_emit);
+  Draft propose(int32_t k);
+  double score(const Draft &d);
+  VerifyResult couple(const Draft &d);
+  size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
+
   std::string take_text(const std::vector<int32_t> &tokens);
   bool is_stop(int32_t token) const;
   void release();
@@ -59,7 +75,7 @@ class Session {
   std::unique_ptr<Coupler> owned_coupler_;
   specinfer_session_params params_;
   SamplingParams sampling_;
-  bool greedy_;
+  bool greedy_;  // the coupler reads only the argmax: it gets raw logits
   int32_t vocab_;
   int32_t n_ctx_;
 
@@ -69,11 +85,13 @@ class Session {
   bool drafter_begun_ = false;
   std::string utf8_pending_;  // bytes of an unfinished UTF-8 character
 
-  std::vector<float> logits_;       // [(k+1)][vocab]
-  std::vector<float> probs_;        // [(k+1)][vocab]
-  std::vector<float> draft_probs_;  // [k][vocab]
-  std::vector<int32_t> draft_tokens_, draft_parents_;
+  std::vector<float> logits_;       // [k+1][vocab]: after the last token, then after each node
+  std::vector<float> probs_;        // [k+1][vocab]: logits_ through the sampler
+  std::vector<float> draft_probs_;  // [k][vocab]: q of each node
+  std::vector<int32_t> draft_tokens_, draft_parents_;  // [k]
+  std::vector<int32_t> accepted_path_, keep_idx_;      // [k], [k+1]
   std::vector<int32_t> batch_tokens_, batch_pos_;
+  std::vector<uint8_t> tree_mask_;  // [k+1][k+1], for a draft that is not a chain
 
   Lookahead lookahead_;
 
