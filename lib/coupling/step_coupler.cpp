@@ -53,14 +53,18 @@ void check_score_row(const float *row, int32_t vocab, const char *what, int64_t 
   if (!row)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld is NULL", what,
          static_cast<long long>(index));
-  bool any = false;
+  // One branch-free pass (it vectorizes); the loop that names the bad entry runs only on failure.
+  int nan = 0, any = 0;
   for (int32_t i = 0; i < vocab; ++i) {
-    float x = row[i];
-    if (std::isnan(x))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld entry %d is NaN", what,
-           static_cast<long long>(index), i);
-    if (x != -std::numeric_limits<float>::infinity()) any = true;
+    const float x = row[i];
+    nan |= x != x;
+    any |= x > -std::numeric_limits<float>::infinity();
   }
+  if (nan)
+    for (int32_t i = 0; i < vocab; ++i)
+      if (std::isnan(row[i]))
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld entry %d is NaN", what,
+             static_cast<long long>(index), i);
   if (!any)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld has no finite entry", what,
          static_cast<long long>(index));
