@@ -11,12 +11,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "plugin_error.h"
 #include "specinfer.h"
 
 namespace specinfer_plugin {
 
-struct ConfigError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A bad config: SPECINFER_ERR_CONFIG with the message.
+struct ConfigError : Failure {
+  explicit ConfigError(const std::string &message) : Failure(SPECINFER_ERR_CONFIG, message) {}
 };
 
 class Config {

@@ -57,41 +57,11 @@
 
 using specinfer_plugin::Config;
 using specinfer_plugin::ConfigError;
+using specinfer_plugin::Failure;
+using specinfer_plugin::guarded;
+using specinfer_plugin::set_error;
 
 namespace {
-
-void set_err(specinfer_plugin_error *err, const std::string &msg) {
-  if (err) std::snprintf(err->message, sizeof(err->message), "%s", msg.c_str());
-}
-
-// A failure with its status, thrown inside the plugin and turned into a status at the ABI seam.
-struct Failure : std::runtime_error {
-  specinfer_status code;
-  Failure(specinfer_status c, const std::string &m) : std::runtime_error(m), code(c) {}
-};
-
-template <typename Fn>
-specinfer_status guarded(specinfer_plugin_error *err, Fn &&fn) {
-  try {
-    fn();
-    return SPECINFER_OK;
-  } catch (const Failure &e) {
-    set_err(err, e.what());
-    return e.code;
-  } catch (const ConfigError &e) {
-    set_err(err, e.what());
-    return SPECINFER_ERR_CONFIG;
-  } catch (const std::bad_alloc &) {
-    set_err(err, "draft-model: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception &e) {
-    set_err(err, std::string("draft-model: ") + e.what());
-    return SPECINFER_ERR_INTERNAL;
-  } catch (...) {
-    set_err(err, "draft-model: unknown exception");
-    return SPECINFER_ERR_INTERNAL;
-  }
-}
 
 struct Drafter {
   const specinfer_host *host = nullptr;
@@ -288,7 +258,7 @@ void d_destroy(void *self) {
 specinfer_status d_begin(void *self, const int32_t *context, size_t n,
                          specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  return guarded(err, [&] {
+  return guarded(err, "draft-model", [&] {
     if (!context && n) throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL context");
     for (size_t i = 0; i < n; ++i)
       if (context[i] < 0 || context[i] >= d->vocab)
@@ -303,7 +273,7 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
 specinfer_status d_commit(void *, const int32_t *tokens, size_t n, specinfer_plugin_error *err) {
   // The cache follows the request's context lazily (at the next propose), in one batch.
   if (!tokens && n) {
-    set_err(err, "draft-model: NULL tokens");
+    set_error(err, "draft-model: NULL tokens");
     return SPECINFER_ERR_INVALID_ARGUMENT;
   }
   return SPECINFER_OK;
@@ -312,7 +282,7 @@ specinfer_status d_commit(void *, const int32_t *tokens, size_t n, specinfer_plu
 specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
                            specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  return guarded(err, [&] {
+  return guarded(err, "draft-model", [&] {
     if (!req || !out || (!req->context && req->n_context) || !out->tokens || !out->parents)
       throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: malformed draft request");
     if (req->temperature > 0 && req->sample && !out->probs)
@@ -356,7 +326,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
                                 const specinfer_host_target *target, void **self,
                                 const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "draft-model", [&] {
     if (!host || !self || !vtable)
       throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: NULL argument");
     if (!host->open_target || !host->close_target)

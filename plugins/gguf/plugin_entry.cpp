@@ -15,32 +15,7 @@
 namespace specinfer::gguf {
 namespace {
 
-void set_error(specinfer_plugin_error *err, const char *msg) {
-  if (err == nullptr) return;
-  std::strncpy(err->message, msg, sizeof(err->message) - 1);
-  err->message[sizeof(err->message) - 1] = '\0';
-}
-
-// Runs fn, converting any exception into a status code and message.
-template <typename Fn>
-specinfer_status guarded(specinfer_plugin_error *err, Fn &&fn) {
-  try {
-    fn();
-    return SPECINFER_OK;
-  } catch (const Error &e) {
-    set_error(err, e.what());
-    return e.code;
-  } catch (const std::bad_alloc &) {
-    set_error(err, "gguf: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception &e) {
-    set_error(err, (std::string("gguf: ") + e.what()).c_str());
-    return SPECINFER_ERR_PLUGIN;
-  } catch (...) {
-    set_error(err, "gguf: unknown exception");
-    return SPECINFER_ERR_INTERNAL;
-  }
-}
+using specinfer_plugin::guarded;
 
 struct Target {
   std::unique_ptr<File> file;
@@ -152,7 +127,7 @@ specinfer_status target_info(void *self, specinfer_model_info *info) {
 specinfer_status target_tokenize(void *self, const char *text, size_t len, int32_t add_special,
                                  int32_t parse_special, int32_t *tokens, size_t cap,
                                  size_t *n_tokens, specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr || n_tokens == nullptr || (text == nullptr && len > 0) ||
         (tokens == nullptr && cap > 0))
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: tokenize: NULL argument");
@@ -168,7 +143,7 @@ specinfer_status target_tokenize(void *self, const char *text, size_t len, int32
 
 specinfer_status target_token_bytes(void *self, int32_t token, char *buf, size_t cap,
                                     size_t *n_bytes, specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr || n_bytes == nullptr || (buf == nullptr && cap > 0))
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token_bytes: NULL argument");
     const Tokenizer &tk = *self_of(self)->tokenizer;
@@ -186,7 +161,7 @@ specinfer_status target_token_bytes(void *self, int32_t token, char *buf, size_t
 
 specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
                                 specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr || b == nullptr)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward: NULL argument");
     if (b->struct_size < offsetof(specinfer_forward_batch, hidden) + sizeof(b->hidden))
@@ -202,7 +177,7 @@ int32_t target_kv_size(void *self) {
 }
 
 specinfer_status target_kv_truncate(void *self, int32_t n_keep, specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_truncate: NULL target");
     self_of(self)->model->kv_truncate(n_keep);
   });
@@ -210,7 +185,7 @@ specinfer_status target_kv_truncate(void *self, int32_t n_keep, specinfer_plugin
 
 specinfer_status target_kv_keep(void *self, int32_t base, const int32_t *idx, int32_t n,
                                 specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_keep: NULL target");
     self_of(self)->model->kv_keep(base, idx, n);
   });
@@ -231,7 +206,7 @@ const specinfer_target_vtable kVtable = {
 specinfer_status target_create(const specinfer_host *host, const char *config, void **self,
                                const specinfer_target_vtable **vtable,
                                specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "gguf", [&] {
     if (self == nullptr || vtable == nullptr)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: create: NULL out-parameter");
     *self = nullptr;

@@ -18,14 +18,10 @@ namespace specinfer_kgram {
 constexpr int kVocab = 256;
 constexpr int kMaxOrder = 7;
 
-// The training text cannot be opened (missing file): reported as NOT_FOUND, not as a plugin fault.
-struct FileNotFound : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 class Model {
  public:
-  // Trains from the bytes of a file; throws std::runtime_error with a message on failure.
+  // Trains from the bytes of a file; throws specinfer_plugin::Failure (NOT_FOUND when the file
+  // cannot be opened) or std::runtime_error with a message on failure.
   Model(const std::string &path, int order, double smoothing);
   Model(std::string_view text, int order, double smoothing);
 

@@ -1,7 +1,7 @@
 // The kgram plugin: Shannon's k-gram byte model as a target and as a drafter.
-//   target config:  path=<text file>, k=<1..7, default 6>, smoothing=<s > 0, default 1>,
-//   n_ctx=<default 8192> drafter config: the same keys; proposes greedily (point masses) when the
-//   session decodes
+//   target config: path=<text file>, k=<1..7, default 6>, smoothing=<s > 0, default 1>,
+//                  n_ctx=<default 8192>
+//   drafter config: the same keys; proposes greedily (point masses) when the session decodes
 //                   greedily, else samples each token with the coupler's draft side and reports q.
 #include <cmath>
 #include <cstdio>
@@ -18,32 +18,10 @@
 using specinfer_kgram::kVocab;
 using specinfer_kgram::Model;
 using specinfer_plugin::Config;
+using specinfer_plugin::guarded;
+using specinfer_plugin::set_error;
 
 namespace {
-
-void set_err(specinfer_plugin_error *err, const std::string &msg) {
-  if (err) std::snprintf(err->message, sizeof(err->message), "%s", msg.c_str());
-}
-
-// Runs fn and turns exceptions into a status and message.
-template <typename F>
-specinfer_status guarded(specinfer_plugin_error *err, F &&fn) {
-  try {
-    return fn();
-  } catch (const specinfer_plugin::ConfigError &e) {
-    set_err(err, e.what());
-    return SPECINFER_ERR_CONFIG;
-  } catch (const specinfer_kgram::FileNotFound &e) {
-    set_err(err, e.what());
-    return SPECINFER_ERR_NOT_FOUND;
-  } catch (const std::bad_alloc &) {
-    set_err(err, "out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception &e) {
-    set_err(err, e.what());
-    return SPECINFER_ERR_PLUGIN;
-  }
-}
 
 std::shared_ptr<Model> make_model(const Config &cfg, std::string *name) {
   if (!cfg.has("path"))
@@ -85,7 +63,7 @@ specinfer_status t_tokenize(void *, const char *text, size_t len, int32_t, int32
                             size_t cap, size_t *n_tokens, specinfer_plugin_error *err) {
   *n_tokens = len;
   if (len > cap) {
-    set_err(err, "token buffer too small");
+    set_error(err, "token buffer too small");
     return SPECINFER_ERR_BUFFER_TOO_SMALL;
   }
   for (size_t i = 0; i < len; ++i) tokens[i] = static_cast<uint8_t>(text[i]);
@@ -95,7 +73,7 @@ specinfer_status t_tokenize(void *, const char *text, size_t len, int32_t, int32
 specinfer_status t_token_bytes(void *, int32_t token, char *buf, size_t cap, size_t *n_bytes,
                                specinfer_plugin_error *err) {
   if (token < 0 || token >= kVocab) {
-    set_err(err, "token " + std::to_string(token) + " is not a byte");
+    set_error(err, "token " + std::to_string(token) + " is not a byte");
     return SPECINFER_ERR_INVALID_ARGUMENT;
   }
   *n_bytes = 1;
@@ -107,20 +85,20 @@ specinfer_status t_token_bytes(void *, int32_t token, char *buf, size_t cap, siz
 specinfer_status t_forward(void *self, const specinfer_forward_batch *b,
                            specinfer_plugin_error *err) {
   auto *t = static_cast<Target *>(self);
-  return guarded(err, [&] {
+  return guarded(err, "kgram", [&] {
     if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->tokens || !b->positions)) ||
         b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits)) {
-      set_err(err, "malformed forward batch");
+      set_error(err, "malformed forward batch");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
     const int32_t n = b->n_tokens;
     if (t->cache.size() + static_cast<size_t>(n) > static_cast<size_t>(t->n_ctx)) {
-      set_err(err, "context window full");
+      set_error(err, "context window full");
       return SPECINFER_ERR_CONTEXT_FULL;
     }
     for (int32_t i = 0; i < n; ++i)
       if (b->tokens[i] < 0 || b->tokens[i] >= kVocab) {
-        set_err(err, "token " + std::to_string(b->tokens[i]) + " is not a byte");
+        set_error(err, "token " + std::to_string(b->tokens[i]) + " is not a byte");
         return SPECINFER_ERR_INVALID_ARGUMENT;
       }
     const size_t base = t->cache.size();
@@ -155,8 +133,8 @@ int32_t t_kv_size(void *self) {
 specinfer_status t_kv_truncate(void *self, int32_t n_keep, specinfer_plugin_error *err) {
   auto *t = static_cast<Target *>(self);
   if (n_keep < 0 || static_cast<size_t>(n_keep) > t->cache.size()) {
-    set_err(err, "kv_truncate: " + std::to_string(n_keep) + " is outside [0, " +
-                     std::to_string(t->cache.size()) + "]");
+    set_error(err, "kv_truncate: " + std::to_string(n_keep) + " is outside [0, " +
+                       std::to_string(t->cache.size()) + "]");
     return SPECINFER_ERR_INVALID_ARGUMENT;
   }
   t->cache.resize(static_cast<size_t>(n_keep));
@@ -168,12 +146,12 @@ specinfer_status t_kv_keep(void *self, int32_t base, const int32_t *idx, int32_t
   auto *t = static_cast<Target *>(self);
   int32_t size = static_cast<int32_t>(t->cache.size());
   if (base < 0 || base > size || n < 0 || (n > 0 && !idx)) {
-    set_err(err, "kv_keep: bad arguments");
+    set_error(err, "kv_keep: bad arguments");
     return SPECINFER_ERR_INVALID_ARGUMENT;
   }
   for (int32_t i = 0; i < n; ++i)
     if (base + idx[i] >= size || idx[i] < 0 || (i > 0 && idx[i] <= idx[i - 1])) {
-      set_err(err, "kv_keep: indices must increase and lie in the cache");
+      set_error(err, "kv_keep: indices must increase and lie in the cache");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
   for (int32_t i = 0; i < n; ++i)
@@ -195,7 +173,7 @@ const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
                                const specinfer_target_vtable **vtable,
                                specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "kgram", [&] {
     Config cfg(config, {"path", "k", "smoothing", "n_ctx"});
     auto t = std::make_unique<Target>();
     t->model = make_model(cfg, &t->name);
@@ -228,7 +206,7 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
   d->text.clear();
   for (size_t i = 0; i < n; ++i) {
     if (context[i] < 0 || context[i] >= kVocab) {
-      set_err(err, "context token is not a byte");
+      set_error(err, "context token is not a byte");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
     d->text.push_back(static_cast<uint8_t>(context[i]));
@@ -241,7 +219,7 @@ specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
   auto *d = static_cast<Drafter *>(self);
   for (size_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= kVocab) {
-      set_err(err, "committed token is not a byte");
+      set_error(err, "committed token is not a byte");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
     d->text.push_back(static_cast<uint8_t>(tokens[i]));
@@ -252,10 +230,10 @@ specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
 specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
                            specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  return guarded(err, [&] {
+  return guarded(err, "kgram", [&] {
     if (out->vocab_size != kVocab) {
-      set_err(err, "kgram drafts bytes (vocabulary 256); the target's vocabulary is " +
-                       std::to_string(out->vocab_size));
+      set_error(err, "kgram drafts bytes (vocabulary 256); the target's vocabulary is " +
+                         std::to_string(out->vocab_size));
       return SPECINFER_ERR_UNSUPPORTED;
     }
     const int k = d->model->order();
@@ -275,7 +253,7 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
         for (int x = 0; x < kVocab; ++x) q[x] = static_cast<float>(q[x] / sum);
         tok = req->sample(req->sample_ctx, q, kVocab, static_cast<int64_t>(req->n_context) + i);
         if (tok < 0 || tok >= kVocab) {
-          set_err(err, "the coupler's draft sampler failed");
+          set_error(err, "the coupler's draft sampler failed");
           return SPECINFER_ERR_PLUGIN;
         }
       } else {
@@ -301,9 +279,9 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
                                 const specinfer_host_target *, void **self,
                                 const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
-  return guarded(err, [&] {
+  return guarded(err, "kgram", [&] {
     if (!target_info || target_info->vocab_size != kVocab) {
-      set_err(err, "the kgram drafter needs a byte-level target (vocabulary 256)");
+      set_error(err, "the kgram drafter needs a byte-level target (vocabulary 256)");
       return SPECINFER_ERR_UNSUPPORTED;
     }
     Config cfg(config, {"path", "k", "smoothing"});

@@ -27,12 +27,10 @@
 
 using specinfer_plugin::Config;
 using specinfer_plugin::ConfigError;
+using specinfer_plugin::fail;
+using specinfer_plugin::guarded;
 
 namespace {
-
-void set_err(specinfer_plugin_error *err, const std::string &msg) {
-  if (err) std::snprintf(err->message, sizeof(err->message), "%s", msg.c_str());
-}
 
 struct Drafter {
   int32_t n_min = 3, n_max = 8, max_draft = 16;
@@ -49,48 +47,33 @@ void d_destroy(void *self) {
   delete static_cast<Drafter *>(self);
 }
 
-bool tokens_ok(const int32_t *t, size_t n, specinfer_plugin_error *err) {
-  if (!t && n) {
-    set_err(err, "ngram: NULL tokens");
-    return false;
-  }
+void check_tokens(const int32_t *t, size_t n) {
+  if (!t && n) fail(SPECINFER_ERR_INVALID_ARGUMENT, "ngram: NULL tokens");
   for (size_t i = 0; i < n; ++i)
-    if (t[i] < 0) {
-      set_err(err, "ngram: negative token id");
-      return false;
-    }
-  return true;
+    if (t[i] < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "ngram: negative token id %d", t[i]);
 }
 
 specinfer_status d_begin(void *self, const int32_t *context, size_t n,
                          specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  if (!tokens_ok(context, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
-  try {
+  return guarded(err, "ngram", [&] {
+    check_tokens(context, n);
     // The sequence that ends here feeds the dynamic cache.
     const auto &prev = d->context.tokens();
     if (d->use_dynamic && prev.size() > 1)
       d->dynamic.add(prev.data(), prev.size(), d->cache_n_min, d->n_max);
     d->context.clear();
     d->context.append(context, n);
-  } catch (const std::bad_alloc &) {
-    set_err(err, "ngram: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  }
-  return SPECINFER_OK;
+  });
 }
 
 specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
                           specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  if (!tokens_ok(tokens, n, err)) return SPECINFER_ERR_INVALID_ARGUMENT;
-  try {
+  return guarded(err, "ngram", [&] {
+    check_tokens(tokens, n);
     d->context.append(tokens, n);
-  } catch (const std::bad_alloc &) {
-    set_err(err, "ngram: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  }
-  return SPECINFER_OK;
+  });
 }
 
 // Next token after the text ending in tail (all of it is the suffix of context + draft), or -1.
@@ -114,33 +97,27 @@ int32_t next_token(const Drafter &d) {
 specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
                            specinfer_plugin_error *err) {
   auto *d = static_cast<Drafter *>(self);
-  if (!req || !out || (!req->context && req->n_context)) {
-    set_err(err, "ngram: malformed draft request");
-    return SPECINFER_ERR_INVALID_ARGUMENT;
-  }
-  out->n_nodes = 0;
-  out->has_probs = 0;
-  int32_t want = std::min({req->max_tokens, out->cap, d->max_draft});
-  if (want <= 0 || req->n_context == 0) return SPECINFER_OK;
-  try {
+  return guarded(err, "ngram", [&] {
+    if (!req || !out || (!req->context && req->n_context))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "ngram: malformed draft request");
+    out->n_nodes = 0;
+    out->has_probs = 0;
+    const int32_t want = std::min({req->max_tokens, out->cap, d->max_draft});
+    if (want <= 0 || req->n_context == 0) return;
     // The request carries the whole sequence; follow it if begin/commit were not called.
     if (d->context.size() != req->n_context) d->context.sync(req->context, req->n_context);
-    size_t keep = std::min<size_t>(req->n_context, static_cast<size_t>(d->n_max));
+    const size_t keep = std::min<size_t>(req->n_context, static_cast<size_t>(d->n_max));
     d->tail.assign(req->context + req->n_context - keep, req->context + req->n_context);
     int32_t k = 0;
     for (; k < want; ++k) {
-      int32_t tok = next_token(*d);
+      const int32_t tok = next_token(*d);
       if (tok < 0 || tok >= out->vocab_size) break;
       out->tokens[k] = tok;
       out->parents[k] = k - 1;
       d->tail.push_back(tok);
     }
     out->n_nodes = k;
-  } catch (const std::bad_alloc &) {
-    set_err(err, "ngram: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  }
-  return SPECINFER_OK;
+  });
 }
 
 const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
@@ -185,7 +162,7 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
                                 const specinfer_model_info *, const specinfer_host_target *target,
                                 void **self, const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
-  try {
+  return guarded(err, "ngram", [&] {
     Config cfg(config, {"n_min", "n_max", "max_draft", "dynamic", "static", "cache_n_min",
                         "min_count", "min_share"});
     auto d = std::make_unique<Drafter>();
@@ -205,17 +182,7 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
     }
     *self = d.release();
     *vtable = &kVtable;
-    return SPECINFER_OK;
-  } catch (const ConfigError &e) {
-    set_err(err, e.what());
-    return SPECINFER_ERR_CONFIG;
-  } catch (const std::bad_alloc &) {
-    set_err(err, "ngram: out of memory");
-    return SPECINFER_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception &e) {
-    set_err(err, std::string("ngram: ") + e.what());
-    return SPECINFER_ERR_PLUGIN;
-  }
+  });
 }
 
 const specinfer_drafter_factory kFactory = {sizeof(specinfer_drafter_factory), drafter_create};
