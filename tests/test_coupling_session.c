@@ -17,40 +17,13 @@
 
 #include "specinfer.h"
 #include "specinfer_plugin.h"
-#include "support/test_util.h"
 
-#include "support/cmocka_setup.h"
+#include "support/test_util.h"
 
 #define CORPUS "abi/specinfer.h"
 
-static specinfer_registry *new_registry(void) {
-  specinfer_registry *reg = NULL;
-  char *err = NULL;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
-  assert_int_equal(specinfer_registry_create(&p, &reg, &err), SPECINFER_OK);
-  assert_non_null(reg);
-  return reg;
-}
-
 static specinfer_target *open_kgram_target(specinfer_registry *reg) {
-  specinfer_target *t = NULL;
-  char *err = NULL;
-  specinfer_status rc = specinfer_target_open(reg, "kgram", kgram_config(CORPUS, "k=6"), &t, &err);
-  if (rc != SPECINFER_OK) fprintf(stderr, "open kgram: %s\n", err ? err : "?");
-  assert_int_equal(rc, SPECINFER_OK);
-  return t;
-}
-
-static specinfer_drafter *open_drafter(specinfer_registry *reg, specinfer_target *t,
-                                       const char *plugin, const char *config) {
-  specinfer_drafter *d = NULL;
-  char *err = NULL;
-  specinfer_status rc = specinfer_drafter_open(reg, plugin, config, t, &d, &err);
-  if (rc != SPECINFER_OK) fprintf(stderr, "open drafter %s: %s\n", plugin, err ? err : "?");
-  assert_int_equal(rc, SPECINFER_OK);
-  return d;
+  return open_kgram(reg, CORPUS, 6);
 }
 
 /* Runs one session; returns the generated tokens (caller frees) and fills *st. */
@@ -226,19 +199,7 @@ static specinfer_status iid_create(const specinfer_host *host, const char *confi
   *vt = &iid_vtable;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_factory iid_factory = {sizeof(specinfer_drafter_factory),
-                                                      iid_create};
-static const void *iid_get_factory(const char *id) {
-  return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &iid_factory : NULL;
-}
-static const specinfer_plugin_descriptor iid_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
-                                                       sizeof(specinfer_plugin_descriptor),
-                                                       "iid-test",
-                                                       "1",
-                                                       "i.i.d. synthetic drafter",
-                                                       NULL,
-                                                       NULL,
-                                                       iid_get_factory};
+TEST_DRAFTER_PLUGIN(iid, "iid-test", "i.i.d. synthetic drafter", iid_create);
 
 static void test_tokens_per_round_iid_drafter(void **state) {
   (void)state;
@@ -351,19 +312,7 @@ static specinfer_status tree_create(const specinfer_host *host, const char *conf
   *vt = &tree_vtable;
   return rc;
 }
-static const specinfer_drafter_factory tree_factory = {sizeof(specinfer_drafter_factory),
-                                                       tree_create};
-static const void *tree_get_factory(const char *id) {
-  return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &tree_factory : NULL;
-}
-static const specinfer_plugin_descriptor tree_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
-                                                        sizeof(specinfer_plugin_descriptor),
-                                                        "tree-test",
-                                                        "1",
-                                                        "two children per level",
-                                                        NULL,
-                                                        NULL,
-                                                        tree_get_factory};
+TEST_DRAFTER_PLUGIN(tree, "tree-test", "two children per level", tree_create);
 
 /* Greedy, and gumbel at a fixed seed while sampling: the session verifying trees gives the text
  * of plain decoding with the same settings, and keeps whole levels when the drafter is right. */

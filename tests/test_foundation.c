@@ -9,35 +9,10 @@
 
 #include "specinfer.h"
 #include "specinfer_plugin.h"
+
 #include "support/test_util.h"
 
-#include "support/cmocka_setup.h"
-
 #define CORPUS "abi/specinfer.h"
-
-static specinfer_registry *new_registry(void) {
-  specinfer_registry *reg = NULL;
-  char *err = NULL;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
-  assert_int_equal(specinfer_registry_create(&p, &reg, &err), SPECINFER_OK);
-  assert_null(err);
-  assert_non_null(reg);
-  return reg;
-}
-
-static specinfer_target *open_kgram(specinfer_registry *reg, int k) {
-  char extra[32];
-  snprintf(extra, sizeof extra, "k=%d", k);
-  specinfer_target *t = NULL;
-  char *err = NULL;
-  specinfer_status rc = specinfer_target_open(reg, "kgram", kgram_config(CORPUS, extra), &t, &err);
-  if (rc != SPECINFER_OK) fprintf(stderr, "open kgram: %s\n", err);
-  assert_int_equal(rc, SPECINFER_OK);
-  specinfer_free(err);
-  return t;
-}
 
 /* ---- versions and statuses ---- */
 
@@ -108,7 +83,7 @@ static void test_bad_params(void **state) {
   specinfer_free(err);
 
   reg = new_registry();
-  specinfer_target *t = open_kgram(reg, 4);
+  specinfer_target *t = open_kgram(reg, CORPUS, 4);
   specinfer_session_params sp;
   specinfer_session_params_init(&sp);
   specinfer_session *s = NULL;
@@ -165,7 +140,7 @@ static void test_unknown_plugin_and_config(void **state) {
   assert_non_null(strstr(err, "drafter"));
   specinfer_free(err);
   /* The drafter side checks its config too. */
-  specinfer_target *target = open_kgram(reg, 4);
+  specinfer_target *target = open_kgram(reg, CORPUS, 4);
   specinfer_drafter *d = NULL;
   assert_int_equal(specinfer_drafter_open(reg, "ngram", "n_min=5,n_max=2", target, &d, &err),
                    SPECINFER_ERR_CONFIG);
@@ -221,7 +196,8 @@ static void test_load_unload_cycles(void **state) {
   specinfer_registry *reg = new_registry();
   char *err = NULL;
   for (int i = 0; i < 25; ++i) {
-    specinfer_target *t = open_kgram(reg, 2); /* loads specinfer-kgram.so from the plugin path */
+    specinfer_target *t =
+        open_kgram(reg, CORPUS, 2); /* loads specinfer-kgram.so from the plugin path */
     assert_int_equal(specinfer_registry_plugin_count(reg), 1);
     specinfer_plugin_info info;
     info.struct_size = sizeof info;
@@ -302,7 +278,7 @@ static int32_t *generate(specinfer_target *t, specinfer_drafter *d, const char *
 static void test_greedy_speculative_equals_plain(void **state) {
   (void)state;
   specinfer_registry *reg = new_registry();
-  specinfer_target *t = open_kgram(reg, 6);
+  specinfer_target *t = open_kgram(reg, CORPUS, 6);
   char *err = NULL;
   specinfer_drafter *ngram = NULL, *k2 = NULL, *k3 = NULL;
   assert_int_equal(specinfer_drafter_open(reg, "ngram", "n_max=3", t, &ngram, &err), SPECINFER_OK);
@@ -345,7 +321,7 @@ static void test_greedy_speculative_equals_plain(void **state) {
 static void test_session_state_errors(void **state) {
   (void)state;
   specinfer_registry *reg = new_registry();
-  specinfer_target *t = open_kgram(reg, 3);
+  specinfer_target *t = open_kgram(reg, CORPUS, 3);
   specinfer_session *s = NULL, *s2 = NULL;
   char *err = NULL;
   specinfer_session_params p;
@@ -517,19 +493,7 @@ static specinfer_status rep_create(const specinfer_host *host, const char *confi
   *vt = &rep_vtable;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_factory rep_factory = {sizeof(specinfer_drafter_factory),
-                                                      rep_create};
-static const void *rep_get_factory(const char *id) {
-  return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &rep_factory : NULL;
-}
-static const specinfer_plugin_descriptor rep_plugin = {SPECINFER_PLUGIN_ABI_VERSION,
-                                                       sizeof(specinfer_plugin_descriptor),
-                                                       "repeat",
-                                                       "1",
-                                                       "in-process test drafter",
-                                                       NULL,
-                                                       NULL,
-                                                       rep_get_factory};
+TEST_DRAFTER_PLUGIN(rep, "repeat", "in-process test drafter", rep_create);
 
 static void test_in_process_drafter(void **state) {
   (void)state;
@@ -548,7 +512,7 @@ static void test_in_process_drafter(void **state) {
   assert_int_equal(specinfer_registry_register_plugin(reg, &bad, &err), SPECINFER_ERR_FORMAT);
   specinfer_free(err);
 
-  specinfer_target *t = open_kgram(reg, 5);
+  specinfer_target *t = open_kgram(reg, CORPUS, 5);
   specinfer_drafter *d = NULL;
   assert_int_equal(specinfer_drafter_open(reg, "repeat", "x=1", t, &d, &err), SPECINFER_ERR_CONFIG);
   assert_non_null(strstr(err, "x=1"));
@@ -575,7 +539,7 @@ static void test_in_process_drafter(void **state) {
 static void test_tokenize_detokenize(void **state) {
   (void)state;
   specinfer_registry *reg = new_registry();
-  specinfer_target *t = open_kgram(reg, 3);
+  specinfer_target *t = open_kgram(reg, CORPUS, 3);
   specinfer_model_info info;
   specinfer_model_info_init(&info);
   assert_int_equal(specinfer_target_info(t, &info), SPECINFER_OK);

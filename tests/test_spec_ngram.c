@@ -12,9 +12,8 @@
 #include <string.h>
 
 #include "specinfer.h"
-#include "support/test_util.h"
 
-#include "support/cmocka_setup.h"
+#include "support/test_util.h"
 
 #define CORPUS "abi/specinfer.h"
 #define PROMPT "specinfer_coupler_verify_tree(const specinfer_coupler *coupler"
