@@ -30,7 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "data/gguf/json_lite.h"
+#include <nlohmann/json.hpp>
+
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
@@ -40,7 +41,7 @@
 
 #include "support/cmocka_setup.h"
 
-using gguf_test::Json;
+using nlohmann::json;
 using specinfer::gguf::File;
 using specinfer::gguf::Model;
 using specinfer::gguf::ModelOptions;
@@ -126,21 +127,27 @@ void check_model(const char *name) {
   const std::string ref_path = data_dir() + "/reference/logits_" + name + ".json";
   std::string text;
   assert_true(read_file(ref_path, &text));
-  Json ref = Json::parse(text);
+  json ref;
+  try {
+    ref = json::parse(text);
+  } catch (const json::parse_error &e) {
+    print_error("%s: %s\n", ref_path.c_str(), e.what());
+    fail();
+  }
   const double max_abs_tol = max_abs_tolerance(name);
 
   std::unique_ptr<File> file = File::open(path);
   Model model(*file, specinfer::default_host(), 512);
   const int V = model.hparams().n_vocab;
-  assert_int_equal(V, int(ref.at("n_vocab").num));
+  assert_int_equal(V, ref.at("n_vocab").get<int>());
 
   int positions = 0, agree_raw = 0, agree = 0, greedy_checked = 0;
   double max_abs = 0, sum_abs = 0;
   long n_abs = 0;
-  for (const Json &pr : ref.at("prompts").arr) {
-    const std::string &pname = pr.at("name").str;
+  for (const json &pr : ref.at("prompts")) {
+    const std::string &pname = pr.at("name").get_ref<const std::string &>();
     std::vector<int32_t> ids;
-    for (const Json &x : pr.at("ids").arr) ids.push_back(int32_t(x.num));
+    for (const json &x : pr.at("ids")) ids.push_back(x.get<int32_t>());
     const int n = int(ids.size());
     std::vector<int32_t> pos(static_cast<size_t>(n));
     std::iota(pos.begin(), pos.end(), 0);
@@ -148,27 +155,27 @@ void check_model(const char *name) {
     std::vector<float> lg(size_t(n) * size_t(V));
     model.forward(ids.data(), pos.data(), n, nullptr, n, lg.data(), nullptr);
 
-    const auto &rp = pr.at("positions").arr;
+    const json &rp = pr.at("positions");
     assert_int_equal(rp.size(), size_t(n));
     double pmax = 0;
     for (int p = 1; p < n; p++) {
       const float *row = lg.data() + size_t(p) * size_t(V);
-      const auto &top = rp[size_t(p)].at("top").arr;
+      const json &top = rp[size_t(p)].at("top");
       int ours = argmax(row, V);
-      int r1 = int(top[0].arr[0].num);
-      double gap = top[0].arr[1].num - top[1].arr[1].num;
+      int r1 = top[0][0].get<int>();
+      double gap = top[0][1].get<double>() - top[1][1].get<double>();
       positions++;
       if (ours == r1) {
         agree_raw++;
         agree++;
-      } else if (gap < tie_gap(name) && ours == int(top[1].arr[0].num)) {
+      } else if (gap < tie_gap(name) && ours == top[1][0].get<int>()) {
         agree++;
       } else {
         print_message("  %s %s pos %d: ours %d (%.3f), llama.cpp %d (%.3f, gap %.3f)\n", name,
-                      pname.c_str(), p, ours, double(row[ours]), r1, top[0].arr[1].num, gap);
+                      pname.c_str(), p, ours, double(row[ours]), r1, top[0][1].get<double>(), gap);
       }
-      for (const Json &e : top) {
-        double d = std::fabs(double(row[int(e.arr[0].num)]) - e.arr[1].num);
+      for (const json &e : top) {
+        double d = std::fabs(double(row[e[0].get<int>()]) - e[1].get<double>());
         max_abs = std::max(max_abs, d);
         pmax = std::max(pmax, d);
         sum_abs += d;
@@ -177,8 +184,8 @@ void check_model(const char *name) {
     }
 
     // Greedy continuation, one token per forward (as the reference did).
-    const auto &greedy = pr.at("greedy").arr;
-    const auto &top2 = pr.at("greedy_top2").arr;
+    const json &greedy = pr.at("greedy");
+    const json &top2 = pr.at("greedy_top2");
     std::vector<float> last(lg.end() - V, lg.end());
     std::vector<int32_t> ours_seq;
     std::vector<float> seq_logits;  // logits after each generated token
@@ -186,9 +193,9 @@ void check_model(const char *name) {
     bool diverged = false;
     for (size_t s = 0; s < greedy.size(); s++) {
       int tok = argmax(last.data(), V);
-      int want = int(greedy[s].num);
+      int want = greedy[s].get<int>();
       if (!diverged && tok != want) {
-        double gap = top2[s].arr[0].arr[1].num - top2[s].arr[1].arr[1].num;
+        double gap = top2[s][0][1].get<double>() - top2[s][1][1].get<double>();
         if (gap >= greedy_tie_gap(name)) {
           print_error("%s %s: greedy step %zu: ours %d, llama.cpp %d (its top-2 gap %.3f)\n", name,
                       pname.c_str(), s, tok, want, gap);

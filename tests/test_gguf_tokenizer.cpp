@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/gguf/gguf_writer.h"
 #include "gguf/gguf_file.h"
 #include "gguf/tokenizer.h"
@@ -463,153 +465,6 @@ void test_from_gguf(void **) {
 // ---------------------------------------------------------------------------------------------
 // Part 2: real models against llama.cpp's reference
 
-// A small JSON reader, enough for the reference files.
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  double num = 0;
-  std::string str;
-  std::vector<Json> arr;
-  std::vector<std::pair<std::string, Json>> obj;
-  const Json *get(const std::string &key) const {
-    for (const auto &kv : obj) {
-      if (kv.first == key) return &kv.second;
-    }
-    return nullptr;
-  }
-};
-
-struct JsonParser {
-  const std::string &s;
-  size_t i = 0;
-  bool ok = true;
-  void ws() {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
-  }
-  unsigned hex4() {
-    if (i + 4 > s.size()) {
-      ok = false;
-      return 0;
-    }
-    unsigned v = static_cast<unsigned>(std::strtoul(s.substr(i, 4).c_str(), nullptr, 16));
-    i += 4;
-    return v;
-  }
-  std::string string() {
-    std::string out;
-    ++i;  // opening quote
-    while (i < s.size() && s[i] != '"') {
-      char c = s[i++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i >= s.size()) break;
-      c = s[i++];
-      switch (c) {
-        case 'n':
-          out += '\n';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && i + 1 < s.size() && s[i] == '\\' && s[i + 1] == 'u') {
-            i += 2;
-            const uint32_t lo = hex4();
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          unicode::append_utf8(out, cp);
-          break;
-        }
-        default:
-          out += c;
-      }
-    }
-    ++i;  // closing quote
-    return out;
-  }
-  Json value() {
-    Json j;
-    ws();
-    if (i >= s.size()) {
-      ok = false;
-      return j;
-    }
-    const char c = s[i];
-    if (c == '{') {
-      j.kind = Json::Object;
-      ++i;
-      ws();
-      if (i < s.size() && s[i] == '}') {
-        ++i;
-        return j;
-      }
-      while (ok && i < s.size()) {
-        ws();
-        std::string key = string();
-        ws();
-        ++i;  // ':'
-        j.obj.emplace_back(std::move(key), value());
-        ws();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        ++i;  // '}'
-        break;
-      }
-    } else if (c == '[') {
-      j.kind = Json::Array;
-      ++i;
-      ws();
-      if (i < s.size() && s[i] == ']') {
-        ++i;
-        return j;
-      }
-      while (ok && i < s.size()) {
-        j.arr.push_back(value());
-        ws();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        ++i;  // ']'
-        break;
-      }
-    } else if (c == '"') {
-      j.kind = Json::String;
-      j.str = string();
-    } else if (s.compare(i, 4, "true") == 0) {
-      j.kind = Json::Bool;
-      j.b = true;
-      i += 4;
-    } else if (s.compare(i, 5, "false") == 0) {
-      j.kind = Json::Bool;
-      i += 5;
-    } else if (s.compare(i, 4, "null") == 0) {
-      i += 4;
-    } else {
-      j.kind = Json::Number;
-      char *end = nullptr;
-      j.num = std::strtod(s.c_str() + i, &end);
-      if (end == s.c_str() + i) ok = false;
-      i = static_cast<size_t>(end - s.c_str());
-    }
-    return j;
-  }
-};
-
 std::string base64_decode(const std::string &in) {
   std::string out;
   uint32_t acc = 0;
@@ -638,14 +493,6 @@ std::string base64_decode(const std::string &in) {
   return out;
 }
 
-Ids json_ids(const Json *j) {
-  Ids ids;
-  if (j) {
-    for (const Json &x : j->arr) ids.push_back(static_cast<int32_t>(x.num));
-  }
-  return ids;
-}
-
 std::string models_dir() {
   if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
   const char *home = std::getenv("HOME");
@@ -664,6 +511,18 @@ bool read_file(const std::string &path, std::string &out) {
   ss << in.rdbuf();
   out = ss.str();
   return true;
+}
+
+// A reference file as JSON; a malformed one fails the test with nlohmann-json's message, which
+// says where.
+nlohmann::json parse_reference(const std::string &path, const std::string &text) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error &e) {
+    print_error("%s: %s\n", path.c_str(), e.what());
+    fail();
+  }
+  return nullptr;
 }
 
 struct RealModel {
@@ -714,22 +573,18 @@ int check_real_models() {
       std::printf("[  SKIP    ] %s: no reference %s\n", m.name, ref_path.c_str());
       continue;
     }
-    JsonParser parser{ref_text};
-    const Json ref = parser.value();
-    assert_true(parser.ok);
-    assert_int_equal(ref.kind, Json::Object);
-    if (const Json *nv = ref.get("n_vocab"))
-      assert_int_equal(static_cast<int>(nv->num), t->vocab_size());
-    if (const Json *b = ref.get("bos_id")) assert_int_equal(static_cast<int>(b->num), t->bos());
-    if (const Json *e = ref.get("eos_id")) assert_int_equal(static_cast<int>(e->num), t->eos());
-    const Json *cases = ref.get("cases");
-    assert_non_null(cases);
+    const nlohmann::json ref = parse_reference(ref_path, ref_text);
+    assert_true(ref.is_object());
+    if (ref.contains("n_vocab")) assert_int_equal(ref["n_vocab"].get<int>(), t->vocab_size());
+    if (ref.contains("bos_id")) assert_int_equal(ref["bos_id"].get<int>(), t->bos());
+    if (ref.contains("eos_id")) assert_int_equal(ref["eos_id"].get<int>(), t->eos());
+    assert_true(ref.contains("cases") && ref["cases"].is_array());
+    const nlohmann::json &cases = ref["cases"];
     int n_checks = 0, n_ok = 0, n_roundtrip = 0;
     size_t n_ids = 0;
-    for (const Json &c : cases->arr) {
-      const Json *text_j = c.get("text");
-      assert_non_null(text_j);
-      const std::string &text = text_j->str;
+    for (const nlohmann::json &c : cases) {
+      assert_true(c.contains("text") && c["text"].is_string());
+      const std::string &text = c["text"].get_ref<const std::string &>();
       const struct {
         const char *key;
         bool add_special, parse_special;
@@ -737,9 +592,8 @@ int check_real_models() {
                       {"ids_add_special", true, true},
                       {"ids_no_parse_special", false, false}};
       for (const auto &s : settings) {
-        const Json *want_j = c.get(s.key);
-        if (!want_j) continue;
-        const Ids want = json_ids(want_j);
+        if (!c.contains(s.key)) continue;
+        const Ids want = c[s.key].get<Ids>();
         const Ids got = t->encode(text, s.add_special, s.parse_special);
         ++n_checks;
         n_ids += want.size();
@@ -757,13 +611,13 @@ int check_real_models() {
       }
     }
     int n_pieces = 0, n_pieces_ok = 0;
-    if (const Json *pieces_j = ref.get("pieces")) {
-      for (const Json &p : pieces_j->arr) {
-        if (p.arr.size() < 2) continue;
-        const int32_t id = static_cast<int32_t>(p.arr[0].num);
+    if (ref.contains("pieces")) {
+      for (const nlohmann::json &p : ref["pieces"]) {
+        if (p.size() < 2) continue;
+        const int32_t id = p[0].get<int32_t>();
         ++n_pieces;
-        const std::string want = base64_decode(p.arr[1].str);
-        const std::string want_plain = p.arr.size() > 2 ? base64_decode(p.arr[2].str) : want;
+        const std::string want = base64_decode(p[1].get<std::string>());
+        const std::string want_plain = p.size() > 2 ? base64_decode(p[2].get<std::string>()) : want;
         if (t->token_bytes(id) == want && t->token_bytes(id, false) == want_plain) {
           ++n_pieces_ok;
         } else if (n_pieces - n_pieces_ok <= 10) {
@@ -776,10 +630,10 @@ int check_real_models() {
     std::printf(
         "[  INFO    ] %s: %d/%d encodings match llama.cpp (%zu ids), %d/%zu round trips, %d/%d "
         "pieces\n",
-        m.name, n_ok, n_checks, n_ids, n_roundtrip, cases->arr.size(), n_pieces_ok, n_pieces);
+        m.name, n_ok, n_checks, n_ids, n_roundtrip, cases.size(), n_pieces_ok, n_pieces);
     assert_true(n_checks > 0);
     assert_int_equal(n_ok, n_checks);
-    assert_int_equal(static_cast<size_t>(n_roundtrip), cases->arr.size());
+    assert_int_equal(static_cast<size_t>(n_roundtrip), cases.size());
     assert_int_equal(n_pieces_ok, n_pieces);
   }
   return n_models;

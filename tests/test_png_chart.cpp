@@ -1,215 +1,155 @@
-// Tests of the `specinfer` tool's PNG line-chart writer (tools/specinfer/png_chart.cpp, used by
-// sketch-eval and bench charts): checksums against published check values, the deflate stream
-// against an independent minimal inflater written here, the PNG chunk structure, and rendering.
+// Tests of the `specinfer` tool's line charts (tools/chart, used by sketch-eval and bench charts):
+// a chart is rendered, written with libpng and read back with libpng's own reader, then checked
+// for its size, the plot frame where render() says it is, the data line through the points it
+// joins, the series colours and the legend; and the errors for a path that cannot be written.
+#include <png.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "../tools/specinfer/png_chart.cpp"
+#include "../tools/chart/png_chart.h"
 
 #include "support/cmocka_setup.h"
 
 namespace {
 
-// A minimal inflater for zlib streams of stored and fixed-Huffman blocks (all the writer makes).
-// Returns false on any malformation.
-struct BitReader {
-  const uint8_t *p;
-  size_t n, pos = 0;  // pos in bits
-  bool ok = true;
-  uint32_t bit() {
-    if (pos >= 8 * n) {
-      ok = false;
-      return 0;
-    }
-    const uint32_t b = (p[pos >> 3] >> (pos & 7)) & 1;
-    ++pos;
-    return b;
-  }
-  uint32_t bits(int k) {  // least significant first
-    uint32_t v = 0;
-    for (int i = 0; i < k; ++i) v |= bit() << i;
-    return v;
-  }
-  uint32_t code(int k) {  // most significant first (Huffman codes)
-    uint32_t v = 0;
-    for (int i = 0; i < k; ++i) v = (v << 1) | bit();
-    return v;
+// A PNG read back with libpng's simplified reader as 8-bit RGB.
+struct ReadBack {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  std::string error;
+  uint32_t at(int x, int y) const {
+    const uint8_t *p = &rgb[(static_cast<size_t>(y) * width + x) * 3];
+    return static_cast<uint32_t>(p[0]) << 16 | static_cast<uint32_t>(p[1]) << 8 | p[2];
   }
 };
 
-int fixed_symbol(BitReader &br) {
-  uint32_t c = br.code(7);
-  if (c <= 0x17) return 256 + static_cast<int>(c);
-  c = (c << 1) | br.bit();
-  if (c >= 0x30 && c <= 0xBF) return static_cast<int>(c - 0x30);
-  if (c >= 0xC0 && c <= 0xC7) return 280 + static_cast<int>(c - 0xC0);
-  c = (c << 1) | br.bit();
-  if (c >= 0x190 && c <= 0x1FF) return 144 + static_cast<int>(c - 0x190);
-  br.ok = false;
-  return -1;
-}
-
-bool inflate_zlib(const std::vector<uint8_t> &z, std::vector<uint8_t> &out) {
-  if (z.size() < 6 || (z[0] & 0x0f) != 8 || ((z[0] << 8) | z[1]) % 31 != 0) return false;
-  BitReader br{z.data() + 2, z.size() - 6};
-  bool last = false;
-  while (!last && br.ok) {
-    last = br.bit();
-    const uint32_t type = br.bits(2);
-    if (type == 0) {
-      br.pos = (br.pos + 7) & ~size_t{7};
-      const uint32_t len = br.bits(16), nlen = br.bits(16);
-      if ((len ^ 0xffff) != nlen) return false;
-      for (uint32_t i = 0; i < len; ++i) out.push_back(static_cast<uint8_t>(br.bits(8)));
-    } else if (type == 1) {
-      while (br.ok) {
-        const int sym = fixed_symbol(br);
-        if (sym < 0) return false;
-        if (sym < 256) {
-          out.push_back(static_cast<uint8_t>(sym));
-          continue;
-        }
-        if (sym == 256) break;
-        const int li = sym - 257;
-        if (li > 28) return false;
-        const int len = pngchart::kLenBase[li] + static_cast<int>(br.bits(pngchart::kLenExtra[li]));
-        const uint32_t di = br.code(5);
-        if (di > 29) return false;
-        const size_t dist = pngchart::kDistBase[di] + br.bits(pngchart::kDistExtra[di]);
-        if (dist > out.size()) return false;
-        for (int k = 0; k < len; ++k) out.push_back(out[out.size() - dist]);
-      }
-    } else {
-      return false;
-    }
+bool read_png(const std::string &path, ReadBack *out) {
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&image, path.c_str())) {
+    out->error = image.message;
+    return false;
   }
-  if (!br.ok) return false;
-  const size_t t = z.size() - 4;
-  const uint32_t want =
-      static_cast<uint32_t>(z[t]) << 24 | z[t + 1] << 16 | z[t + 2] << 8 | z[t + 3];
-  return want == pngchart::adler32(out.data(), out.size());
-}
-
-uint32_t be32(const uint8_t *p) {
-  return static_cast<uint32_t>(p[0]) << 24 | p[1] << 16 | p[2] << 8 | p[3];
-}
-
-void test_checksums(void **) {
-  const char *check = "123456789";
-  assert_int_equal(pngchart::crc32(reinterpret_cast<const uint8_t *>(check), 9), 0xCBF43926u);
-  assert_int_equal(pngchart::adler32(reinterpret_cast<const uint8_t *>("Wikipedia"), 9),
-                   0x11E60398u);
-  // Incremental use agrees with one pass.
-  const uint32_t part = pngchart::crc32(reinterpret_cast<const uint8_t *>(check), 4);
-  assert_int_equal(pngchart::crc32(reinterpret_cast<const uint8_t *>(check) + 4, 5, part),
-                   0xCBF43926u);
-  // Adler-32 over more than 5552 bytes of 0xff (the modulo-deferral boundary).
-  std::vector<uint8_t> ff(20000, 0xff);
-  uint32_t a = 1, b = 0;
-  for (uint8_t v : ff) {
-    a = (a + v) % 65521;
-    b = (b + a) % 65521;
+  image.format = PNG_FORMAT_RGB;
+  out->width = static_cast<int>(image.width);
+  out->height = static_cast<int>(image.height);
+  out->rgb.resize(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, out->rgb.data(), 0, nullptr)) {
+    out->error = image.message;
+    png_image_free(&image);
+    return false;
   }
-  assert_int_equal(pngchart::adler32(ff.data(), ff.size()), b << 16 | a);
+  return true;
 }
 
-void test_deflate_round_trip(void **) {
-  std::vector<std::vector<uint8_t>> inputs;
-  inputs.push_back({});
-  inputs.push_back({42});
-  std::vector<uint8_t> text;
-  for (int i = 0; i < 3000; ++i) text.push_back(static_cast<uint8_t>("abcabcabd"[i % 9]));
-  inputs.push_back(text);
-  std::vector<uint8_t> noise(100000);
-  uint32_t s = 7;
-  for (auto &v : noise) {
-    s = s * 1103515245u + 12345u;
-    v = static_cast<uint8_t>(s >> 24);
-  }
-  inputs.push_back(noise);
-  std::vector<uint8_t> runs(70000, 0);  // long runs: distances up to the 32K window
-  for (size_t i = 0; i < runs.size(); i += 33000) runs[i] = 9;
-  inputs.push_back(runs);
-  for (const auto &in : inputs) {
-    const auto z = pngchart::zlib_compress(in.data(), in.size());
-    std::vector<uint8_t> out;
-    assert_true(inflate_zlib(z, out));
-    assert_int_equal(out.size(), in.size());
-    assert_true(out == in);
-  }
-  // Redundant data compresses.
-  const auto zr = pngchart::zlib_compress(runs.data(), runs.size());
-  assert_true(zr.size() < runs.size() / 20);
+// A fresh path in the temporary directory (removed by the caller).
+std::string temp_png(const char *stem) {
+  const char *dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/" + stem + "-" + std::to_string(getpid()) +
+         ".png";
 }
 
-void test_png_structure(void **) {
-  pngchart::Image img(13, 7, 0x102030);
-  img.set(3, 4, 0xff0000);
-  img.set(-1, 100, 0x00ff00);  // outside: ignored
-  assert_int_equal(img.get(3, 4), 0xff0000u);
-  const auto png = pngchart::encode_png(img);
-  const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  assert_memory_equal(png.data(), sig, 8);
-  size_t pos = 8;
-  std::vector<std::string> types;
-  std::vector<uint8_t> idat;
-  while (pos + 12 <= png.size()) {
-    const uint32_t len = be32(&png[pos]);
-    const std::string type(reinterpret_cast<const char *>(&png[pos + 4]), 4);
-    assert_true(pos + 12 + len <= png.size());
-    assert_int_equal(be32(&png[pos + 8 + len]), pngchart::crc32(&png[pos + 4], 4 + len));
-    if (type == "IHDR") {
-      assert_int_equal(len, 13);
-      assert_int_equal(be32(&png[pos + 8]), 13);
-      assert_int_equal(be32(&png[pos + 12]), 7);
-      assert_int_equal(png[pos + 16], 8);
-      assert_int_equal(png[pos + 17], 2);
-    }
-    if (type == "IDAT") idat.insert(idat.end(), png.begin() + pos + 8, png.begin() + pos + 8 + len);
-    types.push_back(type);
-    pos += 12 + len;
-  }
-  assert_int_equal(pos, png.size());
-  assert_true(types.size() == 3 && types[0] == "IHDR" && types[1] == "IDAT" && types[2] == "IEND");
-  std::vector<uint8_t> raw;
-  assert_true(inflate_zlib(idat, raw));
-  assert_int_equal(raw.size(), 7 * (1 + 13 * 3));
-  const uint8_t *px = &raw[4 * (1 + 39) + 1 + 3 * 3];
-  assert_int_equal(raw[4 * 40], 0);  // filter type none
-  assert_int_equal(px[0], 0xff);
-  assert_int_equal(px[1], 0x00);
-  assert_int_equal(raw[1], 0x10);
-}
-
-size_t count_color(const pngchart::Image &img, uint32_t c) {
+size_t count_color(const ReadBack &img, uint32_t c, int x0, int y0, int x1, int y1) {
   size_t n = 0;
-  for (int y = 0; y < img.height; ++y)
-    for (int x = 0; x < img.width; ++x) n += img.get(x, y) == c;
+  for (int y = y0; y <= y1; ++y)
+    for (int x = x0; x <= x1; ++x) n += img.at(x, y) == c;
   return n;
 }
 
-void test_render(void **) {
+// True if a pixel of colour c lies within `r` pixels of (x, y).
+bool near(const ReadBack &img, int x, int y, uint32_t c, int r) {
+  return count_color(img, c, x - r, y - r, x + r, y + r) > 0;
+}
+
+constexpr uint32_t kOne = 0x123456, kTwo = 0xc04020, kAxis = 0x000000, kWhite = 0xffffff;
+
+void test_chart_written_and_read_back(void **) {
   pngchart::Chart chart;
   chart.title = "Error vs storage";
   chart.x_label = "storage";
   chart.y_label = "error";
-  chart.log_y = true;
-  chart.series.push_back({"one", {1, 2, 3, 4}, {0.1, 0.05, 0.02, 0.01}, 0x123456, true});
-  chart.series.push_back(
-      {"two", {1, 2, 3, 4}, {0.2, -1.0, NAN, 0.02}, 0x654321, false});  // bad points skipped
-  const pngchart::Image img = pngchart::render(chart);
-  assert_int_equal(img.width, 900);
-  assert_int_equal(img.height, 560);
-  assert_true(count_color(img, 0x123456) > 200);  // line, markers and the legend swatch
-  assert_true(count_color(img, 0x654321) > 20);
+  chart.log_y = true;  // 1 .. 100: two whole decades, no padding
+  chart.width = 400;
+  chart.height = 300;
+  // "one" rises from the lower left corner to the upper right one through the centre (10).
+  chart.series.push_back({"one", {1, 5.5, 10}, {1, 10, 100}, kOne, true});
+  // "two" has unusable points (negative on a log axis, NaN) that are skipped, no markers.
+  chart.series.push_back({"two", {1, 4, 7, 10}, {100, -1.0, NAN, 1}, kTwo, false});
+  pngchart::PlotArea area;
+  const pngchart::Image img = pngchart::render(chart, &area);
+  assert_true(area.x0 < area.x1 && area.y0 < area.y1);
+  assert_true(area.x1 < chart.width && area.y1 < chart.height);
+
+  const std::string path = temp_png("specinfer-chart");
+  std::string err;
+  assert_true(pngchart::write_png(path, chart, &err));
+  assert_true(err.empty());
+  ReadBack png;
+  const bool read = read_png(path, &png);
+  std::remove(path.c_str());
+  if (!read) print_error("libpng cannot read the chart back: %s\n", png.error.c_str());
+  assert_true(read);
+  assert_int_equal(png.width, 400);
+  assert_int_equal(png.height, 300);
+  // The file holds exactly the rendered pixels.
+  assert_true(png.rgb == img.rgb);
+
+  // The frame: black along the four sides of the plot area (but near the corners, where the
+  // markers of "one" cover it); white background outside it.
+  for (int y = area.y0 + 5; y <= area.y1 - 5; ++y) {
+    assert_int_equal(png.at(area.x0, y), kAxis);
+    assert_int_equal(png.at(area.x1, y), kAxis);
+  }
+  for (int x = area.x0 + 5; x <= area.x1 - 5; ++x) {
+    assert_int_equal(png.at(x, area.y0), kAxis);
+    assert_int_equal(png.at(x, area.y1), kAxis);
+  }
+  assert_int_equal(png.at(1, 1), kWhite);
+  assert_int_equal(png.at(png.width - 2, png.height - 2), kWhite);
+  // Tick marks below the x axis and left of the y axis.
+  assert_true(count_color(png, kAxis, area.x0, area.y1 + 1, area.x1, area.y1 + 5) > 0);
+  assert_true(count_color(png, kAxis, area.x0 - 5, area.y0, area.x0 - 1, area.y1) > 0);
+
+  // Series "one": a marker on its middle point, at the centre of the plot; the line passes a
+  // quarter of the way along (the log axis makes it straight); the end points sit in the corners.
+  const int cx = (area.x0 + area.x1) / 2, cy = (area.y0 + area.y1) / 2;
+  assert_int_equal(png.at(cx, cy), kOne);
+  assert_true(near(png, (3 * area.x0 + area.x1) / 4, (area.y0 + 3 * area.y1) / 4, kOne, 2));
+  assert_true(near(png, area.x0 + 2, area.y1 - 2, kOne, 1));
+  assert_true(near(png, area.x1 - 2, area.y0 + 2, kOne, 1));
+  // Series "two": from (1, 100) to (10, 1) with its bad points skipped, so no line at all, only
+  // the legend swatch (it has no markers); the top left corner is left alone.
+  assert_false(near(png, area.x0 + 3, area.y0 + 3, kTwo, 2));
+  assert_false(near(png, cx, cy, kTwo, 3));
+  // The legend, right of the plot: one swatch per series, in the series' colour.
+  assert_true(count_color(png, kOne, area.x1 + 1, 0, png.width - 1, png.height - 1) >= 22);
+  assert_true(count_color(png, kTwo, area.x1 + 1, 0, png.width - 1, png.height - 1) >= 22);
+  // Nothing of either colour outside the plot and the legend (text is dark grey).
+  assert_int_equal(count_color(png, kOne, 0, 0, area.x0 - 1, png.height - 1), 0);
+  assert_int_equal(count_color(png, kTwo, 0, 0, area.x0 - 1, png.height - 1), 0);
+}
+
+void test_text_and_degenerate_charts(void **) {
   // Text draws pixels and has the promised width.
   pngchart::Image t(100, 20);
   const int w = pngchart::draw_text(t, 1, 1, "Ab1", 0x000000);
   assert_int_equal(w, pngchart::text_width("Ab1"));
   assert_int_equal(w, 17);
-  assert_true(count_color(t, 0x000000) > 10);
+  size_t dark = 0;
+  for (int y = 0; y < t.height; ++y)
+    for (int x = 0; x < t.width; ++x) dark += t.get(x, y) == 0x000000;
+  assert_true(dark > 10);
+  t.set(-1, 100, 0x00ff00);  // outside: ignored
+  assert_int_equal(t.get(-1, 100), 0u);
+
   // Degenerate charts render without trouble.
   pngchart::Chart empty;
   empty.width = 10;  // raised to the minimum
@@ -217,20 +157,36 @@ void test_render(void **) {
   pngchart::Chart flat;
   flat.log_x = true;
   flat.series.push_back({"flat", {5, 5}, {3, 3}, 0, true});
-  assert_true(count_color(pngchart::render(flat), 0x1f77b4) > 0);
+  pngchart::PlotArea area;
+  const pngchart::Image img = pngchart::render(flat, &area);
+  // The palette's first colour, at the centre: one point in the middle of a padded range.
+  assert_int_equal(img.get((area.x0 + area.x1) / 2, (area.y0 + area.y1) / 2), 0x1f77b4u);
+}
+
+void test_unwritable_path(void **) {
+  pngchart::Chart chart;
+  chart.series.push_back({"one", {1, 2}, {1, 2}, 0, true});
   std::string err;
   assert_false(pngchart::write_png("/nonexistent-dir/x.png", chart, &err));
-  assert_false(err.empty());
+  // The message names the path and the reason.
+  if (err.find("/nonexistent-dir/x.png") == std::string::npos ||
+      err.find("No such file or directory") == std::string::npos) {
+    print_error("unexpected message: %s\n", err.c_str());
+    fail();
+  }
+  // An image without pixels is refused before libpng sees it.
+  err.clear();
+  assert_false(pngchart::write_png(temp_png("specinfer-empty"), pngchart::Image(), &err));
+  assert_true(err.find("no pixels") != std::string::npos);
 }
 
 }  // namespace
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_checksums),
-      cmocka_unit_test(test_deflate_round_trip),
-      cmocka_unit_test(test_png_structure),
-      cmocka_unit_test(test_render),
+      cmocka_unit_test(test_chart_written_and_read_back),
+      cmocka_unit_test(test_text_and_degenerate_charts),
+      cmocka_unit_test(test_unwritable_path),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

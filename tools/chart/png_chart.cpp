@@ -1,5 +1,7 @@
-// Line charts rasterized by hand and written as PNG (see png_chart.h).
+// Line charts drawn into an RGB raster and written as PNG by libpng (see png_chart.h).
 #include "png_chart.h"
+
+#include <png.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,80 +68,6 @@ constexpr int kGlyphW = 5, kGlyphH = 7, kAdvance = 6;
 
 const uint32_t kPalette[] = {0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e, 0x9467bd,
                              0x8c564b, 0xe377c2, 0x17becf, 0x7f7f7f, 0xbcbd22};
-
-// ---- PNG / zlib pieces ----
-
-class BitWriter {
- public:
-  explicit BitWriter(std::vector<uint8_t> &out) : out_(out) {}
-  void put(uint32_t value, int n) {  // n low bits of value, least significant first
-    acc_ |= static_cast<uint64_t>(value) << nbits_;
-    nbits_ += n;
-    while (nbits_ >= 8) {
-      out_.push_back(static_cast<uint8_t>(acc_));
-      acc_ >>= 8;
-      nbits_ -= 8;
-    }
-  }
-  void put_huffman(uint32_t code, int len) {  // Huffman codes go most significant bit first
-    uint32_t rev = 0;
-    for (int i = 0; i < len; ++i) rev |= ((code >> i) & 1u) << (len - 1 - i);
-    put(rev, len);
-  }
-  void flush() {
-    if (nbits_ > 0) out_.push_back(static_cast<uint8_t>(acc_));
-    acc_ = 0;
-    nbits_ = 0;
-  }
-
- private:
-  std::vector<uint8_t> &out_;
-  uint64_t acc_ = 0;
-  int nbits_ = 0;
-};
-
-void put_literal(BitWriter &bw, int sym) {  // the fixed literal/length code of RFC 1951 3.2.6
-  if (sym < 144)
-    bw.put_huffman(0x30 + sym, 8);
-  else if (sym < 256)
-    bw.put_huffman(0x190 + (sym - 144), 9);
-  else if (sym < 280)
-    bw.put_huffman(sym - 256, 7);
-  else
-    bw.put_huffman(0xC0 + (sym - 280), 8);
-}
-
-const int kLenBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
-                          31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
-const int kLenExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
-                           2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-const int kDistBase[30] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
-                           33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
-                           1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
-const int kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
-                            6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
-
-void put_match(BitWriter &bw, int len, int dist) {
-  int li = 28;
-  while (kLenBase[li] > len) --li;
-  put_literal(bw, 257 + li);
-  bw.put(static_cast<uint32_t>(len - kLenBase[li]), kLenExtra[li]);
-  int di = 29;
-  while (kDistBase[di] > dist) --di;
-  bw.put_huffman(static_cast<uint32_t>(di), 5);
-  bw.put(static_cast<uint32_t>(dist - kDistBase[di]), kDistExtra[di]);
-}
-
-void put_chunk(std::vector<uint8_t> &png, const char *type, const std::vector<uint8_t> &data) {
-  auto be32 = [&](uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) png.push_back(static_cast<uint8_t>(v >> s));
-  };
-  be32(static_cast<uint32_t>(data.size()));
-  const size_t start = png.size();
-  png.insert(png.end(), type, type + 4);
-  png.insert(png.end(), data.begin(), data.end());
-  be32(crc32(png.data() + start, png.size() - start));
-}
 
 // ---- drawing helpers ----
 
@@ -269,7 +197,7 @@ int draw_text(Image &img, int x, int y, const std::string &text, uint32_t color,
   return text_width(text, scale);
 }
 
-Image render(const Chart &chart) {
+Image render(const Chart &chart, PlotArea *area) {
   const int W = std::max(200, chart.width), H = std::max(150, chart.height);
   Image img(W, H);
   // Legend width from the longest name.
@@ -278,6 +206,7 @@ Image render(const Chart &chart) {
   const int left = 78, right = W - 20 - legend_w, top = chart.title.empty() ? 20 : 44,
             bottom = H - 52;
   const Clip plot{left, top, std::max(left + 10, right), bottom};
+  if (area) *area = {plot.x0, plot.y0, plot.x1, plot.y1};
 
   // Data ranges in axis units.
   auto tx = [&](double v) { return chart.log_x ? std::log10(v) : v; };
@@ -377,129 +306,28 @@ Image render(const Chart &chart) {
   return img;
 }
 
-uint32_t crc32(const uint8_t *data, size_t n, uint32_t crc) {
-  static uint32_t table[256];
-  static const bool ready = [] {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      table[i] = c;
-    }
-    return true;
-  }();
-  (void)ready;
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-uint32_t adler32(const uint8_t *data, size_t n, uint32_t adler) {
-  uint32_t a = adler & 0xffff, b = adler >> 16;
-  while (n > 0) {
-    const size_t chunk = std::min<size_t>(n, 5552);  // no overflow of b before the modulo
-    for (size_t i = 0; i < chunk; ++i) {
-      a += data[i];
-      b += a;
-    }
-    a %= 65521;
-    b %= 65521;
-    data += chunk;
-    n -= chunk;
-  }
-  return b << 16 | a;
-}
-
-std::vector<uint8_t> zlib_compress(const uint8_t *data, size_t n) {
-  std::vector<uint8_t> out = {0x78, 0x01};  // deflate, 32K window, no dictionary, fastest
-  BitWriter bw(out);
-  bw.put(1, 1);  // BFINAL
-  bw.put(1, 2);  // BTYPE = 01, fixed Huffman codes
-  // LZ77 with one candidate per 3-byte hash: simple, and plenty for flat chart images.
-  constexpr int kHashBits = 15;
-  std::vector<int64_t> head(size_t{1} << kHashBits, -1);
-  auto hash3 = [&](size_t i) {
-    const uint32_t v = static_cast<uint32_t>(data[i]) << 16 |
-                       static_cast<uint32_t>(data[i + 1]) << 8 | data[i + 2];
-    return (v * 2654435761u) >> (32 - kHashBits);
-  };
-  size_t i = 0;
-  while (i < n) {
-    int best_len = 0;
-    size_t best_dist = 0;
-    if (i + 3 <= n) {
-      const uint32_t h = hash3(i);
-      const int64_t cand = head[h];
-      head[h] = static_cast<int64_t>(i);
-      if (cand >= 0 && i - static_cast<size_t>(cand) <= 32768) {
-        const size_t c = static_cast<size_t>(cand);
-        int len = 0;
-        while (len < 258 && i + len < n && data[c + len] == data[i + len]) ++len;
-        if (len >= 3) {
-          best_len = len;
-          best_dist = i - c;
-        }
-      }
-    }
-    if (best_len >= 3) {
-      put_match(bw, best_len, static_cast<int>(best_dist));
-      for (size_t k = i + 1; k < i + best_len && k + 3 <= n; ++k)
-        head[hash3(k)] = static_cast<int64_t>(k);
-      i += best_len;
-    } else {
-      put_literal(bw, data[i]);
-      ++i;
-    }
-  }
-  put_literal(bw, 256);  // end of block
-  bw.flush();
-  const uint32_t ad = adler32(data, n);
-  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(ad >> s));
-  return out;
-}
-
-std::vector<uint8_t> encode_png(const Image &img) {
-  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  std::vector<uint8_t> ihdr(13);
-  auto be32 = [](uint8_t *p, uint32_t v) {
-    p[0] = static_cast<uint8_t>(v >> 24);
-    p[1] = static_cast<uint8_t>(v >> 16);
-    p[2] = static_cast<uint8_t>(v >> 8);
-    p[3] = static_cast<uint8_t>(v);
-  };
-  be32(&ihdr[0], static_cast<uint32_t>(img.width));
-  be32(&ihdr[4], static_cast<uint32_t>(img.height));
-  ihdr[8] = 8;   // bit depth
-  ihdr[9] = 2;   // truecolor RGB
-  ihdr[10] = 0;  // deflate
-  ihdr[11] = 0;  // adaptive filtering (we use filter type 0 on every row)
-  ihdr[12] = 0;  // no interlace
-  put_chunk(png, "IHDR", ihdr);
-  const size_t row = static_cast<size_t>(img.width) * 3;
-  std::vector<uint8_t> raw;
-  raw.reserve((row + 1) * img.height);
-  for (int y = 0; y < img.height; ++y) {
-    raw.push_back(0);
-    raw.insert(raw.end(), img.rgb.begin() + y * row, img.rgb.begin() + (y + 1) * row);
-  }
-  put_chunk(png, "IDAT", zlib_compress(raw.data(), raw.size()));
-  put_chunk(png, "IEND", {});
-  return png;
-}
-
-bool write_png(const std::string &path, const Chart &chart, std::string *error) {
-  const std::vector<uint8_t> png = encode_png(render(chart));
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f) {
-    if (error) *error = "cannot open " + path + ": " + std::strerror(errno);
+bool write_png(const std::string &path, const Image &img, std::string *error) {
+  if (img.width <= 0 || img.height <= 0 ||
+      img.rgb.size() != static_cast<size_t>(img.width) * img.height * 3) {
+    if (error) *error = "cannot write " + path + ": the image has no pixels or a wrong size";
     return false;
   }
-  const bool ok = std::fwrite(png.data(), 1, png.size(), f) == png.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    if (error) *error = "cannot write " + path;
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(img.width);
+  image.height = static_cast<png_uint_32>(img.height);
+  image.format = PNG_FORMAT_RGB;
+  if (!png_image_write_to_file(&image, path.c_str(), 0, img.rgb.data(), img.width * 3, nullptr)) {
+    if (error) *error = "cannot write " + path + ": " + image.message;
+    png_image_free(&image);
     return false;
   }
   return true;
+}
+
+bool write_png(const std::string &path, const Chart &chart, std::string *error) {
+  return write_png(path, render(chart), error);
 }
 
 }  // namespace pngchart

@@ -1,7 +1,6 @@
-// A small, dependency-free line-chart renderer and PNG writer for the `specinfer` tool
-// (sketch-eval, bench charts). Charts: named series of (x, y) points, axis labels, optional
-// log scales, ticks, grid, legend and a 5x7 bitmap font. PNG: 8-bit RGB, one zlib stream of
-// fixed-Huffman deflate with a simple LZ77 matcher, CRC-32 and Adler-32 computed here.
+// Line charts for the `specinfer` tool (sketch-eval, bench charts): named series of (x, y) points,
+// axis labels, optional log scales, ticks, grid, legend and a 5x7 bitmap font, drawn into an 8-bit
+// RGB raster and written as PNG by libpng.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +35,15 @@ struct Image {
   uint32_t get(int x, int y) const;
 };
 
-// Draws the chart.
-Image render(const Chart &chart);
+// Where render() put the plot: the frame's left and right columns x0 < x1, its top and bottom
+// rows y0 < y1. The lowest x (y) of the data sits on column x0 (row y1), the highest x on x1; on a
+// log y axis that spans more than a decade, y0 and y1 are whole decades.
+struct PlotArea {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// Draws the chart; fills *area if it is given.
+Image render(const Chart &chart, PlotArea *area = nullptr);
 
 // Draws `text` with the 5x7 font at (x, y) = its top-left corner, `scale` pixels per font pixel;
 // `vertical` turns it 90 degrees counter-clockwise (reading bottom to top). Returns the width.
@@ -45,14 +51,10 @@ int draw_text(Image &img, int x, int y, const std::string &text, uint32_t color,
               bool vertical = false);
 int text_width(const std::string &text, int scale = 1);
 
-// Encodes an image as PNG bytes.
-std::vector<uint8_t> encode_png(const Image &img);
-// Renders and writes `chart` to `path`. On failure returns false and sets *error.
+// Writes `img` to `path` as an 8-bit RGB PNG. On failure returns false and sets *error (if given)
+// to a message that names the path and the reason.
+bool write_png(const std::string &path, const Image &img, std::string *error);
+// Renders `chart` and writes it as above.
 bool write_png(const std::string &path, const Chart &chart, std::string *error);
-
-// The checksums and the compressor, exposed for tests.
-uint32_t crc32(const uint8_t *data, size_t n, uint32_t crc = 0);
-uint32_t adler32(const uint8_t *data, size_t n, uint32_t adler = 1);
-std::vector<uint8_t> zlib_compress(const uint8_t *data, size_t n);
 
 }  // namespace pngchart

@@ -3,133 +3,19 @@
 // machine's load hit all configurations alike. Prints a table (tokens/s, speedup, acceptance, mean
 // tokens per round, outputs identical to plain) and writes a PNG chart of tokens/s per prompt.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <exception>
 #include <string>
 #include <vector>
 
-#include "cli_util.h"
+#include "cli_options.h"
 #include "commands.h"
 #include "png_chart.h"
+#include "prompts.h"
 #include "specinfer.h"
 
 namespace {
-
-void usage(FILE *out) {
-  std::fprintf(
-      out,
-      "usage: specinfer bench --target PLUGIN[:CONFIG] --prompts FILE.jsonl [options]\n\n"
-      "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf\n"
-      "  --prompts FILE         JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)\n"
-      "  --drafter P[:K=V,...]  a drafter to compare with plain decoding (repeatable)\n"
-      "  --coupler SPEC         coupler (repeatable; default: greedy at --temp 0, else rejection)\n"
-      "  --limit N              first N prompts only (default: all)\n"
-      "  -n, --max-tokens N     tokens generated per prompt (default 64)\n"
-      "  --max-draft K          most tokens drafted per round (default 8)\n"
-      "  --fixed-draft          no adaptive draft length\n"
-      "  --temp T, --seed S     sampling (default greedy, seed 0)\n"
-      "  --threads N            backend threads (default: all cores)\n"
-      "  --chart FILE.png       write a chart of tokens/s per prompt (default: none)\n"
-      "  --verbose              one line per prompt and configuration\n");
-}
-
-// Reads the "prompt" string of one JSON object line (enough JSON for the prompt files).
-bool json_prompt(const std::string &line, std::string *out) {
-  size_t key = line.find("\"prompt\"");
-  if (key == std::string::npos) return false;
-  size_t i = line.find(':', key + 8);
-  if (i == std::string::npos) return false;
-  i = line.find('"', i);
-  if (i == std::string::npos) return false;
-  out->clear();
-  auto put_utf8 = [&](uint32_t c) {
-    if (c < 0x80) {
-      out->push_back(static_cast<char>(c));
-    } else if (c < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else if (c < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    }
-  };
-  auto hex4 = [&](size_t at, uint32_t *v) {
-    if (at + 4 > line.size()) return false;
-    *v = 0;
-    for (size_t j = at; j < at + 4; ++j) {
-      char c = line[j];
-      int d = c >= '0' && c <= '9'   ? c - '0'
-              : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                     : -1;
-      if (d < 0) return false;
-      *v = *v * 16 + static_cast<uint32_t>(d);
-    }
-    return true;
-  };
-  for (++i; i < line.size(); ++i) {
-    char c = line[i];
-    if (c == '"') return true;
-    if (c != '\\') {
-      out->push_back(c);
-      continue;
-    }
-    if (++i >= line.size()) return false;
-    switch (line[i]) {
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case '/':
-        out->push_back('/');
-        break;
-      case '\\':
-        out->push_back('\\');
-        break;
-      case '"':
-        out->push_back('"');
-        break;
-      case 'u': {
-        uint32_t v = 0;
-        if (!hex4(i + 1, &v)) return false;
-        i += 4;
-        if (v >= 0xD800 && v < 0xDC00 && i + 6 < line.size() && line[i + 1] == '\\' &&
-            line[i + 2] == 'u') {
-          uint32_t lo = 0;
-          if (hex4(i + 3, &lo) && lo >= 0xDC00 && lo < 0xE000) {
-            v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
-            i += 6;
-          }
-        }
-        put_utf8(v);
-        break;
-      }
-      default:
-        return false;
-    }
-  }
-  return false;
-}
 
 // "draft-model:path=/a/b/m.gguf,p_min=0.3" -> "draft-model:path=m.gguf,p_min=0.3"
 std::string short_label(const std::string &spec) {
@@ -167,106 +53,57 @@ struct Config {
 }  // namespace
 
 int cmd_bench(int argc, char **argv) {
-  std::string target_spec, prompts_file, chart;
+  cli::App app{
+      "Plain decoding against each drafter (and coupler) on a prompt set: prints a table "
+      "(tokens/s, speedup, acceptance, tokens per round, outputs identical to plain) and "
+      "can write a PNG chart of tokens/s per prompt.",
+      "specinfer bench"};
+  cli::RunOptions o;
+  o.max_tokens = 64;
+  std::string prompts_file, chart;
   std::vector<std::string> drafters, couplers;
-  int32_t limit = -1, max_tokens = 64, max_draft = 8, threads = 0;
-  bool adaptive = true, verbose = false;
-  float temp = 0;
-  uint64_t seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char *name) -> const char * {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "specinfer bench: %s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      usage(stdout);
-      return 0;
-    } else if (a == "--target") {
-      target_spec = value("--target");
-    } else if (a == "--prompts") {
-      prompts_file = value("--prompts");
-    } else if (a == "--drafter") {
-      drafters.push_back(value("--drafter"));
-    } else if (a == "--coupler") {
-      couplers.push_back(value("--coupler"));
-    } else if (a == "--limit") {
-      if (!cli::parse_int(value("--limit"), 1, 1 << 24, &limit)) return 2;
-    } else if (a == "-n" || a == "--max-tokens") {
-      if (!cli::parse_int(value("--max-tokens"), 1, 1 << 20, &max_tokens)) return 2;
-    } else if (a == "--max-draft") {
-      if (!cli::parse_int(value("--max-draft"), 0, 64, &max_draft)) return 2;
-    } else if (a == "--fixed-draft") {
-      adaptive = false;
-    } else if (a == "--temp") {
-      if (!cli::parse_float(value("--temp"), 0, 100, &temp)) return 2;
-    } else if (a == "--seed") {
-      if (!cli::parse_u64(value("--seed"), &seed)) return 2;
-    } else if (a == "--threads") {
-      if (!cli::parse_int(value("--threads"), 0, 1024, &threads)) return 2;
-    } else if (a == "--chart") {
-      chart = value("--chart");
-    } else if (a == "--verbose") {
-      verbose = true;
-    } else {
-      std::fprintf(stderr, "specinfer bench: unknown option '%s'\n\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (target_spec.empty() || prompts_file.empty()) {
-    std::fprintf(stderr, "specinfer bench: --target and --prompts are required\n\n");
-    usage(stderr);
-    return 2;
-  }
+  int32_t limit = 0;
+  bool verbose = false;
+  cli::add_run_options(app, &o, 1);
+  app.add_option("--prompts", prompts_file,
+                 "JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)")
+      ->type_name("FILE")
+      ->required();
+  app.add_option("--drafter", drafters, "a drafter to compare with plain decoding (repeatable)")
+      ->type_name(cli::kSpec)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->default_str("");
+  app.add_option("--coupler", couplers,
+                 "coupler (repeatable; default: greedy at --temp 0, else rejection)")
+      ->type_name("SPEC")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->default_str("");
+  cli::add_number(app, "--limit", limit, "the first N prompts only", "N", 1, 1 << 24)
+      ->default_str("all");
+  app.add_option("--chart", chart, "write a chart of tokens/s per prompt")->type_name("FILE.png");
+  app.add_flag("--verbose", verbose, "one line per prompt and configuration");
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   std::vector<std::string> prompts;
-  {
-    std::ifstream in(prompts_file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "specinfer bench: cannot read %s: %s\n", prompts_file.c_str(),
-                   std::strerror(errno));
-      return 1;
-    }
-    std::string line, p;
-    size_t lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      if (!json_prompt(line, &p)) {
-        std::fprintf(stderr, "specinfer bench: %s:%zu: no \"prompt\" string\n",
-                     prompts_file.c_str(), lineno);
-        return 1;
-      }
-      prompts.push_back(p);
-      if (limit > 0 && static_cast<int32_t>(prompts.size()) >= limit) break;
-    }
+  try {
+    prompts = read_prompts(prompts_file, static_cast<size_t>(limit));
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "specinfer bench: %s\n", e.what());
+    return 1;
   }
   if (prompts.empty()) {
     std::fprintf(stderr, "specinfer bench: %s holds no prompts\n", prompts_file.c_str());
     return 1;
   }
-  if (couplers.empty()) couplers.push_back(temp > 0 ? "rejection" : "greedy");
+  if (couplers.empty()) couplers.push_back(o.temp > 0 ? "rejection" : "greedy");
 
-  specinfer_registry_params rp;
-  specinfer_registry_params_init(&rp);
-  rp.n_threads = threads;
-  specinfer_registry *reg = nullptr;
-  char *err = nullptr;
-  if (specinfer_registry_create(&rp, &reg, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "specinfer: %s\n", err);
-    specinfer_free(err);
-    return 1;
-  }
+  specinfer_registry *reg = cli::create_registry(o, "specinfer");
+  if (!reg) return 1;
   specinfer_target *target = nullptr;
   std::vector<Config> configs;
   int rc = 1;
-  std::string plugin, config;
-  cli::split_spec(target_spec, &plugin, &config);
-  if (specinfer_target_open(reg, plugin.c_str(), config.c_str(), &target, &err) != SPECINFER_OK) {
+  char *err = nullptr;
+  if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "specinfer bench: cannot open target: %s\n", err);
     specinfer_free(err);
     specinfer_registry_destroy(reg);
@@ -293,9 +130,7 @@ int cmd_bench(int argc, char **argv) {
         c.coupler_spec = cs;
         c.plain_index = plain_index;
         specinfer_coupler_create(cs.c_str(), &c.coupler, nullptr);
-        cli::split_spec(ds, &plugin, &config);
-        if (specinfer_drafter_open(reg, plugin.c_str(), config.c_str(), target, &c.drafter, &err) !=
-            SPECINFER_OK) {
+        if (cli::open_drafter(reg, ds, target, &c.drafter, &err) != SPECINFER_OK) {
           std::fprintf(stderr, "specinfer bench: cannot open drafter '%s': %s\n", ds.c_str(), err);
           specinfer_coupler_destroy(c.coupler);
           ok = false;
@@ -308,15 +143,10 @@ int cmd_bench(int argc, char **argv) {
     if (!ok) break;
 
     std::fprintf(stderr, "bench: %zu prompts x %zu configurations, %d tokens each, %d threads\n",
-                 prompts.size(), configs.size(), max_tokens, specinfer_registry_threads(reg));
+                 prompts.size(), configs.size(), o.max_tokens, specinfer_registry_threads(reg));
     for (size_t pi = 0; pi < prompts.size() && ok; ++pi) {
       for (Config &c : configs) {
-        specinfer_session_params p;
-        specinfer_session_params_init(&p);
-        p.max_draft = max_draft;
-        p.adaptive_draft = adaptive;
-        p.temperature = temp;
-        p.seed = seed;
+        const specinfer_session_params p = cli::session_params(o);
         specinfer_session *s = nullptr;
         if (specinfer_session_create(target, c.drafter, c.coupler, &p, &s, &err) != SPECINFER_OK) {
           std::fprintf(stderr, "specinfer bench: cannot create a session: %s\n", err);
@@ -325,7 +155,7 @@ int cmd_bench(int argc, char **argv) {
         }
         specinfer_status st =
             specinfer_session_feed_text(s, prompts[pi].data(), prompts[pi].size());
-        if (st == SPECINFER_OK) st = specinfer_session_generate(s, max_tokens, nullptr, nullptr);
+        if (st == SPECINFER_OK) st = specinfer_session_generate(s, o.max_tokens, nullptr, nullptr);
         if (st != SPECINFER_OK) {
           std::fprintf(stderr, "specinfer bench: prompt %zu, %s: %s\n", pi + 1, c.label.c_str(),
                        specinfer_session_errmsg(s));
@@ -381,7 +211,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!chart.empty()) {
       pngchart::Chart ch;
-      ch.title = "specinfer bench: " + short_label(target_spec);
+      ch.title = "specinfer bench: " + short_label(o.target);
       ch.x_label = "prompt";
       ch.y_label = "tokens/s";
       for (const Config &c : configs) {
@@ -395,7 +225,7 @@ int cmd_bench(int argc, char **argv) {
       }
       std::string e;
       if (!pngchart::write_png(chart, ch, &e)) {
-        std::fprintf(stderr, "specinfer bench: cannot write %s: %s\n", chart.c_str(), e.c_str());
+        std::fprintf(stderr, "specinfer bench: %s\n", e.c_str());
         break;
       }
       std::fprintf(stderr, "bench: chart written to %s\n", chart.c_str());

@@ -1,46 +1,21 @@
 // specinfer generate: speculative generation from the command line.
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
 
-#include "cli_util.h"
+#include "cli_options.h"
 #include "commands.h"
 #include "specinfer.h"
 
 namespace {
 
-void usage(FILE *out) {
-  std::fprintf(
-      out,
-      "usage: specinfer generate --target PLUGIN[:CONFIG] [options]\n\n"
-      "  --target P[:K=V,...]   target model, e.g. gguf:path=model.gguf or "
-      "kgram:path=text.txt,k=6\n"
-      "  --drafter P[:K=V,...]  drafter, e.g. ngram or kgram:path=text.txt,k=3 (default: none)\n"
-      "  --coupler SPEC         greedy | rejection | lenient:L | gumbel | minhash | typical\n"
-      "                         (default: greedy at --temp 0, else rejection)\n"
-      "  --prompt TEXT          the prompt (or --prompt-file FILE)\n"
-      "  -n, --max-tokens N     tokens to generate (default 128)\n"
-      "  --max-draft K          most tokens drafted per round, 0..16 (default 8)\n"
-      "  --fixed-draft          always draft --max-draft tokens (no adaptive draft length)\n"
-      "  --temp T               temperature (default 0: greedy)\n"
-      "  --top-k K, --top-p P, --min-p P   sampling filters\n"
-      "  --seed S               randomness for sampling and coupling (default 0)\n"
-      "  --threads N            backend threads (default: all cores)\n"
-      "  --compare-plain        also decode without the drafter and print the speedup\n"
-      "  --quiet                do not print the text, only the statistics\n");
-}
-
 struct Options {
-  std::string target, drafter, coupler, prompt;
-  int32_t max_tokens = 128, max_draft = 8, threads = 0;
-  bool adaptive = true, compare = false, quiet = false;
-  float temp = 0, top_p = 1, min_p = 0;
-  int32_t top_k = 0;
-  uint64_t seed = 0;
+  cli::RunOptions run;
+  std::string drafter, coupler, prompt;
+  bool compare = false, quiet = false;
 };
 
 int stream_text(void *user, const int32_t *, size_t, const char *text, size_t len) {
@@ -59,17 +34,14 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
   specinfer_session *session = nullptr;
   char *err = nullptr;
   int rc = 1;
-  std::string plugin, config;
-  cli::split_spec(o.target, &plugin, &config);
-  if (specinfer_target_open(reg, plugin.c_str(), config.c_str(), &target, &err) != SPECINFER_OK) {
+  if (cli::open_target(reg, o.run.target, &target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "specinfer: cannot open target: %s\n", err);
     specinfer_free(err);
     return 1;
   }
   do {
     if (with_drafter && !o.drafter.empty()) {
-      cli::split_spec(o.drafter, &plugin, &config);
-      if (specinfer_drafter_open(reg, plugin.c_str(), config.c_str(), target, &drafter, &err)) {
+      if (cli::open_drafter(reg, o.drafter, target, &drafter, &err)) {
         std::fprintf(stderr, "specinfer: cannot open drafter: %s\n", err);
         break;
       }
@@ -78,15 +50,7 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
       std::fprintf(stderr, "specinfer: bad coupler: %s\n", err);
       break;
     }
-    specinfer_session_params p;
-    specinfer_session_params_init(&p);
-    p.max_draft = o.max_draft;
-    p.adaptive_draft = o.adaptive;
-    p.temperature = o.temp;
-    p.top_k = o.top_k;
-    p.top_p = o.top_p;
-    p.min_p = o.min_p;
-    p.seed = o.seed;
+    const specinfer_session_params p = cli::session_params(o.run);
     if (specinfer_session_create(target, drafter, coupler, &p, &session, &err)) {
       std::fprintf(stderr, "specinfer: cannot create session: %s\n", err);
       break;
@@ -96,7 +60,7 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
       break;
     }
     bool quiet = !print;
-    specinfer_status s = specinfer_session_generate(session, o.max_tokens, stream_text, &quiet);
+    specinfer_status s = specinfer_session_generate(session, o.run.max_tokens, stream_text, &quiet);
     if (print) std::printf("\n");
     if (s != SPECINFER_OK) {
       std::fprintf(stderr, "specinfer: generation failed: %s\n", specinfer_session_errmsg(session));
@@ -135,68 +99,30 @@ void print_stats(const char *label, const specinfer_session_stats &s) {
 }  // namespace
 
 int cmd_generate(int argc, char **argv) {
+  cli::App app{
+      "Generates text with a target, a drafter and a coupler; prints the text, then the "
+      "statistics of the run.",
+      "specinfer generate"};
   Options o;
   std::string prompt_file;
-  bool have_prompt = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char *name) -> const char * {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "specinfer generate: %s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      usage(stdout);
-      return 0;
-    } else if (a == "--target") {
-      o.target = value("--target");
-    } else if (a == "--drafter") {
-      o.drafter = value("--drafter");
-      if (o.drafter == "none") o.drafter.clear();
-    } else if (a == "--coupler") {
-      o.coupler = value("--coupler");
-    } else if (a == "--prompt") {
-      o.prompt = value("--prompt");
-      have_prompt = true;
-    } else if (a == "--prompt-file") {
-      prompt_file = value("--prompt-file");
-      have_prompt = true;
-    } else if (a == "-n" || a == "--max-tokens") {
-      if (!cli::parse_int(value("--max-tokens"), 0, 1 << 24, &o.max_tokens)) return 2;
-    } else if (a == "--max-draft") {
-      if (!cli::parse_int(value("--max-draft"), 0, 16, &o.max_draft)) return 2;
-    } else if (a == "--fixed-draft") {
-      o.adaptive = false;
-    } else if (a == "--temp") {
-      if (!cli::parse_float(value("--temp"), 0, 100, &o.temp)) return 2;
-    } else if (a == "--top-k") {
-      if (!cli::parse_int(value("--top-k"), 0, 1 << 24, &o.top_k)) return 2;
-    } else if (a == "--top-p") {
-      if (!cli::parse_float(value("--top-p"), 0, 1, &o.top_p)) return 2;
-    } else if (a == "--min-p") {
-      if (!cli::parse_float(value("--min-p"), 0, 1, &o.min_p)) return 2;
-    } else if (a == "--seed") {
-      if (!cli::parse_u64(value("--seed"), &o.seed)) return 2;
-    } else if (a == "--threads") {
-      if (!cli::parse_int(value("--threads"), 0, 1024, &o.threads)) return 2;
-    } else if (a == "--compare-plain") {
-      o.compare = true;
-    } else if (a == "--quiet") {
-      o.quiet = true;
-    } else {
-      std::fprintf(stderr, "specinfer generate: unknown option '%s'\n\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (o.target.empty() || !have_prompt) {
-    std::fprintf(stderr,
-                 "specinfer generate: --target and --prompt (or --prompt-file) are required\n\n");
-    usage(stderr);
-    return 2;
-  }
+  cli::add_run_options(app, &o.run, 0);
+  app.add_option("--drafter", o.drafter, "drafter, e.g. ngram or kgram:path=text.txt,k=3")
+      ->type_name(cli::kSpec)
+      ->default_str("none");
+  app.add_option("--coupler", o.coupler,
+                 "greedy | rejection | lenient:L | gumbel | minhash | typical (default: greedy "
+                 "at --temp 0, else rejection)")
+      ->type_name("SPEC");
+  app.add_option("--prompt", o.prompt, "the prompt");
+  app.add_option("--prompt-file", prompt_file, "read the prompt from FILE (instead of --prompt)")
+      ->type_name("FILE");
+  app.add_flag("--compare-plain", o.compare,
+               "also decode without the drafter and print the speedup");
+  app.add_flag("--quiet", o.quiet, "do not print the text, only the statistics");
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  if (!app.count("--prompt") && prompt_file.empty())
+    return cli::usage_error(app, "--prompt or --prompt-file is required");
+  if (o.drafter == "none") o.drafter.clear();
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) {
@@ -207,16 +133,8 @@ int cmd_generate(int argc, char **argv) {
     o.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
-  specinfer_registry_params rp;
-  specinfer_registry_params_init(&rp);
-  rp.n_threads = o.threads;
-  specinfer_registry *reg = nullptr;
-  char *err = nullptr;
-  if (specinfer_registry_create(&rp, &reg, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "specinfer: %s\n", err);
-    specinfer_free(err);
-    return 1;
-  }
+  specinfer_registry *reg = cli::create_registry(o.run, "specinfer");
+  if (!reg) return 1;
   specinfer_session_stats spec{}, plain{};
   std::string spec_tokens, plain_tokens;
   int rc = run(reg, o, true, !o.quiet, &spec, &spec_tokens);

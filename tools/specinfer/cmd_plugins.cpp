@@ -2,16 +2,16 @@
 #include <cstdio>
 #include <string>
 
+#include "cli_options.h"
 #include "commands.h"
 #include "specinfer.h"
 
 int cmd_plugins(int argc, char **argv) {
-  if (argc > 1) {
-    std::fprintf(argc == 2 && std::string(argv[1]) == "--help" ? stdout : stderr,
-                 "usage: specinfer plugins\n  lists the plugins on the plugin path "
-                 "(SPECINFER_PLUGIN_PATH, then the library's own directories)\n");
-    return argc == 2 && std::string(argv[1]) == "--help" ? 0 : 2;
-  }
+  cli::App app{
+      "Lists the plugins on the plugin path (SPECINFER_PLUGIN_PATH, then the library's "
+      "own directories).",
+      "specinfer plugins"};
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   specinfer_registry *reg = nullptr;
   char *err = nullptr;
   if (specinfer_registry_create(nullptr, &reg, &err) != SPECINFER_OK) {

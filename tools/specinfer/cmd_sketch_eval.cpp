@@ -10,6 +10,7 @@
 // m = S / 1.5 samples (a sample is an index and a value). Error: |est - <a,b>| / (||a|| ||b||),
 // averaged over `trials` seeds. The vectors are fixed; only the sketch seed changes per trial.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -18,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_util.h"
+#include "cli_options.h"
 #include "commands.h"
 #include "png_chart.h"
 #include "sketch_eval_real.h"
@@ -26,58 +27,35 @@
 
 namespace {
 
-struct Config {
+struct Config : SketchOptions {
   int64_t nnz = 20000;
   std::vector<double> overlaps = {0.01, 0.1, 0.5, 1.0};
   double outliers = 0.02;
   int64_t storage_lo = 200, storage_hi = 2000, storage_step = 200;
   int trials = 100;
-  std::vector<std::string> methods = {"jl", "countsketch", "threshold", "priority"};
-  std::string jl_dist = "sign";
   uint64_t data_seed = 9;
-  std::string png_prefix = "sketch-eval";
-  bool png = true;
+  Config() {
+    methods = {"jl", "countsketch", "threshold", "priority"};
+    png_prefix = "sketch-eval";
+  }
 };
 
-void usage(FILE *out) {
-  std::fprintf(
-      out,
-      "usage: specinfer sketch-eval [options]\n\n"
-      "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product Sketching\"\n"
-      "(VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) against storage.\n\n"
-      "options:\n"
-      "  --nnz N             nonzeros per vector (default 20000; length is 5 N)\n"
-      "  --overlaps LIST     shared fraction of the nonzeros (default 0.01,0.1,0.5,1)\n"
-      "  --outliers F        fraction of outlier values (default 0.02)\n"
-      "  --storage LO:HI:STEP  storage budgets in 64-bit words (default 200:2000:200)\n"
-      "  --trials T          sketch seeds per point (default 100)\n"
-      "  --methods LIST      of jl,countsketch,qjl,threshold,priority\n"
-      "                      (default jl,countsketch,threshold,priority)\n"
-      "  --jl-dist D         sign (default, as in the paper) or gaussian\n"
-      "  --data-seed S       seed of the synthetic vectors (default 9)\n"
-      "  --png PREFIX        write PREFIX-overlap-<pct>.png charts (default sketch-eval)\n"
-      "  --no-png            do not write charts\n\n"
-      "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
-      "The same on real query/key vectors from a model's attention layers (plus top-1 / top-8\n"
-      "agreement of the keys each query ranks highest); options:\n");
-  if (out == stdout)
-    sketch_eval_real_usage("  ");
-  else
-    std::fprintf(out, "  see `specinfer sketch-eval --help`\n");
-}
-
-using cli::split;
-
-bool parse_double(const std::string &s, double *out) {
-  char *end = nullptr;
-  *out = std::strtod(s.c_str(), &end);
-  return !s.empty() && *end == '\0' && std::isfinite(*out);
-}
-
-bool parse_int(const std::string &s, int64_t *out) {
-  char *end = nullptr;
-  *out = std::strtoll(s.c_str(), &end, 10);
-  return !s.empty() && *end == '\0';
+// "LO:HI:STEP" with 2 <= LO <= HI <= 2^24 and STEP >= 1 into the config; false if it is not.
+bool parse_storage(const std::string &s, Config *cfg) {
+  const std::vector<std::string> parts = cli::split(s, ':');
+  if (parts.size() != 3) return false;
+  int64_t v[3];
+  for (int i = 0; i < 3; ++i) {
+    char *end = nullptr;
+    errno = 0;
+    v[i] = std::strtoll(parts[size_t(i)].c_str(), &end, 10);
+    if (parts[size_t(i)].empty() || errno || *end) return false;
+  }
+  if (v[0] < 2 || v[1] < v[0] || v[1] > (int64_t{1} << 24) || v[2] < 1) return false;
+  cfg->storage_lo = v[0];
+  cfg->storage_hi = v[1];
+  cfg->storage_step = v[2];
+  return true;
 }
 
 // splitmix64: the synthetic data's generator (independent of the library's sketch hashing).
@@ -192,75 +170,55 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
 
 }  // namespace
 
+void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts) {
+  app.add_option("--methods", o->methods, "the sketchers to compare")
+      ->type_name("LIST")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"jl", "countsketch", "qjl", "threshold", "priority"}));
+  app.add_option("--jl-dist", o->jl_dist, "entries of the JL matrix")
+      ->type_name("D")
+      ->check(CLI::IsMember({"sign", "gaussian"}));
+  CLI::Option *png =
+      app.add_option("--png", o->png_prefix, std::string("write the charts ") + charts)
+          ->type_name("PREFIX")
+          ->check(CLI::Validator(
+              [](std::string &v) { return v.empty() ? std::string("empty prefix") : ""; }, ""));
+  app.add_flag("--no-png", o->no_png, "do not write charts")->excludes(png);
+}
+
 int cmd_sketch_eval(int argc, char **argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--model")) return sketch_eval_real(argc, argv);
+  if (sketch_eval_real_requested(argc, argv)) return sketch_eval_real(argc, argv);
+  cli::App app{
+      "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product "
+      "Sketching\" (VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) "
+      "against storage.",
+      "specinfer sketch-eval"};
   Config cfg;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](std::string *out) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "sketch-eval: %s needs a value\n", arg.c_str());
-        return false;
-      }
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    bool ok = true;
-    if (arg == "--help" || arg == "-h") {
-      usage(stdout);
-      return 0;
-    } else if (arg == "--nnz") {
-      ok = value(&v) && parse_int(v, &cfg.nnz) && cfg.nnz >= 10 && cfg.nnz <= 10000000;
-    } else if (arg == "--overlaps") {
-      ok = value(&v);
-      cfg.overlaps.clear();
-      for (const std::string &p : split(v, ',')) {
-        double x = 0.0;
-        ok = ok && parse_double(p, &x) && x >= 0 && x <= 1;
-        cfg.overlaps.push_back(x);
-      }
-    } else if (arg == "--outliers") {
-      ok = value(&v) && parse_double(v, &cfg.outliers) && cfg.outliers >= 0 && cfg.outliers <= 1;
-    } else if (arg == "--storage") {
-      ok = value(&v);
-      const auto parts = split(v, ':');
-      ok = ok && parts.size() == 3 && parse_int(parts[0], &cfg.storage_lo) &&
-           parse_int(parts[1], &cfg.storage_hi) && parse_int(parts[2], &cfg.storage_step) &&
-           cfg.storage_lo >= 2 && cfg.storage_hi >= cfg.storage_lo && cfg.storage_step >= 1;
-    } else if (arg == "--trials") {
-      int64_t t = 0;
-      ok = value(&v) && parse_int(v, &t) && t >= 1 && t <= 1000000;
-      cfg.trials = static_cast<int>(t);
-    } else if (arg == "--methods") {
-      ok = value(&v);
-      cfg.methods = split(v, ',');
-      for (const std::string &m : cfg.methods)
-        ok = ok &&
-             (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
-    } else if (arg == "--jl-dist") {
-      ok = value(&cfg.jl_dist) && (cfg.jl_dist == "sign" || cfg.jl_dist == "gaussian");
-    } else if (arg == "--data-seed") {
-      int64_t s = 0;
-      ok = value(&v) && parse_int(v, &s);
-      cfg.data_seed = static_cast<uint64_t>(s);
-    } else if (arg == "--png") {
-      ok = value(&cfg.png_prefix);
-      cfg.png = true;
-    } else if (arg == "--no-png") {
-      cfg.png = false;
-    } else {
-      std::fprintf(stderr, "sketch-eval: unknown option '%s'\n\n", arg.c_str());
-      usage(stderr);
-      return 2;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "sketch-eval: bad value for %s\n\n", arg.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
+  cli::add_number(app, "--nnz", cfg.nnz, "nonzeros per vector (the length is 5 N)", "N",
+                  int64_t{10}, int64_t{10000000});
+  cli::add_number(app, "--overlaps", cfg.overlaps, "shared fractions of the nonzeros", "LIST", 0.0,
+                  1.0)
+      ->delimiter(',');
+  cli::add_number(app, "--outliers", cfg.outliers, "fraction of outlier values", "F", 0.0, 1.0);
+  app.add_option_function<std::string>(
+         "--storage",
+         [&cfg](const std::string &v) {
+           if (!parse_storage(v, &cfg))
+             throw CLI::ValidationError("--storage", "Value " + v +
+                                                         " is not LO:HI:STEP with 2 <= LO <= "
+                                                         "HI <= 16777216, STEP >= 1");
+         },
+         "storage budgets in 64-bit words")
+      ->type_name("LO:HI:STEP")
+      ->default_str("200:2000:200");
+  cli::add_number(app, "--trials", cfg.trials, "sketch seeds per point", "T", 1, 1000000);
+  cli::add_seed(app, "--data-seed", cfg.data_seed, "seed of the synthetic vectors");
+  add_sketch_options(app, &cfg, "PREFIX-overlap-<percent>.png");
+  app.footer(
+      "With --model, the same on real query/key vectors from a model's attention "
+      "layers:\n\n" +
+      sketch_eval_real_help());
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   std::vector<int64_t> storages;
   for (int64_t s = cfg.storage_lo; s <= cfg.storage_hi; s += cfg.storage_step)
@@ -324,7 +282,7 @@ int cmd_sketch_eval(int argc, char **argv) {
       }
       std::printf("\n");
     }
-    if (cfg.png) {
+    if (!cfg.no_png) {
       char path[512];
       std::snprintf(path, sizeof path, "%s-overlap-%g.png", cfg.png_prefix.c_str(), overlap * 100);
       std::string error;

@@ -1,7 +1,9 @@
-// specinfer — command-line front end of the library.
-#include <cstdio>
-#include <cstring>
+// specinfer — command-line front end of the library. The command is the first argument; each
+// command parses the rest itself (cmd_*.cpp).
+#include <algorithm>
+#include <string>
 
+#include "cli_options.h"
 #include "commands.h"
 #include "specinfer.h"
 
@@ -21,29 +23,23 @@ const Command kCommands[] = {
      "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
 };
 
-void usage(FILE *out) {
-  std::fprintf(out,
-               "specinfer %s — speculative decoding on the CPU\n\nusage: specinfer <command> "
-               "[options]\n\ncommands:\n",
-               specinfer_version_string());
-  for (const Command &c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
-  std::fprintf(out, "\n`specinfer <command> --help` describes a command's options.\n");
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  if (!std::strcmp(argv[1], "--version")) {
-    std::printf("specinfer %s\n", specinfer_version_string());
-    return 0;
-  }
+  cli::App app{
+      std::string("specinfer ") + specinfer_version_string() + " — speculative decoding on the CPU",
+      "specinfer"};
+  app.set_version_flag("--version", std::string("specinfer ") + specinfer_version_string(),
+                       "Print the version and exit");
+  app.footer("`specinfer <command> --help` describes a command's options.");
+  for (const Command &c : kCommands) app.add_subcommand(c.name, c.help);
+  const Command *command = nullptr;
   for (const Command &c : kCommands)
-    if (!std::strcmp(argv[1], c.name)) return c.run(argc - 1, argv + 1);
-  std::fprintf(stderr, "specinfer: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
-  return 2;
+    if (argc >= 2 && argv[1] == std::string(c.name)) command = &c;
+  if (!command && argc >= 2 && argv[1][0] != '-')
+    return cli::usage_error(app, std::string("unknown command '") + argv[1] + "'");
+  // Only the command's name is parsed here: the command reads the arguments after it.
+  if (const int rc = cli::parse(app, std::min(argc, 2), argv); rc >= 0) return rc;
+  if (!command) return cli::usage_error(app, "a command is required");
+  return command->run(argc - 1, argv + 1);
 }

@@ -37,11 +37,12 @@
 #include <string>
 #include <vector>
 
-#include "cli_util.h"
+#include "cli_options.h"
 #include "gguf/gguf_file.h"
 #include "gguf/model.h"
 #include "gguf/tokenizer.h"
 #include "png_chart.h"
+#include "prompts.h"
 #include "specinfer.h"
 #include "specinfer_plugin.h"
 
@@ -49,19 +50,19 @@ namespace {
 
 namespace gg = specinfer::gguf;
 
-struct Config {
+struct Config : SketchOptions {
   std::string model, text_file;
   int64_t tokens = 1024, chunk = 256;
   std::string layers = "all";
   std::vector<int64_t> storage;  // empty: head_dim / 16, / 8, / 4, / 2, / 1
-  std::vector<std::string> methods = {"jl", "countsketch", "qjl", "threshold", "priority"};
   int64_t trials = 3;
   int64_t queries = 16;
   int64_t min_pos = 64;
-  std::string jl_dist = "sign";
   uint64_t seed = 1;
-  std::string png_prefix = "sketch-eval-real";
-  bool png = true;
+  Config() {
+    methods = {"jl", "countsketch", "qjl", "threshold", "priority"};
+    png_prefix = "sketch-eval-real";
+  }
 };
 
 constexpr int kTopK = 8;
@@ -106,130 +107,32 @@ bool parse_layers(const std::string &spec, int32_t n_layer, std::vector<int32_t>
   return !out->empty();
 }
 
-// Appends the UTF-8 encoding of code point c.
-void put_utf8(std::string &out, uint32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xc0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xe0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  }
-}
-
-// Reads the JSON string starting at s[i] == '"'; returns false on malformed input.
-bool json_string(const std::string &s, size_t &i, std::string *out) {
-  if (i >= s.size() || s[i] != '"') return false;
-  ++i;
-  auto hex4 = [&](uint32_t *v) {
-    if (i + 4 > s.size()) return false;
-    *v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s[i++];
-      *v <<= 4;
-      if (c >= '0' && c <= '9')
-        *v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        *v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        *v |= static_cast<uint32_t>(c - 'A' + 10);
-      else
-        return false;
-    }
-    return true;
-  };
-  while (i < s.size()) {
-    const char c = s[i++];
-    if (c == '"') return true;
-    if (c != '\\') {
-      *out += c;
-      continue;
-    }
-    if (i >= s.size()) return false;
-    const char e = s[i++];
-    switch (e) {
-      case 'n':
-        *out += '\n';
-        break;
-      case 't':
-        *out += '\t';
-        break;
-      case 'r':
-        *out += '\r';
-        break;
-      case 'b':
-        *out += '\b';
-        break;
-      case 'f':
-        *out += '\f';
-        break;
-      case '"':
-      case '\\':
-      case '/':
-        *out += e;
-        break;
-      case 'u': {
-        uint32_t cp = 0;
-        if (!hex4(&cp)) return false;
-        if (cp >= 0xd800 && cp < 0xdc00 && i + 1 < s.size() && s[i] == '\\' && s[i + 1] == 'u') {
-          i += 2;
-          uint32_t lo = 0;
-          if (!hex4(&lo) || lo < 0xdc00 || lo >= 0xe000) return false;
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        }
-        put_utf8(*out, cp);
-        break;
-      }
-      default:
-        return false;
-    }
-  }
-  return false;
-}
-
-// The text to run: the file as it is, or for *.jsonl the "prompt" strings of its lines joined by
-// blank lines (the format of bench/prompts).
+// The text to run: the file as it is, or for *.jsonl the prompts of its lines (the format of
+// bench/prompts) joined by blank lines.
 bool read_text(const std::string &path, std::string *text, std::string *error) {
+  const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+  if (jsonl) {
+    try {
+      text->clear();
+      for (const std::string &prompt : read_prompts(path)) {
+        if (!text->empty()) *text += "\n\n";
+        *text += prompt;
+      }
+    } catch (const std::exception &e) {
+      *error = e.what();
+      return false;
+    }
+    if (text->empty()) *error = path + ": no prompts found";
+    return !text->empty();
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    *error = "cannot read " + path;
+    *error = "cannot read " + path + ": " + std::strerror(errno);
     return false;
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string raw = ss.str();
-  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".jsonl") != 0) {
-    *text = raw;
-    return true;
-  }
-  text->clear();
-  size_t line_no = 0;
-  for (const std::string &line : split(raw, '\n')) {
-    ++line_no;
-    const size_t key = line.find("\"prompt\"");
-    if (key == std::string::npos) continue;
-    size_t i = key + 8;
-    while (i < line.size() && (line[i] == ' ' || line[i] == ':')) ++i;
-    std::string prompt;
-    if (!json_string(line, i, &prompt)) {
-      *error = path + ":" + std::to_string(line_no) + ": malformed \"prompt\" string";
-      return false;
-    }
-    if (!text->empty()) *text += "\n\n";
-    *text += prompt;
-  }
-  if (text->empty()) {
-    *error = path + ": no \"prompt\" strings found";
-    return false;
-  }
+  *text = ss.str();
   return true;
 }
 
@@ -469,29 +372,45 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
   }
 }
 
-void usage_options(FILE *out, const char *indent) {
-  std::fprintf(
-      out,
-      "%s--model PATH         GGUF model whose attention queries and keys are used\n"
-      "%s--text FILE          text the model reads (*.jsonl: the \"prompt\" strings, as in\n"
-      "%s                     bench/prompts/*.jsonl); required with --model\n"
-      "%s--tokens N           tokens of the text to run (default 1024)\n"
-      "%s--chunk N            tokens per forward pass (default 256)\n"
-      "%s--layers LIST        all (default) or layers and ranges, e.g. 0,5-7,27\n"
-      "%s--storage LIST       budgets in 64-bit words, e.g. 8,16,32 (default head_dim/16,\n"
-      "%s                     /8, /4, /2, /1)\n"
-      "%s--methods LIST       of jl,countsketch,qjl,threshold,priority (default all)\n"
-      "%s--trials T           sketch seeds per layer, kv head and point (default 3)\n"
-      "%s--queries Q          query positions sampled per layer and query head (default 16)\n"
-      "%s--min-pos P          queries at positions >= P (default 64)\n"
-      "%s--jl-dist D          sign (default) or gaussian\n"
-      "%s--seed S             seed of the query sampling and the sketches (default 1)\n"
-      "%s--png PREFIX         write PREFIX-error.png and PREFIX-top8.png (default "
-      "sketch-eval-real)\n"
-      "%s--no-png             do not write charts\n",
-      indent, indent, indent, indent, indent, indent, indent, indent, indent, indent, indent,
-      indent, indent, indent, indent, indent);
+// The options of the --model mode, into *cfg.
+void define_options(CLI::App &app, Config *cfg) {
+  app.add_option("--model", cfg->model, "GGUF model whose attention queries and keys are used")
+      ->type_name("PATH")
+      ->required();
+  app.add_option("--text,--prompt-file", cfg->text_file,
+                 "text the model reads (*.jsonl: the \"prompt\" strings, as in "
+                 "bench/prompts/*.jsonl)")
+      ->type_name("FILE")
+      ->required();
+  cli::add_number(app, "--tokens", cfg->tokens, "tokens of the text to run", "N", int64_t{16},
+                  int64_t{1} << 20);
+  cli::add_number(app, "--chunk", cfg->chunk, "tokens per forward pass", "N", int64_t{1},
+                  int64_t{1} << 16);
+  app.add_option("--layers", cfg->layers, "all, or layers and ranges, e.g. 0,5-7,27")
+      ->type_name("LIST")
+      ->check(CLI::Validator(
+          [](std::string &v) { return v.empty() ? std::string("no layers given") : ""; }, ""));
+  cli::add_number(app, "--storage", cfg->storage,
+                  "budgets in 64-bit words, e.g. 8,16,32 (default head_dim/16, /8, /4, /2, /1)",
+                  "LIST", int64_t{2}, int64_t{1} << 24)
+      ->delimiter(',')
+      ->default_str("");
+  cli::add_number(app, "--trials", cfg->trials, "sketch seeds per layer, kv head and point", "T",
+                  int64_t{1}, int64_t{100000});
+  cli::add_number(app, "--queries", cfg->queries,
+                  "query positions sampled per layer and query head", "Q", int64_t{1},
+                  int64_t{1} << 20);
+  cli::add_number(app, "--min-pos", cfg->min_pos, "queries at positions >= P", "P", int64_t{0},
+                  int64_t{1} << 20);
+  cli::add_seed(app, "--seed", cfg->seed, "seed of the query sampling and the sketches");
+  add_sketch_options(app, cfg, "PREFIX-error.png and PREFIX-top8.png");
 }
+
+const char *const kRealName = "specinfer sketch-eval";
+const char *const kRealAbout =
+    "The sketch experiment on real query/key vectors from a model's attention layers: mean "
+    "|est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys a query attends "
+    "to, against storage.";
 
 int run(const Config &cfg) {
   using clock = std::chrono::steady_clock;
@@ -699,7 +618,7 @@ int run(const Config &cfg) {
     std::printf("\n");
   }
 
-  if (cfg.png) {
+  if (!cfg.no_png) {
     std::string model_stem = cfg.model.substr(cfg.model.find_last_of('/') + 1);  // npos + 1 = 0
     if (model_stem.size() > 5 && model_stem.compare(model_stem.size() - 5, 5, ".gguf") == 0)
       model_stem.resize(model_stem.size() - 5);
@@ -739,91 +658,24 @@ int run(const Config &cfg) {
 
 }  // namespace
 
-void sketch_eval_real_usage(const char *indent) {
-  usage_options(stdout, indent);
+bool sketch_eval_real_requested(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--model") == 0 || std::strncmp(argv[i], "--model=", 8) == 0)
+      return true;
+  return false;
+}
+
+std::string sketch_eval_real_help() {
+  cli::App app{kRealAbout, kRealName};
+  Config cfg;
+  define_options(app, &cfg);
+  return app.help();
 }
 
 int sketch_eval_real(int argc, char **argv) {
+  cli::App app{kRealAbout, kRealName};
   Config cfg;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string v;
-    auto value = [&]() {
-      if (i + 1 >= argc) return false;
-      v = argv[++i];
-      return true;
-    };
-    bool ok = true;
-    if (arg == "--help" || arg == "-h") {
-      std::printf(
-          "usage: specinfer sketch-eval --model PATH --text FILE [options]\n\n"
-          "The sketch experiment on real query/key vectors from a model's attention layers:\n"
-          "mean |est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys\n"
-          "a query attends to, against storage.\n\noptions:\n");
-      usage_options(stdout, "  ");
-      return 0;
-    } else if (arg == "--model") {
-      ok = value();
-      cfg.model = v;
-    } else if (arg == "--text" || arg == "--prompt-file") {
-      ok = value();
-      cfg.text_file = v;
-    } else if (arg == "--tokens") {
-      ok = value() && parse_int(v, 16, 1 << 20, &cfg.tokens);
-    } else if (arg == "--chunk") {
-      ok = value() && parse_int(v, 1, 1 << 16, &cfg.chunk);
-    } else if (arg == "--layers") {
-      ok = value() && !v.empty();
-      cfg.layers = v;
-    } else if (arg == "--storage") {
-      ok = value();
-      cfg.storage.clear();
-      for (const std::string &p : split(v, ',')) {
-        int64_t s = 0;
-        ok = ok && parse_int(p, 2, int64_t{1} << 24, &s);
-        cfg.storage.push_back(s);
-      }
-    } else if (arg == "--methods") {
-      ok = value();
-      cfg.methods = split(v, ',');
-      for (const std::string &m : cfg.methods)
-        ok = ok &&
-             (m == "jl" || m == "countsketch" || m == "qjl" || m == "threshold" || m == "priority");
-    } else if (arg == "--trials") {
-      ok = value() && parse_int(v, 1, 100000, &cfg.trials);
-    } else if (arg == "--queries") {
-      ok = value() && parse_int(v, 1, 1 << 20, &cfg.queries);
-    } else if (arg == "--min-pos") {
-      ok = value() && parse_int(v, 0, 1 << 20, &cfg.min_pos);
-    } else if (arg == "--jl-dist") {
-      ok = value() && (v == "sign" || v == "gaussian");
-      cfg.jl_dist = v;
-    } else if (arg == "--seed") {
-      int64_t s = 0;
-      ok = value() && parse_int(v, 0, INT64_MAX, &s);
-      cfg.seed = static_cast<uint64_t>(s);
-    } else if (arg == "--png") {
-      ok = value() && !v.empty();
-      cfg.png_prefix = v;
-      cfg.png = true;
-    } else if (arg == "--no-png") {
-      cfg.png = false;
-    } else {
-      std::fprintf(
-          stderr,
-          "sketch-eval: unknown option '%s' (with --model); see sketch-eval --model x --help\n",
-          arg.c_str());
-      return 2;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "sketch-eval: bad or missing value for %s\n", arg.c_str());
-      return 2;
-    }
-  }
-  if (cfg.model.empty() || cfg.text_file.empty()) {
-    std::fprintf(stderr,
-                 "sketch-eval: --model needs a path and --text FILE (the text the model reads)\n");
-    return 2;
-  }
+  define_options(app, &cfg);
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   return run(cfg);
 }

@@ -1,7 +1,26 @@
-// `specinfer sketch-eval --model PATH ...`: the inner-product sketch experiment on real query and
-// key vectors, captured from the attention layers of a GGUF model while it reads a text.
+// `specinfer sketch-eval`: the inner-product sketch experiment, on synthetic vectors
+// (cmd_sketch_eval.cpp) or, with --model PATH, on real query and key vectors captured from the
+// attention layers of a GGUF model while it reads a text (sketch_eval_real.cpp).
 #pragma once
 
-// argv[0] is "sketch-eval"; returns the process exit code (0 ok, 1 failure, 2 usage error).
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+// The options both modes take alike: the methods compared, the JL distribution and the charts.
+// A mode sets its defaults before add_sketch_options; `charts` says which files --png names.
+struct SketchOptions {
+  std::vector<std::string> methods;
+  std::string jl_dist = "sign";
+  std::string png_prefix;
+  bool no_png = false;
+};
+void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts);
+
+// True if the command line (argv[0] is "sketch-eval") asks for the --model mode.
+bool sketch_eval_real_requested(int argc, char **argv);
+// Runs the --model mode; returns the process exit code (0 ok, 1 failure, 2 usage error).
 int sketch_eval_real(int argc, char **argv);
-void sketch_eval_real_usage(const char *indent);
+// The --model mode's --help text.
+std::string sketch_eval_real_help();

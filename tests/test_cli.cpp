@@ -1,0 +1,269 @@
+// Tests of the `specinfer` command (tools/specinfer) run as a user runs it: every command's
+// --help, --opt=value beside --opt value, a repeated option keeping its last value (scripts/demo
+// relies on it), exit code 2 and a message naming the option for unknown options, missing and
+// out-of-range values, and the prompt files of bench: a malformed line named by its line number,
+// a good file through bench with a chart. The kgram and ngram plugins stand in for real models.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/cmocka_setup.h"
+
+namespace {
+
+std::string g_dir;  // a temporary directory for this run's files
+
+struct Result {
+  int status = -1;  // the exit code, or -1 if the command did not exit normally
+  std::string out, err;
+};
+
+std::string read_all(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string &s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs `specinfer args...` with stdout and stderr caught.
+Result run(const std::vector<std::string> &args) {
+  const std::string out = g_dir + "/stdout", err = g_dir + "/stderr";
+  std::string cmd = quote(SPECINFER_CLI);
+  for (const std::string &a : args) cmd.append(" ").append(quote(a));
+  cmd.append(" >").append(quote(out)).append(" 2>").append(quote(err));
+  const int st = std::system(cmd.c_str());
+  Result r;
+  r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_all(out);
+  r.err = read_all(err);
+  return r;
+}
+
+std::string args_str(const std::vector<std::string> &args) {
+  std::string s;
+  for (const std::string &a : args) s.append(" ").append(a);
+  return s;
+}
+
+// Fails unless `specinfer args` exits with `status` and `text` appears in its stdout (to_stdout) or
+// stderr.
+void expect(const std::vector<std::string> &args, int status, const std::string &text,
+            bool to_stdout) {
+  const Result r = run(args);
+  const std::string &where = to_stdout ? r.out : r.err;
+  if (r.status != status || where.find(text) == std::string::npos) {
+    print_error("specinfer%s: exit %d (want %d), want \"%s\" in its %s\nstdout:\n%s\nstderr:\n%s\n",
+                args_str(args).c_str(), r.status, status, text.c_str(),
+                to_stdout ? "stdout" : "stderr", r.out.c_str(), r.err.c_str());
+    fail();
+  }
+}
+
+void write_file(const std::string &path, const std::string &text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string training_text() {
+  return g_dir + "/train.txt";
+}
+
+std::string kgram(int k) {
+  return "kgram:path=" + training_text() + ",k=" + std::to_string(k);
+}
+
+int setup(void **) {
+  char tmpl[] = "/tmp/specinfer-test-cli-XXXXXX";
+  if (!mkdtemp(tmpl)) return -1;
+  g_dir = tmpl;
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text +=
+        "The target scores the draft in one pass, and the coupler keeps the longest prefix "
+        "that the target agrees with. The drafter proposes tokens cheaply. ";
+  write_file(training_text(), text);
+  return 0;
+}
+
+int teardown(void **) {
+  return std::system(("rm -rf " + quote(g_dir)).c_str()) == 0 ? 0 : -1;
+}
+
+void test_help(void **) {
+  expect({"--help"}, 0, "Usage: specinfer", true);
+  expect({"--help"}, 0, "sketch-eval", true);
+  expect({"--version"}, 0, "specinfer ", true);
+  const struct {
+    const char *command, *option;
+  } commands[] = {{"generate", "--prompt-file"},
+                  {"bench", "--prompts"},
+                  {"plugins", "--help"},
+                  {"sketch-eval", "--overlaps"}};
+  for (const auto &c : commands) {
+    expect({c.command, "--help"}, 0, std::string("Usage: specinfer ") + c.command, true);
+    expect({c.command, "-h"}, 0, c.option, true);
+  }
+  // The options every session-running command shares.
+  for (const char *command : {"generate", "bench"})
+    for (const char *option : {"--target", "--max-tokens", "--max-draft", "--fixed-draft", "--temp",
+                               "--top-k", "--top-p", "--min-p", "--seed", "--threads"})
+      expect({command, "--help"}, 0, option, true);
+  // sketch-eval describes its --model mode too, and that mode has a help of its own.
+  expect({"sketch-eval", "--help"}, 0, "--min-pos", true);
+  expect({"sketch-eval", "--model", "m.gguf", "--help"}, 0, "--queries", true);
+}
+
+void test_usage_errors(void **) {
+  const std::string t = kgram(3);
+  const std::string f = g_dir + "/unused.jsonl";
+  const struct {
+    std::vector<std::string> args;
+    const char *names;  // what the message must name
+  } cases[] = {
+      {{}, "a command is required"},
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+      {{"--frobnicate"}, "--frobnicate"},
+      {{"generate", "--target", t, "--prompt", "x", "--frobnicate", "1"}, "--frobnicate"},
+      {{"generate", "--prompt", "x"}, "--target is required"},
+      {{"generate", "--target", t}, "--prompt or --prompt-file is required"},
+      {{"generate", "--target", t, "--prompt"}, "--prompt"},
+      {{"generate", "--target", t, "--prompt", "x", "--max-draft", "17"}, "--max-draft"},
+      {{"generate", "--target", t, "--prompt", "x", "--max-draft=17"}, "--max-draft"},
+      {{"generate", "--target", t, "--prompt", "x", "--temp=-1"}, "--temp"},
+      {{"generate", "--target", t, "--prompt", "x", "--temp", "nan"}, "--temp"},
+      {{"generate", "--target", t, "--prompt", "x", "--top-p", "1.5"}, "--top-p"},
+      {{"generate", "--target", t, "--prompt", "x", "--min-p=2"}, "--min-p"},
+      {{"generate", "--target", t, "--prompt", "x", "--top-k", "-1"}, "--top-k"},
+      {{"generate", "--target", t, "--prompt", "x", "--seed", "-1"}, "--seed"},
+      {{"generate", "--target", t, "--prompt", "x", "-n", "many"}, "--max-tokens"},
+      {{"generate", "--target", t, "--prompt", "x", "--threads", "5000"}, "--threads"},
+      {{"bench", "--target", t}, "--prompts is required"},
+      {{"bench", "--target", t, "--prompts", f, "--limit", "0"}, "--limit"},
+      {{"bench", "--target", t, "--prompts", f, "--max-tokens=0"}, "--max-tokens"},
+      {{"bench", "--target", t, "--prompts", f, "--verbose=maybe"}, "--verbose"},
+      {{"plugins", "extra"}, "extra"},
+      {{"sketch-eval", "--nnz", "5"}, "--nnz"},
+      {{"sketch-eval", "--overlaps=0.5,2"}, "--overlaps"},
+      {{"sketch-eval", "--outliers", "-0.1"}, "--outliers"},
+      {{"sketch-eval", "--storage", "10:5:1"}, "--storage"},
+      {{"sketch-eval", "--storage", "10:20"}, "--storage"},
+      {{"sketch-eval", "--trials", "0"}, "--trials"},
+      {{"sketch-eval", "--methods", "jl,nope"}, "--methods"},
+      {{"sketch-eval", "--jl-dist", "uniform"}, "--jl-dist"},
+      {{"sketch-eval", "--png", "a", "--no-png"}, "--png"},
+      {{"sketch-eval", "--bogus"}, "--bogus"},
+      {{"sketch-eval", "--model", "m.gguf"}, "--text is required"},
+      {{"sketch-eval", "--model=m.gguf", "--text", "t", "--tokens", "3"}, "--tokens"},
+      {{"sketch-eval", "--model", "m.gguf", "--text", "t", "--storage", "8,1"}, "--storage"},
+  };
+  for (const auto &c : cases) {
+    expect(c.args, 2, c.names, false);
+    expect(c.args, 2, "--help` for the options", false);
+  }
+}
+
+void test_option_forms(void **) {
+  // --opt value and --opt=value read alike: the same text (at a seed, with a Gumbel coupler the
+  // text does not depend on the drafter's timing).
+  const Result spaced =
+      run({"generate", "--target", kgram(4), "--drafter", kgram(2), "--prompt", "The ", "-n", "24",
+           "--temp", "0.8", "--coupler", "gumbel", "--seed", "42", "--max-draft", "4"});
+  const Result joined =
+      run({"generate", "--target=" + kgram(4), "--drafter=" + kgram(2), "--prompt=The ",
+           "--max-tokens=24", "--temp=0.8", "--coupler=gumbel", "--seed=42", "--max-draft=4"});
+  assert_int_equal(spaced.status, 0);
+  assert_int_equal(joined.status, 0);
+  assert_true(spaced.out.size() > 5);
+  assert_true(spaced.out == joined.out);
+  assert_true(spaced.err.find("[speculative] prompt") != std::string::npos);
+  // A repeated option keeps its last value; --drafter none means plain decoding.
+  const Result last =
+      run({"generate", "--target", kgram(4), "--prompt", "The ", "-n", "3", "-n", "24", "--drafter",
+           kgram(2), "--drafter", "none", "--temp", "0.8", "--coupler", "gumbel", "--seed", "42"});
+  assert_int_equal(last.status, 0);
+  assert_true(last.out == spaced.out);
+  assert_true(last.err.find("[plain] prompt") != std::string::npos);
+  assert_true(last.err.find("generated 24 tokens") != std::string::npos);
+  // --prompt-file reads the prompt from a file.
+  write_file(g_dir + "/prompt.txt", "The ");
+  const Result file = run({"generate", "--target", kgram(4), "--prompt-file", g_dir + "/prompt.txt",
+                           "-n", "24", "--temp", "0.8", "--coupler", "gumbel", "--seed", "42"});
+  assert_int_equal(file.status, 0);
+  assert_true(file.out == spaced.out);
+}
+
+void test_bench_prompt_files(void **) {
+  const std::string bad = g_dir + "/bad.jsonl", good = g_dir + "/good.jsonl",
+                    chart = g_dir + "/chart.png";
+  // Malformed lines: exit 1 and the file and line number in the message.
+  write_file(bad, "{\"prompt\": \"one\"}\n\n{\"prompt\": \"two\",}\n");
+  expect({"bench", "--target", kgram(3), "--prompts", bad}, 1, bad + ":3: not valid JSON", false);
+  write_file(bad, "{\"prompt\": \"one\"}\n[\"two\"]\n");
+  expect({"bench", "--target", kgram(3), "--prompts", bad}, 1, bad + ":2: not a JSON object",
+         false);
+  write_file(bad, "{\"text\": \"one\"}\n");
+  expect({"bench", "--target", kgram(3), "--prompts", bad}, 1, bad + ":1: no \"prompt\" string",
+         false);
+  expect({"bench", "--target", kgram(3), "--prompts", g_dir + "/missing.jsonl"}, 1,
+         "cannot read " + g_dir + "/missing.jsonl", false);
+  // A good file (escapes, other keys, a blank line), two drafters, a chart.
+  write_file(good,
+             "{\"id\": 1, \"prompt\": \"The target\\u0020scores\"}\n\n"
+             "{\"prompt\": \"The drafter \\\"proposes\\\"\", \"id\": 2}\n"
+             "this line is past --limit and never read\n");
+  const Result r = run({"bench", "--target=" + kgram(4), "--prompts=" + good, "--drafter=ngram",
+                        "--drafter", kgram(2), "-n", "8", "--limit=2", "--chart=" + chart});
+  if (r.status != 0) print_error("%s\n", r.err.c_str());
+  assert_int_equal(r.status, 0);
+  assert_true(r.out.find("| plain | greedy |") != std::string::npos);
+  assert_true(r.out.find("| ngram | greedy |") != std::string::npos);
+  assert_true(r.out.find("| kgram:path=train.txt,k=2 | greedy |") != std::string::npos);
+  assert_true(r.err.find("2 prompts x 3 configurations") != std::string::npos);
+  const std::string png = read_all(chart);
+  assert_true(png.size() > 8 && png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  // A chart that cannot be written: exit 1, the path named.
+  expect({"bench", "--target", kgram(4), "--prompts", good, "-n", "2", "--limit", "1", "--chart",
+          g_dir + "/no/such/dir/c.png"},
+         1, g_dir + "/no/such/dir/c.png", false);
+}
+
+void test_sketch_eval_synthetic(void **) {
+  const std::string prefix = g_dir + "/se";
+  const Result r = run({"sketch-eval", "--nnz=100", "--storage", "10:20:10", "--trials", "2",
+                        "--overlaps", "0.5", "--methods=jl,priority", "--png", prefix});
+  if (r.status != 0) print_error("%s\n", r.err.c_str());
+  assert_int_equal(r.status, 0);
+  assert_true(r.out.find("overlap 50%") != std::string::npos);
+  const std::string png = read_all(prefix + "-overlap-50.png");
+  assert_true(png.size() > 8 && png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  // --no-png writes none.
+  const Result quiet = run({"sketch-eval", "--nnz", "100", "--storage=10:10:1", "--trials=1",
+                            "--overlaps=1", "--no-png"});
+  assert_int_equal(quiet.status, 0);
+  assert_true(quiet.out.find("chart:") == std::string::npos);
+}
+
+}  // namespace
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_help),
+      cmocka_unit_test(test_usage_errors),
+      cmocka_unit_test(test_option_forms),
+      cmocka_unit_test(test_bench_prompt_files),
+      cmocka_unit_test(test_sketch_eval_synthetic),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
