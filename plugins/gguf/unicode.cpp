@@ -1,77 +1,60 @@
+// Decoding and encoding go through utf8proc; the GPT-2 byte map is built here.
 #include "unicode.h"
 
+#include <utf8proc.h>
+
+#include <algorithm>
 #include <array>
 
 namespace specinfer::gguf::unicode {
 
 size_t utf8_seq_len(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead & 0xE0) == 0xC0) return 2;
-  if ((lead & 0xF0) == 0xE0) return 3;
-  if ((lead & 0xF8) == 0xF0) return 4;
-  return 1;  // a continuation byte or 0xF8..0xFF: stands alone
+  // utf8proc's class is 0 for continuation bytes and 0xF8..0xFF, else the sequence length.
+  return std::max<size_t>(1, static_cast<size_t>(utf8proc_utf8class[lead]));
 }
 
+namespace {
+
+// utf8proc refuses overlong forms (a code point spelt with more bytes than it needs, such as
+// C0 80 for U+0000); llama.cpp, whose tokenization this tokenizer reproduces, decodes them to
+// their value, and so does decode_utf8. Returns the form's length, or 0 if the bytes at p are not
+// an overlong form of a code point outside the surrogates.
+utf8proc_ssize_t decode_overlong(const utf8proc_uint8_t *p, utf8proc_ssize_t left,
+                                 utf8proc_int32_t *cp) {
+  const utf8proc_ssize_t len = utf8proc_utf8class[p[0]];
+  if (len < 2 || len > left) return 0;
+  uint32_t value = p[0] & (0xFFu >> (len + 1));
+  for (utf8proc_ssize_t i = 1; i < len; ++i) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    value = (value << 6) | (p[i] & 0x3F);
+  }
+  static constexpr uint32_t kShortest[5] = {0, 0, 0x80, 0x800, 0x10000};  // least value per length
+  if (value >= kShortest[len] || (value >= 0xD800 && value <= 0xDFFF)) return 0;
+  *cp = static_cast<utf8proc_int32_t>(value);
+  return len;
+}
+
+}  // namespace
+
 bool decode_utf8(std::string_view s, size_t &offset, uint32_t &cp) {
-  const size_t n = s.size();
-  const auto at = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char lead = at(offset);
-  size_t len = 0;
-  uint32_t value = 0;
-  if (lead < 0x80) {
-    cp = lead;
-    offset += 1;
-    return true;
-  } else if ((lead & 0xE0) == 0xC0) {
-    len = 2;
-    value = lead & 0x1F;
-  } else if ((lead & 0xF0) == 0xE0) {
-    len = 3;
-    value = lead & 0x0F;
-  } else if ((lead & 0xF8) == 0xF0) {
-    len = 4;
-    value = lead & 0x07;
-  } else {
+  const auto *p = reinterpret_cast<const utf8proc_uint8_t *>(s.data()) + offset;
+  const auto left = static_cast<utf8proc_ssize_t>(s.size() - offset);
+  utf8proc_int32_t value = -1;
+  utf8proc_ssize_t len = utf8proc_iterate(p, left, &value);
+  if (len <= 0) len = decode_overlong(p, left, &value);
+  if (len <= 0) {
     offset += 1;
     return false;
   }
-  if (offset + len > n) {
-    offset += 1;
-    return false;
-  }
-  for (size_t i = 1; i < len; ++i) {
-    const unsigned char c = at(offset + i);
-    if ((c & 0xC0) != 0x80) {
-      offset += 1;
-      return false;
-    }
-    value = (value << 6) | (c & 0x3F);
-  }
-  if (value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) {
-    offset += 1;
-    return false;
-  }
-  cp = value;
-  offset += len;
+  cp = static_cast<uint32_t>(value);
+  offset += static_cast<size_t>(len);
   return true;
 }
 
 void append_utf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  utf8proc_uint8_t buf[4];
+  const utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
+  out.append(reinterpret_cast<const char *>(buf), static_cast<size_t>(n));
 }
 
 std::string sanitize_utf8(std::string_view s, bool *changed) {
