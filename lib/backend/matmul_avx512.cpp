@@ -4,9 +4,9 @@
 // keep the AVX2 kernels (Q4_K runs packed, packed_avx512.cpp). Same structure and numerics as
 // matmul_avx2.cpp.
 //
-// The development machine has no AVX-512: tests run these kernels natively on a CPU that has the
-// extensions, and everywhere else compiled over software intrinsics (SIMDe, tests/support/
-// avx512_emulation.h, as matmul_kernel_avx512_emulated) against the same references.
+// Tests run these kernels natively on a CPU that has the extensions, and everywhere compiled over
+// software intrinsics (SIMDe, tests/support/avx512_emulation.h, as
+// matmul_kernel_avx512_emulated) against the same references.
 //
 // Everything is in an anonymous namespace and calls no shared inline function (see the AVX2 file).
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own "undefined" placeholder vectors

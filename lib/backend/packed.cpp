@@ -28,7 +28,7 @@ PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) n
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
   if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
   // Q4_0 with other column counts, Q5_0 and Q8_0. (For Q4_0 the sixteen-row kernel is also faster
-  // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafted no faster.)
+  // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafts no faster with it.)
   // With AVX2 Q4_0 and Q5_0 only (see the layout).
   if ((wtype == SPECINFER_WTYPE_Q4_0 || wtype == SPECINFER_WTYPE_Q5_0 ||
        wtype == SPECINFER_WTYPE_Q8_0) &&

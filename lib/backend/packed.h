@@ -6,7 +6,7 @@
 //  q4k_x8 (Q4_K): the same 144-byte super-blocks with the same d and dmin; the 12 bytes of scales
 //    and mins hold the same sixteen 6-bit values in an order that decodes with a few vector
 //    instructions (x8_scale_min: byte s = scale s | the low 2 bits of min s << 6, bytes 8..11 the
-//    mins' high 4 bits, two per byte) instead of the scalar shifts of the K-quant order (which took
+//    mins' high 4 bits, two per byte) instead of the scalar shifts of the K-quant order (which take
 //    a sixth of the kernel's time on 8960-column rows). The 128 nibble bytes are reordered. Nibble
 //    register k (k = 0..7: register 2c is the low nibbles of bytes 32c..32c+31, register 2c+1 their
 //    high nibbles) holds in bytes 4s..4s+3 the values 4k..4k+3 of group s (s = 0..7). Activations

@@ -45,7 +45,7 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
       __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
       // An empty asm that "reads" the sums so far: the compiler cannot hoist the next chunk's
       // products above them, which it otherwise does and then spills them all to the stack
-      // (GCC 12: 12.3 -> 10.6 cycles per block and token in an L1-resident microbenchmark).
+      // (with GCC 12 that costs about a sixth more cycles per block and token).
       if (c > 0)
         for (int t = 0; t < NT; ++t) __asm__("" : "+x"(lo), "+x"(hi) : "x"(s[t]));
       for (int t = 0; t < NT; ++t) {
@@ -84,11 +84,11 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
 }
 
 // Rows [r0, r1) for NT tokens from t0, each row in one pass. For 8960-column rows a tile of
-// activations (5 tokens: 35 x 5 x 320 bytes = 56 KB) no longer fits L1 and comes from L2; doing
-// such rows in column chunks instead (rows in groups, accumulators parked between chunks) kept the
-// activations in L1 but broke the weights' sequential stream: with weights from memory
-// (bench_kernels BM_MatmulStream, 1536 x 8960, 2 threads) 3 / 5 tokens took 765 / 1030 us chunked
-// against 512 / 700-790 us whole (and in cache whole rows were as fast or faster).
+// activations (5 tokens: 35 x 5 x 320 bytes = 56 KB) does not fit L1 and comes from L2. Doing
+// such rows in column chunks instead (rows in groups, accumulators parked between chunks) would
+// keep the activations in L1 but breaks the weights' sequential stream, which costs more than the
+// L2 reads when the weights come from memory (bench_kernels BM_MatmulStream; docs/BENCHMARKS.md,
+// "What does not pay"); in cache whole rows are as fast or faster too.
 template <int NT>
 __attribute__((noinline)) void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1,
                                            int64_t t0) {
@@ -301,8 +301,8 @@ void token_tiles(int64_t n_tok, Tile &&tile) {
 }  // namespace
 
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
-  // At most 6 tokens a pass: 8 spill (bench_kernels, 256 x 1536 in L2, one thread: 8 tokens
-  // 75.5 us as one tile of 8, 62.1 as two of 4; 16 tokens 141 / 118).
+  // At most 6 tokens a pass: a tile of 8 spills, and two tiles of 4 run faster than one of 8
+  // (bench_kernels BM_MatmulPacked, Q6_K in L2).
   token_tiles<6>(a.n_tok,
                  [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
 }

@@ -11,10 +11,10 @@
 // side in a register, the activations broadcast to both halves, each activation register used for
 // two such pairs: fewer loads and float steps per row than a 256-bit kernel, which loads every
 // activation again for every row (at 5 tokens and 8960 columns, 56 KB of activations, from L2).
-// (On the Zen 5 machine of sessions 12-13 vpdpbusd issues twice per cycle on 512-bit registers as
-// on 256-bit ones.) for_row_ranges hands out whole groups of four rows; a range's last one to
-// three rows run in pairs or alone (the 256-bit *_tile). Q4_K matrices with rows a multiple of 16
-// use q4k_r16 instead (q4k_r16_tile: a lane per row, sixteen rows per register).
+// (Some cores, Zen 5 among them, issue 512-bit vpdpbusd twice per cycle, as 256-bit ones; others
+// once.) for_row_ranges hands out whole groups of four rows; a range's last one to three rows run
+// in pairs or alone (the 256-bit *_tile). Q4_K matrices with rows a multiple of 16 use q4k_r16
+// instead (q4k_r16_tile: a lane per row, sixteen rows per register).
 //
 // Tests run these kernels natively where the CPU has the extensions and, everywhere, compiled
 // over software intrinsics (SIMDe, tests/support/avx512_emulation.h, under the names
@@ -129,13 +129,13 @@ void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1, int64_t t0) {
 
 // Prefetches [p, p + bytes), a line at a time, into L1 (prefetch_lines) or L2 (prefetch_lines_l2).
 // The row-group kernels read their rows side by side, a pattern the hardware prefetchers do not
-// follow (weights streamed from memory ran 2-3x slower than in cache without it): each group
-// fetches the rows of the group kAheadGroups after it into L1, spread over its own super-blocks
-// (1, 2 and 4 measured; 2 was best with two threads), and those of the group kFarGroups after it
-// into L2. The L1 prefetches alone keep too few lines in flight: a core has few L1 miss buffers
-// and memory latency is long, and prefetching further ahead into L1 gained nothing (4 and 8 groups
-// or tiles), while the far L2 prefetches made the 1.5B's one-token forward 15-18% faster on a Xeon
-// with AMX (docs/BENCHMARKS.md, fourteenth session).
+// follow (without prefetches, weights streamed from memory run 2-3x slower than from cache): each
+// group fetches the rows of the group kAheadGroups after it into L1, spread over its own
+// super-blocks (of 1, 2 and 4 groups ahead, 2 is best with two threads), and those of the group
+// kFarGroups after it into L2. The L1 prefetches alone keep too few lines in flight: a core has few
+// L1 miss buffers and memory latency is long, and prefetching further ahead into L1 does not help
+// (4 and 8 groups or tiles); the far L2 prefetches are what lets a one-token pass come close to
+// the memory's bandwidth.
 // The last groups prefetch past the matrix: a prefetch never faults, and the address is formed as
 // an integer so that no out-of-bounds pointer arises.
 constexpr size_t kAheadGroups = 2, kFarGroups = 4;
@@ -150,8 +150,8 @@ inline void prefetch_lines_l2(uintptr_t p, size_t bytes) {
 
 // Super-block i (block_bytes each) of the 2 * NP rows from row0 into blk, after prefetching the
 // matching parts of the groups kAheadGroups (to L1) and, with far, kFarGroups (to L2) ahead.
-// Only the first token tile prefetches far: the later ones find a task's rows in L2 (prefill of
-// 512 tokens ran 4% slower with every tile prefetching).
+// Only the first token tile prefetches far: the later ones find a task's rows in L2 (far
+// prefetches from every tile slow a 512-token prefill down by about 4%).
 template <int NP>
 inline void group_blocks(const uint8_t *row0, size_t row_bytes, size_t block_bytes, int64_t i,
                          bool far, const uint8_t **blk) {
@@ -565,10 +565,10 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
 
 // q32_r16 (W = Q4_0, Q5_0 or Q8_0): the sixteen rows of group g for NT tokens from t0. Per block:
 // the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16 added
-// under a byte mask tested from the bit plane: 11.1 us for 896 x 896 at one token against 12.2
-// with the AVX2 kernel's shifts), the sixteen d; per token eight vpdpbusd in two chains
-// started from -offset * (sum of the token's values), then sum * (d * xd) added, as in
-// q32_r16_rows_scalar (same bits). Prefetches as q4k_r16.
+// under a byte mask tested from the bit plane, vptestmb, which is cheaper here than the AVX2
+// kernel's shift and AND), the sixteen d; per token eight vpdpbusd in two chains started from
+// -offset * (sum of the token's values), then sum * (d * xd) added, as in q32_r16_rows_scalar
+// (same bits). Prefetches as q4k_r16.
 template <int32_t W, int NT>
 void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
   constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
@@ -620,8 +620,8 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
 // Calls tile(std::integral_constant<int, nt>, t0) over the tokens in even tiles of at most kTile
 // (7 tokens with kTile 5: 4 + 3, not 5 + 2; every pass re-reads the rows). Token tiles outer,
 // rows inner, as in the AVX2 kernels. In the row-pair kernels five tokens for two row pairs (sums
-// and accumulators) fill the 32 vector registers; tiles of 4 were slower at 5 tokens, and one pair
-// with tiles of 8 was slower at 5 and no faster at 8. q4k_r16 holds 8 tokens.
+// and accumulators) fill the 32 vector registers; tiles of 4 are slower at 5 tokens, and one pair
+// with tiles of 8 is slower at 5 and no faster at 8. q4k_r16 holds 8 tokens.
 template <int kTile, class Tile>
 void token_tiles(int64_t n_tok, Tile &&tile) {
   static_assert(kTile >= 1 && kTile <= 8, "tiles of 1..8 tokens");
