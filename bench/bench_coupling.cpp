@@ -1,9 +1,8 @@
 // Cost of the sampling and coupling work per sequence position, for vocabularies of 32k (Llama 2),
 // 152k (Qwen2) and 262k (Gemma 3). It must stay far below one target forward pass.
 //
-//   BM_LogitsToProbs/<vocab>/<filters>   logits -> distribution (0: temperature only; 1: + top-k
-//   40,
-//                                        top-p 0.95, min-p 0.05)
+//   BM_LogitsToProbs/<vocab>/<filters>   logits -> distribution (0: temperature only;
+//                                        1: + top-k 40, top-p 0.95, min-p 0.05)
 //   BM_Verify/<coupler>/<vocab>/<k>      verify a chain of k drafts (k = 0: plain decoding of one
 //                                        token); items = k + 1 positions, so items/s is positions/s
 //   BM_DraftSample/<coupler>/<vocab>     the draft side, one token

@@ -139,7 +139,7 @@ BENCHMARK(BM_Forward)
 // The verify curve as a ratio: one forward of n tokens and one of a single token, alternated every
 // iteration so that both see the same memory bandwidth (on a shared machine it swings by half
 // within minutes, more than the differences measured here). Counters: median milliseconds of each
-// and their ratio (issue goal: at most 1.3 for 5 tokens).
+// and their ratio (the design target: at most 1.3 for 5 tokens).
 void BM_VerifyRatio(benchmark::State &state) {
   Model &m = model();
   const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));

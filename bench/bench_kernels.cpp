@@ -27,7 +27,8 @@ using namespace specinfer;
 
 namespace {
 
-// Threads for every benchmark: 2 (the target machine), or SPECINFER_BENCH_THREADS.
+// Threads for every benchmark: 2 (the two-core machines the library is tuned on), or
+// SPECINFER_BENCH_THREADS.
 int bench_threads() {
   const char *s = std::getenv("SPECINFER_BENCH_THREADS");
   const int n = s ? std::atoi(s) : 2;
@@ -236,7 +237,8 @@ void matmul_args(benchmark::internal::Benchmark *b) {
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The packed path (pack_weight / matmul_packed) on the same shapes: Q4_K repacked at load.
+// The packed path (pack_weight / matmul_packed): Q4_K on the same shapes, and the other types that
+// pack (each in its layout for the active instruction set) in L2.
 void BM_MatmulPacked(benchmark::State &state) {
   const auto wtype = static_cast<int32_t>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n_tok = state.range(3);

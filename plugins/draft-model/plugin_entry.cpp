@@ -9,10 +9,10 @@
 //    minhash) and hand q to the coupler, so the output stays exact.
 //  - A draft ends early when the model's confidence (its largest probability at temperature 1
 //    for greedy, the largest probability of q when sampling) drops below p_min, and after at most
-//    max_draft tokens. The defaults (0.4, 4) came from replaying a HumanEval trace of 10-token
-//    drafts (draft confidence and acceptance at every position) under each rule: on a Zen 3 CPU a
-//    5-token target pass costs ~1.8 single passes, so long drafts rarely pay, and a confident
-//    cut at 4 beat both the old p_min 0.3 with a cap of 8 (by ~12%) and any fixed length
+//    max_draft tokens. The defaults (0.4, 4) come from replaying a HumanEval trace of 10-token
+//    drafts (draft confidence and acceptance at every position) under each stopping rule with the
+//    measured costs: a confidence cut with a cap of 4 beats lower cuts, longer caps and any fixed
+//    length, and a verify pass of more than 5 tokens costs markedly more than one of 5
 //    (docs/BENCHMARKS.md).
 //  - Staged drafting (stage=N, 3 by default): up to N tokens that prompt lookup predicts after the
 //    context (matches of lookup_n_max down to stage_n_min tokens) are fed along in the draft's
@@ -20,20 +20,19 @@
 //    the next distribution is already there and the sequential forward is skipped; at the first
 //    difference the staged rest is dropped from the cache. The draft is the same as without
 //    staging (the kernels score each token of a batch as they would alone), only cheaper: a
-//    forward of 2-4 tokens costs ~1.3-1.6 single ones for the 0.5B draft, one skipped forward
-//    saves a whole one, and half the staged tokens match on HumanEval.
+//    forward of a few tokens costs far less than as many single ones, one skipped forward saves a
+//    whole one, and half the staged tokens match on HumanEval.
 //  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
 //
 //  - With the gguf plugin the draft's matrices are re-quantized to Q4_0 in memory unless
 //    requant=none (the gguf plugin's requant option): drafting is memory-bound, and for the
-//    Qwen2.5-Coder 0.5B draft this reads 278 instead of 491 MB per token (12.3 vs 20.3 ms) while
-//    its acceptance stays (HumanEval, 3-token drafts: 0.855 either way). And unless vocab_limit
-//    is given (0 = off), the draft computes logits only for ids below 32768 plus the tokens of its
-//    context and the end-of-text ids (gguf's vocab_limit): the 0.5B's output matrix is 28% of
-//    its bytes, and 1.6% of HumanEval's solution tokens fall outside that set. The target's
-//    output never changes.
+//    Qwen2.5-Coder 0.5B draft this reads 278 instead of 491 MB per token while its acceptance
+//    stays (HumanEval, 3-token drafts: 0.855 either way). And unless vocab_limit is given (0 =
+//    off), the draft computes logits only for ids below 32768 plus the tokens of its context and
+//    the end-of-text ids (gguf's vocab_limit): the 0.5B's output matrix is 28% of its bytes, and
+//    1.6% of HumanEval's solution tokens fall outside that set. The target's output never changes.
 //
 // config: path=<model file> (required unless the plugin's config needs none), plugin=<target
 // plugin> (gguf), n_ctx=<..>, k=<..>, vocab_limit=<..> (32768 by default with gguf) and
@@ -220,7 +219,8 @@ struct Drafter {
           mx = row[i];
           arg = i;
         }
-      // The host's vectorized softmax (a scalar exp loop over 152k logits cost ~0.5 ms a token).
+      // The host's vectorized softmax: a scalar exp loop over 152k logits is a noticeable part of
+      // a drafted token's time.
       for (int32_t i = 0; i < v; ++i) q[i] = row[i] * inv_t;
       host->kernels->softmax(q, v);
       for (int32_t i = v; i < out.vocab_size; ++i) q[i] = 0.0f;
