@@ -264,6 +264,44 @@ SPECINFER_API specinfer_status specinfer_drafter_open(specinfer_registry *regist
 SPECINFER_API specinfer_status specinfer_drafter_destroy(specinfer_drafter *drafter);
 SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *drafter);
 
+/* Training a drafter that learns from its target (Medusa heads: `medusa`). */
+typedef struct specinfer_train_progress {
+  uint32_t struct_size;
+  /* "collect" (running the target over the corpus), "train", "evaluate" */
+  const char *stage;
+  /* units of the stage done and in all (tokens, steps) */
+  int64_t done, total;
+  /* mean training loss over recent steps; NaN before the first */
+  double loss;
+  /* per head (n_heads entries), top-1 agreement with the target on held-out text; NULL before
+   * the first evaluation */
+  int32_t n_heads;
+  const float *accuracy;
+} specinfer_train_progress;
+
+/* Called now and then during training; return nonzero to stop it (the call fails CANCELLED). */
+typedef int (*specinfer_train_progress_fn)(void *user, const specinfer_train_progress *progress);
+
+typedef struct specinfer_train_params {
+  uint32_t struct_size;
+  const char *config;        /* the drafter's own key=value,... training options; may be NULL */
+  const char *const *corpus; /* text files to learn from (never the evaluation prompts) */
+  int32_t n_corpus;
+  const char *out_path;                 /* the file to write; checkpoints are kept beside it */
+  specinfer_train_progress_fn progress; /* may be NULL; called with `user` */
+  void *user;
+} specinfer_train_params;
+
+SPECINFER_API void specinfer_train_params_init(specinfer_train_params *params);
+/* Trains the drafter plugin `plugin`'s weights for `target` and writes them to params->out_path.
+ * The target must not be in use by a session for the duration. Errors: INVALID_ARGUMENT,
+ * NOT_FOUND, UNSUPPORTED (the plugin has nothing to train), CONFIG, IO, STATE, CANCELLED, PLUGIN,
+ * OUT_OF_MEMORY; a message in *errmsg (free with specinfer_free) when errmsg is not NULL. */
+SPECINFER_API specinfer_status specinfer_drafter_train(specinfer_registry *registry,
+                                                       const char *plugin, specinfer_target *target,
+                                                       const specinfer_train_params *params,
+                                                       char **errmsg);
+
 /* ---------------------------------------------------------------------------------------------
  * Couplers: which drafted tokens the target keeps
  * ------------------------------------------------------------------------------------------- */

@@ -183,6 +183,14 @@ typedef struct specinfer_target_vtable {
    * and drops the rest from base on. */
   specinfer_status (*kv_keep)(void *self, int32_t base, const int32_t *idx, int32_t n,
                               specinfer_plugin_error *err);
+
+  /* Added after kv_keep (check struct_size; may be NULL): writes the rows of the output
+   * (unembedding) matrix for token ids[0..n) as floats, out[i][hidden_size], so that a token's
+   * logit is its row's dot product with forward_batch.hidden. For drafters that score the target's
+   * hidden state with its own output layer (Medusa heads). No KV cache is touched: a drafter may
+   * call it. UNSUPPORTED when logits are not a plain product of the hidden state. */
+  specinfer_status (*output_rows)(void *self, const int32_t *ids, int32_t n, float *out,
+                                  specinfer_plugin_error *err);
 } specinfer_target_vtable;
 
 typedef struct specinfer_host specinfer_host;
@@ -222,6 +230,20 @@ typedef struct specinfer_draft_request {
   uint64_t seed;
   specinfer_draft_sample_fn sample; /* the coupler's draft side */
   const void *sample_ctx;
+
+  /* Added after sample_ctx (read only if struct_size covers them). */
+  /* The target's last hidden state (the input of its output layer, see forward_batch.hidden) at
+   * sequence index hidden_position, which is n_context - 2: the position whose logits chose the
+   * last committed token. NULL when the session has none (then hidden_position is -1). */
+  const float *hidden;
+  int32_t hidden_size;
+  int64_t hidden_position;
+  /* pass_cost[i], i < n_pass_cost: the time of one target pass over i + 1 tokens (the last
+   * committed token and i nodes) relative to a one-token pass, as measured by the session on this
+   * machine (interpolated where not measured yet). A drafter that chooses its own tree size
+   * weighs the tokens a node is expected to add against this cost. n_pass_cost = max_tokens + 1. */
+  const float *pass_cost;
+  int32_t n_pass_cost;
 } specinfer_draft_request;
 
 /* A draft, written by the drafter into arrays the host allocated for `cap` nodes. */
@@ -260,6 +282,15 @@ typedef struct specinfer_drafter_factory {
                              const specinfer_model_info *target_info,
                              const specinfer_host_target *target, void **self,
                              const specinfer_drafter_vtable **vtable, specinfer_plugin_error *err);
+
+  /* Added after create (check struct_size; NULL = the drafter needs no training). Trains the
+   * drafter's weights for `target` and writes them to params->out_path (see
+   * specinfer_drafter_train). The target is the trainer's alone for the call: it may run forward
+   * and reset the KV cache. Calls params->progress (if set) now and then; a nonzero return from it
+   * stops the training with SPECINFER_ERR_CANCELLED. */
+  specinfer_status (*train)(const specinfer_host *host, const specinfer_train_params *params,
+                            const specinfer_model_info *target_info,
+                            const specinfer_host_target *target, specinfer_plugin_error *err);
 } specinfer_drafter_factory;
 
 /* ---------------------------------------------------------------------------------------------

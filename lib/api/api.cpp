@@ -308,6 +308,33 @@ SPECINFER_API const char *specinfer_drafter_errmsg(const specinfer_drafter *draf
   return drafter ? nonnull(drafter->last_error) : "drafter is NULL";
 }
 
+SPECINFER_API void specinfer_train_params_init(specinfer_train_params *params) {
+  if (!params) return;
+  std::memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(*params);
+}
+
+SPECINFER_API specinfer_status specinfer_drafter_train(specinfer_registry *registry,
+                                                       const char *plugin, specinfer_target *target,
+                                                       const specinfer_train_params *params,
+                                                       char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!registry || !plugin || !target || !params)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry, plugin, target and params must not be NULL");
+    if (params->struct_size < sizeof(specinfer_train_params))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is smaller than %zu",
+           params->struct_size, sizeof(specinfer_train_params));
+    if (!params->out_path || !*params->out_path)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->out_path is empty");
+    if (params->n_corpus < 0 || (params->n_corpus > 0 && !params->corpus))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->corpus is NULL with n_corpus %d",
+           params->n_corpus);
+    for (int32_t i = 0; i < params->n_corpus; ++i)
+      if (!params->corpus[i]) fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->corpus[%d] is NULL", i);
+    specinfer::train_drafter(*registry->impl, plugin, *target, *params);
+  });
+}
+
 /* ---- sessions ---- */
 
 SPECINFER_API void specinfer_session_params_init(specinfer_session_params *p) {

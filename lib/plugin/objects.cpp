@@ -1,5 +1,6 @@
 #include "plugin/objects.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "api/handles.h"
@@ -30,9 +31,10 @@ specinfer_plugin_error fresh_error() {
 TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
                            const specinfer_target_vtable *vtable)
     : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable) {
-  if (!vtable_ || vtable_->struct_size < sizeof(specinfer_target_vtable) || !vtable_->info ||
-      !vtable_->tokenize || !vtable_->token_bytes || !vtable_->forward || !vtable_->kv_size ||
-      !vtable_->kv_truncate) {
+  // Fields after kv_keep were added later and are optional: older plugins stop before them.
+  if (!vtable_ || vtable_->struct_size < offsetof(specinfer_target_vtable, output_rows) ||
+      !vtable_->info || !vtable_->tokenize || !vtable_->token_bytes || !vtable_->forward ||
+      !vtable_->kv_size || !vtable_->kv_truncate) {
     if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
     vtable_ = nullptr;
     fail(SPECINFER_ERR_PLUGIN, "target plugin returned an incomplete vtable");
@@ -208,6 +210,27 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
   });
   check_plugin(rc, err, ("opening drafter '" + plugin + "'").c_str());
   return new specinfer_drafter(registry, &p, self, vt, &target);
+}
+
+void train_drafter(Registry &registry, const std::string &plugin, TargetObject &target,
+                   const specinfer_train_params &params) {
+  LoadedPlugin &p = registry.find(plugin);
+  if (!p.drafter_factory)
+    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no drafter", plugin.c_str());
+  if (p.drafter_factory->struct_size <
+          offsetof(specinfer_drafter_factory, train) + sizeof(p.drafter_factory->train) ||
+      !p.drafter_factory->train)
+    fail(SPECINFER_ERR_UNSUPPORTED, "drafter '%s' has nothing to train", plugin.c_str());
+  if (target.in_session)
+    fail(SPECINFER_ERR_STATE, "the target is used by a session; training needs it alone");
+  auto err = fresh_error();
+  specinfer_host_target ht{target.self(), target.vtable(), &target};
+  specinfer_model_info info = target.info();
+  specinfer_status rc = SPECINFER_OK;
+  target.in_session = true;  // the trainer runs the target: no session may start meanwhile
+  registry.run([&] { rc = p.drafter_factory->train(registry.host(), &params, &info, &ht, &err); });
+  target.in_session = false;
+  check_plugin(rc, err, ("training drafter '" + plugin + "'").c_str());
 }
 
 }  // namespace specinfer

@@ -77,6 +77,11 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
 DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,
                                    const std::string &config, TargetObject &target);
 
+// Runs the drafter plugin's trainer (specinfer_drafter_factory.train) for `target`, which it
+// uses alone meanwhile. Throws UNSUPPORTED when the plugin has no trainer.
+void train_drafter(Registry &registry, const std::string &plugin, TargetObject &target,
+                   const specinfer_train_params &params);
+
 // Turns a plugin's failure into specinfer::Error; the message names the plugin call.
 void check_plugin(specinfer_status rc, const specinfer_plugin_error &err, const char *what);
 

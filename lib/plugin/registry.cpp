@@ -146,7 +146,8 @@ void Registry::add(const specinfer_plugin_descriptor *d, const std::string &path
       static_cast<const specinfer_drafter_factory *>(d->get_factory(SPECINFER_DRAFTER_FACTORY_ID));
   if (tf && (tf->struct_size < sizeof(specinfer_target_factory) || !tf->create))
     fail(SPECINFER_ERR_FORMAT, "plugin '%s': malformed target factory", d->name);
-  if (df && (df->struct_size < sizeof(specinfer_drafter_factory) || !df->create))
+  // `train` was added after create and is optional: older plugins stop before it.
+  if (df && (df->struct_size < offsetof(specinfer_drafter_factory, train) || !df->create))
     fail(SPECINFER_ERR_FORMAT, "plugin '%s': malformed drafter factory", d->name);
   if (!tf && !df)
     fail(SPECINFER_ERR_FORMAT, "plugin '%s' provides neither %s nor %s", d->name,

@@ -9,6 +9,7 @@ void Lookahead::configure(int32_t max_draft, bool adaptive) {
   max_draft_ = std::clamp<int32_t>(max_draft, 0, kMaxBatch - 1);
   adaptive_ = adaptive;
   asked_ = self_stops_ = 0;
+  drafts_ = trees_ = 0;
   draft_ms_per_token_ = 0;
   pass_ms_.fill(0);
   since_plain_ = 0;
@@ -96,14 +97,14 @@ int32_t Lookahead::next() {
   // most, and decide only whether drafting pays, from what recent rounds gave (tokens per unit of
   // time against plain decoding's one token per single-token pass). Replaying a HumanEval trace
   // of the 0.5B draft, its confidence stop with its cap of 4 beat any k chosen from the rates.
-  const bool self_limiting = c > 0.05 && self_stop_rate() > 0.2;
+  const bool self_limiting = (c > 0.05 && self_stop_rate() > 0.2) || tree_rate() > 0.5;
   if (paused_ > 0) {
     --paused_;
     if (paused_ > 0) return 0;
     return self_limiting ? max_draft_ : std::min<int32_t>(2, max_draft_);  // probe
   }
   if (self_limiting) {
-    // Pause only on clear evidence: timings on a shared machine move by 10% between rounds, and a
+    // Pause only on clear evidence: timings on a shared machine vary from round to round, and a
     // pause in a stretch where drafting pays costs far more than drafting on in one where it
     // barely does not. Pauses double while probes keep failing.
     const double ratio = realized_tokens_ * pass_ms_[1] / std::max(realized_ms_, 1e-9);  // vs plain
@@ -138,8 +139,12 @@ double Lookahead::self_stop_rate() const {
 }
 
 void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms,
-                        double target_ms, int32_t batch) {
+                        double target_ms, int32_t batch, bool tree) {
   const double decay = 0.9;
+  if (drafted > 0) {
+    drafts_ = drafts_ * decay + 1.0;
+    trees_ = trees_ * decay + (tree ? 1.0 : 0.0);
+  }
   if (requested >= 2) {
     asked_ = asked_ * decay + 1.0;
     self_stops_ = self_stops_ * decay + (drafted < requested ? 1.0 : 0.0);
@@ -150,7 +155,7 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     realized_ms_ = realized_ms_ * decay + draft_ms + target_ms;
     realized_rounds_ += 1;
   }
-  if (drafted > 0) {
+  if (drafted > 0 && !tree) {
     // Each drafted token up to and including the first rejection is one trial of acceptance.
     int32_t trials = accepted + (accepted < drafted ? 1 : 0);
     accepted_ = accepted_ * decay + accepted;

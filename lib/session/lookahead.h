@@ -18,6 +18,10 @@
 // kPauseMargin below); pauses double, up to kMaxPauseRounds, while the probes after them fail.
 // The first draft asks for the most, so that such a drafter shows that it stops itself.
 //
+// A drafter that proposes token trees sizes them itself (it is handed the measured pass costs
+// r(k)): per-position hazards describe chains, not trees, so after tree rounds k is max_draft and
+// drafting pauses only on clear evidence, as for a self-limiting drafter.
+//
 // reset() starts a new text: acceptance is learned afresh, the measured costs are kept.
 #pragma once
 
@@ -37,9 +41,11 @@ class Lookahead {
   // pass, and how many tokens that pass scored. c is the time of one draft step: a drafter that
   // drafted fewer tokens than asked spent one step on the token it declined.
   void observe(int32_t requested, int32_t drafted, int32_t accepted, double draft_ms,
-               double target_ms, int32_t batch);
+               double target_ms, int32_t batch, bool tree = false);
   // Share of recent rounds (asking for 2 or more) in which the drafter drafted fewer than asked.
   double self_stop_rate() const;
+  // Share of recent drafting rounds whose draft was a tree.
+  double tree_rate() const { return drafts_ > 0 ? trees_ / drafts_ : 0.0; }
   // A new text: forgets the acceptance history and any pause, keeps the measured costs.
   void reset();
 
@@ -71,6 +77,7 @@ class Lookahead {
   std::array<std::array<double, kMaxBatch + 1>, 2> reached_{}, rejected_{};
   bool hot_ = false;                   // the last round's draft was accepted whole
   double asked_ = 0, self_stops_ = 0;  // decayed counts for self_stop_rate
+  double drafts_ = 0, trees_ = 0;      // decayed counts for tree_rate
   // Decayed tokens and time (draft + target pass) of recent drafting rounds, and their number.
   double realized_tokens_ = 0, realized_ms_ = 0, realized_rounds_ = 0;
   double draft_ms_per_token_ = 0;                // moving average

@@ -73,6 +73,7 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   greedy_ = coupler_->greedy();
   vocab_ = target_.info().vocab_size;
   n_ctx_ = target_.info().n_ctx;
+  hidden_size_ = drafter_ ? std::max(0, target_.info().hidden_size) : 0;
   if (!drafter_) params_.max_draft = 0;
   lookahead_.configure(params_.max_draft, params_.adaptive_draft != 0);
 
@@ -84,6 +85,9 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
     draft_tokens_.resize(params_.max_draft);
     draft_parents_.resize(params_.max_draft);
     accepted_path_.resize(params_.max_draft);
+    hidden_.resize(static_cast<size_t>(hidden_size_));
+    verify_hidden_.resize(rows * hidden_size_);
+    pass_cost_.resize(rows);
   }
   target_.kv_truncate(0);
   target_.in_session = true;
@@ -147,7 +151,8 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   n_drafted_ += draft.n;
   n_accepted_ += v.n_accepted;
   if (drafter_)
-    lookahead_.observe(draft.requested, draft.n, v.n_accepted, draft.ms, score_ms, draft.n + 1);
+    lookahead_.observe(draft.requested, draft.n, v.n_accepted, draft.ms, score_ms, draft.n + 1,
+                       !draft.chain);
 }
 
 void Session::timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
@@ -169,6 +174,12 @@ void Session::catch_up() {
   size_t keep = 0;
   const size_t limit = std::min(kv_tokens_.size(), want);
   while (keep < limit && kv_tokens_[keep] == tokens_[keep]) ++keep;
+  // The drafter gets the hidden state of the last cached position: recompute that position if the
+  // one kept is of another (a hidden state depends only on the tokens up to it).
+  const bool hidden_stale =
+      hidden_size_ > 0 && want > 0 &&
+      (hidden_pos_ != static_cast<int64_t>(want) - 1 || static_cast<size_t>(hidden_pos_) >= keep);
+  if (hidden_stale && keep == want) keep = want - 1;
   if (keep < kv_tokens_.size()) {
     target_.kv_truncate(static_cast<int32_t>(keep));
     kv_tokens_.resize(keep);
@@ -188,9 +199,15 @@ void Session::catch_up() {
     b.n_tokens = static_cast<int32_t>(n);
     b.tokens = batch_tokens_.data();
     b.positions = batch_pos_.data();
+    if (hidden_size_ > 0 && start + n == want) {  // the last chunk: its last hidden state
+      b.n_logits = 1;
+      b.logits = logits_.data();
+      b.hidden = hidden_.data();
+    }
     target_.forward(b);
     ++n_passes_;
     kv_tokens_.insert(kv_tokens_.end(), batch_tokens_.begin(), batch_tokens_.end());
+    if (b.hidden) hidden_pos_ = static_cast<int64_t>(want) - 1;
   }
   if (drafter_behind) {
     if (!drafter_begun_)
@@ -227,6 +244,16 @@ Session::Draft Session::propose(int32_t k) {
   req.seed = params_.seed;
   req.sample = draft_sample_cb;
   req.sample_ctx = &sctx;
+  if (hidden_size_ > 0 && hidden_pos_ == static_cast<int64_t>(tokens_.size()) - 2) {
+    req.hidden = hidden_.data();
+    req.hidden_size = hidden_size_;
+    req.hidden_position = hidden_pos_;
+  } else {
+    req.hidden_position = -1;
+  }
+  for (int32_t i = 0; i <= k; ++i) pass_cost_[i] = static_cast<float>(lookahead_.batch_ratio(i));
+  req.pass_cost = pass_cost_.data();
+  req.n_pass_cost = k + 1;
   specinfer_draft out{};
   out.struct_size = sizeof(out);
   out.cap = k;
@@ -264,6 +291,7 @@ double Session::score(const Draft &d) {
   b.positions = batch_pos_.data();
   b.n_logits = n;
   b.logits = logits_.data();
+  if (hidden_size_ > 0) b.hidden = verify_hidden_.data();
   if (!d.chain) {  // a chain keeps the causal mask: the same kernels as plain decoding
     tree_mask_.assign(static_cast<size_t>(n) * n, 0);
     for (int32_t i = 0; i < n; ++i)
@@ -336,6 +364,12 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
   }
 
   tokens_.insert(tokens_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  if (hidden_size_ > 0) {  // the row whose logits chose the last emitted token
+    const int32_t row = kept_nodes == 0 ? 0 : accepted_path_[kept_nodes - 1] + 1;
+    std::copy_n(verify_hidden_.begin() + static_cast<std::ptrdiff_t>(row) * hidden_size_,
+                hidden_size_, hidden_.begin());
+    hidden_pos_ = static_cast<int64_t>(tokens_.size()) - 2;
+  }
   if (drafter_) {
     drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
     drafter_known_ = tokens_.size();

@@ -78,6 +78,7 @@ class Session {
   bool greedy_;  // the coupler reads only the argmax: it gets raw logits
   int32_t vocab_;
   int32_t n_ctx_;
+  int32_t hidden_size_;  // 0 when the target reports none: no hidden state for the drafter
 
   std::vector<int32_t> tokens_;     // the whole sequence
   std::vector<int32_t> kv_tokens_;  // what the target's KV cache holds (a prefix of some text)
@@ -92,6 +93,11 @@ class Session {
   std::vector<int32_t> accepted_path_, keep_idx_;      // [k], [k+1]
   std::vector<int32_t> batch_tokens_, batch_pos_;
   std::vector<uint8_t> tree_mask_;  // [k+1][k+1], for a draft that is not a chain
+  // The target's last hidden state at sequence index hidden_pos_ (-1: none), handed to the
+  // drafter; the verify pass writes one row per scored token into verify_hidden_.
+  std::vector<float> hidden_, verify_hidden_;  // [hidden_size], [k+1][hidden_size]
+  int64_t hidden_pos_ = -1;
+  std::vector<float> pass_cost_;  // [k+1]: the lookahead's cost of a pass over i+1 tokens
 
   Lookahead lookahead_;
 

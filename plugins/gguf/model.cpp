@@ -539,6 +539,22 @@ void Model::kv_truncate(int32_t n_keep) {
   if (n_keep < n_cached_) n_cached_ = n_keep;
 }
 
+void Model::output_rows(const int32_t *ids, int32_t n, float *out) const {
+  if (n < 0 || (n > 0 && (ids == nullptr || out == nullptr)))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: output_rows: NULL ids or out, or n %d < 0", n);
+  const int64_t E = hp_.n_embd;
+  for (int32_t i = 0; i < n; i++) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= hp_.n_vocab)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: output_rows: token %d outside the vocabulary %d",
+           id, hp_.n_vocab);
+    // Below a vocabulary limit the rows logits use (re-quantized, if so); above it the file's.
+    const Weight &w = id < n_out_ ? output_ : output_file_;
+    const auto *row = static_cast<const uint8_t *>(w.data) + size_t(id) * w.row_bytes;
+    check_status(k_->dequantize_row(w.type, row, out + size_t(i) * size_t(E), E), "output row");
+  }
+}
+
 void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   if (base < 0 || base > n_cached_ || n < 0 || (n > 0 && idx == nullptr))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_keep(base %d, n %d) invalid with %d cached",

@@ -103,6 +103,11 @@ class Model {
   // Ids at or above the limit whose logits are computed (empty without a limit).
   const std::vector<int32_t> &extra_output_ids() const { return extra_ids_; }
 
+  // Writes the output matrix's rows for token ids[0..n) as floats, out[i][n_embd] (the rows the
+  // logits are computed with: a logit is the row's dot product with the final hidden state).
+  // Throws INVALID_ARGUMENT for an id outside the vocabulary. Touches no cache.
+  void output_rows(const int32_t *ids, int32_t n, float *out) const;
+
   // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op).
   void kv_truncate(int32_t n_keep);
   // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.

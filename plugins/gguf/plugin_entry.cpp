@@ -191,6 +191,14 @@ specinfer_status target_kv_keep(void *self, int32_t base, const int32_t *idx, in
   });
 }
 
+specinfer_status target_output_rows(void *self, const int32_t *ids, int32_t n, float *out,
+                                    specinfer_plugin_error *err) {
+  return guarded(err, "gguf", [&] {
+    if (self == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: output_rows: NULL target");
+    self_of(self)->model->output_rows(ids, n, out);
+  });
+}
+
 const specinfer_target_vtable kVtable = {
     sizeof(specinfer_target_vtable),
     target_destroy,
@@ -201,6 +209,7 @@ const specinfer_target_vtable kVtable = {
     target_kv_size,
     target_kv_truncate,
     target_kv_keep,
+    target_output_rows,
 };
 
 specinfer_status target_create(const specinfer_host *host, const char *config, void **self,

@@ -168,7 +168,8 @@ const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
                                                t_forward,
                                                t_kv_size,
                                                t_kv_truncate,
-                                               t_kv_keep};
+                                               t_kv_keep,
+                                               nullptr};  // no hidden state: no output rows
 
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
                                const specinfer_target_vtable **vtable,
@@ -294,7 +295,7 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
 }
 
 const specinfer_drafter_factory kDrafterFactory = {sizeof(specinfer_drafter_factory),
-                                                   drafter_create};
+                                                   drafter_create, nullptr};
 
 const void *get_factory(const char *id) {
   if (!id) return nullptr;

@@ -71,7 +71,7 @@ static inline specinfer_drafter *open_drafter(specinfer_registry *reg, specinfer
  * named NAME whose factory is CREATE (a specinfer_drafter_factory create function). */
 #define TEST_DRAFTER_PLUGIN(PREFIX, NAME, DESCRIPTION, CREATE)                                     \
   static const specinfer_drafter_factory PREFIX##_factory = {sizeof(specinfer_drafter_factory),    \
-                                                             CREATE};                              \
+                                                             CREATE, NULL};                        \
   static const void *PREFIX##_get_factory(const char *id) {                                        \
     return strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &PREFIX##_factory : NULL;               \
   }                                                                                                \

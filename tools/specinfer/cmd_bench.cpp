@@ -193,9 +193,10 @@ int cmd_bench(int argc, char **argv) {
     if (!ok) break;
 
     std::printf(
-        "| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | drafted | "
-        "identical to plain |\n");
-    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        "| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | nodes/round "
+        "| "
+        "drafted | identical to plain |\n");
+    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const Config &c : configs) {
       const Config &pl = configs[static_cast<size_t>(c.plain_index)];
       double tps = c.gen_ms > 0 ? c.generated * 1000.0 / c.gen_ms : 0;
@@ -203,9 +204,10 @@ int cmd_bench(int argc, char **argv) {
       char acc[32] = "-";
       if (c.drafted > 0)
         std::snprintf(acc, sizeof acc, "%.3f", static_cast<double>(c.accepted) / c.drafted);
-      std::printf("| %s | %s | %.2f | %.2fx | %s | %.2f | %lld | %lld/%zu |\n", c.label.c_str(),
-                  c.coupler_spec.c_str(), tps, ptps > 0 ? tps / ptps : 0.0, acc,
+      std::printf("| %s | %s | %.2f | %.2fx | %s | %.2f | %.2f | %lld | %lld/%zu |\n",
+                  c.label.c_str(), c.coupler_spec.c_str(), tps, ptps > 0 ? tps / ptps : 0.0, acc,
                   c.rounds ? static_cast<double>(c.generated) / c.rounds : 0.0,
+                  c.rounds ? static_cast<double>(c.drafted) / c.rounds : 0.0,
                   static_cast<long long>(c.drafted), static_cast<long long>(c.identical),
                   prompts.size());
     }

@@ -18,10 +18,18 @@ struct Options {
   bool compare = false, quiet = false;
 };
 
+// Where the streamed text goes: stdout, or nowhere when quiet.
+struct TextStream {
+  bool quiet = false;
+  bool at_line_start = true;  // nothing written yet, or the text so far ends in a newline
+};
+
 int stream_text(void *user, const int32_t *, size_t, const char *text, size_t len) {
-  if (*static_cast<bool *>(user)) return 0;
+  auto *out = static_cast<TextStream *>(user);
+  if (out->quiet || len == 0) return 0;
   std::fwrite(text, 1, len, stdout);
   std::fflush(stdout);
+  out->at_line_start = text[len - 1] == '\n';
   return 0;
 }
 
@@ -59,9 +67,13 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
       std::fprintf(stderr, "specinfer: %s\n", specinfer_session_errmsg(session));
       break;
     }
-    bool quiet = !print;
-    specinfer_status s = specinfer_session_generate(session, o.run.max_tokens, stream_text, &quiet);
-    if (print) std::printf("\n");
+    TextStream out;
+    out.quiet = !print;
+    specinfer_status s = specinfer_session_generate(session, o.run.max_tokens, stream_text, &out);
+    // The statistics (on stderr) start on a line of their own, also when both streams go to one
+    // file: end the text's last line and flush it before anything is written to stderr.
+    if (!out.at_line_start) std::fputc('\n', stdout);
+    std::fflush(stdout);
     if (s != SPECINFER_OK) {
       std::fprintf(stderr, "specinfer: generation failed: %s\n", specinfer_session_errmsg(session));
       break;
@@ -89,11 +101,14 @@ void print_stats(const char *label, const specinfer_session_stats &s) {
       stderr,
       "[%s] prompt %lld tokens, generated %lld tokens in %lld rounds (%lld target passes)\n"
       "[%s] drafted %lld, accepted %lld, acceptance rate %.3f, mean tokens per round %.2f\n"
+      "[%s] per round: %.2f nodes verified, accepted path length %.2f\n"
       "[%s] prefill %.1f ms, draft %.1f ms, verify %.1f ms, sample %.1f ms; %.2f tokens/s\n",
       label, (long long)s.n_prompt_tokens, (long long)s.n_generated, (long long)s.n_rounds,
       (long long)s.n_target_passes, label, (long long)s.n_drafted, (long long)s.n_accepted,
-      s.acceptance_rate, s.mean_accepted, label, s.t_prefill_ms, s.t_draft_ms, s.t_verify_ms,
-      s.t_sample_ms, s.tokens_per_second);
+      s.acceptance_rate, s.mean_accepted, label,
+      s.n_rounds ? double(s.n_drafted) / double(s.n_rounds) : 0.0,
+      s.n_rounds ? double(s.n_accepted) / double(s.n_rounds) : 0.0, label, s.t_prefill_ms,
+      s.t_draft_ms, s.t_verify_ms, s.t_sample_ms, s.tokens_per_second);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"plugins", cmd_plugins, "list the plugins found on the plugin path"},
     {"sketch-eval", cmd_sketch_eval,
      "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
+    {"train-heads", cmd_train_heads, "train Medusa heads for a target on a text corpus"},
 };
 
 }  // namespace

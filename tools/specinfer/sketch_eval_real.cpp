@@ -161,7 +161,8 @@ specinfer_status probe_create(const specinfer_host *, const char *, const specin
   return SPECINFER_ERR_UNSUPPORTED;
 }
 
-const specinfer_drafter_factory kProbeFactory = {sizeof(specinfer_drafter_factory), probe_create};
+const specinfer_drafter_factory kProbeFactory = {sizeof(specinfer_drafter_factory), probe_create,
+                                                 nullptr};
 
 const void *probe_get_factory(const char *id) {
   return std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &kProbeFactory : nullptr;
