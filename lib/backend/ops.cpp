@@ -173,27 +173,42 @@ void attention(const specinfer_attention_args &a) {
           const int64_t qi = it / a.n_head_kv, kvh = it % a.n_head_kv;
           const float *q = a.q + (qi * a.n_head + kvh * group) * hd;
           float *out = a.out + (qi * a.n_head + kvh * group) * hd;
-          const int64_t last = n_kv - a.n_q + qi;  // causal: attend j <= last
           // Causal: only the visible prefix takes part, so a query's result does not depend on how
-          // many queries share the batch (bit for bit; speculative decoding relies on it).
-          const int64_t n_vis = a.mask ? n_kv : last + 1;
+          // many queries share the batch (bit for bit; speculative decoding relies on it). With a
+          // mask: keys up to the last visible one.
+          const uint8_t *mq = a.mask ? a.mask + qi * n_kv : nullptr;
+          int64_t n_vis = n_kv - a.n_q + qi + 1;
+          if (mq) {
+            n_vis = n_kv;
+            while (n_vis > 0 && mq[n_vis - 1] == 0) --n_vis;
+          }
           const float *kh = a.k + kvh * hd, *vh = a.v + kvh * hd;
           const int64_t stride = static_cast<int64_t>(a.n_head_kv) * hd;
-          v.scores(q, hd, group, kh, stride, n_vis, hd, a.scale, scores.data(), n_kv);
+          if (n_vis > 0)
+            v.scores(q, hd, group, kh, stride, n_vis, hd, a.scale, scores.data(), n_kv);
           for (int64_t h = 0; h < group; ++h) {
             float *sc = scores.data() + h * n_kv;
-            float m = -std::numeric_limits<float>::infinity();
-            for (int64_t j = 0; j < n_vis; ++j) {
-              if (a.mask && a.mask[qi * n_kv + j] == 0)
-                sc[j] = -std::numeric_limits<float>::infinity();
-              m = sc[j] > m ? sc[j] : m;
+            // A masked query's visible scores are moved, in key order, to the front of its row, so
+            // max and exp_sub_sum see exactly the contiguous scores plain decoding sees for the
+            // same keys (a tree path: the prefix, the ancestors, the query): the same vector lanes,
+            // the same summation order, bit for bit. They go back to their slots afterwards.
+            int64_t n_soft = n_vis;
+            if (mq) {
+              n_soft = 0;
+              for (int64_t j = 0; j < n_vis; ++j)
+                if (mq[j] != 0) sc[n_soft++] = sc[j];
             }
+            float m = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < n_soft; ++j) m = sc[j] > m ? sc[j] : m;
             if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible (or NaN): zeros
               for (int64_t j = 0; j < n_vis; ++j) sc[j] = 0.0f;
               continue;
             }
-            const float inv = 1.0f / v.exp_sub_sum(sc, m, n_vis);
-            for (int64_t j = 0; j < n_vis; ++j) sc[j] *= inv;
+            const float inv = 1.0f / v.exp_sub_sum(sc, m, n_soft);
+            for (int64_t j = 0; j < n_soft; ++j) sc[j] *= inv;
+            if (mq && n_soft < n_vis)  // back to the key slots, from the end (t <= j), 0 if masked
+              for (int64_t j = n_vis - 1, t = n_soft - 1; j >= 0; --j)
+                sc[j] = mq[j] != 0 ? sc[t--] : 0.0f;
           }
           v.weighted_sum(scores.data(), n_kv, group, vh, stride, n_vis, hd, out, hd);
         }

@@ -50,8 +50,10 @@ void silu_mul(float *gate, const float *up, int64_t n) noexcept;
 // y[i] += x[i].
 void add(float *y, const float *x, int64_t n) noexcept;
 // Grouped-query scaled dot-product attention (see specinfer_attention_args). Parallel over
-// (query, head) on oneTBB. A query that may attend no position gets a zero output. Throws
-// specinfer::Error(INVALID_ARGUMENT) on bad arguments.
+// (query, head) on oneTBB. A query that may attend no position gets a zero output. A query's
+// result is bit for bit that of a causal call for it alone over the keys it may attend, gathered
+// in order: a batch, or a token tree under a mask, computes each token as plain decoding does.
+// Throws specinfer::Error(INVALID_ARGUMENT) on bad arguments.
 void attention(const specinfer_attention_args &args);
 
 }  // namespace specinfer
