@@ -214,6 +214,8 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
 
 void train_drafter(Registry &registry, const std::string &plugin, TargetObject &target,
                    const specinfer_train_params &params) {
+  if (target.in_session)
+    fail(SPECINFER_ERR_STATE, "the target is used by a session; training needs it alone");
   LoadedPlugin &p = registry.find(plugin);
   if (!p.drafter_factory)
     fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no drafter", plugin.c_str());
@@ -221,8 +223,6 @@ void train_drafter(Registry &registry, const std::string &plugin, TargetObject &
           offsetof(specinfer_drafter_factory, train) + sizeof(p.drafter_factory->train) ||
       !p.drafter_factory->train)
     fail(SPECINFER_ERR_UNSUPPORTED, "drafter '%s' has nothing to train", plugin.c_str());
-  if (target.in_session)
-    fail(SPECINFER_ERR_STATE, "the target is used by a session; training needs it alone");
   auto err = fresh_error();
   specinfer_host_target ht{target.self(), target.vtable(), &target};
   specinfer_model_info info = target.info();
