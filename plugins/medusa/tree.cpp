@@ -1,0 +1,113 @@
+#include "tree.h"
+
+#include <algorithm>
+
+namespace medusa {
+
+namespace {
+
+float clamp01(float p) {
+  return p > 0.0f ? (p < 1.0f ? p : 1.0f) : 0.0f;  // NaN -> 0
+}
+
+// Max-heap order: larger value first, then earlier push.
+bool later(const TreeQueueEntry &a, const TreeQueueEntry &b) {
+  if (a.value != b.value) return a.value < b.value;
+  return a.seq > b.seq;
+}
+
+}  // namespace
+
+double pass_cost(const TreeSpec &spec, int32_t n) {
+  if (n < 0) n = 0;
+  if (spec.pass_cost && spec.n_pass_cost > 0) {
+    if (n < spec.n_pass_cost) return spec.pass_cost[n];
+    const int32_t last = spec.n_pass_cost - 1;
+    double step = kDefaultPassStep;
+    if (last >= 1) step = std::max(0.0, double(spec.pass_cost[last]) - spec.pass_cost[last - 1]);
+    return spec.pass_cost[last] + step * (n - last);
+  }
+  return 1.0 + kDefaultPassStep * n;
+}
+
+void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &queue) {
+  out.tokens.clear();
+  out.parents.clear();
+  out.values.clear();
+  out.origins.clear();
+  queue.clear();
+  uint32_t seq = 0;
+  const int32_t n_levels = static_cast<int32_t>(spec.levels.size());
+  const int32_t n_chain = static_cast<int32_t>(spec.chain.size());
+
+  auto push = [&](float value, int32_t parent, int32_t token, NodeOrigin origin) {
+    if (!(value > 0.0f)) return;
+    queue.push_back({value, parent, token, origin, seq++});
+    std::push_heap(queue.begin(), queue.end(), later);
+  };
+  // Pushes the children of node `parent` (-1: the root) at depth `depth` with value `value`.
+  auto expand = [&](int32_t parent, int32_t depth, float value, bool on_chain) {
+    const bool chain_here = on_chain && depth < n_chain;
+    bool chain_merged = false;
+    if (depth < n_levels) {
+      const std::vector<Candidate> &level = spec.levels[static_cast<size_t>(depth)];
+      for (size_t r = 0; r < level.size(); ++r) {
+        const Candidate &c = level[r];
+        bool repeated = false;
+        for (size_t q = 0; q < r && !repeated; ++q) repeated = level[q].token == c.token;
+        if (repeated) continue;
+        float p = clamp01(c.p);
+        NodeOrigin o{depth + 1, static_cast<int32_t>(r), false};
+        if (chain_here && spec.chain[static_cast<size_t>(depth)].token == c.token) {
+          p = std::max(p, clamp01(spec.chain[static_cast<size_t>(depth)].p));
+          o.chain = true;
+          chain_merged = true;
+        }
+        push(value * p, parent, c.token, o);
+      }
+    }
+    if (chain_here && !chain_merged) {
+      const Candidate &c = spec.chain[static_cast<size_t>(depth)];
+      push(value * clamp01(c.p), parent, c.token, NodeOrigin{depth + 1, -1, true});
+    }
+  };
+
+  const int32_t cap = std::max<int32_t>(0, spec.max_nodes);
+  expand(-1, 0, 1.0f, true);
+  while (static_cast<int32_t>(out.tokens.size()) < cap && !queue.empty()) {
+    std::pop_heap(queue.begin(), queue.end(), later);
+    const TreeQueueEntry e = queue.back();
+    queue.pop_back();
+    const int32_t id = static_cast<int32_t>(out.tokens.size());
+    out.tokens.push_back(e.token);
+    out.parents.push_back(e.parent);
+    out.values.push_back(e.value);
+    out.origins.push_back(e.origin);
+    if (!spec.allow_tree) queue.clear();  // a chain: only the best child of the last node
+    expand(id, e.origin.depth, e.value, e.origin.chain);
+  }
+
+  // Keep the prefix (values are in non-increasing order) with the most tokens per unit of time.
+  const double draft = std::max(0.0f, spec.draft_cost);
+  double sum = 0.0;
+  size_t best_n = 0;
+  double best_rate = 1.0 / (draft + pass_cost(spec, 0));
+  double best_sum = 0.0;
+  for (size_t n = 1; n <= out.values.size(); ++n) {
+    sum += out.values[n - 1];
+    const double rate = (1.0 + sum) / (draft + pass_cost(spec, static_cast<int32_t>(n)));
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_n = n;
+      best_sum = sum;
+    }
+  }
+  out.tokens.resize(best_n);
+  out.parents.resize(best_n);
+  out.values.resize(best_n);
+  out.origins.resize(best_n);
+  out.expected_tokens = 1.0 + best_sum;
+  out.cost = draft + pass_cost(spec, static_cast<int32_t>(best_n));
+}
+
+}  // namespace medusa

@@ -1,0 +1,80 @@
+// Sparse token trees for the medusa drafter: which candidates of the heads (and of prompt lookup)
+// the target verifies in one pass. A pure function of its inputs, tested white-box.
+//
+// Every node stands for a path of drafted tokens after the last committed one; its value is the
+// estimated probability that the target accepts the whole path: the product, along the path, of
+// each token's estimated probability of being the target's token given that its parent was
+// accepted. The heads read one hidden state, so the candidates at depth d are the same under every
+// parent (`levels[d - 1]`); prompt lookup adds one chain, whose tokens are children only of the
+// chain's own path (where a chain token is also a head's candidate the two are one node, with the
+// larger estimate).
+//
+// Values never grow down a path (estimates are at most 1), so the n nodes of largest value form a
+// tree (every ancestor of one of them is among them, ties going to the ancestor): best-first
+// search, popping the node of largest value and pushing its children, yields them in order, parents
+// before children. The expected number of tokens a round emits with those n nodes is
+// 1 + (sum of their values) (each accepted node, plus the target's own token after the accepted
+// path); the round costs draft_cost + pass_cost(n) one-token passes. The tree keeps the n
+// (at most max_nodes) that maximize expected tokens per unit of time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace medusa {
+
+// A token proposed at some depth, with the estimated probability that it is the target's token
+// there given that its parent was accepted (clamped to [0, 1]; 0 = never proposed).
+struct Candidate {
+  int32_t token = 0;
+  float p = 0.0f;
+};
+
+// Where a node came from (for learning the estimates from what the target accepted).
+struct NodeOrigin {
+  int32_t depth = 0;   // 1 = a child of the last committed token
+  int32_t rank = -1;   // index in levels[depth - 1], -1 when only the lookup chain proposed it
+  bool chain = false;  // the node lies on the lookup chain's path
+};
+
+struct TreeSpec {
+  // levels[d]: the candidates for depth d + 1, under every parent at depth d. Distinct tokens
+  // (a repeated token is skipped); any order.
+  std::vector<std::vector<Candidate>> levels;
+  // The lookup chain: chain[i] follows chain[0 .. i) after the last committed token.
+  std::vector<Candidate> chain;
+  int32_t max_nodes = 0;   // at most this many nodes
+  bool allow_tree = true;  // false: a chain (each node at most one child, the best)
+  // pass_cost[i]: the time of a pass over i + 1 tokens relative to a one-token pass, for
+  // i < n_pass_cost; beyond (or when NULL) the cost grows by the last known step, or by
+  // kDefaultPassStep per token with nothing known.
+  const float *pass_cost = nullptr;
+  int32_t n_pass_cost = 0;
+  float draft_cost = 0.0f;  // the drafter's own time, in one-token passes
+};
+
+constexpr float kDefaultPassStep = 0.05f;
+
+struct Tree {
+  std::vector<int32_t> tokens, parents;  // parents[j] < j; -1 = the last committed token
+  std::vector<float> values;             // estimated probability that the path to j is accepted
+  std::vector<NodeOrigin> origins;
+  double expected_tokens = 1.0;  // 1 + sum of values
+  double cost = 1.0;             // draft_cost + pass cost of the nodes, in one-token passes
+};
+
+// The cost of a pass over the last committed token and n nodes, per the spec's pass costs.
+double pass_cost(const TreeSpec &spec, int32_t n);
+
+// Builds the tree (see above) into `out` (its vectors are reused). Scratch memory is kept in
+// `queue` between calls.
+struct TreeQueueEntry {
+  float value;
+  int32_t parent;  // index in the output, -1 = the root
+  int32_t token;
+  NodeOrigin origin;
+  uint32_t seq;  // push order: ties pop first-pushed first
+};
+void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &queue);
+
+}  // namespace medusa
