@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -175,12 +176,15 @@ void attention(const specinfer_attention_args &a) {
           float *out = a.out + (qi * a.n_head + kvh * group) * hd;
           // Causal: only the visible prefix takes part, so a query's result does not depend on how
           // many queries share the batch (bit for bit; speculative decoding relies on it). With a
-          // mask: keys up to the last visible one.
+          // mask: keys up to the last visible one, of which the first `lead` are all visible (a
+          // tree's cached prefix).
           const uint8_t *mq = a.mask ? a.mask + qi * n_kv : nullptr;
-          int64_t n_vis = n_kv - a.n_q + qi + 1;
+          int64_t n_vis = n_kv - a.n_q + qi + 1, lead = n_vis;
           if (mq) {
             n_vis = n_kv;
             while (n_vis > 0 && mq[n_vis - 1] == 0) --n_vis;
+            const void *hole = std::memchr(mq, 0, static_cast<size_t>(n_vis));
+            lead = hole ? static_cast<const uint8_t *>(hole) - mq : n_vis;
           }
           const float *kh = a.k + kvh * hd, *vh = a.v + kvh * hd;
           const int64_t stride = static_cast<int64_t>(a.n_head_kv) * hd;
@@ -192,12 +196,9 @@ void attention(const specinfer_attention_args &a) {
             // max and exp_sub_sum see exactly the contiguous scores plain decoding sees for the
             // same keys (a tree path: the prefix, the ancestors, the query): the same vector lanes,
             // the same summation order, bit for bit. They go back to their slots afterwards.
-            int64_t n_soft = n_vis;
-            if (mq) {
-              n_soft = 0;
-              for (int64_t j = 0; j < n_vis; ++j)
-                if (mq[j] != 0) sc[n_soft++] = sc[j];
-            }
+            int64_t n_soft = lead;
+            for (int64_t j = lead; j < n_vis; ++j)
+              if (mq[j] != 0) sc[n_soft++] = sc[j];
             float m = -std::numeric_limits<float>::infinity();
             for (int64_t j = 0; j < n_soft; ++j) m = sc[j] > m ? sc[j] : m;
             if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible (or NaN): zeros
@@ -206,9 +207,9 @@ void attention(const specinfer_attention_args &a) {
             }
             const float inv = 1.0f / v.exp_sub_sum(sc, m, n_soft);
             for (int64_t j = 0; j < n_soft; ++j) sc[j] *= inv;
-            if (mq && n_soft < n_vis)  // back to the key slots, from the end (t <= j), 0 if masked
-              for (int64_t j = n_vis - 1, t = n_soft - 1; j >= 0; --j)
-                sc[j] = mq[j] != 0 ? sc[t--] : 0.0f;
+            // Back to the key slots, from the end (t <= j), 0 where masked.
+            for (int64_t j = n_vis - 1, t = n_soft - 1; j >= lead; --j)
+              sc[j] = mq[j] != 0 ? sc[t--] : 0.0f;
           }
           v.weighted_sum(scores.data(), n_kv, group, vh, stride, n_vis, hd, out, hd);
         }
