@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
 #include "../ngram/ngram_index.h"
 #include "specinfer_plugin.h"
@@ -383,20 +384,11 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
   });
 }
 
-const specinfer_drafter_factory kFactory = {sizeof(specinfer_drafter_factory), drafter_create};
-
-const void *get_factory(const char *id) {
-  return id && !std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) ? &kFactory : nullptr;
-}
+constexpr specinfer_drafter_factory kFactory = specinfer_plugin::drafter_factory(drafter_create);
 
 }  // namespace
 
-extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry = {
-    SPECINFER_PLUGIN_ABI_VERSION,
-    sizeof(specinfer_plugin_descriptor),
-    "draft-model",
-    "1.0",
-    "runs a small model (any target plugin) as the drafter; optional prompt lookup first",
-    nullptr,
-    nullptr,
-    get_factory};
+extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry =
+    specinfer_plugin::drafter_plugin_descriptor<kFactory>(
+        "draft-model", "1.0",
+        "runs a small model (any target plugin) as the drafter; optional prompt lookup first");

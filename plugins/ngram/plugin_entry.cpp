@@ -13,7 +13,6 @@
 //           min_share=<0..1> (0.5)
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
 #include "ngram_index.h"
 #include "specinfer_plugin.h"
@@ -185,21 +185,12 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
   });
 }
 
-const specinfer_drafter_factory kFactory = {sizeof(specinfer_drafter_factory), drafter_create};
-
-const void *get_factory(const char *id) {
-  return id && !std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) ? &kFactory : nullptr;
-}
+constexpr specinfer_drafter_factory kFactory = specinfer_plugin::drafter_factory(drafter_create);
 
 }  // namespace
 
-extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry = {
-    SPECINFER_PLUGIN_ABI_VERSION,
-    sizeof(specinfer_plugin_descriptor),
-    "ngram",
-    "1.1",
-    "n-gram drafting: prompt lookup in the context, then n-gram caches over earlier output and a "
-    "corpus",
-    nullptr,
-    nullptr,
-    get_factory};
+extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry =
+    specinfer_plugin::drafter_plugin_descriptor<kFactory>(
+        "ngram", "1.1",
+        "n-gram drafting: prompt lookup in the context, then n-gram caches over earlier output "
+        "and a corpus");
