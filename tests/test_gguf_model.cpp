@@ -258,8 +258,8 @@ void expect_throw(Fn &&fn, specinfer_status code, const char *needle) {
   try {
     fn();
   } catch (const Error &e) {
-    if (e.code != code || (needle && !std::strstr(e.what(), needle))) {
-      print_error("got code %d '%s', expected %d '%s'\n", int(e.code), e.what(), int(code),
+    if (e.code() != code || (needle && !std::strstr(e.what(), needle))) {
+      print_error("got code %d '%s', expected %d '%s'\n", int(e.code()), e.what(), int(code),
                   needle ? needle : "");
       fail();
     }

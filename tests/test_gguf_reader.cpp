@@ -87,8 +87,8 @@ void expect_error(const std::vector<uint8_t> &bytes, const char *needle,
       print_error("message '%s' lacks '%s'\n", e.what(), needle);
       fail();
     }
-    if (e.code != code) {
-      print_error("message '%s': code %d, expected %d\n", e.what(), int(e.code), int(code));
+    if (e.code() != code) {
+      print_error("message '%s': code %d, expected %d\n", e.what(), int(e.code()), int(code));
       fail();
     }
     assert_true(std::strlen(e.what()) > 10);
@@ -159,7 +159,7 @@ void check_full(const File &f, uint32_t version) {
       fail();
     } catch (const Error &e) {
       assert_non_null(std::strstr(e.what(), k));
-      assert_int_equal(e.code, SPECINFER_ERR_FORMAT);
+      assert_int_equal(e.code(), SPECINFER_ERR_FORMAT);
     }
   }
   try {
@@ -260,7 +260,7 @@ void test_open_from_disk(void **) {
     File::open(path);
     fail();
   } catch (const Error &e) {
-    assert_int_equal(e.code, SPECINFER_ERR_FORMAT);
+    assert_int_equal(e.code(), SPECINFER_ERR_FORMAT);
     assert_non_null(std::strstr(e.what(), path));
   }
   unlink(path);
@@ -268,14 +268,14 @@ void test_open_from_disk(void **) {
     File::open(path);
     fail();
   } catch (const Error &e) {
-    assert_int_equal(e.code, SPECINFER_ERR_NOT_FOUND);
+    assert_int_equal(e.code(), SPECINFER_ERR_NOT_FOUND);
     assert_non_null(std::strstr(e.what(), "cannot open"));
   }
   try {
     File::open("/tmp");
     fail();
   } catch (const Error &e) {
-    assert_int_equal(e.code, SPECINFER_ERR_IO);
+    assert_int_equal(e.code(), SPECINFER_ERR_IO);
   }
 }
 
@@ -323,7 +323,7 @@ void test_truncated_everywhere(void **) {
       print_error("prefix of %zu bytes parsed\n", n);
       fail();
     } catch (const Error &e) {
-      assert_int_equal(e.code, SPECINFER_ERR_FORMAT);
+      assert_int_equal(e.code(), SPECINFER_ERR_FORMAT);
       assert_true(std::strlen(e.what()) > 10);
     }
   }

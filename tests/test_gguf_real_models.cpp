@@ -307,7 +307,7 @@ void test_vocab_limit(void **) {
   try {
     cut.add_output_ids(&bad, 1);
   } catch (const specinfer::gguf::Error &e) {
-    bad_id = e.code == SPECINFER_ERR_INVALID_ARGUMENT;
+    bad_id = e.code() == SPECINFER_ERR_INVALID_ARGUMENT;
   }
   assert_true(bad_id);
   bool threw = false;
@@ -316,7 +316,7 @@ void test_vocab_limit(void **) {
     opt.vocab_limit = -1;
     Model m(*file, specinfer::default_host(), 64, opt);
   } catch (const specinfer::gguf::Error &e) {
-    threw = e.code == SPECINFER_ERR_CONFIG;
+    threw = e.code() == SPECINFER_ERR_CONFIG;
   }
   assert_true(threw);
 }
@@ -377,7 +377,7 @@ void test_requant(void **) {
     bad.requant = SPECINFER_WTYPE_Q4_K;
     Model m(*file, host, 64, bad);
   } catch (const specinfer::gguf::Error &e) {
-    threw = e.code == SPECINFER_ERR_CONFIG;
+    threw = e.code() == SPECINFER_ERR_CONFIG;
   }
   assert_true(threw);
 }

@@ -47,7 +47,7 @@ int error_code(F &&f) {
   try {
     f();
   } catch (const Error &e) {
-    return static_cast<int>(e.code);
+    return static_cast<int>(e.code());
   }
   return -1;
 }

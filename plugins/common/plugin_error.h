@@ -1,41 +1,24 @@
 // Errors inside the built-in plugins (header-only, no dependency on the library): code throws
-// Failure (a specinfer_status and a message), and each vtable function runs its body through
-// guarded(), which turns any exception into the status and message the plugin ABI returns.
+// Failure (a specinfer_status and a message, see common/status_error.h), and each vtable function
+// runs its body through guarded(), which turns any exception into the status and message the
+// plugin ABI returns.
 #pragma once
 
 #include <cstdio>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <utility>
 
+#include "../../common/status_error.h"
 #include "specinfer.h"
 #include "specinfer_plugin.h"
 
 namespace specinfer_plugin {
 
-struct Failure : std::runtime_error {
-  specinfer_status code;
-  Failure(specinfer_status c, const std::string &message) : std::runtime_error(message), code(c) {}
-};
-
-// printf-style formatting for messages.
-template <typename... Args>
-std::string format(const char *fmt, Args... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  if (n <= 0) return std::string(fmt);
-  std::string out(static_cast<size_t>(n) + 1, '\0');
-  std::snprintf(out.data(), out.size(), fmt, args...);
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-// Throws Failure(code, formatted message).
-template <typename... Args>
-[[noreturn]] void fail(specinfer_status code, const char *fmt, Args... args) {
-  throw Failure(code, format(fmt, args...));
-}
+// A plugin's failure is the status-carrying exception the core uses too (common/status_error.h).
+using Failure = specinfer::Error;
+using specinfer::fail;
+using specinfer::format;
 
 // Copies a message into the ABI's error buffer (truncated to fit); err may be NULL.
 inline void set_error(specinfer_plugin_error *err, const std::string &message) {
@@ -56,7 +39,7 @@ specinfer_status guarded(specinfer_plugin_error *err, const char *plugin, Fn &&f
     }
   } catch (const Failure &e) {
     set_error(err, e.what());
-    return e.code;
+    return e.code();
   } catch (const std::bad_alloc &) {
     set_error(err, std::string(plugin) + ": out of memory");
     return SPECINFER_ERR_OUT_OF_MEMORY;

@@ -336,7 +336,7 @@ std::unique_ptr<File> File::open(const std::string &path) {
   try {
     f->parse();
   } catch (const Error &err) {
-    throw Error(err.code, std::string(err.what()) + " (in '" + path + "')");
+    throw Error(err.code(), std::string(err.what()) + " (in '" + path + "')");
   }
   return f;
 }
