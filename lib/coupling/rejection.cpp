@@ -69,13 +69,6 @@ class RejectionCoupler final : public StepCoupler {
         lenience_(lenience) {}
   bool exact() const override { return lenience_ == 1.0; }
 
-  int32_t draft_sample(int32_t vocab, const float *q, uint64_t seed,
-                       int64_t position) const override {
-    check_vocab(vocab);
-    check_prob_row(q, vocab, "q", 0);
-    return sample_index(q, vocab, CounterRng(seed, position, RngStream::kDraft).uniform(0));
-  }
-
  protected:
   int32_t step(int32_t vocab, const float *p, std::span<const DraftChild> children, uint64_t seed,
                int64_t position, int32_t *token, StepScratch &scratch) const override {

@@ -5,6 +5,8 @@
 
 #include "backend/isa.h"
 #include "coupling/row_check.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
 #include "util/error.h"
 
 namespace specinfer {
@@ -68,6 +70,13 @@ void check_score_row(const float *row, int32_t vocab, const char *what, int64_t 
   if (!any)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "coupler: %s row %lld has no finite entry", what,
          static_cast<long long>(index));
+}
+
+int32_t StepCoupler::draft_sample(int32_t vocab, const float *q, uint64_t seed,
+                                  int64_t position) const {
+  check_vocab(vocab);
+  check_prob_row(q, vocab, "q", 0);
+  return sample_index(q, vocab, CounterRng(seed, position, RngStream::kDraft).uniform(0));
 }
 
 VerifyResult StepCoupler::verify(int32_t vocab, int32_t k, const float *p, const float *q,

@@ -27,6 +27,11 @@ class StepCoupler : public Coupler {
   explicit StepCoupler(std::string name) : name_(std::move(name)) {}
   const std::string &name() const override { return name_; }
 
+  // Checks q and samples it with the (seed, position, kDraft) uniform: the draft side of the
+  // couplers that share no randomness with the drafter (rejection, lenient, typical).
+  int32_t draft_sample(int32_t vocab, const float *q, uint64_t seed,
+                       int64_t position) const override;
+
   VerifyResult verify(int32_t vocab, int32_t k, const float *p, const float *q,
                       const int32_t *draft, uint64_t seed, int64_t position) const override;
   VerifyResult verify_tree(int32_t vocab, int32_t n_nodes, const float *p, const float *q,
