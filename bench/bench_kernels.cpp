@@ -18,6 +18,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "backend/attention_args.h"
 #include "backend/matmul.h"
 #include "backend/ops.h"
 #include "backend/packed.h"
@@ -423,18 +424,8 @@ void BM_Attention(benchmark::State &state) {
   const int n_head = 12, n_head_kv = 2, hd = 128;
   std::vector<float> q(static_cast<size_t>(n_q * n_head * hd), 0.1f),
       k(static_cast<size_t>(n_kv * n_head_kv * hd), 0.2f), v(k.size(), 0.3f), out(q.size());
-  specinfer_attention_args a{};
-  a.struct_size = sizeof a;
-  a.n_q = n_q;
-  a.n_head = n_head;
-  a.n_head_kv = n_head_kv;
-  a.head_dim = hd;
-  a.n_kv = n_kv;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.scale = 0.088f;
-  a.out = out.data();
+  const specinfer_attention_args a =
+      attention_args(n_q, n_head, n_head_kv, hd, n_kv, q.data(), k.data(), v.data(), out.data());
   for (auto _ : state) {
     arena().execute([&] { attention(a); });
     benchmark::DoNotOptimize(out.data());

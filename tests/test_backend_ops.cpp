@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/attention_args.h"
 #include "backend/isa.h"
 #include "backend/kernel_table.h"
 #include "backend/ops.h"
@@ -195,19 +196,9 @@ void run_attention_case(int n_q, int n_head, int n_head_kv, int hd, int n_kv, bo
       mask[static_cast<size_t>(j)] = 0;  // query 0 sees nothing: zero output
   }
   std::vector<float> out(q.size(), NAN);
-  specinfer_attention_args a{};
-  a.struct_size = sizeof a;
-  a.n_q = n_q;
-  a.n_head = n_head;
-  a.n_head_kv = n_head_kv;
-  a.head_dim = hd;
-  a.n_kv = n_kv;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.mask = explicit_mask ? mask.data() : nullptr;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  a.out = out.data();
+  const specinfer_attention_args a =
+      attention_args(n_q, n_head, n_head_kv, hd, n_kv, q.data(), k.data(), v.data(), out.data(),
+                     explicit_mask ? mask.data() : nullptr);
   const auto want = naive_attention(a);
   assert_int_equal(backend_kernel_table()->attention(&a), SPECINFER_OK);
   for (size_t i = 0; i < out.size(); ++i) {
@@ -236,16 +227,8 @@ void test_attention(void **) {
 
 void test_attention_errors(void **) {
   float buf[64] = {};
-  specinfer_attention_args a{};
-  a.struct_size = sizeof a;
-  a.n_q = 2;
-  a.n_head = 3;
-  a.n_head_kv = 2;  // 3 % 2 != 0
-  a.head_dim = 4;
-  a.n_kv = 2;
-  a.q = a.k = a.v = buf;
-  a.out = buf;
-  a.scale = 0.5f;
+  // 3 query heads over 2 key/value heads: 3 % 2 != 0.
+  specinfer_attention_args a = attention_args(2, 3, 2, 4, 2, buf, buf, buf, buf);
   const specinfer_kernels *k = backend_kernel_table();
   assert_int_equal(k->attention(&a), SPECINFER_ERR_INVALID_ARGUMENT);
   a.n_head_kv = 1;
