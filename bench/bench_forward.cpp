@@ -177,6 +177,65 @@ BENCHMARK(BM_VerifyRatio)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A token tree against a chain of the same size: 8 tokens after a cached context of ctx, logits for
+// all, once with a tree mask (the last token, then two children per level along one branch: parents
+// -1, 0, 0, 2, 2, 4, 4, 6 in the batch, positions parent + 1) and once causal at consecutive
+// positions, alternated every iteration (see BM_VerifyRatio). Counters: median milliseconds of each
+// and their ratio, the cost of verifying a tree rather than a chain.
+void BM_VerifyTree(benchmark::State &state) {
+  Model &m = model();
+  const int32_t ctx = static_cast<int32_t>(state.range(0)), n = 8;
+  std::vector<float> logits;
+  specinfer::TargetObject *t = with_context(state, m, ctx, logits);
+  if (!t) return;
+  const int32_t parent[n] = {-1, 0, 0, 2, 2, 4, 4, 6};
+  std::vector<int32_t> tokens(n), chain_pos(n), tree_pos(n);
+  std::vector<uint8_t> mask(static_cast<size_t>(n) * n, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = (1000 + 37 * (ctx + i)) % 30000;  // arbitrary ordinary tokens
+    chain_pos[static_cast<size_t>(i)] = ctx + i;
+    tree_pos[static_cast<size_t>(i)] =
+        parent[i] < 0 ? ctx : tree_pos[static_cast<size_t>(parent[i])] + 1;
+    for (int32_t j = i; j >= 0; j = parent[j]) mask[static_cast<size_t>(i) * n + j] = 1;
+  }
+  logits.resize(static_cast<size_t>(n) * static_cast<size_t>(m.info.vocab_size));
+  const auto time = [&](bool tree) {
+    t->kv_truncate(ctx);
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = n;
+    b.tokens = tokens.data();
+    b.positions = tree ? tree_pos.data() : chain_pos.data();
+    b.tree_mask = tree ? mask.data() : nullptr;
+    b.n_logits = n;
+    b.logits = logits.data();
+    const auto t0 = std::chrono::steady_clock::now();
+    t->forward(b);
+    benchmark::DoNotOptimize(logits.data());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> chain, tree;
+  for (auto _ : state) {
+    chain.push_back(time(false));
+    tree.push_back(time(true));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["chain_ms"] = median(chain);
+  state.counters["tree_ms"] = median(tree);
+  state.counters["ratio"] = median(tree) / median(chain);
+  state.SetLabel(m.info.name ? m.info.name : "");
+}
+BENCHMARK(BM_VerifyTree)
+    ->Arg(64)
+    ->Arg(1024)
+    ->ArgName("ctx")
+    ->MinTime(3.0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Prefill: 512 tokens from an empty cache, logits for the last one.
 void BM_Prefill(benchmark::State &state) {
   Model &m = model();
