@@ -1,0 +1,572 @@
+// The medusa plugin: a drafter built from Medusa heads (heads.h) on the target's last hidden state,
+// which the session hands over with every draft request; it never runs the target.
+//
+//  - Create: loads the heads file, refuses one trained for another target (CONFIG, naming both),
+//    fetches the target's output rows U for the heads' truncated vocabulary, and prepares the
+//    heads' matrices for the host's kernels: the K matrices W_k stacked into one (K x hidden) x
+//    hidden matrix (every head reads the same h, so one matmul computes them all) and U, both
+//    Q8_0 by default. A round reads each once, so drafting is memory-bound and the compact type is
+//    what makes it cheap (wtype=f16 / f32 for comparison).
+//  - Propose: y_k = h + silu(W_k h + b_k), logits_k = U y_k (one matmul over the K heads), each
+//    head's top_k candidates, and a sparse token tree over them (tree.h): best-first by the
+//    estimated probability that a path is accepted, its size chosen for the most expected tokens
+//    per unit of time against the session's measured pass costs. Point masses (has_probs = 0),
+//    so any coupler stays exact.
+//  - Value of a candidate (value=...): `acc`, the heads file's held-out accuracy by rank (the
+//    share of positions, with the parent path on the target's greedy path, where head k's rank-r
+//    candidate was the target's token: the conditional probability a tree needs); `prob`, the
+//    head's own softmax probability; `mix` (default), their geometric mean, which keeps the
+//    per-rank calibration of acc and the per-round confidence of prob. With adapt=1 (default) the
+//    estimates are rescaled online per depth by what the target accepted in recent rounds.
+//  - lookup=1: prompt lookup (the ngram plugin's context index) proposes a chain continuing the
+//    context; it is merged into the same tree (following head candidates where the tokens agree),
+//    each chain token valued by lookup's own recent acceptance at its depth.
+//  - Without a hidden state (an older host, or a round that has none) it proposes only the lookup
+//    chain, or nothing.
+//
+// config: path=<heads file> (required), nodes=<1..64> (16: most nodes per tree; the session's
+// max_draft caps it too), top_k=<1..16> (4: candidates per head), heads=<1..K> (all: heads used),
+// value=acc|prob|mix (mix), adapt=0|1 (1), wtype=q8_0|f16|f32 (q8_0), lookup=0|1 (0),
+// lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (5), lookup_max=<1..64> (16: chain length).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../common/drafter_plugin.h"
+#include "../common/plugin_config.h"
+#include "../common/plugin_error.h"
+#include "../ngram/ngram_index.h"
+#include "f16.h"
+#include "heads.h"
+#include "specinfer_plugin.h"
+#include "train.h"
+#include "tree.h"
+
+using specinfer_plugin::Config;
+using specinfer_plugin::ConfigError;
+using specinfer_plugin::fail;
+using specinfer_plugin::Failure;
+using specinfer_plugin::guarded;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Value { acc, prob, mix };
+
+// Memory from the host's aligned allocator.
+struct HostBuffer {
+  const specinfer_host *host = nullptr;
+  void *ptr = nullptr;
+  HostBuffer() = default;
+  HostBuffer(const HostBuffer &) = delete;
+  HostBuffer &operator=(const HostBuffer &) = delete;
+  ~HostBuffer() {
+    if (ptr) host->free(ptr);
+  }
+  void allocate(const specinfer_host *h, size_t bytes) {
+    host = h;
+    ptr = h->alloc(bytes ? bytes : 1, 64);
+    if (!ptr) throw std::bad_alloc();
+  }
+  uint8_t *bytes() const { return static_cast<uint8_t *>(ptr); }
+};
+
+template <typename T>
+constexpr bool covers(uint32_t struct_size, size_t offset) {
+  return struct_size >= offset + sizeof(T);
+}
+
+// A matrix of n_rows x n_cols in the chosen type, ready for the host's matmul (packed when the
+// host packs).
+class Matrix {
+ public:
+  ~Matrix() {
+    if (packed_) kernels_->free_packed(packed_);
+  }
+
+  // Takes the rows through `row(i, float *dst)`, converting each to wtype.
+  template <typename RowFn>
+  void build(const specinfer_host *host, int32_t wtype, int64_t n_rows, int64_t n_cols,
+             RowFn &&row) {
+    kernels_ = host->kernels;
+    wtype_ = wtype;
+    rows_ = n_rows;
+    cols_ = n_cols;
+    const size_t rb = kernels_->row_size(wtype, n_cols);
+    if (rb == 0)
+      fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the host cannot store %lld-value rows",
+           static_cast<long long>(n_cols));
+    data_.allocate(host, rb * static_cast<size_t>(n_rows));
+    std::vector<float> tmp(static_cast<size_t>(n_cols));
+    for (int64_t i = 0; i < n_rows; ++i) {
+      row(i, tmp.data());
+      uint8_t *dst = data_.bytes() + rb * static_cast<size_t>(i);
+      if (wtype == SPECINFER_WTYPE_F32) {
+        std::memcpy(dst, tmp.data(), rb);
+      } else if (wtype == SPECINFER_WTYPE_F16) {
+        auto *h = reinterpret_cast<uint16_t *>(dst);
+        for (int64_t c = 0; c < n_cols; ++c) h[c] = medusa::f32_to_f16(tmp[static_cast<size_t>(c)]);
+      } else {
+        const specinfer_status rc = kernels_->quantize_row(wtype, tmp.data(), dst, n_cols);
+        if (rc != SPECINFER_OK)
+          fail(rc, "medusa: quantizing a weight row failed (status %d)", static_cast<int>(rc));
+      }
+    }
+    if (covers<void *>(kernels_->struct_size, offsetof(specinfer_kernels, free_packed)) &&
+        kernels_->pack_weight && kernels_->matmul_packed && kernels_->free_packed) {
+      const specinfer_status rc = kernels_->pack_weight(wtype, data_.ptr, n_rows, n_cols, &packed_);
+      if (rc != SPECINFER_OK) packed_ = nullptr;  // the plain kernels still work
+    }
+  }
+
+  // y[t][r] for t < n_tok.
+  void apply(const float *x, int64_t n_tok, float *y) const {
+    const specinfer_status rc =
+        packed_ ? kernels_->matmul_packed(packed_, x, n_tok, y)
+                : kernels_->matmul(wtype_, data_.ptr, rows_, cols_, x, n_tok, y);
+    if (rc != SPECINFER_OK)
+      fail(rc, "medusa: the host's matmul failed (status %d)", static_cast<int>(rc));
+  }
+
+ private:
+  const specinfer_kernels *kernels_ = nullptr;
+  int32_t wtype_ = 0;
+  int64_t rows_ = 0, cols_ = 0;
+  HostBuffer data_;
+  specinfer_packed_weight *packed_ = nullptr;
+};
+
+// A decayed rate: hits / trials over recent rounds, pulled toward a prior while little is seen.
+struct Rate {
+  double hits = 0, trials = 0;
+  void add(bool hit, double decay) {
+    hits = hits * decay + (hit ? 1.0 : 0.0);
+    trials = trials * decay + 1.0;
+  }
+  double get(double prior, double weight) const {
+    return (hits + prior * weight) / (trials + weight);
+  }
+};
+
+constexpr int32_t kMaxDepth = 64;  // deepest node (heads or lookup chain)
+constexpr double kDecay = 0.98;    // per observation: about the last 50 count
+constexpr double kPriorWeight = 8;
+
+struct Drafter {
+  const specinfer_host *host = nullptr;
+  medusa::Heads heads;
+  int32_t H = 0, K = 0, V = 0;  // hidden size, heads used, truncated vocabulary
+  Matrix w;                     // [K * H][H]
+  Matrix u;                     // [V][H]
+  int32_t max_nodes = 16, top_k = 4;
+  Value value = Value::mix;
+  bool adapt = true;
+  bool lookup = false;
+  int32_t lookup_n_min = 2, lookup_n_max = 5, lookup_max = 16;
+
+  // Scratch.
+  std::vector<float> z, y, logits;  // [K*H], [K][H], [K][V]
+  std::vector<int32_t> top;         // [top_k]
+  medusa::TreeSpec spec;
+  medusa::Tree tree;
+  std::vector<medusa::TreeQueueEntry> queue;
+  specinfer_ngram::ContextIndex index;
+  std::vector<int32_t> tail;
+
+  // Learning from what the target accepted: the previous tree and the context it was made for.
+  medusa::Tree pending;
+  std::vector<float> pending_est;  // the heads' estimate of each node (before adaptation)
+  size_t pending_n = 0;
+  int32_t pending_last = -1;
+  // Per depth: accepted / proposed (parent accepted) for head nodes, in expectation (the sum of
+  // the estimates of those tried) and in fact; the ratio rescales the heads' estimates.
+  std::vector<double> head_expected, head_hits;
+  std::vector<Rate> chain_rate;  // per depth: lookup chain tokens accepted given parent accepted
+
+  // Draft cost in one-token passes: the drafter's own time against the round's.
+  double draft_ms = 0, pass1_ms = 0;
+  Clock::time_point last_start{};
+  double last_draft_ms = 0, last_pass_cost = 0;
+  bool last_valid = false;
+
+  explicit Drafter(const specinfer_host *h) : host(h) {}
+
+  float head_scale(int32_t depth) const {  // depth 1..K
+    if (!adapt) return 1.0f;
+    const size_t d = static_cast<size_t>(depth - 1);
+    const double e = head_expected[d], a = head_hits[d];
+    // The prior: one pseudo-round in which the estimates were right.
+    const double s = (a + kPriorWeight * 0.5) / (e + kPriorWeight * 0.5);
+    return static_cast<float>(std::clamp(s, 0.25, 4.0));
+  }
+
+  // Compares the previous tree with the tokens committed after it.
+  void learn(const int32_t *ctx, size_t n) {
+    if (pending.tokens.empty() || n <= pending_n || ctx[pending_n - 1] != pending_last) {
+      pending.tokens.clear();
+      return;
+    }
+    const int32_t *got = ctx + pending_n;
+    const size_t m = n - pending_n;
+    int32_t cur = -1;
+    for (size_t depth = 0; depth < m; ++depth) {
+      int32_t next = -1;
+      for (size_t j = 0; j < pending.tokens.size(); ++j) {
+        if (pending.parents[j] != cur) continue;
+        const bool hit = pending.tokens[j] == got[depth];
+        if (hit) next = static_cast<int32_t>(j);
+        const medusa::NodeOrigin &o = pending.origins[j];
+        if (o.rank >= 0) {
+          const size_t d = static_cast<size_t>(o.depth - 1);
+          head_expected[d] = head_expected[d] * kDecay + pending_est[j];
+          head_hits[d] = head_hits[d] * kDecay + (hit ? 1.0 : 0.0);
+        }
+        if (o.chain && o.depth <= kMaxDepth)
+          chain_rate[static_cast<size_t>(o.depth - 1)].add(hit, kDecay);
+      }
+      if (next < 0) break;
+      cur = next;
+    }
+    pending.tokens.clear();
+  }
+
+  // The head's estimate for a candidate of rank r with softmax probability prob at depth d.
+  float estimate(int32_t depth, int32_t rank, float prob) const {
+    const float acc = rank < medusa::kRanks
+                          ? heads.accuracy[static_cast<size_t>(depth - 1) * medusa::kRanks + rank]
+                          : 0.0f;
+    switch (value) {
+      case Value::acc:
+        return acc;
+      case Value::prob:
+        return prob;
+      case Value::mix:
+        break;
+    }
+    return std::sqrt(acc * prob);
+  }
+
+  // Fills spec.levels from the hidden state.
+  void run_heads(const float *h, int32_t vocab_size) {
+    w.apply(h, 1, z.data());
+    for (int32_t k = 0; k < K; ++k) {
+      const float *zk = z.data() + static_cast<size_t>(k) * H;
+      const float *bk = heads.b.data() + static_cast<size_t>(k) * H;
+      float *yk = y.data() + static_cast<size_t>(k) * H;
+      for (int32_t i = 0; i < H; ++i) {
+        const float a = zk[i] + bk[i];
+        yk[i] = h[i] + a / (1.0f + std::exp(-a));
+      }
+    }
+    u.apply(y.data(), K, logits.data());
+    spec.levels.resize(static_cast<size_t>(K));
+    for (int32_t k = 0; k < K; ++k) {
+      float *row = logits.data() + static_cast<size_t>(k) * V;
+      host->kernels->softmax(row, V);
+      // top_k by a small insertion sort: almost every value fails the first comparison.
+      int32_t n = 0;
+      for (int32_t i = 0; i < V; ++i) {
+        if (n == top_k && row[i] <= row[top[static_cast<size_t>(n - 1)]]) continue;
+        int32_t j = n < top_k ? n++ : n - 1;
+        while (j > 0 && row[top[static_cast<size_t>(j - 1)]] < row[i]) {
+          top[static_cast<size_t>(j)] = top[static_cast<size_t>(j - 1)];
+          --j;
+        }
+        top[static_cast<size_t>(j)] = i;
+      }
+      std::vector<medusa::Candidate> &level = spec.levels[static_cast<size_t>(k)];
+      level.clear();
+      const float scale = head_scale(k + 1);
+      for (int32_t r = 0; r < n; ++r) {
+        const int32_t i = top[static_cast<size_t>(r)];
+        const int32_t tok = heads.vocab[static_cast<size_t>(i)];
+        if (tok >= vocab_size) continue;
+        level.push_back({tok, estimate(k + 1, r, row[i]) * scale});
+      }
+    }
+  }
+
+  // Fills spec.chain with prompt lookup's continuation of ctx.
+  void run_lookup(const int32_t *ctx, size_t n, int32_t want, int32_t vocab_size) {
+    index.sync(ctx, n);
+    const size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
+    tail.assign(ctx + n - keep, ctx + n);
+    spec.chain.clear();
+    while (static_cast<int32_t>(spec.chain.size()) < want) {
+      int32_t tok = -1;
+      for (int k = std::min<int>(lookup_n_max, static_cast<int>(tail.size())); k >= lookup_n_min;
+           --k) {
+        const ptrdiff_t p = index.find(tail.data() + tail.size() - k, k);
+        if (p >= 0) {
+          tok = index.tokens()[static_cast<size_t>(p)];
+          break;
+        }
+      }
+      if (tok < 0 || tok >= vocab_size) break;
+      const size_t d = spec.chain.size();
+      // The first chain tokens are right about half the time; deeper ones, once their parents
+      // were, more often.
+      const double prior = d == 0 ? 0.5 : 0.8;
+      spec.chain.push_back({tok, static_cast<float>(chain_rate[d].get(prior, kPriorWeight))});
+      tail.push_back(tok);
+    }
+  }
+
+  void propose(const specinfer_draft_request &req, specinfer_draft &out) {
+    const Clock::time_point start = Clock::now();
+    out.n_nodes = 0;
+    out.has_probs = 0;
+    if (req.n_context == 0) return;
+    learn(req.context, req.n_context);
+    // The round since the last draft: its time minus the draft's is the verify pass, which
+    // gives the time of a one-token pass through the pass cost of that tree.
+    if (last_valid && last_pass_cost > 0) {
+      const double round_ms = std::chrono::duration<double, std::milli>(start - last_start).count();
+      const double p1 = (round_ms - last_draft_ms) / last_pass_cost;
+      // Skip gaps in which the application did something else between rounds.
+      if (p1 > 0 && (pass1_ms == 0 || p1 < 4 * pass1_ms))
+        pass1_ms = pass1_ms == 0 ? p1 : 0.9 * pass1_ms + 0.1 * p1;
+    }
+    last_valid = false;
+
+    const int32_t want = std::min({req.max_tokens, out.cap, max_nodes});
+    if (want <= 0 || out.vocab_size <= 0) return;
+    const uint32_t size = req.struct_size;
+    const bool has_hidden =
+        covers<int64_t>(size, offsetof(specinfer_draft_request, hidden_position)) &&
+        req.hidden != nullptr && req.hidden_position == static_cast<int64_t>(req.n_context) - 2;
+    if (has_hidden && req.hidden_size != H)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "medusa: the request's hidden state has %d values, the heads read %d", req.hidden_size,
+           H);
+    spec.levels.clear();
+    spec.chain.clear();
+    if (has_hidden) run_heads(req.hidden, out.vocab_size);
+    if (lookup) run_lookup(req.context, req.n_context, std::min(want, lookup_max), out.vocab_size);
+    if (spec.levels.empty() && spec.chain.empty()) return;
+
+    spec.max_nodes = want;
+    spec.allow_tree = req.allow_tree != 0;
+    spec.pass_cost = nullptr;
+    spec.n_pass_cost = 0;
+    if (covers<int32_t>(size, offsetof(specinfer_draft_request, n_pass_cost)) && req.pass_cost &&
+        req.n_pass_cost > 0) {
+      spec.pass_cost = req.pass_cost;
+      spec.n_pass_cost = req.n_pass_cost;
+    }
+    spec.draft_cost = pass1_ms > 0 ? static_cast<float>(std::min(draft_ms / pass1_ms, 2.0)) : 0.0f;
+    medusa::build_tree(spec, tree, queue);
+
+    const int32_t n = static_cast<int32_t>(tree.tokens.size());
+    for (int32_t j = 0; j < n; ++j) {
+      out.tokens[j] = tree.tokens[static_cast<size_t>(j)];
+      out.parents[j] = tree.parents[static_cast<size_t>(j)];
+    }
+    out.n_nodes = n;
+
+    // What to learn from once the target has spoken: each head node's estimate before the
+    // adaptive scale (the scale is what is being learned).
+    pending = tree;
+    pending_est.resize(static_cast<size_t>(n));
+    for (int32_t j = 0; j < n; ++j) {
+      const medusa::NodeOrigin &o = tree.origins[static_cast<size_t>(j)];
+      float e = 0.0f;
+      if (o.rank >= 0)
+        e = spec.levels[static_cast<size_t>(o.depth - 1)][static_cast<size_t>(o.rank)].p /
+            head_scale(o.depth);
+      pending_est[static_cast<size_t>(j)] = e;
+    }
+    pending_n = req.n_context;
+    pending_last = req.context[req.n_context - 1];
+
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (has_hidden) draft_ms = draft_ms == 0 ? ms : 0.9 * draft_ms + 0.1 * ms;
+    last_start = start;
+    last_draft_ms = ms;
+    last_pass_cost = medusa::pass_cost(spec, n);
+    last_valid = n > 0;
+  }
+};
+
+void d_destroy(void *self) {
+  delete static_cast<Drafter *>(self);
+}
+
+void check_tokens(const int32_t *t, size_t n) {
+  if (!t && n) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL tokens");
+  for (size_t i = 0; i < n; ++i)
+    if (t[i] < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: negative token id %d", t[i]);
+}
+
+specinfer_status d_begin(void *self, const int32_t *context, size_t n,
+                         specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  return guarded(err, "medusa", [&] {
+    check_tokens(context, n);
+    d->pending.tokens.clear();
+    d->last_valid = false;
+    if (d->lookup) {
+      d->index.clear();
+      d->index.append(context, n);
+    }
+  });
+}
+
+specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
+                          specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  return guarded(err, "medusa", [&] {
+    check_tokens(tokens, n);
+    if (d->lookup) d->index.append(tokens, n);
+  });
+}
+
+specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
+                           specinfer_plugin_error *err) {
+  auto *d = static_cast<Drafter *>(self);
+  return guarded(err, "medusa", [&] {
+    if (!req || !out || (!req->context && req->n_context) || !out->tokens || !out->parents)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: malformed draft request");
+    d->propose(*req, *out);
+  });
+}
+
+const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
+                                          d_propose, d_commit};
+
+int32_t parse_wtype(const std::string &s) {
+  if (s == "q8_0") return SPECINFER_WTYPE_Q8_0;
+  if (s == "f16") return SPECINFER_WTYPE_F16;
+  if (s == "f32") return SPECINFER_WTYPE_F32;
+  throw ConfigError("medusa: wtype must be q8_0, f16 or f32, got '" + s + "'");
+}
+
+Value parse_value(const std::string &s) {
+  if (s == "acc") return Value::acc;
+  if (s == "prob") return Value::prob;
+  if (s == "mix") return Value::mix;
+  throw ConfigError("medusa: value must be acc, prob or mix, got '" + s + "'");
+}
+
+// Fetches U, the target's output rows for the heads' vocabulary, a chunk at a time.
+void load_output_rows(Drafter &d, const specinfer_host_target &target, int32_t wtype) {
+  const int32_t chunk = 256;
+  std::vector<float> rows;
+  int32_t first = -1;  // the chunk in `rows`
+  d.u.build(d.host, wtype, d.V, d.H, [&](int64_t i, float *dst) {
+    const int32_t c = static_cast<int32_t>(i / chunk) * chunk;
+    if (c != first) {
+      const int32_t n = std::min(chunk, d.V - c);
+      rows.resize(static_cast<size_t>(n) * d.H);
+      specinfer_plugin_error e{};
+      const specinfer_status rc =
+          target.vtable->output_rows(target.self, d.heads.vocab.data() + c, n, rows.data(), &e);
+      if (rc != SPECINFER_OK)
+        throw Failure(rc, std::string("medusa: the target's output_rows failed: ") + e.message);
+      first = c;
+    }
+    std::memcpy(dst, rows.data() + static_cast<size_t>(i - first) * d.H,
+                sizeof(float) * static_cast<size_t>(d.H));
+  });
+}
+
+specinfer_status drafter_create(const specinfer_host *host, const char *config,
+                                const specinfer_model_info *target_info,
+                                const specinfer_host_target *target, void **self,
+                                const specinfer_drafter_vtable **vtable,
+                                specinfer_plugin_error *err) {
+  return guarded(err, "medusa", [&] {
+    if (!host || !self || !vtable) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL argument");
+    Config cfg(config, {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
+                        "lookup_n_min", "lookup_n_max", "lookup_max"});
+    if (!cfg.has("path") || cfg.get("path", "").empty())
+      throw ConfigError("medusa: path=<heads file> is required");
+    const std::string path = cfg.get("path", "");
+    auto d = std::make_unique<Drafter>(host);
+    d->max_nodes = static_cast<int32_t>(cfg.get_int("nodes", 16, 1, 64));
+    d->top_k = static_cast<int32_t>(cfg.get_int("top_k", 4, 1, 16));
+    d->value = parse_value(cfg.get("value", "mix"));
+    d->adapt = cfg.get_int("adapt", 1, 0, 1) != 0;
+    const int32_t wtype = parse_wtype(cfg.get("wtype", "q8_0"));
+    d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
+    d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
+    d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
+    d->lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
+    if (d->lookup_n_min > d->lookup_n_max)
+      throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
+
+    const specinfer_kernels *k = host->kernels;
+    if (!k || !covers<void *>(k->struct_size, offsetof(specinfer_kernels, isa)) || !k->matmul ||
+        !k->softmax || !k->row_size)
+      fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the host has no matmul or softmax kernels");
+    if (wtype == SPECINFER_WTYPE_Q8_0 &&
+        !(covers<void *>(k->struct_size, offsetof(specinfer_kernels, quantize_row)) &&
+          k->quantize_row))
+      fail(SPECINFER_ERR_UNSUPPORTED,
+           "medusa: the host cannot quantize to Q8_0 (an older host): use wtype=f16");
+    if (!target_info || !target || !target->vtable)
+      fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the heads need the session's target");
+    const specinfer_target_vtable *tv = target->vtable;
+    if (!covers<void *>(tv->struct_size, offsetof(specinfer_target_vtable, output_rows)) ||
+        !tv->output_rows)
+      fail(SPECINFER_ERR_UNSUPPORTED,
+           "medusa: the target (%s) cannot hand out its output rows (output_rows), which Medusa "
+           "heads need",
+           target_info->name ? target_info->name : "?");
+
+    d->heads = medusa::load_heads(path);
+    medusa::check_identity(d->heads, medusa::identify_target(*target_info, *target), path);
+    d->H = d->heads.hidden_size;
+    d->K = static_cast<int32_t>(cfg.get_int("heads", d->heads.n_heads, 1, d->heads.n_heads));
+    d->V = d->heads.n_vocab();
+    if (d->H % 32 != 0 && wtype == SPECINFER_WTYPE_Q8_0)
+      fail(SPECINFER_ERR_UNSUPPORTED,
+           "medusa: hidden size %d is not a multiple of 32, which Q8_0 needs: use wtype=f16", d->H);
+    // Without a measured accuracy (an untrained or unevaluated file), the heads' own
+    // probabilities are the only estimate.
+    bool evaluated = false;
+    for (float a : d->heads.accuracy) evaluated = evaluated || a > 0.0f;
+    if (!evaluated) d->value = Value::prob;
+
+    d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->H, [&](int64_t i, float *dst) {
+      std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(i) * d->H,
+                  sizeof(float) * static_cast<size_t>(d->H));
+    });
+    // The float weights are in the prepared matrix now.
+    d->heads.w.clear();
+    d->heads.w.shrink_to_fit();
+    load_output_rows(*d, *target, wtype);
+
+    d->z.resize(static_cast<size_t>(d->K) * d->H);
+    d->y.resize(static_cast<size_t>(d->K) * d->H);
+    d->logits.resize(static_cast<size_t>(d->K) * d->V);
+    d->top.resize(static_cast<size_t>(d->top_k));
+    d->head_expected.assign(static_cast<size_t>(d->K), 0.0);
+    d->head_hits.assign(static_cast<size_t>(d->K), 0.0);
+    d->chain_rate.assign(static_cast<size_t>(kMaxDepth), Rate{});
+    d->index.configure(d->lookup_n_max);
+    *self = d.release();
+    *vtable = &kVtable;
+  });
+}
+
+constexpr specinfer_drafter_factory kFactory = [] {
+  specinfer_drafter_factory f = specinfer_plugin::drafter_factory(drafter_create);
+  f.train = medusa_train;  // train.h: heads learned from the target's own predictions
+  return f;
+}();
+
+}  // namespace
+
+extern "C" SPECINFER_PLUGIN_EXPORT const specinfer_plugin_descriptor specinfer_plugin_entry =
+    specinfer_plugin::drafter_plugin_descriptor<kFactory>(
+        "medusa", "1.0",
+        "Medusa heads on the target's hidden state, drafting a sparse token tree; optional prompt "
+        "lookup merged in");

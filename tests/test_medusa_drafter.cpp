@@ -1,0 +1,652 @@
+// The medusa drafter: tree construction (white-box, tree.h) and the plugin end to end on the real
+// Qwen2.5-Coder 0.5B (skipped with a message when absent; SPECINFER_MODELS overrides the
+// directory).
+//  - Trees: topological order, distinct siblings, the node budget, values the products of the
+//    estimates along each path, best-first optimality against brute force on a small universe,
+//    the size chosen for the most tokens per unit of time, chains when trees are not allowed, and
+//    the lookup chain merged into the head candidates.
+//  - Plugin: heads files written here with save_heads (W = 0 and b = 0, where every head guesses
+//    the target's own distribution at the hidden state's position, and small random heads). The
+//    greedy text equals plain decoding token for token on several prompts, with and without
+//    lookup=1; the session really verified trees (more than one node per round, rounds whose draft
+//    is not a chain; counted by a wrapper drafter around the plugin's own factory); heads made for
+//    another model, a missing or truncated file and an unknown config key are refused with a
+//    status and a message.
+// With SPECINFER_SANITIZED=1 (ASan/UBSan builds) fewer prompts and tokens.
+#include <dlfcn.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/handles.h"
+#include "heads.h"
+#include "specinfer.h"
+#include "specinfer_plugin.h"
+#include "tree.h"
+
+#include "support/cmocka_setup.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Trees
+// ---------------------------------------------------------------------------------------------
+
+// Checks the structural promises of a tree and that each value is the product of the estimates
+// along its path (recomputed from the spec).
+void check_tree(const medusa::TreeSpec &spec, const medusa::Tree &t) {
+  const size_t n = t.tokens.size();
+  assert_int_equal(t.parents.size(), n);
+  assert_int_equal(t.values.size(), n);
+  assert_int_equal(t.origins.size(), n);
+  assert_true(static_cast<int32_t>(n) <= spec.max_nodes);
+  double sum = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const int32_t p = t.parents[j];
+    assert_true(p >= -1 && p < static_cast<int32_t>(j));
+    const int32_t depth = p < 0 ? 1 : t.origins[static_cast<size_t>(p)].depth + 1;
+    assert_int_equal(t.origins[j].depth, depth);
+    if (!spec.allow_tree) assert_int_equal(p, static_cast<int32_t>(j) - 1);
+    for (size_t i = 0; i < j; ++i)  // siblings are distinct tokens
+      if (t.parents[i] == p) assert_int_not_equal(t.tokens[i], t.tokens[j]);
+    // The estimate of this token at this depth: the head's, or lookup's if on the chain.
+    double est = 0;
+    const size_t d = static_cast<size_t>(depth - 1);
+    if (d < spec.levels.size())
+      for (const auto &c : spec.levels[d])
+        if (c.token == t.tokens[j]) {  // the first of repeated candidates counts
+          est = c.p;
+          break;
+        }
+    if (t.origins[j].chain) est = std::max<double>(est, spec.chain[d].p);
+    const double parent_value = p < 0 ? 1.0 : t.values[static_cast<size_t>(p)];
+    assert_true(std::fabs(t.values[j] - parent_value * est) < 1e-6);
+    if (j > 0) assert_true(t.values[j] <= t.values[j - 1] + 1e-7f);  // best-first order
+    sum += t.values[j];
+  }
+  assert_true(std::fabs(t.expected_tokens - (1 + sum)) < 1e-5);
+}
+
+medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int chain) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> tok(0, 30);  // a small range: repeats happen
+  medusa::TreeSpec s;
+  s.levels.resize(static_cast<size_t>(n_levels));
+  for (auto &level : s.levels)
+    for (int r = 0; r < k; ++r) level.push_back({tok(rng), u(rng)});
+  for (int i = 0; i < chain; ++i) s.chain.push_back({tok(rng), u(rng)});
+  return s;
+}
+
+void test_tree_structure(void **) {
+  std::mt19937 rng(7);
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  for (int iter = 0; iter < 500; ++iter) {
+    medusa::TreeSpec s = random_spec(rng, 1 + iter % 5, 1 + iter % 7, iter % 9);
+    s.max_nodes = 1 + iter % 20;
+    s.allow_tree = iter % 4 != 0;
+    std::vector<float> cost(static_cast<size_t>(s.max_nodes) + 1);
+    for (size_t i = 0; i < cost.size(); ++i) cost[i] = 1.0f + 0.01f * (iter % 6) * i;
+    if (iter % 3) {
+      s.pass_cost = cost.data();
+      s.n_pass_cost = static_cast<int32_t>(cost.size());
+    }
+    medusa::build_tree(s, t, q);
+    check_tree(s, t);
+  }
+}
+
+// All nodes of the universe a spec describes (without lookup), by path: value and parent.
+struct UNode {
+  int32_t parent;
+  double value;
+};
+
+void test_tree_best_first_is_optimal(void **) {
+  // Two levels of three candidates: 3 + 9 nodes. For every size n, the best total value over all
+  // subsets closed under parents must equal the tree's (flat pass cost: every n is kept).
+  medusa::TreeSpec s;
+  s.levels = {{{10, 0.5f}, {11, 0.3f}, {12, 0.15f}}, {{20, 0.9f}, {21, 0.05f}, {22, 0.6f}}};
+  std::vector<UNode> u;
+  for (int a = 0; a < 3; ++a) u.push_back({-1, s.levels[0][static_cast<size_t>(a)].p});
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b)
+      u.push_back(
+          {a, s.levels[0][static_cast<size_t>(a)].p * s.levels[1][static_cast<size_t>(b)].p});
+  std::vector<float> flat(20, 1.0f);
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  for (int n = 1; n <= 12; ++n) {
+    double best = 0;
+    for (uint32_t mask = 0; mask < (1u << 12); ++mask) {
+      if (__builtin_popcount(mask) != n) continue;
+      bool closed = true;
+      double sum = 0;
+      for (int i = 0; i < 12 && closed; ++i)
+        if (mask >> i & 1) {
+          if (u[static_cast<size_t>(i)].parent >= 0 &&
+              !(mask >> u[static_cast<size_t>(i)].parent & 1))
+            closed = false;
+          sum += u[static_cast<size_t>(i)].value;
+        }
+      if (closed) best = std::max(best, sum);
+    }
+    s.max_nodes = n;
+    s.pass_cost = flat.data();
+    s.n_pass_cost = static_cast<int32_t>(flat.size());
+    medusa::build_tree(s, t, q);
+    check_tree(s, t);
+    assert_int_equal(t.tokens.size(), static_cast<size_t>(n));
+    assert_true(std::fabs(t.expected_tokens - 1 - best) < 1e-6);
+  }
+  // The first nodes: 10 (0.5), 10->20 (0.45), 11 (0.3), 10->22 (0.3), 11->20 (0.27).
+  s.max_nodes = 5;
+  medusa::build_tree(s, t, q);
+  const std::vector<int32_t> tokens = {10, 20, 11, 22, 20}, parents = {-1, 0, -1, 0, 2};
+  assert_true(t.tokens == tokens);
+  assert_true(t.parents == parents);
+}
+
+void test_tree_size_follows_cost(void **) {
+  medusa::TreeSpec s;
+  s.levels = {{{1, 0.8f}, {2, 0.1f}}, {{3, 0.7f}, {4, 0.1f}}, {{5, 0.6f}}};
+  s.max_nodes = 16;
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  // Free passes: every node with a positive value is worth verifying.
+  std::vector<float> flat(17, 1.0f);
+  s.pass_cost = flat.data();
+  s.n_pass_cost = 17;
+  medusa::build_tree(s, t, q);
+  assert_int_equal(t.tokens.size(), 2u + 2u * 2u + 4u * 1u);  // the whole universe
+  // A steep cost: the chosen size must give the best rate of all prefixes, and be small.
+  std::vector<float> steep(17);
+  for (size_t i = 0; i < steep.size(); ++i) steep[i] = 1.0f + 0.3f * i;
+  s.pass_cost = steep.data();
+  s.draft_cost = 0.1f;
+  medusa::build_tree(s, t, q);
+  check_tree(s, t);
+  const double rate = t.expected_tokens / t.cost;
+  assert_true(std::fabs(t.cost - (double(s.draft_cost) + steep[t.tokens.size()])) < 1e-6);
+  s.max_nodes = 16;
+  medusa::Tree all;
+  s.pass_cost = flat.data();
+  medusa::build_tree(s, all, q);  // the same order, all nodes
+  double sum = 0;
+  for (size_t n = 0; n <= all.values.size(); ++n) {
+    if (n > 0) sum += all.values[n - 1];
+    assert_true((1 + sum) / (double(s.draft_cost) + steep[n]) <= rate + 1e-9);
+  }
+  assert_true(t.tokens.size() >= 2 && t.tokens.size() <= 4);
+  // Nothing worth a pass: no nodes.
+  std::vector<float> huge(17, 1.0f);
+  for (size_t i = 1; i < huge.size(); ++i) huge[i] = 10.0f;
+  s.pass_cost = huge.data();
+  medusa::build_tree(s, t, q);
+  assert_int_equal(t.tokens.size(), 0u);
+  // Without measured costs the default gentle growth applies, and beyond the measured sizes
+  // the last step continues.
+  s.pass_cost = nullptr;
+  s.n_pass_cost = 0;
+  assert_true(std::fabs(medusa::pass_cost(s, 4) - (1 + 4 * medusa::kDefaultPassStep)) < 1e-6);
+  const float some[3] = {1.0f, 1.5f, 1.75f};
+  s.pass_cost = some;
+  s.n_pass_cost = 3;
+  assert_true(std::fabs(medusa::pass_cost(s, 5) - 2.5) < 1e-6);
+}
+
+void test_tree_chain_mode(void **) {
+  medusa::TreeSpec s;
+  s.levels = {{{1, 0.5f}, {2, 0.45f}}, {{3, 0.9f}, {4, 0.8f}}, {{5, 0.7f}}};
+  s.max_nodes = 8;
+  s.allow_tree = false;
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  medusa::build_tree(s, t, q);
+  check_tree(s, t);
+  const std::vector<int32_t> tokens = {1, 3, 5};
+  assert_true(t.tokens == tokens);
+}
+
+void test_tree_merges_lookup(void **) {
+  medusa::TreeSpec s;
+  s.levels = {{{1, 0.5f}, {2, 0.3f}}, {{3, 0.4f}, {4, 0.2f}}};
+  // Lookup: 1 (agrees with the head), then 9 (new), then 7 (deeper than the heads).
+  s.chain = {{1, 0.7f}, {9, 0.8f}, {7, 0.9f}};
+  s.max_nodes = 64;
+  std::vector<float> flat(65, 1.0f);
+  s.pass_cost = flat.data();
+  s.n_pass_cost = 65;
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  medusa::build_tree(s, t, q);
+  check_tree(s, t);
+  // Root children: 1 (one node for head and lookup, value 0.7) and 2.
+  int n_root = 0, one = -1;
+  for (size_t j = 0; j < t.tokens.size(); ++j)
+    if (t.parents[j] == -1) {
+      ++n_root;
+      if (t.tokens[j] == 1) one = static_cast<int>(j);
+    }
+  assert_int_equal(n_root, 2);
+  assert_int_equal(one, 0);
+  assert_true(std::fabs(t.values[0] - 0.7f) < 1e-6);
+  assert_true(t.origins[0].chain && t.origins[0].rank == 0);
+  // Under 1: the heads' 3 and 4 and lookup's 9 (0.56); under 1 -> 9: 7 (0.504), and the heads
+  // have no third level. Under 2: only 3 and 4 (the chain follows 1).
+  std::set<int32_t> under_one, under_nine, under_two;
+  for (size_t j = 0; j < t.tokens.size(); ++j) {
+    const int32_t p = t.parents[j];
+    if (p < 0) continue;
+    const int32_t pt = t.tokens[static_cast<size_t>(p)];
+    if (pt == 1) under_one.insert(t.tokens[j]);
+    if (pt == 9) under_nine.insert(t.tokens[j]);
+    if (pt == 2) under_two.insert(t.tokens[j]);
+  }
+  assert_true((under_one == std::set<int32_t>{3, 4, 9}));
+  assert_true((under_nine == std::set<int32_t>{7}));
+  assert_true((under_two == std::set<int32_t>{3, 4}));
+  assert_int_equal(t.tokens.size(), 2u + 3u + 1u + 2u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plugin on the real 0.5B
+// ---------------------------------------------------------------------------------------------
+
+std::string g_model, g_dir;  // model path, a scratch directory for heads files
+bool g_sanitized = false;
+int g_tokens = 32;
+
+std::string models_dir() {
+  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/specinfer/models";
+}
+
+bool exists(const std::string &p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+const char *kPrompts[] = {
+    "def fib(n):\n",
+    "# Rename `total` to `acc` in this function.\n"
+    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
+    "# The same function with `total` renamed to `acc`:\n",
+    "<|im_start|>user\nWrite a Python function that reverses a "
+    "string.<|im_end|>\n<|im_start|>assistant\n",
+    "import numpy as np\n\ndef normalize(v):\n    \"\"\"Scale v to unit length.\"\"\"\n",
+};
+
+// The heads' truncated vocabulary: token ids below this.
+constexpr int32_t kHeadsVocab = 16384;
+
+// What the wrapper drafter saw of the medusa drafter's drafts.
+struct Seen {
+  int proposals = 0, with_hidden = 0, drafts = 0, trees = 0, invalid = 0;
+  // Drafts whose last context token lies in the heads' vocabulary, and those whose first node
+  // (the best candidate of head 0) is that token.
+  int last_in_vocab = 0, first_is_last = 0;
+  long nodes = 0;
+} g_seen;
+
+// The medusa plugin's own factory (the module the registry loads, opened here too).
+const specinfer_drafter_factory *g_medusa = nullptr;
+
+struct Wrapped {
+  void *self;
+  const specinfer_drafter_vtable *vt;
+};
+
+void w_destroy(void *self) {
+  auto *w = static_cast<Wrapped *>(self);
+  w->vt->destroy(w->self);
+  delete w;
+}
+specinfer_status w_begin(void *self, const int32_t *c, size_t n, specinfer_plugin_error *e) {
+  auto *w = static_cast<Wrapped *>(self);
+  return w->vt->begin(w->self, c, n, e);
+}
+specinfer_status w_commit(void *self, const int32_t *c, size_t n, specinfer_plugin_error *e) {
+  auto *w = static_cast<Wrapped *>(self);
+  return w->vt->commit(w->self, c, n, e);
+}
+specinfer_status w_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
+                           specinfer_plugin_error *e) {
+  auto *w = static_cast<Wrapped *>(self);
+  const specinfer_status rc = w->vt->propose(w->self, req, out, e);
+  if (rc != SPECINFER_OK) return rc;
+  ++g_seen.proposals;
+  if (req->hidden) ++g_seen.with_hidden;
+  const int32_t n = out->n_nodes;
+  if (n < 0 || n > req->max_tokens || n > out->cap || out->has_probs != 0) ++g_seen.invalid;
+  if (n <= 0) return rc;
+  ++g_seen.drafts;
+  g_seen.nodes += n;
+  const int32_t last = req->context[req->n_context - 1];
+  if (last < kHeadsVocab) {
+    ++g_seen.last_in_vocab;
+    if (out->tokens[0] == last) ++g_seen.first_is_last;
+  }
+  bool chain = true;
+  for (int32_t j = 0; j < n; ++j) {
+    const int32_t p = out->parents[j];
+    if (p < -1 || p >= j || out->tokens[j] < 0 || out->tokens[j] >= out->vocab_size)
+      ++g_seen.invalid;
+    if (p != j - 1) chain = false;
+    for (int32_t i = 0; i < j; ++i)
+      if (out->parents[i] == p && out->tokens[i] == out->tokens[j]) ++g_seen.invalid;
+  }
+  if (!chain) ++g_seen.trees;
+  return rc;
+}
+const specinfer_drafter_vtable kWrappedVt = {sizeof(specinfer_drafter_vtable), w_destroy, w_begin,
+                                             w_propose, w_commit};
+
+specinfer_status w_create(const specinfer_host *host, const char *config,
+                          const specinfer_model_info *info, const specinfer_host_target *target,
+                          void **self, const specinfer_drafter_vtable **vt,
+                          specinfer_plugin_error *err) {
+  auto *w = new Wrapped{};
+  const specinfer_status rc = g_medusa->create(host, config, info, target, &w->self, &w->vt, err);
+  if (rc != SPECINFER_OK) {
+    delete w;
+    return rc;
+  }
+  *self = w;
+  *vt = &kWrappedVt;
+  return SPECINFER_OK;
+}
+const specinfer_drafter_factory kWrappedFactory = {sizeof(specinfer_drafter_factory), w_create,
+                                                   nullptr};
+const void *w_get_factory(const char *id) {
+  return id && !std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) ? &kWrappedFactory : nullptr;
+}
+const specinfer_plugin_descriptor kWrappedPlugin = {SPECINFER_PLUGIN_ABI_VERSION,
+                                                    sizeof(specinfer_plugin_descriptor),
+                                                    "medusa-counted",
+                                                    "1",
+                                                    "counts the medusa drafter's drafts",
+                                                    nullptr,
+                                                    nullptr,
+                                                    w_get_factory};
+
+struct Env {
+  specinfer_registry *reg = nullptr;
+  specinfer_target *target = nullptr;
+  medusa::TargetIdentity id;
+  int32_t hidden = 0;
+  std::string zero, random, other;  // heads files
+};
+
+medusa::Heads make_heads(const Env &e, int32_t n_heads, float w_scale, uint32_t seed) {
+  medusa::Heads h;
+  h.target = e.id;
+  h.n_heads = n_heads;
+  h.hidden_size = e.hidden;
+  for (int32_t t = 0; t < kHeadsVocab && t < e.id.vocab_size; ++t) h.vocab.push_back(t);
+  const size_t H = static_cast<size_t>(e.hidden), K = static_cast<size_t>(n_heads);
+  h.w.assign(K * H * H, 0.0f);
+  h.b.assign(K * H, 0.0f);
+  if (w_scale > 0) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, w_scale / std::sqrt(static_cast<float>(H)));
+    for (float &x : h.w) x = nd(rng);
+    for (float &x : h.b) x = 0.1f * nd(rng);
+  }
+  // Held-out accuracy by rank, high enough that trees of several nodes pay.
+  h.accuracy.assign(K * medusa::kRanks, 0.0f);
+  for (size_t k = 0; k < K; ++k)
+    for (int r = 0; r < medusa::kRanks; ++r)
+      h.accuracy[k * medusa::kRanks + static_cast<size_t>(r)] =
+          0.8f * std::pow(0.5f, static_cast<float>(r)) * std::pow(0.9f, static_cast<float>(k));
+  h.trained_tokens = 0;
+  return h;
+}
+
+int setup(void **state) {
+  if (g_model.empty()) return 0;
+  const char *plugins = std::getenv("SPECINFER_PLUGIN_PATH");
+  const std::string so = std::string(plugins ? plugins : ".") + "/specinfer-medusa.so";
+  void *dl = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    std::fprintf(stderr, "cannot open %s: %s\n", so.c_str(), dlerror());
+    return -1;
+  }
+  auto *desc =
+      static_cast<const specinfer_plugin_descriptor *>(dlsym(dl, "specinfer_plugin_entry"));
+  if (!desc) return -1;
+  g_medusa = static_cast<const specinfer_drafter_factory *>(
+      desc->get_factory(SPECINFER_DRAFTER_FACTORY_ID));
+  if (!g_medusa) return -1;
+
+  auto *e = new Env;
+  specinfer_registry_params p;
+  specinfer_registry_params_init(&p);
+  p.n_threads = 2;
+  char *err = nullptr;
+  if (specinfer_registry_create(&p, &e->reg, &err) != SPECINFER_OK) return -1;
+  if (specinfer_registry_register_plugin(e->reg, &kWrappedPlugin, &err) != SPECINFER_OK) return -1;
+  const std::string cfg = "path=" + g_model + ",n_ctx=1024";
+  if (specinfer_target_open(e->reg, "gguf", cfg.c_str(), &e->target, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "target: %s\n", err ? err : "?");
+    return -1;
+  }
+  const specinfer_model_info &info = e->target->info();
+  e->hidden = info.hidden_size;
+  specinfer_host_target ht{e->target->self(), e->target->vtable(), nullptr};
+  e->id = medusa::identify_target(info, ht);
+  char tmpl[] = "/tmp/specinfer-medusa-test-XXXXXX";
+  if (!mkdtemp(tmpl)) return -1;
+  g_dir = tmpl;
+  e->zero = g_dir + "/zero.gguf";
+  e->random = g_dir + "/random.gguf";
+  e->other = g_dir + "/other.gguf";
+  medusa::save_heads(make_heads(*e, 3, 0.0f, 0), e->zero);
+  medusa::save_heads(make_heads(*e, 4, 0.5f, 1), e->random);
+  medusa::Heads other = make_heads(*e, 2, 0.0f, 0);
+  other.target.name = "some-other-model";
+  other.target.fingerprint ^= 0x5a5a;
+  medusa::save_heads(other, e->other);
+  *state = e;
+  return 0;
+}
+
+int teardown(void **state) {
+  auto *e = static_cast<Env *>(*state);
+  if (!e) return 0;
+  specinfer_target_destroy(e->target);
+  specinfer_registry_destroy(e->reg);
+  for (const std::string &f : {e->zero, e->random, e->other, g_dir + "/truncated.gguf"})
+    std::remove(f.c_str());
+  rmdir(g_dir.c_str());
+  delete e;
+  return 0;
+}
+
+void skip_without_model(void **state) {
+  if (!*state) {
+    std::fprintf(stderr,
+                 "SKIP: qwen2.5-coder-0.5b.gguf not found in %s (run scripts/fetch-models)\n",
+                 models_dir().c_str());
+    skip();
+  }
+}
+
+specinfer_drafter *open_drafter(Env *e, const char *plugin, const std::string &cfg) {
+  specinfer_drafter *d = nullptr;
+  char *err = nullptr;
+  const specinfer_status rc =
+      specinfer_drafter_open(e->reg, plugin, cfg.c_str(), e->target, &d, &err);
+  if (rc != SPECINFER_OK)
+    std::fprintf(stderr, "drafter %s:%s: %s\n", plugin, cfg.c_str(), err ? err : "?");
+  specinfer_free(err);
+  assert_int_equal(rc, SPECINFER_OK);
+  return d;
+}
+
+std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *prompt, int n,
+                         specinfer_session_stats *st) {
+  specinfer_session_params p;
+  specinfer_session_params_init(&p);
+  p.max_draft = 16;
+  specinfer_session *s = nullptr;
+  char *err = nullptr;
+  specinfer_status rc = specinfer_session_create(e->target, d, nullptr, &p, &s, &err);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
+  assert_int_equal(rc, SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
+  rc = specinfer_session_generate(s, n, nullptr, nullptr);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
+  assert_int_equal(rc, SPECINFER_OK);
+  const int32_t *toks = nullptr;
+  size_t len = 0;
+  assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
+  std::vector<int32_t> out(toks, toks + len);
+  if (st) {
+    specinfer_session_stats_init(st);
+    assert_int_equal(specinfer_session_get_stats(s, st), SPECINFER_OK);
+  }
+  specinfer_session_destroy(s);
+  return out;
+}
+
+void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got,
+                 const std::string &drafter, const char *prompt) {
+  if (want != got) {
+    size_t i = 0;
+    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+    std::fprintf(stderr, "drafter %s differs from plain decoding at token %zu on prompt '%.30s'\n",
+                 drafter.c_str(), i, prompt);
+  }
+  assert_true(want == got);
+}
+
+void test_greedy_equals_plain(void **state) {
+  skip_without_model(state);
+  auto *e = static_cast<Env *>(*state);
+  // Fixed estimates (the file's accuracy, no adaptation) make trees certain to be drafted; the
+  // defaults adapt them to what the target accepts.
+  const std::vector<std::string> configs = {
+      "path=" + e->zero + ",value=acc,adapt=0", "path=" + e->zero,
+      "path=" + e->random + ",top_k=3,nodes=12", "path=" + e->zero + ",lookup=1",
+      "path=" + e->random + ",lookup=1,value=acc,adapt=0"};
+  const size_t n_prompts = g_sanitized ? 1 : sizeof kPrompts / sizeof *kPrompts;
+  std::vector<std::vector<int32_t>> plain;
+  for (size_t pi = 0; pi < n_prompts; ++pi)
+    plain.push_back(run(e, nullptr, kPrompts[pi], g_tokens, nullptr));
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    if (g_sanitized && ci % 2) continue;
+    specinfer_drafter *d = open_drafter(e, "medusa-counted", configs[ci]);
+    g_seen = Seen{};
+    int64_t rounds = 0, drafted = 0, accepted = 0;
+    for (size_t pi = 0; pi < n_prompts; ++pi) {
+      specinfer_session_stats st;
+      const std::vector<int32_t> spec = run(e, d, kPrompts[pi], g_tokens, &st);
+      expect_same(plain[pi], spec, configs[ci], kPrompts[pi]);
+      rounds += st.n_rounds;
+      drafted += st.n_drafted;
+      accepted += st.n_accepted;
+    }
+    std::fprintf(stderr,
+                 "%s: %lld rounds, %.2f nodes per round, %lld accepted; %d drafts (%d with a "
+                 "hidden state), %d trees\n",
+                 configs[ci].c_str(), (long long)rounds, double(drafted) / double(rounds),
+                 (long long)accepted, g_seen.drafts, g_seen.with_hidden, g_seen.trees);
+    assert_int_equal(g_seen.invalid, 0);
+    assert_true(g_seen.proposals > 0);
+    assert_true(g_seen.with_hidden > 0);
+    if (ci == 0) {
+      // W = 0, b = 0: every head is the target's own output layer at the hidden state's position,
+      // whose best token is the last committed one (the whole path: matmuls, silu, top-k).
+      std::fprintf(stderr, "first node = last token in %d of %d drafts\n", g_seen.first_is_last,
+                   g_seen.last_in_vocab);
+      assert_true(g_seen.last_in_vocab > 0);
+      assert_true(g_seen.first_is_last * 10 >= g_seen.last_in_vocab * 9);
+    }
+    if (ci == 0 || ci == 4) {  // fixed, generous estimates: real trees every round
+      assert_true(drafted > rounds);
+      assert_true(g_seen.trees > 0);
+      assert_true(g_seen.trees * 2 >= g_seen.drafts);
+    }
+    assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  }
+}
+
+void expect_refused(Env *e, const std::string &cfg, std::vector<specinfer_status> want,
+                    const std::vector<std::string> &words) {
+  specinfer_drafter *d = nullptr;
+  char *err = nullptr;
+  const specinfer_status rc =
+      specinfer_drafter_open(e->reg, "medusa", cfg.c_str(), e->target, &d, &err);
+  std::fprintf(stderr, "medusa:%s -> %s: %s\n", cfg.c_str(), specinfer_status_str(rc),
+               err ? err : "(no message)");
+  assert_true(std::find(want.begin(), want.end(), rc) != want.end());
+  assert_null(d);
+  assert_non_null(err);
+  for (const std::string &w : words) assert_non_null(std::strstr(err, w.c_str()));
+  specinfer_free(err);
+}
+
+void test_refusals(void **state) {
+  skip_without_model(state);
+  auto *e = static_cast<Env *>(*state);
+  const std::string name = e->target->info().name ? e->target->info().name : "";
+  expect_refused(e, "path=" + e->other, {SPECINFER_ERR_CONFIG}, {"some-other-model", name});
+  expect_refused(e, "path=" + g_dir + "/missing.gguf", {SPECINFER_ERR_IO, SPECINFER_ERR_NOT_FOUND},
+                 {"missing.gguf"});
+  // A truncated copy of a good file.
+  const std::string cut = g_dir + "/truncated.gguf";
+  {
+    FILE *in = std::fopen(e->zero.c_str(), "rb");
+    assert_non_null(in);
+    std::vector<char> bytes(1 << 20);
+    const size_t n = std::fread(bytes.data(), 1, bytes.size(), in);
+    std::fclose(in);
+    FILE *out = std::fopen(cut.c_str(), "wb");
+    assert_non_null(out);
+    assert_int_equal(std::fwrite(bytes.data(), 1, n / 2, out), n / 2);
+    std::fclose(out);
+  }
+  expect_refused(e, "path=" + cut, {SPECINFER_ERR_FORMAT}, {"truncated.gguf"});
+  expect_refused(e, "path=" + e->zero + ",colour=blue", {SPECINFER_ERR_CONFIG}, {"colour"});
+  expect_refused(e, "nodes=4", {SPECINFER_ERR_CONFIG}, {"path"});
+  expect_refused(e, "path=" + e->zero + ",value=best", {SPECINFER_ERR_CONFIG}, {"value"});
+  expect_refused(e, "path=" + e->zero + ",heads=9", {SPECINFER_ERR_CONFIG}, {"heads"});
+}
+
+}  // namespace
+
+int main() {
+  if (std::getenv("SPECINFER_SANITIZED")) {
+    g_sanitized = true;
+    g_tokens = 12;
+  }
+  const std::string m = models_dir() + "/qwen2.5-coder-0.5b.gguf";
+  if (exists(m)) g_model = m;
+  const struct CMUnitTest tree_tests[] = {
+      cmocka_unit_test(test_tree_structure),
+      cmocka_unit_test(test_tree_best_first_is_optimal),
+      cmocka_unit_test(test_tree_size_follows_cost),
+      cmocka_unit_test(test_tree_chain_mode),
+      cmocka_unit_test(test_tree_merges_lookup),
+  };
+  const struct CMUnitTest model_tests[] = {
+      cmocka_unit_test(test_greedy_equals_plain),
+      cmocka_unit_test(test_refusals),
+  };
+  int failed = cmocka_run_group_tests_name("medusa trees", tree_tests, nullptr, nullptr);
+  failed += cmocka_run_group_tests_name("medusa drafter", model_tests, setup, teardown);
+  return failed;
+}
