@@ -211,6 +211,33 @@ pub struct specinfer_sketch_header {
     pub n_bytes: usize,
 }
 
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_train_progress {
+    pub struct_size: u32,
+    pub stage: *const c_char,
+    pub done: i64,
+    pub total: i64,
+    pub loss: f64,
+    pub n_heads: i32,
+    pub accuracy: *const f32,
+}
+
+pub type specinfer_train_progress_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, progress: *const specinfer_train_progress) -> c_int>;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_train_params {
+    pub struct_size: u32,
+    pub config: *const c_char,
+    pub corpus: *const *const c_char,
+    pub n_corpus: i32,
+    pub out_path: *const c_char,
+    pub progress: specinfer_train_progress_fn,
+    pub user: *mut c_void,
+}
+
 // ---- structs of specinfer_plugin.h ----
 
 #[repr(C)]
@@ -273,7 +300,12 @@ pub struct specinfer_kernels {
         ) -> specinfer_status,
     >,
     pub matmul_packed: Option<
-        unsafe extern "C" fn(pw: *const specinfer_packed_weight, x: *const f32, n_tok: i64, y: *mut f32) -> specinfer_status,
+        unsafe extern "C" fn(
+            pw: *const specinfer_packed_weight,
+            x: *const f32,
+            n_tok: i64,
+            y: *mut f32,
+        ) -> specinfer_status,
     >,
     pub free_packed: Option<unsafe extern "C" fn(pw: *mut specinfer_packed_weight)>,
     pub quantize_row:
@@ -345,6 +377,16 @@ pub struct specinfer_target_vtable {
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
     >,
+    // Added after kv_keep: check struct_size; may be NULL.
+    pub output_rows: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            ids: *const i32,
+            n: i32,
+            out: *mut f32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
 }
 
 #[repr(C)]
@@ -385,6 +427,12 @@ pub struct specinfer_draft_request {
     pub seed: u64,
     pub sample: specinfer_draft_sample_fn,
     pub sample_ctx: *const c_void,
+    // Added after sample_ctx: read only when struct_size covers them.
+    pub hidden: *const f32,
+    pub hidden_size: i32,
+    pub hidden_position: i64,
+    pub pass_cost: *const f32,
+    pub n_pass_cost: i32,
 }
 
 #[repr(C)]
@@ -443,6 +491,16 @@ pub struct specinfer_drafter_factory {
             target: *const specinfer_host_target,
             this: *mut *mut c_void,
             vtable: *mut *const specinfer_drafter_vtable,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+    // Added after create: check struct_size; None = the drafter needs no training.
+    pub train: Option<
+        unsafe extern "C" fn(
+            host: *const specinfer_host,
+            params: *const specinfer_train_params,
+            target_info: *const specinfer_model_info,
+            target: *const specinfer_host_target,
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
     >,
@@ -577,6 +635,14 @@ extern "C" {
     ) -> specinfer_status;
     pub fn specinfer_drafter_destroy(drafter: *mut specinfer_drafter) -> specinfer_status;
     pub fn specinfer_drafter_errmsg(drafter: *const specinfer_drafter) -> *const c_char;
+    pub fn specinfer_train_params_init(params: *mut specinfer_train_params);
+    pub fn specinfer_drafter_train(
+        registry: *mut specinfer_registry,
+        plugin: *const c_char,
+        target: *mut specinfer_target,
+        params: *const specinfer_train_params,
+        errmsg: *mut *mut c_char,
+    ) -> specinfer_status;
 
     pub fn specinfer_coupler_create(
         spec: *const c_char,

@@ -1,7 +1,9 @@
 //! Checks the hand-written declarations of src/lib.rs against the installed C headers:
 //! every SPECINFER_API function is declared with the same number of parameters (and nothing
-//! extra), every struct has the same fields in the same order, the status values agree, and the
-//! struct sizes agree with what the library's *_init functions write into `struct_size`.
+//! extra), every struct has the same fields in the same order with the same types (a function
+//! pointer field: the same number of parameters), every function pointer typedef has the same
+//! number of parameters, the status values agree, and the struct sizes agree with what the
+//! library's *_init functions write into `struct_size`.
 
 use std::collections::BTreeMap;
 use std::mem::size_of;
@@ -127,8 +129,102 @@ fn rust_functions(src: &str) -> BTreeMap<String, usize> {
     out
 }
 
-/// struct name -> field names in order, for every struct with a body in the C headers.
-fn c_structs(src: &str) -> BTreeMap<String, Vec<String>> {
+/// A field's type as the Rust declaration should spell it: "i32", "*const c_char",
+/// "[c_char; 512]", a typedef's own name, or "fn/N" for a function pointer with N parameters.
+fn rust_type_of_c(base: &str, declarator: &str) -> String {
+    let scalar = |t: &str| -> String {
+        match t {
+            "int8_t" => "i8",
+            "uint8_t" => "u8",
+            "int16_t" => "i16",
+            "uint16_t" => "u16",
+            "int32_t" => "i32",
+            "uint32_t" => "u32",
+            "int64_t" => "i64",
+            "uint64_t" => "u64",
+            "size_t" => "usize",
+            "float" => "f32",
+            "double" => "f64",
+            "char" => "c_char",
+            "int" => "c_int",
+            "void" => "c_void",
+            other => other,
+        }
+        .to_string()
+    };
+    // Tokens of "const char *const *": const, char, *, const, *.
+    let text = format!("{base} {declarator}").replace('*', " * ");
+    let tokens: Vec<&str> = text.split_whitespace().collect();
+    let stars = tokens.iter().position(|t| *t == "*").unwrap_or(tokens.len());
+    let base_tokens: Vec<&str> = tokens[..stars].iter().copied().filter(|t| *t != "const" && *t != "struct").collect();
+    assert_eq!(base_tokens.len(), 1, "cannot read the C type '{base} {declarator}'");
+    let mut ty = scalar(base_tokens[0]);
+    let mut pointee_const = tokens[..stars].contains(&"const");
+    let mut i = stars;
+    while i < tokens.len() {
+        if tokens[i] == "*" {
+            ty = format!("*{} {ty}", if pointee_const { "const" } else { "mut" });
+            pointee_const = tokens.get(i + 1) == Some(&"const");
+        }
+        i += 1;
+    }
+    ty
+}
+
+/// The number of parameters of a C parameter list ("void" is none).
+fn c_param_count(params: &str) -> usize {
+    if params.trim() == "void" {
+        0
+    } else {
+        split_top(params, ',').len()
+    }
+}
+
+/// Reads one C struct member declaration ("type a", "type a, b", "type a[N]", or the function
+/// pointer "ret (*a)(params)") into (name, Rust type) pairs.
+fn c_fields_of(decl: &str) -> Vec<(String, String)> {
+    let decl = decl.trim();
+    let rename = |n: String| if n == "self" { "this".to_string() } else { n };
+    if let Some(p) = decl.find("(*") {
+        let name: String = decl[p + 2..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let close = p + decl[p..].find(')').unwrap();
+        let open = close + decl[close..].find('(').unwrap();
+        let (params, _) = bracketed(decl, open);
+        return vec![(rename(name), format!("fn/{}", c_param_count(params)))];
+    }
+    let parts = split_top(decl, ',');
+    let first = &parts[0];
+    // The base type is the first declarator's text up to its name (and stars).
+    let name_end = first.find('[').unwrap_or(first.len());
+    let name = ident_before(&first[..name_end]);
+    let before_name = first[..name_end].trim_end();
+    let type_text = &before_name[..before_name.len() - name.len()];
+    let base_end = type_text.find('*').unwrap_or(type_text.len());
+    let (base, first_stars) = (type_text[..base_end].trim(), &type_text[base_end..]);
+    let mut out = Vec::new();
+    for (k, part) in parts.iter().enumerate() {
+        let (stars, rest) = if k == 0 {
+            (first_stars.to_string(), &part[type_text.len()..])
+        } else {
+            let s = part.trim();
+            let n = s.find(|c: char| c.is_alphabetic() || c == '_').unwrap_or(0);
+            (s[..n].to_string(), &s[n..])
+        };
+        let rest = rest.trim();
+        let (field, ty) = match rest.find('[') {
+            Some(b) => {
+                let len = rest[b + 1..rest.len() - 1].trim();
+                (rest[..b].trim().to_string(), format!("[{}; {len}]", rust_type_of_c(base, &stars)))
+            }
+            None => (rest.to_string(), rust_type_of_c(base, &stars)),
+        };
+        out.push((rename(field), ty));
+    }
+    out
+}
+
+/// struct name -> (field, Rust type) in order, for every struct with a body in the C headers.
+fn c_structs(src: &str) -> BTreeMap<String, Vec<(String, String)>> {
     let mut out = BTreeMap::new();
     let mut rest = src;
     while let Some(i) = rest.find("struct ") {
@@ -140,34 +236,35 @@ fn c_structs(src: &str) -> BTreeMap<String, Vec<String>> {
         }
         let open = rest.len() - after.len();
         let (body, end) = bracketed(rest, open);
-        let fields = split_top(body, ';')
-            .iter()
-            .map(|f| {
-                // A function pointer "ret (*name)(...)", an array "type name[N]", or "type name".
-                let f = f.trim();
-                let field = if let Some(p) = f.find("(*") {
-                    f[p + 2..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
-                } else if let Some(b) = f.find('[') {
-                    ident_before(&f[..b])
-                } else {
-                    ident_before(f)
-                };
-                if field == "self" {
-                    "this".to_string()
-                } else {
-                    field
-                }
-            })
-            .collect();
+        let fields = split_top(body, ';').iter().flat_map(|f| c_fields_of(f)).collect();
         out.insert(name, fields);
         rest = &rest[end..];
     }
     out
 }
 
-fn rust_structs(src: &str) -> BTreeMap<String, Vec<String>> {
+/// A Rust field type as compared with the C one: whitespace normalized, and a function pointer
+/// `Option<unsafe extern "C" fn(...)>` as "fn/N".
+fn rust_type(ty: &str) -> String {
+    let ty = ty.split_whitespace().collect::<Vec<_>>().join(" ");
+    match ty.find("fn(") {
+        Some(i) if ty.starts_with("Option<") => {
+            let (params, _) = bracketed(&ty, i + 2);
+            format!("fn/{}", split_top(params, ',').len())
+        }
+        _ => ty,
+    }
+}
+
+/// Rust source without its // comment lines (comments inside a struct body are not fields).
+fn without_line_comments(src: &str) -> String {
+    src.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+fn rust_structs(src: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let src = without_line_comments(src);
     let mut out = BTreeMap::new();
-    let mut rest = src;
+    let mut rest = src.as_str();
     while let Some(i) = rest.find("pub struct ") {
         rest = &rest[i + 11..];
         let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
@@ -178,10 +275,50 @@ fn rust_structs(src: &str) -> BTreeMap<String, Vec<String>> {
         let (body, end) = bracketed(rest, open);
         let fields = split_top(body, ',')
             .iter()
-            .filter_map(|f| f.trim().strip_prefix("pub ").map(|f| f.split(':').next().unwrap().trim().to_string()))
+            .filter_map(|f| {
+                let (n, t) = f.trim().strip_prefix("pub ")?.split_once(':')?;
+                Some((n.trim().to_string(), rust_type(t)))
+            })
             .collect();
         out.insert(name, fields);
         rest = &rest[end..];
+    }
+    out
+}
+
+/// name -> parameter count of every function pointer typedef in the C headers.
+fn c_fn_typedefs(src: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    let mut rest = src;
+    while let Some(i) = rest.find("typedef ") {
+        rest = &rest[i + 8..];
+        let stmt = &rest[..rest.find(';').unwrap()];
+        if stmt.contains('{') {
+            continue; // a struct or an enum
+        }
+        if let Some(p) = stmt.find("(*") {
+            let name: String = stmt[p + 2..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let close = p + stmt[p..].find(')').unwrap();
+            let open = close + stmt[close..].find('(').unwrap();
+            let (params, _) = bracketed(stmt, open);
+            out.insert(name, c_param_count(params));
+        }
+    }
+    out
+}
+
+/// name -> parameter count of every `pub type X = Option<unsafe extern "C" fn(...)>`.
+fn rust_fn_typedefs(src: &str) -> BTreeMap<String, usize> {
+    let src = without_line_comments(src);
+    let mut out = BTreeMap::new();
+    let mut rest = src.as_str();
+    while let Some(i) = rest.find("pub type ") {
+        rest = &rest[i + 9..];
+        let stmt = &rest[..rest.find(';').unwrap()];
+        let (name, ty) = stmt.split_once('=').unwrap();
+        if let Some(n) = rust_type(ty).strip_prefix("fn/") {
+            out.insert(name.trim().to_string(), n.parse().unwrap());
+        }
     }
     out
 }
@@ -210,7 +347,23 @@ fn structs_match_headers() {
     assert!(c.len() >= 20, "parsed only {} structs from the headers", c.len());
     for (name, fields) in &c {
         let rf = r.get(name).unwrap_or_else(|| panic!("struct {name} is missing from specinfer-sys"));
-        assert_eq!(rf, fields, "fields of struct {name}");
+        let names = |f: &Vec<(String, String)>| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(rf), names(fields), "fields of struct {name}");
+        for ((field, rt), (_, ct)) in rf.iter().zip(fields) {
+            assert_eq!(rt, ct, "type of {name}.{field} (\"fn/N\": a function pointer with N parameters)");
+        }
+    }
+}
+
+#[test]
+fn function_pointer_typedefs_match_headers() {
+    let mut c = c_fn_typedefs(&strip_c(&header("specinfer.h")));
+    c.extend(c_fn_typedefs(&strip_c(&header("specinfer_plugin.h"))));
+    let r = rust_fn_typedefs(RUST_SRC);
+    assert!(c.len() >= 4, "parsed only {} function typedefs from the headers", c.len());
+    for (name, n) in &c {
+        let m = r.get(name).unwrap_or_else(|| panic!("typedef {name} is missing from specinfer-sys"));
+        assert_eq!(m, n, "{name}: {n} parameters in the header, {m} in specinfer-sys");
     }
 }
 
@@ -267,6 +420,10 @@ fn struct_sizes_match_library() {
         let mut st: specinfer_session_stats = std::mem::zeroed();
         specinfer_session_stats_init(&mut st);
         assert_eq!(st.struct_size as usize, size_of::<specinfer_session_stats>());
+        let mut tp: specinfer_train_params = std::mem::zeroed();
+        specinfer_train_params_init(&mut tp);
+        assert_eq!(tp.struct_size as usize, size_of::<specinfer_train_params>());
+        assert!(tp.progress.is_none() && tp.corpus.is_null() && tp.n_corpus == 0);
     }
     assert_eq!(size_of::<specinfer_plugin_error>(), 512);
 }

@@ -20,11 +20,15 @@
 //! target, drafter and coupler, so the C library's order of destruction always holds.
 //! Threads: `Registry`, [`Coupler`] and [`Sketcher`] are `Send + Sync`; `Target`, `Drafter` and
 //! `Session` are `Send` (used by one thread at a time), as the C ABI says.
+//!
+//! Drafters with weights (Medusa heads: `medusa`) are trained for a target with
+//! [`Registry::train_drafter`] (or `specinfer train-heads`) and opened like any other drafter.
 
 mod error;
 pub mod plugin;
 mod session;
 mod sketcher;
+mod train;
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -36,6 +40,7 @@ pub use error::{Code, Error, Result};
 pub use session::{Session, SessionParams, Stats, TextStream};
 pub use sketcher::{SketchHeader, Sketcher, SketcherInfo};
 pub use specinfer_sys as sys;
+pub use train::{ProgressFn, TrainParams, TrainProgress};
 
 use error::{c_string, check_msg, check_with, cstr};
 

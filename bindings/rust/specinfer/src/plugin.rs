@@ -67,6 +67,13 @@ pub struct DraftRequest<'a> {
     raw: &'a sys::specinfer_draft_request,
 }
 
+/// Where the fields that the request grew after `sample_ctx` end: a library older than them
+/// hands a smaller struct_size, and they are not read.
+const HIDDEN_END: usize =
+    std::mem::offset_of!(sys::specinfer_draft_request, hidden_position) + std::mem::size_of::<i64>();
+const PASS_COST_END: usize =
+    std::mem::offset_of!(sys::specinfer_draft_request, n_pass_cost) + std::mem::size_of::<i32>();
+
 impl DraftRequest<'_> {
     pub fn max_tokens(&self) -> usize {
         self.raw.max_tokens.max(0) as usize
@@ -85,6 +92,43 @@ impl DraftRequest<'_> {
     /// token at sequence index `position`. None when the session gave no sampler.
     pub fn sample(&self, q: &[f32], position: i64) -> Option<i32> {
         self.raw.sample.map(|f| unsafe { f(self.raw.sample_ctx, q.as_ptr(), q.len() as i32, position) })
+    }
+
+    fn covers(&self, end: usize) -> bool {
+        self.raw.struct_size as usize >= end
+    }
+
+    /// The target's last hidden state (the input of its output layer, `hidden_size` floats) at
+    /// sequence index [`hidden_position`](Self::hidden_position): the position whose logits chose
+    /// the last committed token. None when the session has none (a target without hidden states,
+    /// such as kgram, or a library older than this field).
+    pub fn hidden(&self) -> Option<&[f32]> {
+        if !self.covers(HIDDEN_END) || self.raw.hidden.is_null() || self.raw.hidden_size <= 0 {
+            return None;
+        }
+        Some(unsafe { std::slice::from_raw_parts(self.raw.hidden, self.raw.hidden_size as usize) })
+    }
+
+    /// The sequence index of [`hidden`](Self::hidden), `context().len() - 2`; -1 when there is no
+    /// hidden state.
+    pub fn hidden_position(&self) -> i64 {
+        if self.hidden().is_some() {
+            self.raw.hidden_position
+        } else {
+            -1
+        }
+    }
+
+    /// `pass_cost()[i]`: the time of one target pass over i + 1 tokens (the last committed token
+    /// and i drafted ones) relative to a one-token pass, as the session measured it on this
+    /// machine; `max_tokens() + 1` entries, the first 1.0. A drafter that sizes its own draft
+    /// weighs what a token is expected to add against this cost. Empty with a library older than
+    /// this field.
+    pub fn pass_cost(&self) -> &[f32] {
+        if !self.covers(PASS_COST_END) || self.raw.n_pass_cost <= 0 {
+            return &[];
+        }
+        unsafe { slice(self.raw.pass_cost, self.raw.n_pass_cost as usize) }
     }
 }
 
@@ -324,6 +368,8 @@ const fn factory<const N: usize>() -> sys::specinfer_drafter_factory {
     sys::specinfer_drafter_factory {
         struct_size: std::mem::size_of::<sys::specinfer_drafter_factory>() as u32,
         create: Some(create_n::<N>),
+        // A drafter written in Rust has no weights to train: specinfer_drafter_train says so.
+        train: None,
     }
 }
 

@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{corpus, generate, kgram, Lookup, PROMPT};
+use common::{corpus, generate, kgram, Lookup, Probe, PROMPT};
 use specinfer::plugin::{Draft, DraftRequest, Drafter};
 use specinfer::{Code, Coupler, Error, ModelInfo, Registry, Session, SessionParams, Sketcher};
 
@@ -65,6 +65,33 @@ fn rust_drafter_gives_the_plain_greedy_text() {
         .register_drafter("lookup-rs", "", |_: &str, _: &ModelInfo| Err(Error::new(Code::Internal, "never")))
         .unwrap_err();
     assert_eq!(e.code(), Code::State);
+}
+
+#[test]
+fn rust_drafter_sees_no_hidden_state_and_the_pass_costs_with_kgram() {
+    let reg = registry();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    reg.register_drafter("probe-rs", "", move |_: &str, _: &ModelInfo| {
+        Ok(Box::new(Probe { seen: s.clone(), lookup: Lookup { n_max: 3, begins: Default::default() } })
+            as Box<dyn Drafter>)
+    })
+    .unwrap();
+    let mut target = kgram(&reg, 6);
+    let (plain, _) = generate(&mut target, None, None, 200);
+    let mut drafter = reg.open_drafter("probe-rs", "", &target).unwrap();
+    let (spec, st) = generate(&mut target, Some(&mut drafter), None, 200);
+    assert_eq!(spec, plain);
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty() && st.n_drafted > 0);
+    for (hidden, position, cost, _, max_tokens) in seen.iter() {
+        // kgram has no hidden state (hidden_size 0).
+        assert_eq!(*hidden, None);
+        assert_eq!(*position, -1);
+        assert_eq!(cost.len(), max_tokens + 1, "{cost:?}");
+        assert_eq!(cost[0], 1.0, "{cost:?}");
+        assert!(cost.iter().all(|c| c.is_finite() && *c > 0.0), "{cost:?}");
+    }
 }
 
 struct Failing {

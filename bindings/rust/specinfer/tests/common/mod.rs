@@ -41,6 +41,28 @@ impl Drafter for Lookup {
     }
 }
 
+/// What a drafter saw in one request: hidden state (length), its position, the pass costs, the
+/// context length and max_tokens.
+pub type Seen = (Option<usize>, i64, Vec<f32>, usize, usize);
+
+/// Records what each request holds, then drafts by prompt lookup.
+pub struct Probe {
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    pub lookup: Lookup,
+}
+impl Drafter for Probe {
+    fn propose(&mut self, req: &DraftRequest<'_>, draft: &mut Draft<'_>) -> specinfer::Result<()> {
+        self.seen.lock().unwrap().push((
+            req.hidden().map(|h| h.len()),
+            req.hidden_position(),
+            req.pass_cost().to_vec(),
+            req.context().len(),
+            req.max_tokens(),
+        ));
+        self.lookup.propose(req, draft)
+    }
+}
+
 /// Greedy text of `max` tokens after PROMPT.
 pub fn generate(
     target: &mut Target,
@@ -52,4 +74,39 @@ pub fn generate(
     s.feed_text(PROMPT).unwrap();
     let text = s.generate(max).unwrap();
     (text, s.stats().unwrap())
+}
+
+/// Compiles bindings/testdata/train_probe.c (a drafter plugin whose training only reports
+/// progress and writes down its parameters) once per test binary and returns the plugin's path;
+/// None, saying why, when there is no C compiler.
+pub fn train_probe_plugin() -> Option<std::path::PathBuf> {
+    static PLUGIN: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    PLUGIN
+        .get_or_init(|| {
+            let src = format!("{}/../../testdata/train_probe.c", env!("CARGO_MANIFEST_DIR"));
+            let include = option_env!("SPECINFER_INCLUDE_DIR").map(String::from).unwrap_or_else(|| {
+                let out = std::process::Command::new("pkg-config")
+                    .args(["--variable=includedir", "specinfer"])
+                    .output()
+                    .expect("pkg-config");
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            });
+            let so = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("train-probe.so");
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            match std::process::Command::new(&cc)
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(&so)
+                .arg(format!("-I{include}"))
+                .arg(&src)
+                .status()
+            {
+                Ok(st) if st.success() => Some(so),
+                Ok(st) => panic!("{cc} could not compile {src}: {st}"),
+                Err(e) => {
+                    eprintln!("SKIPPED: no C compiler ({cc}: {e}) to build the train-probe plugin");
+                    None
+                }
+            }
+        })
+        .clone()
 }
