@@ -35,13 +35,48 @@ type Draft struct {
 	Probs  []float32
 }
 
-// DraftRequest is what the session asks of a drafter.
+// DraftRequest is what the session asks of a drafter. Its slices point into the library's
+// memory and are valid during the call only.
 type DraftRequest struct {
 	MaxTokens   int
-	Context     []int32 // the whole committed sequence, valid during the call only
+	Context     []int32 // the whole committed sequence
 	Temperature float32
 	Seed        uint64
-	raw         *C.specinfer_draft_request
+	// Hidden is the target's last hidden state (the input of its output layer,
+	// ModelInfo.HiddenSize floats) at sequence index HiddenPosition, the position whose logits
+	// chose the last committed token; nil when the session has none (a target without hidden
+	// states, such as kgram, or a library older than this field).
+	Hidden         []float32
+	HiddenPosition int64 // len(Context) - 2; -1 when Hidden is nil
+	// PassCost[i] is the time of one target pass over i + 1 tokens (the last committed token and
+	// i drafted ones) relative to a one-token pass, as the session measured it on this machine:
+	// MaxTokens + 1 entries, the first 1. A drafter that sizes its own draft weighs what a token
+	// is expected to add against this cost. Nil with a library older than this field.
+	PassCost []float32
+	raw      *C.specinfer_draft_request
+}
+
+// Where the fields that the request grew after sample_ctx end: a library older than them hands
+// a smaller struct_size, and they are not read.
+const (
+	hiddenEnd   = unsafe.Offsetof(C.specinfer_draft_request{}.hidden_position) + unsafe.Sizeof(C.int64_t(0))
+	passCostEnd = unsafe.Offsetof(C.specinfer_draft_request{}.n_pass_cost) + unsafe.Sizeof(C.int32_t(0))
+)
+
+func newDraftRequest(req *C.specinfer_draft_request) *DraftRequest {
+	r := &DraftRequest{
+		MaxTokens: int(req.max_tokens), Context: int32s(req.context, req.n_context),
+		Temperature: float32(req.temperature), Seed: uint64(req.seed), HiddenPosition: -1, raw: req,
+	}
+	size := uintptr(req.struct_size)
+	if size >= hiddenEnd && req.hidden != nil && req.hidden_size > 0 {
+		r.Hidden = unsafe.Slice((*float32)(unsafe.Pointer(req.hidden)), int(req.hidden_size))
+		r.HiddenPosition = int64(req.hidden_position)
+	}
+	if size >= passCostEnd && req.pass_cost != nil && req.n_pass_cost > 0 {
+		r.PassCost = unsafe.Slice((*float32)(unsafe.Pointer(req.pass_cost)), int(req.n_pass_cost))
+	}
+	return r
 }
 
 // Sample draws a token from q the way the session's coupler wants the draft side sampled, for
@@ -212,10 +247,7 @@ func goSpecinferDrafterPropose(h C.uintptr_t, req *C.specinfer_draft_request, ou
 	src := cgo.Handle(h).Value().(Drafter)
 	out.n_nodes = 0
 	out.has_probs = 0
-	r := &DraftRequest{
-		MaxTokens: int(req.max_tokens), Context: int32s(req.context, req.n_context),
-		Temperature: float32(req.temperature), Seed: uint64(req.seed), raw: req,
-	}
+	r := newDraftRequest(req)
 	return guard(cerr, func() error {
 		d, err := src.Propose(r)
 		if err != nil {

@@ -13,6 +13,20 @@ specinfer_status si_go_generate(specinfer_session *s, int32_t max_tokens, uintpt
   return specinfer_session_generate(s, max_tokens, si_go_on_tokens, (void *)handle);
 }
 
+static int si_go_on_train_progress(void *user, const specinfer_train_progress *progress) {
+  return goSpecinferTrainProgress((uintptr_t)user, (specinfer_train_progress *)progress);
+}
+
+specinfer_status si_go_drafter_train(specinfer_registry *registry, const char *plugin,
+                                     specinfer_target *target, specinfer_train_params *params,
+                                     uintptr_t handle, char **errmsg) {
+  if (params && handle) {
+    params->progress = si_go_on_train_progress;
+    params->user = (void *)handle;
+  }
+  return specinfer_drafter_train(registry, plugin, target, params, errmsg);
+}
+
 int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab,
                      int64_t position) {
   if (!req->sample) return -1;
@@ -79,6 +93,8 @@ static specinfer_status si_go_create(int slot, const char *config, const specinf
   return SPECINFER_OK;
 }
 
+/* Slot N's create, factory and get_factory. The factory's train is NULL: a drafter written in Go
+ * has no weights to train (specinfer_drafter_train says so). */
 #define SI_GO_SLOT(N)                                                                        \
   static specinfer_status create_##N(                                                        \
       const specinfer_host *host, const char *config, const specinfer_model_info *info,      \
@@ -89,7 +105,7 @@ static specinfer_status si_go_create(int slot, const char *config, const specinf
     return si_go_create(N, config, info, self, vt, err);                                     \
   }                                                                                          \
   static const specinfer_drafter_factory factory_##N = {sizeof(specinfer_drafter_factory),   \
-                                                        create_##N};                         \
+                                                        create_##N, NULL};                   \
   static const void *get_factory_##N(const char *id) {                                       \
     return id && strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &factory_##N : NULL;        \
   }

@@ -24,6 +24,12 @@ void si_go_free_descriptor(specinfer_plugin_descriptor *d);
 int32_t si_go_sample(const specinfer_draft_request *req, const float *q, int32_t vocab,
                      int64_t position);
 
+/* drafter_train reporting progress to a Go callback identified by a runtime/cgo.Handle (0: no
+ * callback); sets params->progress and params->user. */
+specinfer_status si_go_drafter_train(specinfer_registry *registry, const char *plugin,
+                                     specinfer_target *target, specinfer_train_params *params,
+                                     uintptr_t handle, char **errmsg);
+
 /* Copies a NUL-terminated message into a plugin error buffer. */
 void si_go_set_error(specinfer_plugin_error *err, const char *msg);
 

@@ -2,6 +2,7 @@ package specinfer
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -164,6 +165,82 @@ func TestGoDrafterGivesPlainGreedyText(t *testing.T) {
 	if err := r.RegisterDrafter("lookup-go", "", func(string, ModelInfo) (Drafter, error) { return nil, nil }); !errors.Is(err, &Error{Code: StateError}) {
 		t.Fatalf("second registration: %v", err)
 	}
+}
+
+// seenRequest is what a drafter saw in one request.
+type seenRequest struct {
+	hidden            []float32 // a copy; nil when the request had none
+	hiddenPosition    int64
+	passCost          []float32 // a copy
+	nContext, maxToks int
+}
+
+// probe records what each request holds, then drafts by prompt lookup.
+type probe struct {
+	lookup
+	seen *[]seenRequest
+}
+
+func (p *probe) Propose(req *DraftRequest) (Draft, error) {
+	s := seenRequest{hiddenPosition: req.HiddenPosition, passCost: append([]float32(nil), req.PassCost...),
+		nContext: len(req.Context), maxToks: req.MaxTokens}
+	if req.Hidden != nil {
+		s.hidden = append([]float32{}, req.Hidden...)
+	}
+	*p.seen = append(*p.seen, s)
+	return p.lookup.Propose(req)
+}
+
+// checkSeen checks the requests a probe saw: hidden states of hiddenSize floats at len(Context)
+// - 2 (some, when wantHidden; none otherwise), and MaxTokens + 1 pass costs starting at 1.
+func checkSeen(t *testing.T, seen []seenRequest, hiddenSize int, wantHidden bool) {
+	t.Helper()
+	if len(seen) == 0 {
+		t.Fatal("the drafter saw no request")
+	}
+	withHidden := 0
+	for _, s := range seen {
+		if s.hidden != nil {
+			withHidden++
+			if len(s.hidden) != hiddenSize || s.hiddenPosition != int64(s.nContext-2) {
+				t.Fatalf("hidden state of %d floats at %d, context %d", len(s.hidden), s.hiddenPosition, s.nContext)
+			}
+		} else if s.hiddenPosition != -1 {
+			t.Fatalf("no hidden state, position %d", s.hiddenPosition)
+		}
+		if len(s.passCost) != s.maxToks+1 || s.passCost[0] != 1 {
+			t.Fatalf("pass costs %v for max_tokens %d", s.passCost, s.maxToks)
+		}
+		for _, c := range s.passCost {
+			if !(c > 0) || math.IsInf(float64(c), 0) {
+				t.Fatalf("pass costs %v", s.passCost)
+			}
+		}
+	}
+	if wantHidden != (withHidden > 0) {
+		t.Fatalf("%d of %d requests carried a hidden state", withHidden, len(seen))
+	}
+}
+
+func TestGoDrafterSeesNoHiddenStateAndThePassCostsWithKgram(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	var seen []seenRequest
+	b, c := 0, 0
+	noErr(t, r.RegisterDrafter("probe-go", "", func(string, ModelInfo) (Drafter, error) {
+		return &probe{lookup: lookup{nMax: 3, begins: &b, commits: &c}, seen: &seen}, nil
+	}))
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	plain, _ := generate(t, tg, nil, nil, 200)
+	d := must(r.OpenDrafter("probe-go", "", tg))
+	defer d.Close()
+	spec, st := generate(t, tg, d, nil, 200)
+	if spec != plain || st.NDrafted == 0 {
+		t.Fatalf("%+v:\n%q\n%q", st, spec, plain)
+	}
+	// kgram has no hidden state (hidden_size 0).
+	checkSeen(t, seen, 0, false)
 }
 
 type failing struct{ panic bool }
