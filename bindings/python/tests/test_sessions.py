@@ -6,7 +6,7 @@ import pytest
 import specinfer
 from specinfer import Code, SpecinferError
 
-from conftest import PROMPT, Lookup, corpus, generate, kgram
+from conftest import PROMPT, Lookup, Probe, check_seen, corpus, generate, kgram
 
 
 def test_ngram_drafter_gives_the_plain_greedy_text(registry):
@@ -48,6 +48,17 @@ def test_python_drafter_gives_the_plain_greedy_text(registry, coupler):
     with pytest.raises(SpecinferError) as e:
         registry.register_drafter("lookup-py", factory)
     assert e.value.code == Code.STATE
+
+
+def test_python_drafter_sees_no_hidden_state_and_the_pass_costs_with_kgram(registry):
+    probes = []
+    registry.register_drafter("probe-py", lambda cfg, info: probes.append(Probe()) or probes[-1])
+    target = kgram(registry)
+    plain, _ = generate(target, max_tokens=200)
+    spec, st = generate(target, registry.open_drafter("probe-py", "", target), max_tokens=200)
+    assert spec == plain and st.n_drafted > 0
+    # kgram has no hidden state (hidden_size 0).
+    check_seen(probes[0].seen, 0, False)
 
 
 class Failing:

@@ -15,21 +15,27 @@ Every handle frees its C object on close() (or `with`), and when garbage-collect
 Handles keep what they depend on alive (a Target its Registry, a Session its Target, Drafter
 and Coupler), so the library's order of destruction holds. Failures raise SpecinferError with
 the library's status code and message.
+
+Drafters with weights (Medusa heads: "medusa") are trained for a target with
+Registry.train_drafter (or `specinfer train-heads`) and opened like any other drafter.
 """
 
 import ctypes
 import enum
 import itertools
+import math
+import os
 import threading
 import traceback
 from ctypes import POINTER, byref, c_double, c_float, c_int32, c_size_t, c_void_p
 from dataclasses import dataclass
+from typing import List, Optional
 
 from . import _lib
 from ._lib import lib
 
 __all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Session", "Sketcher",
-           "DraftRequest", "ModelInfo", "Stats", "live_handles", "version"]
+           "DraftRequest", "ModelInfo", "Stats", "TrainProgress", "live_handles", "version"]
 
 
 class Code(enum.IntEnum):
@@ -101,6 +107,14 @@ def _check_with(status, errmsg):
 
 def _enc(s, what):
     b = s.encode() if isinstance(s, str) else bytes(s)
+    if b"\0" in b:
+        raise SpecinferError(Code.INVALID_ARGUMENT, f"{what} contains a NUL byte")
+    return b
+
+
+def _path(p, what):
+    """A file path (str, bytes or os.PathLike) as bytes for C."""
+    b = os.fsencode(p)
     if b"\0" in b:
         raise SpecinferError(Code.INVALID_ARGUMENT, f"{what} contains a NUL byte")
     return b
@@ -222,6 +236,51 @@ class Registry(_Handle):
     def open_drafter(self, plugin, config, target):
         return Drafter(self, plugin, config, target)
 
+    def train_drafter(self, plugin, target, out_path, corpus=(), config="", progress=None):
+        """Trains the weights of the drafter plugin `plugin` (e.g. "medusa") for `target` from the
+        text files `corpus` (a list of paths, or one path; never the prompts an evaluation
+        measures on) and writes them to `out_path` (checkpoints are kept beside it); open the
+        result with open_drafter (for medusa: config "path=<out_path>"). `config` is the
+        drafter's own key=value,... training options. The target is the trainer's for the whole
+        call: no session may use it.
+
+        `progress(report)`, if given, is called now and then with a TrainProgress; returning False
+        stops the training (then SpecinferError CANCELLED); any other return goes on. An exception
+        in it stops the training and is re-raised here.
+
+        Raises SpecinferError: UNSUPPORTED when the plugin has nothing to train (every drafter but
+        medusa, and Python drafters), NOT_FOUND, INVALID_ARGUMENT (e.g. an empty out_path),
+        CONFIG, IO, STATE (a session uses the target), CANCELLED, and the plugin's own."""
+        if isinstance(corpus, (str, bytes, os.PathLike)):
+            corpus = [corpus]
+        files = [_path(f, "a corpus path") for f in corpus]
+        p = _lib.TrainParamsC()
+        lib.specinfer_train_params_init(byref(p))
+        p.config = _enc(config, "config") if config else None
+        files_c = (ctypes.c_char_p * max(len(files), 1))(*files)
+        p.corpus = ctypes.cast(files_c, POINTER(ctypes.c_char_p)) if files else None
+        p.n_corpus = len(files)
+        p.out_path = _path(out_path, "out_path")
+        raised = []
+
+        def on_progress(_user, report):
+            if raised:
+                return 1
+            try:
+                return 1 if progress(TrainProgress._from(report.contents)) is False else 0
+            except BaseException as e:  # noqa: BLE001 - carried over the C frames
+                raised.append(e)
+                return 1
+
+        if progress is not None:
+            p.progress = _lib.TRAIN_PROGRESS_FN(on_progress)  # kept alive by p for the call
+        msg = c_void_p()
+        st = lib.specinfer_drafter_train(self._raw(), _enc(plugin, "plugin"), target._raw(), byref(p), byref(msg))
+        if raised:
+            lib.specinfer_free(msg)
+            raise raised[0]
+        _check_msg(st, msg)
+
     def register_drafter(self, name, factory, description=""):
         """Registers a drafter written in Python under `name`: `factory(config, model_info)`
         returns an object with propose(request) -> list of tokens (or (tokens, probs)), and
@@ -230,6 +289,30 @@ class Registry(_Handle):
         msg = c_void_p()
         _check_msg(lib.specinfer_registry_register_plugin(self._raw(), byref(plugin.descriptor), byref(msg)), msg)
         self._plugins[name] = plugin
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """One report of a training's progress (see Registry.train_drafter): the stage ("collect",
+    running the target over the corpus, "train" or "evaluate"), the units of the stage done and
+    in all (tokens, steps), the mean training loss over recent steps (None before the first),
+    and per head the top-1 agreement with the target on held-out text (None before the first
+    evaluation)."""
+    stage: str
+    done: int
+    total: int
+    loss: Optional[float]
+    accuracy: Optional[List[float]]
+
+    @staticmethod
+    def _from(r):
+        stage = (r.stage or b"").decode("utf-8", "replace") if _covers(r, "stage") else ""
+        done, total = (r.done, r.total) if _covers(r, "done", "total") else (0, 0)
+        loss = r.loss if _covers(r, "loss") and not math.isnan(r.loss) else None
+        accuracy = None
+        if _covers(r, "n_heads", "accuracy") and r.accuracy and r.n_heads > 0:
+            accuracy = r.accuracy[:r.n_heads]
+        return TrainProgress(stage, done, total, loss, accuracy)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -524,11 +607,27 @@ class Sketcher(_Handle):
 # Drafters written in Python
 
 
+def _covers(raw, *fields):
+    """True when the struct the library handed (raw.struct_size bytes) holds all these fields."""
+    ends = (getattr(type(raw), f).offset + getattr(type(raw), f).size for f in fields)
+    return raw.struct_size >= max(ends)
+
+
 class DraftRequest:
     """What the session asks of a drafter: max_tokens, context (the committed sequence),
-    temperature, seed, and sample(q, position), the coupler's draft-side sampler."""
+    temperature, seed, and sample(q, position), the coupler's draft-side sampler.
 
-    __slots__ = ("max_tokens", "context", "temperature", "seed", "_raw")
+    hidden: the target's last hidden state (the input of its output layer, a list of
+    hidden_size floats) at sequence index hidden_position (len(context) - 2), the position whose
+    logits chose the last committed token; None when the session has none (a target without
+    hidden states, such as kgram), and hidden_position is then -1.
+    pass_cost: pass_cost[i] is the time of one target pass over i + 1 tokens (the last committed
+    token and i drafted ones) relative to a one-token pass, as the session measured it on this
+    machine; max_tokens + 1 entries, the first 1.0. A drafter that sizes its own draft weighs what
+    a token is expected to add against this cost. ([] with a library older than these fields.)"""
+
+    __slots__ = ("max_tokens", "context", "temperature", "seed", "hidden", "hidden_position", "pass_cost",
+                 "_raw")
 
     def __init__(self, raw):
         self._raw = raw
@@ -536,6 +635,12 @@ class DraftRequest:
         self.context = raw.context[:raw.n_context] if raw.n_context else []
         self.temperature = raw.temperature
         self.seed = raw.seed
+        self.hidden, self.hidden_position, self.pass_cost = None, -1, []
+        if _covers(raw, "hidden", "hidden_size", "hidden_position") and raw.hidden and raw.hidden_size > 0:
+            self.hidden = raw.hidden[:raw.hidden_size]
+            self.hidden_position = raw.hidden_position
+        if _covers(raw, "pass_cost", "n_pass_cost") and raw.pass_cost and raw.n_pass_cost > 0:
+            self.pass_cost = raw.pass_cost[:raw.n_pass_cost]
 
     def sample(self, q, position):
         if not self._raw.sample:
@@ -642,7 +747,8 @@ class _PyPlugin:
             return _guard(err, run)
 
         self.create = _lib.CREATE_FN(create)
-        self.factory = _lib.DrafterFactoryC(ctypes.sizeof(_lib.DrafterFactoryC), self.create)
+        # train stays NULL: a Python drafter has no weights to train (drafter_train says so).
+        self.factory = _lib.DrafterFactoryC(ctypes.sizeof(_lib.DrafterFactoryC), self.create, _lib.TRAIN_FN())
 
         def get_factory(fid):
             return ctypes.addressof(self.factory) if fid == _lib.DRAFTER_FACTORY_ID else None

@@ -89,14 +89,31 @@ class PluginError(Structure):
     _fields_ = [("message", c_char * 512)]
 
 
+class TrainProgressC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("stage", c_char_p), ("done", c_int64), ("total", c_int64),
+                ("loss", c_double), ("n_heads", c_int32), ("accuracy", POINTER(c_float))]
+
+
+TRAIN_PROGRESS_FN = CFUNCTYPE(c_int, c_void_p, POINTER(TrainProgressC))
+
+
+class TrainParamsC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("config", c_char_p), ("corpus", POINTER(c_char_p)),
+                ("n_corpus", c_int32), ("out_path", c_char_p), ("progress", TRAIN_PROGRESS_FN),
+                ("user", c_void_p)]
+
+
 TOKEN_FN = CFUNCTYPE(c_int, c_void_p, POINTER(c_int32), c_size_t, POINTER(c_char), c_size_t)
 DRAFT_SAMPLE_FN = CFUNCTYPE(c_int32, c_void_p, POINTER(c_float), c_int32, c_int64)
 
 
 class DraftRequestC(Structure):
+    # The fields after sample_ctx were added later: read them only when struct_size covers them.
     _fields_ = [("struct_size", c_uint32), ("max_tokens", c_int32), ("allow_tree", c_int32),
                 ("context", POINTER(c_int32)), ("n_context", c_size_t), ("temperature", c_float),
-                ("seed", c_uint64), ("sample", DRAFT_SAMPLE_FN), ("sample_ctx", c_void_p)]
+                ("seed", c_uint64), ("sample", DRAFT_SAMPLE_FN), ("sample_ctx", c_void_p),
+                ("hidden", POINTER(c_float)), ("hidden_size", c_int32), ("hidden_position", c_int64),
+                ("pass_cost", POINTER(c_float)), ("n_pass_cost", c_int32)]
 
 
 class DraftC(Structure):
@@ -121,8 +138,12 @@ CREATE_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, POINTER(ModelInfoC), c_void_p, 
                       POINTER(c_void_p), POINTER(PluginError))
 
 
+# train(host, params, target_info, target, err)
+TRAIN_FN = CFUNCTYPE(c_int, c_void_p, POINTER(TrainParamsC), POINTER(ModelInfoC), c_void_p, POINTER(PluginError))
+
+
 class DrafterFactoryC(Structure):
-    _fields_ = [("struct_size", c_uint32), ("create", CREATE_FN)]
+    _fields_ = [("struct_size", c_uint32), ("create", CREATE_FN), ("train", TRAIN_FN)]
 
 
 GET_FACTORY_FN = CFUNCTYPE(c_void_p, c_char_p)
@@ -168,6 +189,8 @@ _fn("specinfer_target_detokenize", c_int, P, POINTER(c_int32), c_size_t, POINTER
     POINTER(c_size_t))
 _fn("specinfer_drafter_open", c_int, P, c_char_p, c_char_p, P, POINTER(P), POINTER(c_void_p))
 _fn("specinfer_drafter_destroy", c_int, P)
+_fn("specinfer_train_params_init", None, POINTER(TrainParamsC))
+_fn("specinfer_drafter_train", c_int, P, c_char_p, P, POINTER(TrainParamsC), POINTER(c_void_p))
 _fn("specinfer_coupler_create", c_int, c_char_p, POINTER(P), POINTER(c_void_p))
 _fn("specinfer_coupler_destroy", None, P)
 _fn("specinfer_coupler_name", c_char_p, P)
