@@ -59,16 +59,30 @@ void check_tree(const medusa::TreeSpec &spec, const medusa::Tree &t) {
     if (!spec.allow_tree) assert_int_equal(p, static_cast<int32_t>(j) - 1);
     for (size_t i = 0; i < j; ++i)  // siblings are distinct tokens
       if (t.parents[i] == p) assert_int_not_equal(t.tokens[i], t.tokens[j]);
-    // The estimate of this token at this depth: the head's, or lookup's if on the chain.
+    // The estimate of this token at this depth: the largest of the head's (the first of
+    // repeated candidates) and those of the chains whose path leads here.
+    std::vector<int32_t> path;
+    for (int32_t i = static_cast<int32_t>(j); i >= 0; i = t.parents[static_cast<size_t>(i)])
+      path.insert(path.begin(), t.tokens[static_cast<size_t>(i)]);
     double est = 0;
     const size_t d = static_cast<size_t>(depth - 1);
     if (d < spec.levels.size())
       for (const auto &c : spec.levels[d])
-        if (c.token == t.tokens[j]) {  // the first of repeated candidates counts
+        if (c.token == t.tokens[j]) {
           est = c.p;
           break;
         }
-    if (t.origins[j].chain) est = std::max<double>(est, spec.chain[d].p);
+    int32_t first_chain = -1;
+    for (size_t c = 0; c < spec.chains.size(); ++c) {
+      const auto &ch = spec.chains[c];
+      if (ch.size() < path.size()) continue;
+      bool on = true;
+      for (size_t i = 0; i < path.size() && on; ++i) on = ch[i].token == path[i];
+      if (!on) continue;
+      est = std::max<double>(est, ch[d].p);
+      if (first_chain < 0) first_chain = static_cast<int32_t>(c);
+    }
+    assert_int_equal(t.origins[j].chain, first_chain);
     const double parent_value = p < 0 ? 1.0 : t.values[static_cast<size_t>(p)];
     assert_true(std::fabs(t.values[j] - parent_value * est) < 1e-6);
     if (j > 0) assert_true(t.values[j] <= t.values[j - 1] + 1e-7f);  // best-first order
@@ -77,14 +91,23 @@ void check_tree(const medusa::TreeSpec &spec, const medusa::Tree &t) {
   assert_true(std::fabs(t.expected_tokens - (1 + sum)) < 1e-5);
 }
 
-medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int chain) {
+medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int n_chains) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::uniform_int_distribution<int32_t> tok(0, 30);  // a small range: repeats happen
   medusa::TreeSpec s;
   s.levels.resize(static_cast<size_t>(n_levels));
   for (auto &level : s.levels)
     for (int r = 0; r < k; ++r) level.push_back({tok(rng), u(rng)});
-  for (int i = 0; i < chain; ++i) s.chain.push_back({tok(rng), u(rng)});
+  // Chains of up to 8 tokens, some starting with a head's candidate valued 0 (as the drafter's
+  // branches do) or sharing a prefix with an earlier chain.
+  for (int c = 0; c < n_chains; ++c) {
+    std::vector<medusa::Candidate> ch;
+    if (c > 0 && rng() % 2) ch.assign(s.chains[0].begin(), s.chains[0].begin() + rng() % 3);
+    if (ch.empty() && !s.levels.empty() && rng() % 2) ch.push_back({s.levels[0][0].token, 0.0f});
+    const int len = 1 + static_cast<int>(rng() % 8);
+    while (static_cast<int>(ch.size()) < len) ch.push_back({tok(rng), u(rng)});
+    s.chains.push_back(ch);
+  }
   return s;
 }
 
@@ -93,7 +116,7 @@ void test_tree_structure(void **) {
   medusa::Tree t;
   std::vector<medusa::TreeQueueEntry> q;
   for (int iter = 0; iter < 500; ++iter) {
-    medusa::TreeSpec s = random_spec(rng, 1 + iter % 5, 1 + iter % 7, iter % 9);
+    medusa::TreeSpec s = random_spec(rng, 1 + iter % 5, 1 + iter % 7, iter % 6);
     s.max_nodes = 1 + iter % 20;
     s.allow_tree = iter % 4 != 0;
     std::vector<float> cost(static_cast<size_t>(s.max_nodes) + 1);
@@ -223,7 +246,7 @@ void test_tree_merges_lookup(void **) {
   medusa::TreeSpec s;
   s.levels = {{{1, 0.5f}, {2, 0.3f}}, {{3, 0.4f}, {4, 0.2f}}};
   // Lookup: 1 (agrees with the head), then 9 (new), then 7 (deeper than the heads).
-  s.chain = {{1, 0.7f}, {9, 0.8f}, {7, 0.9f}};
+  s.chains = {{{1, 0.7f}, {9, 0.8f}, {7, 0.9f}}};
   s.max_nodes = 64;
   std::vector<float> flat(65, 1.0f);
   s.pass_cost = flat.data();
@@ -242,7 +265,7 @@ void test_tree_merges_lookup(void **) {
   assert_int_equal(n_root, 2);
   assert_int_equal(one, 0);
   assert_true(std::fabs(t.values[0] - 0.7f) < 1e-6);
-  assert_true(t.origins[0].chain && t.origins[0].rank == 0);
+  assert_true(t.origins[0].chain == 0 && t.origins[0].rank == 0);
   // Under 1: the heads' 3 and 4 and lookup's 9 (0.56); under 1 -> 9: 7 (0.504), and the heads
   // have no third level. Under 2: only 3 and 4 (the chain follows 1).
   std::set<int32_t> under_one, under_nine, under_two;
@@ -258,6 +281,33 @@ void test_tree_merges_lookup(void **) {
   assert_true((under_nine == std::set<int32_t>{7}));
   assert_true((under_two == std::set<int32_t>{3, 4}));
   assert_int_equal(t.tokens.size(), 2u + 3u + 1u + 2u);
+}
+
+void test_tree_branch_chains(void **) {
+  // Two chains after head candidates (valued 0 there: the head's estimate counts) and one that
+  // shares their first token and parts ways after it.
+  medusa::TreeSpec s;
+  s.levels = {{{1, 0.6f}, {2, 0.3f}}};
+  s.chains = {{{1, 0.0f}, {5, 0.9f}, {6, 0.9f}},
+              {{2, 0.0f}, {5, 0.5f}},
+              {{1, 0.2f}, {5, 0.7f}, {8, 0.4f}},
+              {{3, 0.0f}, {4, 0.9f}}};  // no head proposes 3: never drafted
+  s.max_nodes = 64;
+  std::vector<float> flat(65, 1.0f);
+  s.pass_cost = flat.data();
+  s.n_pass_cost = 65;
+  medusa::Tree t;
+  std::vector<medusa::TreeQueueEntry> q;
+  medusa::build_tree(s, t, q);
+  check_tree(s, t);
+  // 1 (0.6), 1->5 (0.54, chains 0 and 2), 1->5->6 (0.486), 1->5->8 (0.216), 2 (0.3),
+  // 2->5 (0.15).
+  const std::vector<int32_t> tokens = {1, 5, 6, 2, 8, 5}, parents = {-1, 0, 1, -1, 1, 3};
+  assert_true(t.tokens == tokens);
+  assert_true(t.parents == parents);
+  assert_int_equal(t.origins[1].chain, 0);
+  assert_int_equal(t.origins[4].chain, 2);
+  assert_int_equal(t.origins[5].chain, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,6 +691,7 @@ int main() {
       cmocka_unit_test(test_tree_size_follows_cost),
       cmocka_unit_test(test_tree_chain_mode),
       cmocka_unit_test(test_tree_merges_lookup),
+      cmocka_unit_test(test_tree_branch_chains),
   };
   const struct CMUnitTest model_tests[] = {
       cmocka_unit_test(test_greedy_equals_plain),

@@ -17,17 +17,22 @@
 //    candidate was the target's token: the conditional probability a tree needs); `prob`, the
 //    head's own softmax probability; `mix` (default), their geometric mean, which keeps the
 //    per-rank calibration of acc and the per-round confidence of prob. With adapt=1 (default) the
-//    estimates are rescaled online per depth by what the target accepted in recent rounds.
+//    estimates are rescaled online, per depth and bin of the head's probability, by what the
+//    target accepted of such nodes in recent rounds (the file's accuracy is measured on its own
+//    held-out text, which may be unlike the session's).
 //  - lookup=1: prompt lookup (the ngram plugin's context index) proposes a chain continuing the
-//    context; it is merged into the same tree (following head candidates where the tokens agree),
-//    each chain token valued by lookup's own recent acceptance at its depth.
+//    context, and one continuing the context followed by each of head 0's best lookup_branches
+//    candidates; they are merged into the same tree (following head candidates where the tokens
+//    agree), each chain token valued by the recent acceptance of such chains at its depth.
 //  - Without a hidden state (an older host, or a round that has none) it proposes only the lookup
 //    chain, or nothing.
 //
 // config: path=<heads file> (required), nodes=<1..64> (16: most nodes per tree; the session's
 // max_draft caps it too), top_k=<1..16> (4: candidates per head), heads=<1..K> (all: heads used),
 // value=acc|prob|mix (mix), adapt=0|1 (1), wtype=q8_0|f16|f32 (q8_0), lookup=0|1 (0),
-// lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (5), lookup_max=<1..64> (16: chain length).
+// lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (5), lookup_max=<1..64> (16: chain length),
+// lookup_branches=<0..31> (4), draft_cost=<0..2> (measured: the drafter's time per round in
+// one-token passes of the target; a value replaces the measurement).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -156,8 +161,14 @@ struct Rate {
 };
 
 constexpr int32_t kMaxDepth = 64;  // deepest node (heads or lookup chain)
-constexpr double kDecay = 0.98;    // per observation: about the last 50 count
+// Kinds of lookup chains: the context's continuation, and a continuation after a head candidate.
+constexpr int32_t kContextChain = 0, kBranchChain = 1;
+constexpr double kDecay = 0.98;  // per observation: about the last 50 count
 constexpr double kPriorWeight = 8;
+// Cells of the online rescaling: bins of a head's own probability for its candidate.
+constexpr int32_t kBins = 8;
+constexpr float kBinEdges[kBins] = {0.0f, 0.03f, 0.07f, 0.15f, 0.3f, 0.5f, 0.7f, 0.9f};
+constexpr double kScalePrior = 2.0;  // expected hits of pseudo-observations
 
 struct Drafter {
   const specinfer_host *host = nullptr;
@@ -170,6 +181,7 @@ struct Drafter {
   bool adapt = true;
   bool lookup = false;
   int32_t lookup_n_min = 2, lookup_n_max = 5, lookup_max = 16;
+  int32_t lookup_branches = 4;  // head 0's candidates whose lookup continuation joins the tree
 
   // Scratch.
   std::vector<float> z, y, logits;  // [K*H], [K][H], [K][V]
@@ -182,29 +194,43 @@ struct Drafter {
 
   // Learning from what the target accepted: the previous tree and the context it was made for.
   medusa::Tree pending;
-  std::vector<float> pending_est;  // the heads' estimate of each node (before adaptation)
+  std::vector<float> pending_est;     // the heads' estimate of each node (before adaptation)
+  std::vector<int32_t> pending_cell;  // its cell (below), -1 for lookup-only nodes
   size_t pending_n = 0;
   int32_t pending_last = -1;
-  // Per depth: accepted / proposed (parent accepted) for head nodes, in expectation (the sum of
-  // the estimates of those tried) and in fact; the ratio rescales the heads' estimates.
-  std::vector<double> head_expected, head_hits;
-  std::vector<Rate> chain_rate;  // per depth: lookup chain tokens accepted given parent accepted
+  // Per cell (depth, bin of the head's probability): how many of the nodes tried there (their
+  // parent accepted) the target accepted, in expectation (the sum of their estimates) and in
+  // fact. The ratio rescales the estimates of that cell.
+  std::vector<double> cell_expected, cell_hits;
+  // Per candidate of spec.levels: its estimate before the rescaling, and its cell.
+  std::vector<std::vector<float>> level_est;
+  std::vector<std::vector<int32_t>> level_cell;
+  // Per kind of chain and depth: chain tokens accepted given parent accepted.
+  std::vector<std::vector<Rate>> chain_rate;
+  std::vector<int32_t> chain_kind, pending_kind;  // the kind of each of spec.chains
 
   // Draft cost in one-token passes: the drafter's own time against the round's.
   double draft_ms = 0, pass1_ms = 0;
   Clock::time_point last_start{};
   double last_draft_ms = 0, last_pass_cost = 0;
   bool last_valid = false;
+  double fixed_draft_cost = -1;  // config draft_cost: >= 0 replaces the measurement
 
   explicit Drafter(const specinfer_host *h) : host(h) {}
 
-  float head_scale(int32_t depth) const {  // depth 1..K
-    if (!adapt) return 1.0f;
-    const size_t d = static_cast<size_t>(depth - 1);
-    const double e = head_expected[d], a = head_hits[d];
-    // The prior: one pseudo-round in which the estimates were right.
-    const double s = (a + kPriorWeight * 0.5) / (e + kPriorWeight * 0.5);
-    return static_cast<float>(std::clamp(s, 0.25, 4.0));
+  static int32_t prob_bin(float p) {
+    int32_t b = 0;
+    while (b + 1 < kBins && p >= kBinEdges[b + 1]) ++b;
+    return b;
+  }
+
+  float cell_scale(int32_t cell) const {
+    if (!adapt || cell < 0) return 1.0f;
+    const double e = cell_expected[static_cast<size_t>(cell)],
+                 a = cell_hits[static_cast<size_t>(cell)];
+    // The prior: pseudo-observations in which the estimates were right.
+    const double s = (a + kScalePrior) / (e + kScalePrior);
+    return static_cast<float>(std::clamp(s, 0.2, 5.0));
   }
 
   // Compares the previous tree with the tokens committed after it.
@@ -223,13 +249,20 @@ struct Drafter {
         const bool hit = pending.tokens[j] == got[depth];
         if (hit) next = static_cast<int32_t>(j);
         const medusa::NodeOrigin &o = pending.origins[j];
-        if (o.rank >= 0) {
-          const size_t d = static_cast<size_t>(o.depth - 1);
-          head_expected[d] = head_expected[d] * kDecay + pending_est[j];
-          head_hits[d] = head_hits[d] * kDecay + (hit ? 1.0 : 0.0);
+        const int32_t c = pending_cell[j];
+        if (c >= 0) {
+          cell_expected[static_cast<size_t>(c)] =
+              cell_expected[static_cast<size_t>(c)] * kDecay + pending_est[j];
+          cell_hits[static_cast<size_t>(c)] =
+              cell_hits[static_cast<size_t>(c)] * kDecay + (hit ? 1.0 : 0.0);
         }
-        if (o.chain && o.depth <= kMaxDepth)
-          chain_rate[static_cast<size_t>(o.depth - 1)].add(hit, kDecay);
+        // A chain's own estimates (a branch's first token is the head's candidate).
+        if (o.chain >= 0) {
+          const int32_t kind = pending_kind[static_cast<size_t>(o.chain)];
+          if (kind == kContextChain || o.depth > 1)
+            chain_rate[static_cast<size_t>(kind)][std::min(o.depth, kMaxDepth) - 1].add(hit,
+                                                                                        kDecay);
+        }
       }
       if (next < 0) break;
       cur = next;
@@ -282,40 +315,74 @@ struct Drafter {
         top[static_cast<size_t>(j)] = i;
       }
       std::vector<medusa::Candidate> &level = spec.levels[static_cast<size_t>(k)];
+      std::vector<float> &est = level_est[static_cast<size_t>(k)];
+      std::vector<int32_t> &cell = level_cell[static_cast<size_t>(k)];
       level.clear();
-      const float scale = head_scale(k + 1);
+      est.clear();
+      cell.clear();
       for (int32_t r = 0; r < n; ++r) {
         const int32_t i = top[static_cast<size_t>(r)];
         const int32_t tok = heads.vocab[static_cast<size_t>(i)];
         if (tok >= vocab_size) continue;
-        level.push_back({tok, estimate(k + 1, r, row[i]) * scale});
+        const float e = estimate(k + 1, r, row[i]);
+        const int32_t c = k * kBins + prob_bin(row[i]);
+        level.push_back({tok, e * cell_scale(c)});
+        est.push_back(e);
+        cell.push_back(c);
       }
     }
   }
 
-  // Fills spec.chain with prompt lookup's continuation of ctx.
-  void run_lookup(const int32_t *ctx, size_t n, int32_t want, int32_t vocab_size) {
-    index.sync(ctx, n);
-    const size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
-    tail.assign(ctx + n - keep, ctx + n);
-    spec.chain.clear();
-    while (static_cast<int32_t>(spec.chain.size()) < want) {
+  // Prompt lookup's continuation of `tail` (the end of the context, then drafted tokens), at most
+  // `want` tokens, appended to `chain` valued by the recent acceptance of chains of `kind` at
+  // their depth (the chain's first `depth0` entries are already there).
+  void continue_chain(std::vector<int32_t> &t, int32_t want, int32_t vocab_size, int32_t kind,
+                      std::vector<medusa::Candidate> &chain) {
+    while (static_cast<int32_t>(chain.size()) < want) {
       int32_t tok = -1;
-      for (int k = std::min<int>(lookup_n_max, static_cast<int>(tail.size())); k >= lookup_n_min;
+      for (int k = std::min<int>(lookup_n_max, static_cast<int>(t.size())); k >= lookup_n_min;
            --k) {
-        const ptrdiff_t p = index.find(tail.data() + tail.size() - k, k);
+        const ptrdiff_t p = index.find(t.data() + t.size() - k, k);
         if (p >= 0) {
           tok = index.tokens()[static_cast<size_t>(p)];
           break;
         }
       }
       if (tok < 0 || tok >= vocab_size) break;
-      const size_t d = spec.chain.size();
+      const size_t d = chain.size();
       // The first chain tokens are right about half the time; deeper ones, once their parents
       // were, more often.
       const double prior = d == 0 ? 0.5 : 0.8;
-      spec.chain.push_back({tok, static_cast<float>(chain_rate[d].get(prior, kPriorWeight))});
-      tail.push_back(tok);
+      const Rate &rate = chain_rate[static_cast<size_t>(kind)][std::min<size_t>(d, kMaxDepth - 1)];
+      chain.push_back({tok, static_cast<float>(rate.get(prior, kPriorWeight))});
+      t.push_back(tok);
+    }
+  }
+
+  // Fills spec.chains: prompt lookup's continuation of the context, and (branches) of the
+  // context followed by each of head 0's best candidates.
+  void run_lookup(const int32_t *ctx, size_t n, int32_t want, int32_t vocab_size) {
+    index.sync(ctx, n);
+    const size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
+    spec.chains.clear();
+    chain_kind.clear();
+    tail.assign(ctx + n - keep, ctx + n);
+    std::vector<medusa::Candidate> chain;
+    continue_chain(tail, want, vocab_size, kContextChain, chain);
+    if (!chain.empty()) {
+      spec.chains.push_back(chain);
+      chain_kind.push_back(kContextChain);
+    }
+    if (spec.levels.empty()) return;
+    const std::vector<medusa::Candidate> &first = spec.levels[0];
+    for (size_t r = 0; r < first.size() && static_cast<int32_t>(r) < lookup_branches; ++r) {
+      tail.assign(ctx + n - keep, ctx + n);
+      tail.push_back(first[r].token);
+      chain.assign(1, {first[r].token, 0.0f});  // valued as the head's candidate
+      continue_chain(tail, want, vocab_size, kBranchChain, chain);
+      if (chain.size() < 2) continue;
+      spec.chains.push_back(chain);
+      chain_kind.push_back(kBranchChain);
     }
   }
 
@@ -347,10 +414,10 @@ struct Drafter {
            "medusa: the request's hidden state has %d values, the heads read %d", req.hidden_size,
            H);
     spec.levels.clear();
-    spec.chain.clear();
+    spec.chains.clear();
     if (has_hidden) run_heads(req.hidden, out.vocab_size);
     if (lookup) run_lookup(req.context, req.n_context, std::min(want, lookup_max), out.vocab_size);
-    if (spec.levels.empty() && spec.chain.empty()) return;
+    if (spec.levels.empty() && spec.chains.empty()) return;
 
     spec.max_nodes = want;
     spec.allow_tree = req.allow_tree != 0;
@@ -361,7 +428,11 @@ struct Drafter {
       spec.pass_cost = req.pass_cost;
       spec.n_pass_cost = req.n_pass_cost;
     }
-    spec.draft_cost = pass1_ms > 0 ? static_cast<float>(std::min(draft_ms / pass1_ms, 2.0)) : 0.0f;
+    if (fixed_draft_cost >= 0)
+      spec.draft_cost = static_cast<float>(fixed_draft_cost);
+    else
+      spec.draft_cost =
+          pass1_ms > 0 ? static_cast<float>(std::min(draft_ms / pass1_ms, 2.0)) : 0.0f;
     medusa::build_tree(spec, tree, queue);
 
     const int32_t n = static_cast<int32_t>(tree.tokens.size());
@@ -374,14 +445,15 @@ struct Drafter {
     // What to learn from once the target has spoken: each head node's estimate before the
     // adaptive scale (the scale is what is being learned).
     pending = tree;
-    pending_est.resize(static_cast<size_t>(n));
+    pending_kind = chain_kind;
+    pending_est.assign(static_cast<size_t>(n), 0.0f);
+    pending_cell.assign(static_cast<size_t>(n), -1);
     for (int32_t j = 0; j < n; ++j) {
       const medusa::NodeOrigin &o = tree.origins[static_cast<size_t>(j)];
-      float e = 0.0f;
-      if (o.rank >= 0)
-        e = spec.levels[static_cast<size_t>(o.depth - 1)][static_cast<size_t>(o.rank)].p /
-            head_scale(o.depth);
-      pending_est[static_cast<size_t>(j)] = e;
+      if (o.rank < 0) continue;
+      const size_t d = static_cast<size_t>(o.depth - 1), r = static_cast<size_t>(o.rank);
+      pending_est[static_cast<size_t>(j)] = level_est[d][r];
+      pending_cell[static_cast<size_t>(j)] = level_cell[d][r];
     }
     pending_n = req.n_context;
     pending_last = req.context[req.n_context - 1];
@@ -484,8 +556,9 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
                                 specinfer_plugin_error *err) {
   return guarded(err, "medusa", [&] {
     if (!host || !self || !vtable) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL argument");
-    Config cfg(config, {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
-                        "lookup_n_min", "lookup_n_max", "lookup_max"});
+    Config cfg(config,
+               {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
+                "lookup_n_min", "lookup_n_max", "lookup_max", "lookup_branches", "draft_cost"});
     if (!cfg.has("path") || cfg.get("path", "").empty())
       throw ConfigError("medusa: path=<heads file> is required");
     const std::string path = cfg.get("path", "");
@@ -499,8 +572,11 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
     d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
     d->lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
+    d->lookup_branches =
+        static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, medusa::kMaxChains - 1));
     if (d->lookup_n_min > d->lookup_n_max)
       throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
+    d->fixed_draft_cost = cfg.get_float("draft_cost", -1.0, -1.0, 2.0);
 
     const specinfer_kernels *k = host->kernels;
     if (!k || !covers<void *>(k->struct_size, offsetof(specinfer_kernels, isa)) || !k->matmul ||
@@ -548,9 +624,11 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->y.resize(static_cast<size_t>(d->K) * d->H);
     d->logits.resize(static_cast<size_t>(d->K) * d->V);
     d->top.resize(static_cast<size_t>(d->top_k));
-    d->head_expected.assign(static_cast<size_t>(d->K), 0.0);
-    d->head_hits.assign(static_cast<size_t>(d->K), 0.0);
-    d->chain_rate.assign(static_cast<size_t>(kMaxDepth), Rate{});
+    d->cell_expected.assign(static_cast<size_t>(d->K) * kBins, 0.0);
+    d->cell_hits.assign(static_cast<size_t>(d->K) * kBins, 0.0);
+    d->level_est.resize(static_cast<size_t>(d->K));
+    d->level_cell.resize(static_cast<size_t>(d->K));
+    d->chain_rate.assign(2, std::vector<Rate>(static_cast<size_t>(kMaxDepth)));
     d->index.configure(d->lookup_n_max);
     *self = d.release();
     *vtable = &kVtable;

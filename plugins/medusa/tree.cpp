@@ -38,17 +38,24 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
   queue.clear();
   uint32_t seq = 0;
   const int32_t n_levels = static_cast<int32_t>(spec.levels.size());
-  const int32_t n_chain = static_cast<int32_t>(spec.chain.size());
+  const int32_t n_chains = std::min<int32_t>(static_cast<int32_t>(spec.chains.size()), kMaxChains);
+  auto chain_at = [&](int32_t c, int32_t depth) -> const Candidate * {
+    const std::vector<Candidate> &ch = spec.chains[static_cast<size_t>(c)];
+    return depth < static_cast<int32_t>(ch.size()) ? &ch[static_cast<size_t>(depth)] : nullptr;
+  };
+  auto first_chain = [](uint32_t mask) { return mask ? __builtin_ctz(mask) : -1; };
 
-  auto push = [&](float value, int32_t parent, int32_t token, NodeOrigin origin) {
+  auto push = [&](float value, int32_t parent, int32_t token, int32_t depth, int32_t rank,
+                  uint32_t chains) {
     if (!(value > 0.0f)) return;
-    queue.push_back({value, parent, token, origin, seq++});
+    queue.push_back(
+        {value, parent, token, NodeOrigin{depth, rank, first_chain(chains)}, chains, seq++});
     std::push_heap(queue.begin(), queue.end(), later);
   };
-  // Pushes the children of node `parent` (-1: the root) at depth `depth` with value `value`.
-  auto expand = [&](int32_t parent, int32_t depth, float value, bool on_chain) {
-    const bool chain_here = on_chain && depth < n_chain;
-    bool chain_merged = false;
+  // Pushes the children of node `parent` (-1: the root) at depth `depth` with value `value`,
+  // lying on the paths of the chains in `on`.
+  auto expand = [&](int32_t parent, int32_t depth, float value, uint32_t on) {
+    uint32_t merged = 0;  // chains whose token here is a head's candidate
     if (depth < n_levels) {
       const std::vector<Candidate> &level = spec.levels[static_cast<size_t>(depth)];
       for (size_t r = 0; r < level.size(); ++r) {
@@ -57,23 +64,43 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
         for (size_t q = 0; q < r && !repeated; ++q) repeated = level[q].token == c.token;
         if (repeated) continue;
         float p = clamp01(c.p);
-        NodeOrigin o{depth + 1, static_cast<int32_t>(r), false};
-        if (chain_here && spec.chain[static_cast<size_t>(depth)].token == c.token) {
-          p = std::max(p, clamp01(spec.chain[static_cast<size_t>(depth)].p));
-          o.chain = true;
-          chain_merged = true;
+        uint32_t chains = 0;
+        for (uint32_t m = on; m; m &= m - 1) {
+          const int32_t ch = __builtin_ctz(m);
+          const Candidate *t = chain_at(ch, depth);
+          if (t && t->token == c.token) {
+            p = std::max(p, clamp01(t->p));
+            chains |= 1u << ch;
+          }
         }
-        push(value * p, parent, c.token, o);
+        merged |= chains;
+        push(value * p, parent, c.token, depth + 1, static_cast<int32_t>(r), chains);
       }
     }
-    if (chain_here && !chain_merged) {
-      const Candidate &c = spec.chain[static_cast<size_t>(depth)];
-      push(value * clamp01(c.p), parent, c.token, NodeOrigin{depth + 1, -1, true});
+    // Chain tokens no head proposed, one node per distinct token.
+    uint32_t left = on & ~merged;
+    while (left) {
+      const int32_t ch = __builtin_ctz(left);
+      const Candidate *t = chain_at(ch, depth);
+      left &= left - 1;
+      if (!t) continue;
+      float p = clamp01(t->p);
+      uint32_t chains = 1u << ch;
+      for (uint32_t m = left; m; m &= m - 1) {
+        const int32_t other = __builtin_ctz(m);
+        const Candidate *u = chain_at(other, depth);
+        if (u && u->token == t->token) {
+          p = std::max(p, clamp01(u->p));
+          chains |= 1u << other;
+        }
+      }
+      left &= ~chains;
+      push(value * p, parent, t->token, depth + 1, -1, chains);
     }
   };
 
   const int32_t cap = std::max<int32_t>(0, spec.max_nodes);
-  expand(-1, 0, 1.0f, true);
+  expand(-1, 0, 1.0f, n_chains >= 32 ? ~0u : (1u << n_chains) - 1);
   while (static_cast<int32_t>(out.tokens.size()) < cap && !queue.empty()) {
     std::pop_heap(queue.begin(), queue.end(), later);
     const TreeQueueEntry e = queue.back();
@@ -84,7 +111,7 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
     out.values.push_back(e.value);
     out.origins.push_back(e.origin);
     if (!spec.allow_tree) queue.clear();  // a chain: only the best child of the last node
-    expand(id, e.origin.depth, e.value, e.origin.chain);
+    expand(id, e.origin.depth, e.value, e.chains);
   }
 
   // Keep the prefix (values are in non-increasing order) with the most tokens per unit of time.

@@ -5,9 +5,9 @@
 // estimated probability that the target accepts the whole path: the product, along the path, of
 // each token's estimated probability of being the target's token given that its parent was
 // accepted. The heads read one hidden state, so the candidates at depth d are the same under every
-// parent (`levels[d - 1]`); prompt lookup adds one chain, whose tokens are children only of the
-// chain's own path (where a chain token is also a head's candidate the two are one node, with the
-// larger estimate).
+// parent (`levels[d - 1]`). Chains (prompt lookup's continuations) add paths of their own: a
+// chain's token at depth d is a child only of the nodes on that chain's path. Where several
+// sources propose one token under one parent they are one node, with the largest estimate.
 //
 // Values never grow down a path (estimates are at most 1), so the n nodes of largest value form a
 // tree (every ancestor of one of them is among them, ties going to the ancestor): best-first
@@ -33,16 +33,20 @@ struct Candidate {
 // Where a node came from (for learning the estimates from what the target accepted).
 struct NodeOrigin {
   int32_t depth = 0;   // 1 = a child of the last committed token
-  int32_t rank = -1;   // index in levels[depth - 1], -1 when only the lookup chain proposed it
-  bool chain = false;  // the node lies on the lookup chain's path
+  int32_t rank = -1;   // index in levels[depth - 1], -1 when no head proposed it
+  int32_t chain = -1;  // the first chain whose path the node lies on, -1 = none
 };
+
+// At most this many chains.
+constexpr int32_t kMaxChains = 32;
 
 struct TreeSpec {
   // levels[d]: the candidates for depth d + 1, under every parent at depth d. Distinct tokens
   // (a repeated token is skipped); any order.
   std::vector<std::vector<Candidate>> levels;
-  // The lookup chain: chain[i] follows chain[0 .. i) after the last committed token.
-  std::vector<Candidate> chain;
+  // Chains: chains[c][i] follows chains[c][0 .. i) after the last committed token (at most
+  // kMaxChains; a token with p = 0 is proposed only where a head proposes it too).
+  std::vector<std::vector<Candidate>> chains;
   int32_t max_nodes = 0;   // at most this many nodes
   bool allow_tree = true;  // false: a chain (each node at most one child, the best)
   // pass_cost[i]: the time of a pass over i + 1 tokens relative to a one-token pass, for
@@ -73,7 +77,8 @@ struct TreeQueueEntry {
   int32_t parent;  // index in the output, -1 = the root
   int32_t token;
   NodeOrigin origin;
-  uint32_t seq;  // push order: ties pop first-pushed first
+  uint32_t chains;  // bit c: the node lies on chain c's path
+  uint32_t seq;     // push order: ties pop first-pushed first
 };
 void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &queue);
 
