@@ -23,16 +23,20 @@
 //  - lookup=1: prompt lookup (the ngram plugin's context index) proposes a chain continuing the
 //    context, and one continuing the context followed by each of head 0's best lookup_branches
 //    candidates; they are merged into the same tree (following head candidates where the tokens
-//    agree), each chain token valued by the recent acceptance of such chains at its depth.
+//    agree). Where the context has no match, n-gram counts over the drafter's earlier sequences
+//    (dynamic=1, as the ngram plugin's dynamic cache) continue a chain. Each chain token is valued
+//    by the recent acceptance of tokens from the same source (a match of that many tokens, or the
+//    counts) and place (first of its chain, or a continuation): longer matches are right more
+//    often.
 //  - Without a hidden state (an older host, or a round that has none) it proposes only the lookup
 //    chain, or nothing.
 //
 // config: path=<heads file> (required), nodes=<1..64> (16: most nodes per tree; the session's
 // max_draft caps it too), top_k=<1..16> (4: candidates per head), heads=<1..K> (all: heads used),
 // value=acc|prob|mix (mix), adapt=0|1 (1), wtype=q8_0|f16|f32 (q8_0), lookup=0|1 (0),
-// lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (5), lookup_max=<1..64> (16: chain length),
-// lookup_branches=<0..31> (4), draft_cost=<0..2> (measured: the drafter's time per round in
-// one-token passes of the target; a value replaces the measurement).
+// lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (8), lookup_max=<1..64> (16: chain length),
+// lookup_branches=<0..31> (4), dynamic=0|1 (1), draft_cost=<0..2> (measured: the drafter's time per
+// round in one-token passes of the target; a value replaces the measurement).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -161,10 +165,19 @@ struct Rate {
 };
 
 constexpr int32_t kMaxDepth = 64;  // deepest node (heads or lookup chain)
-// Kinds of lookup chains: the context's continuation, and a continuation after a head candidate.
-constexpr int32_t kContextChain = 0, kBranchChain = 1;
+// Cells of the chain tokens' acceptance rates: by where the token came from (a match of k tokens
+// in the context, k = 1..16, or the n-gram counts of earlier sequences) and whether it is the
+// first lookup token of its chain (its parent a committed token or a head's candidate).
+constexpr int32_t kSources = 18, kFromCounts = 17;
+int32_t chain_cell(int32_t source, bool first) {
+  return source * 2 + (first ? 0 : 1);
+}
 constexpr double kDecay = 0.98;  // per observation: about the last 50 count
 constexpr double kPriorWeight = 8;
+// The n-gram counts over earlier sequences: patterns of at least this many tokens, followers seen
+// at least this often (as the ngram plugin's dynamic cache).
+constexpr int kCountsNMin = 2;
+constexpr uint32_t kCountsMinCount = 2;
 // Cells of the online rescaling: bins of a head's own probability for its candidate.
 constexpr int32_t kBins = 8;
 constexpr float kBinEdges[kBins] = {0.0f, 0.03f, 0.07f, 0.15f, 0.3f, 0.5f, 0.7f, 0.9f};
@@ -180,7 +193,7 @@ struct Drafter {
   Value value = Value::mix;
   bool adapt = true;
   bool lookup = false;
-  int32_t lookup_n_min = 2, lookup_n_max = 5, lookup_max = 16;
+  int32_t lookup_n_min = 2, lookup_n_max = 8, lookup_max = 16;
   int32_t lookup_branches = 4;  // head 0's candidates whose lookup continuation joins the tree
 
   // Scratch.
@@ -205,9 +218,14 @@ struct Drafter {
   // Per candidate of spec.levels: its estimate before the rescaling, and its cell.
   std::vector<std::vector<float>> level_est;
   std::vector<std::vector<int32_t>> level_cell;
-  // Per kind of chain and depth: chain tokens accepted given parent accepted.
-  std::vector<std::vector<Rate>> chain_rate;
-  std::vector<int32_t> chain_kind, pending_kind;  // the kind of each of spec.chains
+  // Per cell (chain_cell): chain tokens accepted given parent accepted.
+  std::vector<Rate> chain_rate;
+  // The cell of each token of spec.chains (-1: a head's candidate), and of the pending tree's.
+  std::vector<std::vector<int32_t>> chain_cells, pending_cells;
+  // N-gram counts over the earlier sequences (dynamic=1), consulted where the context has no
+  // match.
+  bool use_counts = true;
+  specinfer_ngram::CountTable counts;
 
   // Draft cost in one-token passes: the drafter's own time against the round's.
   double draft_ms = 0, pass1_ms = 0;
@@ -258,10 +276,9 @@ struct Drafter {
         }
         // A chain's own estimates (a branch's first token is the head's candidate).
         if (o.chain >= 0) {
-          const int32_t kind = pending_kind[static_cast<size_t>(o.chain)];
-          if (kind == kContextChain || o.depth > 1)
-            chain_rate[static_cast<size_t>(kind)][std::min(o.depth, kMaxDepth) - 1].add(hit,
-                                                                                        kDecay);
+          const std::vector<int32_t> &cells = pending_cells[static_cast<size_t>(o.chain)];
+          const int32_t c = cells[static_cast<size_t>(o.depth - 1)];
+          if (c >= 0) chain_rate[static_cast<size_t>(c)].add(hit, kDecay);
         }
       }
       if (next < 0) break;
@@ -333,29 +350,47 @@ struct Drafter {
     }
   }
 
-  // Prompt lookup's continuation of `tail` (the end of the context, then drafted tokens), at most
-  // `want` tokens, appended to `chain` valued by the recent acceptance of chains of `kind` at
-  // their depth (the chain's first `depth0` entries are already there).
-  void continue_chain(std::vector<int32_t> &t, int32_t want, int32_t vocab_size, int32_t kind,
-                      std::vector<medusa::Candidate> &chain) {
-    while (static_cast<int32_t>(chain.size()) < want) {
-      int32_t tok = -1;
-      for (int k = std::min<int>(lookup_n_max, static_cast<int>(t.size())); k >= lookup_n_min;
-           --k) {
-        const ptrdiff_t p = index.find(t.data() + t.size() - k, k);
-        if (p >= 0) {
-          tok = index.tokens()[static_cast<size_t>(p)];
-          break;
+  // The token prompt lookup predicts after `t` (the end of the context, then drafted tokens) and
+  // its source (a match length, or kFromCounts); -1 when there is none.
+  int32_t lookup_next(const std::vector<int32_t> &t, int32_t &source) const {
+    const int avail = static_cast<int>(t.size());
+    for (int k = std::min(lookup_n_max, avail); k >= lookup_n_min; --k) {
+      const ptrdiff_t p = index.find(t.data() + t.size() - k, k);
+      if (p >= 0) {
+        source = k;
+        return index.tokens()[static_cast<size_t>(p)];
+      }
+    }
+    if (use_counts && !counts.empty())
+      for (int k = std::min(lookup_n_max, avail); k >= kCountsNMin; --k) {
+        const int32_t tok = counts.best(t.data() + t.size() - k, k, kCountsMinCount, 0.5);
+        if (tok >= 0) {
+          source = kFromCounts;
+          return tok;
         }
       }
+    return -1;
+  }
+
+  // Extends `chain` (whose tokens follow the context, the last of them also at the end of `t`)
+  // with lookup's continuation up to `want` tokens, each valued by the recent acceptance of its
+  // cell.
+  void continue_chain(std::vector<int32_t> &t, int32_t want, int32_t vocab_size,
+                      std::vector<medusa::Candidate> &chain, std::vector<int32_t> &cells) {
+    bool first = true;
+    while (static_cast<int32_t>(chain.size()) < want) {
+      int32_t source = 0;
+      const int32_t tok = lookup_next(t, source);
       if (tok < 0 || tok >= vocab_size) break;
-      const size_t d = chain.size();
-      // The first chain tokens are right about half the time; deeper ones, once their parents
-      // were, more often.
-      const double prior = d == 0 ? 0.5 : 0.8;
-      const Rate &rate = chain_rate[static_cast<size_t>(kind)][std::min<size_t>(d, kMaxDepth - 1)];
-      chain.push_back({tok, static_cast<float>(rate.get(prior, kPriorWeight))});
+      const int32_t cell = chain_cell(source, first);
+      // Before any evidence: the first token of a chain is right about half the time, a
+      // continuation (its parent was right) more often.
+      const double prior = first ? 0.5 : 0.8;
+      chain.push_back({tok, static_cast<float>(
+                                chain_rate[static_cast<size_t>(cell)].get(prior, kPriorWeight))});
+      cells.push_back(cell);
       t.push_back(tok);
+      first = false;
     }
   }
 
@@ -365,13 +400,14 @@ struct Drafter {
     index.sync(ctx, n);
     const size_t keep = std::min<size_t>(n, static_cast<size_t>(lookup_n_max));
     spec.chains.clear();
-    chain_kind.clear();
+    chain_cells.clear();
     tail.assign(ctx + n - keep, ctx + n);
     std::vector<medusa::Candidate> chain;
-    continue_chain(tail, want, vocab_size, kContextChain, chain);
+    std::vector<int32_t> cells;
+    continue_chain(tail, want, vocab_size, chain, cells);
     if (!chain.empty()) {
       spec.chains.push_back(chain);
-      chain_kind.push_back(kContextChain);
+      chain_cells.push_back(cells);
     }
     if (spec.levels.empty()) return;
     const std::vector<medusa::Candidate> &first = spec.levels[0];
@@ -379,10 +415,11 @@ struct Drafter {
       tail.assign(ctx + n - keep, ctx + n);
       tail.push_back(first[r].token);
       chain.assign(1, {first[r].token, 0.0f});  // valued as the head's candidate
-      continue_chain(tail, want, vocab_size, kBranchChain, chain);
+      cells.assign(1, -1);
+      continue_chain(tail, want, vocab_size, chain, cells);
       if (chain.size() < 2) continue;
       spec.chains.push_back(chain);
-      chain_kind.push_back(kBranchChain);
+      chain_cells.push_back(cells);
     }
   }
 
@@ -445,7 +482,7 @@ struct Drafter {
     // What to learn from once the target has spoken: each head node's estimate before the
     // adaptive scale (the scale is what is being learned).
     pending = tree;
-    pending_kind = chain_kind;
+    pending_cells = chain_cells;
     pending_est.assign(static_cast<size_t>(n), 0.0f);
     pending_cell.assign(static_cast<size_t>(n), -1);
     for (int32_t j = 0; j < n; ++j) {
@@ -485,6 +522,10 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
     d->pending.tokens.clear();
     d->last_valid = false;
     if (d->lookup) {
+      // The sequence that ends here feeds the counts.
+      const std::vector<int32_t> &prev = d->index.tokens();
+      if (d->use_counts && prev.size() > 1)
+        d->counts.add(prev.data(), prev.size(), kCountsNMin, d->lookup_n_max);
       d->index.clear();
       d->index.append(context, n);
     }
@@ -556,9 +597,9 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
                                 specinfer_plugin_error *err) {
   return guarded(err, "medusa", [&] {
     if (!host || !self || !vtable) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL argument");
-    Config cfg(config,
-               {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
-                "lookup_n_min", "lookup_n_max", "lookup_max", "lookup_branches", "draft_cost"});
+    Config cfg(config, {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
+                        "lookup_n_min", "lookup_n_max", "lookup_max", "lookup_branches", "dynamic",
+                        "draft_cost"});
     if (!cfg.has("path") || cfg.get("path", "").empty())
       throw ConfigError("medusa: path=<heads file> is required");
     const std::string path = cfg.get("path", "");
@@ -570,8 +611,9 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     const int32_t wtype = parse_wtype(cfg.get("wtype", "q8_0"));
     d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
     d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
-    d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 5, 1, 16));
+    d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 8, 1, 16));
     d->lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
+    d->use_counts = cfg.get_int("dynamic", 1, 0, 1) != 0;
     d->lookup_branches =
         static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, medusa::kMaxChains - 1));
     if (d->lookup_n_min > d->lookup_n_max)
@@ -628,7 +670,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->cell_hits.assign(static_cast<size_t>(d->K) * kBins, 0.0);
     d->level_est.resize(static_cast<size_t>(d->K));
     d->level_cell.resize(static_cast<size_t>(d->K));
-    d->chain_rate.assign(2, std::vector<Rate>(static_cast<size_t>(kMaxDepth)));
+    d->chain_rate.assign(static_cast<size_t>(chain_cell(kSources, true)), Rate{});
     d->index.configure(d->lookup_n_max);
     *self = d.release();
     *vtable = &kVtable;
