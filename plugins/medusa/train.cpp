@@ -45,6 +45,8 @@ struct Options {
   double lr = 1e-3;
   double wd = 0.0;
   double warmup = 0.05;
+  double offpath = 1.0;
+  int32_t rank = 0;
   int32_t batch = 128;
   int32_t chunk = 512;
   uint64_t seed = 1;
@@ -54,7 +56,7 @@ struct Options {
 
 Options parse_options(const char *text, const specinfer_model_info &info) {
   Config cfg(text, {"heads", "tokens", "heldout", "vocab", "epochs", "lr", "wd", "batch", "warmup",
-                    "chunk", "seed", "resume", "keep_data"});
+                    "chunk", "seed", "resume", "keep_data", "offpath", "rank"});
   Options o;
   o.heads = static_cast<int32_t>(cfg.get_int("heads", o.heads, 1, 16));
   o.tokens = cfg.get_int("tokens", o.tokens, 512, int64_t(1) << 34);
@@ -66,6 +68,8 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
   o.wd = cfg.get_float("wd", o.wd, 0.0, 10.0);
   o.batch = static_cast<int32_t>(cfg.get_int("batch", o.batch, 1, 4096));
   o.warmup = cfg.get_float("warmup", o.warmup, 0.0, 0.5);
+  o.offpath = cfg.get_float("offpath", o.offpath, 0.0, 1.0);
+  o.rank = static_cast<int32_t>(cfg.get_int("rank", 0, 0, info.hidden_size));
   o.chunk = static_cast<int32_t>(
       cfg.get_int("chunk", std::min(o.chunk, info.n_ctx), kMinDocTokens, info.n_ctx));
   o.seed = static_cast<uint64_t>(cfg.get_int("seed", 1, 0, std::numeric_limits<long>::max()));
@@ -645,11 +649,25 @@ float silu(float z) {
   return z / (1.0f + std::exp(-z));
 }
 
-// One head's parameters, optimizer state and scratch.
+// A trained tensor: values, gradient and AdamW moments.
+struct Param {
+  std::vector<float> p, g, m, v;
+  bool decay = true;  // weight decay applies (matrices, not biases)
+  void init(size_t n, bool with_decay) {
+    p.assign(n, 0.0f);
+    g.assign(n, 0.0f);
+    m.assign(n, 0.0f);
+    v.assign(n, 0.0f);
+    decay = with_decay;
+  }
+};
+
+// One head's parameters, optimizer state and scratch. Full rank: W (w). Low rank r: W = A B with
+// A [H][r] (a, from zero) and B [r][H] (bm, small random), so the head still starts at zero.
 struct Head {
-  std::vector<float> w, b;            // [H][H], [H]
-  std::vector<float> mw, vw, mb, vb;  // AdamW moments
-  std::vector<float> z, y, logits, dy, dw, db;
+  Param w, b, a, bm;
+  std::vector<Param *> params;  // the ones trained
+  std::vector<float> z, y, logits, dy, t, dt, weight;
   double loss_sum = 0;
   int64_t loss_n = 0;
 };
@@ -658,22 +676,40 @@ class Trainer {
  public:
   Trainer(const Context &cx, const Options &o, const Data &data, const Labels &labels,
           const std::vector<float> &u, int32_t V)
-      : cx_(cx), o_(o), data_(data), lab_(labels), u_(u), H_(data.H), V_(V), K_(o.heads) {
+      : cx_(cx),
+        o_(o),
+        data_(data),
+        lab_(labels),
+        u_(u),
+        H_(data.H),
+        V_(V),
+        K_(o.heads),
+        softmax_(cx.host()->kernels->softmax) {
     const size_t H = static_cast<size_t>(H_), B = static_cast<size_t>(o.batch);
+    const size_t R = static_cast<size_t>(o.rank);
     heads_.resize(static_cast<size_t>(K_));
-    for (Head &h : heads_) {
-      h.w.assign(H * H, 0.0f);
-      h.b.assign(H, 0.0f);
-      h.mw.assign(H * H, 0.0f);
-      h.vw.assign(H * H, 0.0f);
-      h.mb.assign(H, 0.0f);
-      h.vb.assign(H, 0.0f);
+    for (size_t k = 0; k < heads_.size(); ++k) {
+      Head &h = heads_[k];
+      h.b.init(H, false);
+      if (R == 0) {
+        h.w.init(H * H, true);
+        h.params = {&h.w, &h.b};
+      } else {
+        h.a.init(H * R, true);
+        h.bm.init(R * H, true);
+        Rng rng(o.seed * 31 + k + 7);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(H));
+        for (float &x : h.bm.p)  // uniform with the variance of N(0, 1/H)
+          x = scale * std::sqrt(3.0f) *
+              (2.0f * static_cast<float>(rng.next() >> 40) / 16777216.0f - 1.0f);
+        h.t.resize(B * R);
+        h.dt.resize(B * R);
+        h.params = {&h.a, &h.bm, &h.b};
+      }
       h.z.resize(B * H);
       h.y.resize(B * H);
       h.logits.resize(B * static_cast<size_t>(V_));
       h.dy.resize(B * H);
-      h.dw.resize(H * H);
-      h.db.resize(H);
     }
     x_.resize(B * H);
     for (int64_t g = data.n_heldout; g < data.n; ++g)
@@ -688,6 +724,7 @@ class Trainer {
   int64_t train_tokens() const { return static_cast<int64_t>(train_pos_.size()); }
   std::vector<Head> &heads() { return heads_; }
   int64_t &step() { return step_; }
+  void head_matrix(size_t k, float *w) const { matrix(heads_[k], w); }
 
   // One epoch (index e) of minibatch AdamW steps; returns the epoch's mean training loss.
   double epoch(int32_t e) {
@@ -761,10 +798,7 @@ class Trainer {
         for (size_t r = 0; r < nb; ++r) {
           const int64_t g = pos[r], s2 = g + k + 1;
           if (s2 >= data_.end[static_cast<size_t>(g)]) continue;
-          bool on_path = true;  // tokens g+1 .. g+k+1 each the target's top-1 before them
-          for (int64_t i = g; i <= g + k && on_path; ++i)
-            on_path = data_.token[static_cast<size_t>(i + 1)] ==
-                      data_.top_id[static_cast<size_t>(i) * kTop];
+          const bool path = on_path(g, k);
           const int32_t want = lab_.top[static_cast<size_t>(s2)];
           int64_t rank = kRanks;
           if (want >= 0) {
@@ -776,7 +810,7 @@ class Trainer {
           }
           ++n_all[kk];
           hit_all[kk] += rank == 0;
-          if (on_path) {
+          if (path) {
             ++n_path[kk];
             if (rank < kRanks) ++hits[kk][static_cast<size_t>(rank)];
           }
@@ -814,48 +848,63 @@ class Trainer {
     }
   }
 
-  // Head k on the batch: z = x W^T + b, y = x + silu(z), logits = y U^T; with `grad`, the logits
-  // are replaced by d(loss)/d(logits) = (softmax - labels) / rows. Adds the loss to h.loss_*.
+  // Whether the text at g follows the target's greedy path for head k: tokens g+1 .. g+k+1 were
+  // each the target's top-1 at the position before.
+  bool on_path(int64_t g, int64_t k) const {
+    for (int64_t i = g; i <= g + k; ++i)
+      if (data_.token[static_cast<size_t>(i + 1)] != data_.top_id[static_cast<size_t>(i) * kTop])
+        return false;
+    return true;
+  }
+
+  // Head k on the batch: z = x W^T + b, y = x + silu(z), logits = y U^T, then softmax in place;
+  // with `grad`, replaced by d(loss)/d(logits) = (softmax - labels) * weight / total weight. Adds
+  // the (unweighted) loss to h.loss_*.
   void forward(Head &h, int32_t k, const int64_t *pos, size_t nb, bool grad) {
     const int H = H_, V = V_, B = static_cast<int>(nb);
     for (int r = 0; r < B; ++r)
-      std::copy(h.b.begin(), h.b.end(), h.z.begin() + static_cast<ptrdiff_t>(r) * H);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1.0f, x_.data(), H, h.w.data(), H,
-                1.0f, h.z.data(), H);
+      std::copy(h.b.p.begin(), h.b.p.end(), h.z.begin() + static_cast<ptrdiff_t>(r) * H);
+    if (o_.rank == 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1.0f, x_.data(), H,
+                  h.w.p.data(), H, 1.0f, h.z.data(), H);
+    } else {  // t = x B^T, z += t A^T
+      const int R = o_.rank;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, H, 1.0f, x_.data(), H,
+                  h.bm.p.data(), H, 0.0f, h.t.data(), R);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, R, 1.0f, h.t.data(), R,
+                  h.a.p.data(), R, 1.0f, h.z.data(), H);
+    }
     for (size_t i = 0; i < static_cast<size_t>(B) * H; ++i) h.y[i] = x_[i] + silu(h.z[i]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, H, 1.0f, h.y.data(), H, u_.data(), H,
                 0.0f, h.logits.data(), V);
-    // Rows with a label.
-    int64_t valid = 0;
-    std::vector<char> ok(nb, 0);
+    // Rows with a label, weighted: positions off the target's greedy path count `offpath`.
+    double total_w = 0;
+    h.weight.assign(nb, 0.0f);
     for (size_t r = 0; r < nb; ++r) {
       const int64_t s = pos[r] + k + 1;
       if (s < data_.end[static_cast<size_t>(pos[r])] && lab_.any(s)) {
-        ok[r] = 1;
-        ++valid;
+        h.weight[r] = on_path(pos[r], k) ? 1.0f : static_cast<float>(o_.offpath);
+        total_w += h.weight[r];
       }
     }
     for (size_t r = 0; r < nb; ++r) {
       float *row = h.logits.data() + r * static_cast<size_t>(V);
-      if (!ok[r]) {
+      const int64_t s = pos[r] + k + 1;
+      if (s >= data_.end[static_cast<size_t>(pos[r])] || !lab_.any(s)) {
         if (grad) std::fill(row, row + V, 0.0f);
         continue;
       }
-      const int64_t s = pos[r] + k + 1;
       const int32_t *idx = lab_.idx.data() + static_cast<size_t>(s) * kTop;
       const float *q = lab_.q.data() + static_cast<size_t>(s) * kTop;
-      float mx = -INFINITY;
-      for (int v = 0; v < V; ++v) mx = std::max(mx, row[v]);
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
-      const float lse = mx + static_cast<float>(std::log(sum));
+      softmax_(row, V);
       double l = 0;
-      for (int j = 0; j < kTop && idx[j] >= 0; ++j) l -= q[j] * (row[idx[j]] - lse);
+      for (int j = 0; j < kTop && idx[j] >= 0; ++j)
+        l -= q[j] * std::log(std::max(row[idx[j]], 1e-30f));
       h.loss_sum += l;
       ++h.loss_n;
       if (grad) {
-        const float scale = 1.0f / static_cast<float>(valid);
-        for (int v = 0; v < V; ++v) row[v] = std::exp(row[v] - lse) * scale;
+        const float scale = total_w > 0 ? h.weight[r] / static_cast<float>(total_w) : 0.0f;
+        for (int v = 0; v < V; ++v) row[v] *= scale;
         for (int j = 0; j < kTop && idx[j] >= 0; ++j) row[idx[j]] -= q[j] * scale;
       }
     }
@@ -863,34 +912,57 @@ class Trainer {
 
   void backward_and_update(Head &h, size_t nb, double lr) {
     const int H = H_, V = V_, B = static_cast<int>(nb);
-    // dy = G U; dz = dy * silu'(z); dW = dz^T x; db = sum of dz.
+    // dy = G U; dz = dy * silu'(z); dW = dz^T x (low rank: dA = dz^T t, dt = dz A,
+    // dB = dt^T x); db = sum of dz.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, V, 1.0f, h.logits.data(), V,
                 u_.data(), H, 0.0f, h.dy.data(), H);
     for (size_t i = 0; i < static_cast<size_t>(B) * H; ++i) {
       const float z = h.z[i], sg = 1.0f / (1.0f + std::exp(-z));
       h.dy[i] *= sg * (1.0f + z * (1.0f - sg));
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1.0f, h.dy.data(), H, x_.data(),
-                H, 0.0f, h.dw.data(), H);
-    std::fill(h.db.begin(), h.db.end(), 0.0f);
+    if (o_.rank == 0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1.0f, h.dy.data(), H, x_.data(),
+                  H, 0.0f, h.w.g.data(), H);
+    } else {
+      const int R = o_.rank;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, R, B, 1.0f, h.dy.data(), H,
+                  h.t.data(), R, 0.0f, h.a.g.data(), R);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, R, H, 1.0f, h.dy.data(), H,
+                  h.a.p.data(), R, 0.0f, h.dt.data(), R);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, H, B, 1.0f, h.dt.data(), R, x_.data(),
+                  H, 0.0f, h.bm.g.data(), H);
+    }
+    std::fill(h.b.g.begin(), h.b.g.end(), 0.0f);
     for (int r = 0; r < B; ++r)
       for (int i = 0; i < H; ++i)
-        h.db[static_cast<size_t>(i)] += h.dy[static_cast<size_t>(r) * H + i];
-    adamw(h.w, h.mw, h.vw, h.dw, lr, o_.wd);
-    adamw(h.b, h.mb, h.vb, h.db, lr, 0.0);
+        h.b.g[static_cast<size_t>(i)] += h.dy[static_cast<size_t>(r) * H + i];
+    for (Param *p : h.params) adamw(*p, lr);
   }
 
-  void adamw(std::vector<float> &p, std::vector<float> &m, std::vector<float> &v,
-             const std::vector<float> &g, double lr, double wd) const {
+  // W of head k as [H][H] (low rank: A B).
+  void matrix(const Head &h, float *w) const {
+    const int H = H_;
+    if (o_.rank == 0) {
+      std::copy(h.w.p.begin(), h.w.p.end(), w);
+    } else {
+      const int R = o_.rank;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, H, R, 1.0f, h.a.p.data(), R,
+                  h.bm.p.data(), H, 0.0f, w, H);
+    }
+  }
+
+  void adamw(Param &p, double lr) const {
     constexpr float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     const double t = static_cast<double>(step_);
     const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, t)));
     const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2, t)));
-    const float a = static_cast<float>(lr), decay = static_cast<float>(1.0 - lr * wd);
-    for (size_t i = 0; i < p.size(); ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      p[i] = p[i] * decay - a * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+    const float a = static_cast<float>(lr);
+    const float decay = static_cast<float>(1.0 - (p.decay ? lr * o_.wd : 0.0));
+    for (size_t i = 0; i < p.p.size(); ++i) {
+      const float g = p.g[i];
+      p.m[i] = b1 * p.m[i] + (1.0f - b1) * g;
+      p.v[i] = b2 * p.v[i] + (1.0f - b2) * g * g;
+      p.p[i] = p.p[i] * decay - a * (p.m[i] * c1) / (std::sqrt(p.v[i] * c2) + eps);
     }
   }
 
@@ -900,6 +972,7 @@ class Trainer {
   const Labels &lab_;
   const std::vector<float> &u_;
   const int32_t H_, V_, K_;
+  void (*const softmax_)(float *, int64_t);
   std::vector<Head> heads_;
   std::vector<float> x_;
   std::vector<int64_t> train_pos_, eval_pos_;
@@ -919,8 +992,8 @@ uint64_t checkpoint_key(const Options &o, const Data &data, const std::vector<in
   h = fnv_value(h, data.n_heldout);
   h = fnv1a(h, data.token.data(), data.token.size() * sizeof(int32_t));
   h = fnv1a(h, vocab.data(), vocab.size() * sizeof(int32_t));
-  for (double v :
-       {double(o.heads), double(o.epochs), o.lr, o.wd, double(o.batch), o.warmup, double(o.seed)})
+  for (double v : {double(o.heads), double(o.epochs), o.lr, o.wd, double(o.batch), o.warmup,
+                   o.offpath, double(o.rank), double(o.seed)})
     h = fnv_value(h, v);
   return h;
 }
@@ -951,8 +1024,9 @@ void save_checkpoint(const std::string &path, uint64_t key, int32_t epochs_done,
   h.hidden = H;
   bool ok = std::fwrite(&h, sizeof h, 1, f) == 1;
   for (const Head &hd : heads)
-    for (const std::vector<float> *v : {&hd.w, &hd.b, &hd.mw, &hd.vw, &hd.mb, &hd.vb})
-      ok = ok && std::fwrite(v->data(), sizeof(float), v->size(), f) == v->size();
+    for (const Param *p : hd.params)
+      for (const std::vector<float> *v : {&p->p, &p->m, &p->v})
+        ok = ok && std::fwrite(v->data(), sizeof(float), v->size(), f) == v->size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -969,16 +1043,21 @@ int32_t load_checkpoint(const std::string &path, uint64_t key, std::vector<Head>
   bool ok = std::fread(&h, sizeof h, 1, f) == 1 &&
             std::memcmp(h.magic, kCkptMagic, sizeof kCkptMagic) == 0 && h.key == key &&
             h.heads == static_cast<int32_t>(heads.size()) && h.hidden == H && h.epochs_done > 0;
+  // Read into copies: a bad checkpoint leaves the fresh heads as they are.
+  std::vector<std::vector<float>> values;
   for (Head &hd : heads)
-    for (std::vector<float> *v : {&hd.w, &hd.b, &hd.mw, &hd.vw, &hd.mb, &hd.vb})
-      ok = ok && std::fread(v->data(), sizeof(float), v->size(), f) == v->size();
+    for (Param *p : hd.params)
+      for (std::vector<float> *v : {&p->p, &p->m, &p->v}) {
+        values.emplace_back(v->size());
+        ok = ok && std::fread(values.back().data(), sizeof(float), v->size(), f) == v->size();
+      }
+  ok = ok && std::fgetc(f) == EOF;
   std::fclose(f);
-  if (!ok) {
-    for (Head &hd : heads)
-      for (std::vector<float> *v : {&hd.w, &hd.b, &hd.mw, &hd.vw, &hd.mb, &hd.vb})
-        std::fill(v->begin(), v->end(), 0.0f);
-    return 0;
-  }
+  if (!ok) return 0;
+  size_t i = 0;
+  for (Head &hd : heads)
+    for (Param *p : hd.params)
+      for (std::vector<float> *v : {&p->p, &p->m, &p->v}) *v = std::move(values[i++]);
   step = h.step;
   return h.epochs_done;
 }
@@ -1084,8 +1163,8 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   heads.b.resize(static_cast<size_t>(o.heads) * static_cast<size_t>(data.H));
   for (int32_t k = 0; k < o.heads; ++k) {
     const Head &h = tr.heads()[static_cast<size_t>(k)];
-    std::copy(h.w.begin(), h.w.end(), heads.w.begin() + static_cast<ptrdiff_t>(k * HH));
-    std::copy(h.b.begin(), h.b.end(),
+    tr.head_matrix(static_cast<size_t>(k), heads.w.data() + static_cast<size_t>(k) * HH);
+    std::copy(h.b.p.begin(), h.b.p.end(),
               heads.b.begin() + static_cast<ptrdiff_t>(k) * static_cast<ptrdiff_t>(data.H));
   }
   heads.accuracy = ev.accuracy;

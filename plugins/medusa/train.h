@@ -32,7 +32,10 @@
 //   heads=<1..16> (4)  tokens=<N> (36864; held-out included)  heldout=<N> (4096, at most half of
 //   tokens)  vocab=<N> (8192)  epochs=<N> (2)  lr=<x> (0.001)  wd=<x> (0.0, AdamW's decoupled
 //   weight decay)  batch=<N> (128)  warmup=<0..0.5> (0.05, share of the steps)  chunk=<N> (512,
-//   tokens per document and forward pass)  seed=<N> (1)  resume=0|1 (1: reuse OUT.data and
+//   tokens per document and forward pass)  offpath=<0..1> (1: the weight of training positions
+//   whose text leaves the target's greedy path before the predicted token; such positions do not
+//   occur in drafting)  rank=<0..hidden> (0: full-rank W; r: W trained as a product of H x r and
+//   r x H factors, stored as the full W)  seed=<N> (1)  resume=0|1 (1: reuse OUT.data and
 //   OUT.ckpt when they match)  keep_data=0|1 (1)
 #pragma once
 
