@@ -359,6 +359,8 @@ struct Wrapped {
   const specinfer_drafter_vtable *vt;
 };
 
+Wrapped *g_last_wrapped = nullptr;  // the drafter made last, for direct calls
+
 void w_destroy(void *self) {
   auto *w = static_cast<Wrapped *>(self);
   w->vt->destroy(w->self);
@@ -416,6 +418,7 @@ specinfer_status w_create(const specinfer_host *host, const char *config,
   }
   *self = w;
   *vt = &kWrappedVt;
+  g_last_wrapped = w;
   return SPECINFER_OK;
 }
 const specinfer_drafter_factory kWrappedFactory = {sizeof(specinfer_drafter_factory), w_create,
@@ -649,6 +652,73 @@ void expect_refused(Env *e, const std::string &cfg, std::vector<specinfer_status
   specinfer_free(err);
 }
 
+// Requests from a host older than the hidden state (struct_size ending before it), or without
+// one: no heads, so nothing, or only the lookup chain.
+void test_requests_without_hidden(void **state) {
+  skip_without_model(state);
+  auto *e = static_cast<Env *>(*state);
+  const int32_t vocab = e->target->info().vocab_size;
+  // A context that repeats itself: prompt lookup has a continuation.
+  std::vector<int32_t> ctx;
+  for (int i = 0; i < 40; ++i) ctx.push_back(100 + i % 10);
+  std::vector<float> hidden(static_cast<size_t>(e->hidden), 0.5f);
+  std::vector<int32_t> tokens(16), parents(16);
+  for (const char *cfg : {"", ",lookup=1"}) {
+    specinfer_drafter *d = open_drafter(e, "medusa-counted", "path=" + e->zero + cfg);
+    Wrapped *w = g_last_wrapped;
+    specinfer_plugin_error err{};
+    assert_int_equal(w->vt->begin(w->self, ctx.data(), ctx.size(), &err), SPECINFER_OK);
+    for (int variant = 0; variant < 3; ++variant) {
+      specinfer_draft_request req{};
+      req.struct_size = sizeof req;
+      req.max_tokens = 16;
+      req.allow_tree = 1;
+      req.context = ctx.data();
+      req.n_context = ctx.size();
+      req.hidden = hidden.data();
+      req.hidden_size = e->hidden;
+      req.hidden_position = static_cast<int64_t>(ctx.size()) - 2;
+      if (variant == 0) req.struct_size = offsetof(specinfer_draft_request, hidden);  // old host
+      if (variant == 1) req.hidden = nullptr;                                         // none
+      if (variant == 2) req.hidden_position = 3;  // not the last position: stale, ignored
+      specinfer_draft out{};
+      out.struct_size = sizeof out;
+      out.cap = 16;
+      out.vocab_size = vocab;
+      out.tokens = tokens.data();
+      out.parents = parents.data();
+      assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
+      if (*cfg == 0) {
+        assert_int_equal(out.n_nodes, 0);
+      } else {  // the lookup chain alone: 100 + (40 + i) % 10
+        assert_true(out.n_nodes >= 1);
+        for (int32_t j = 0; j < out.n_nodes; ++j) {
+          assert_int_equal(parents[static_cast<size_t>(j)], j - 1);
+          assert_int_equal(tokens[static_cast<size_t>(j)], 100 + j % 10);
+        }
+      }
+    }
+    // A hidden state of the wrong width is the host's error, refused with a message.
+    specinfer_draft_request req{};
+    req.struct_size = sizeof req;
+    req.max_tokens = 4;
+    req.context = ctx.data();
+    req.n_context = ctx.size();
+    req.hidden = hidden.data();
+    req.hidden_size = e->hidden / 2;
+    req.hidden_position = static_cast<int64_t>(ctx.size()) - 2;
+    specinfer_draft out{};
+    out.struct_size = sizeof out;
+    out.cap = 4;
+    out.vocab_size = vocab;
+    out.tokens = tokens.data();
+    out.parents = parents.data();
+    assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_non_null(std::strstr(err.message, "hidden"));
+    assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  }
+}
+
 void test_refusals(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);
@@ -695,6 +765,7 @@ int main() {
   };
   const struct CMUnitTest model_tests[] = {
       cmocka_unit_test(test_greedy_equals_plain),
+      cmocka_unit_test(test_requests_without_hidden),
       cmocka_unit_test(test_refusals),
   };
   int failed = cmocka_run_group_tests_name("medusa trees", tree_tests, nullptr, nullptr);
