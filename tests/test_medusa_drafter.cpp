@@ -102,7 +102,10 @@ medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int n_chain
   // branches do) or sharing a prefix with an earlier chain.
   for (int c = 0; c < n_chains; ++c) {
     std::vector<medusa::Candidate> ch;
-    if (c > 0 && rng() % 2) ch.assign(s.chains[0].begin(), s.chains[0].begin() + rng() % 3);
+    if (c > 0 && rng() % 2) {
+      const size_t shared = std::min<size_t>(rng() % 3, s.chains[0].size());
+      ch.assign(s.chains[0].begin(), s.chains[0].begin() + static_cast<ptrdiff_t>(shared));
+    }
     if (ch.empty() && !s.levels.empty() && rng() % 2) ch.push_back({s.levels[0][0].token, 0.0f});
     const int len = 1 + static_cast<int>(rng() % 8);
     while (static_cast<int>(ch.size()) < len) ch.push_back({tok(rng), u(rng)});
