@@ -155,9 +155,13 @@ class Matrix {
 // A decayed rate: hits / trials over recent rounds, pulled toward a prior while little is seen.
 struct Rate {
   double hits = 0, trials = 0;
-  void add(bool hit, double decay) {
-    hits = hits * decay + (hit ? 1.0 : 0.0);
-    trials = trials * decay + 1.0;
+  void add(bool hit) {
+    hits += hit ? 1.0 : 0.0;
+    trials += 1.0;
+  }
+  void decay(double f) {
+    hits *= f;
+    trials *= f;
   }
   double get(double prior, double weight) const {
     return (hits + prior * weight) / (trials + weight);
@@ -172,7 +176,10 @@ constexpr int32_t kSources = 18, kFromCounts = 17;
 int32_t chain_cell(int32_t source, bool first) {
   return source * 2 + (first ? 0 : 1);
 }
-constexpr double kDecay = 0.98;  // per observation: about the last 50 count
+// Per round: what was seen about the last 50 rounds ago counts half as much as what is seen
+// now. Decaying every cell each round (not only those observed) lets a cell whose estimates fell
+// so low that its nodes are no longer drafted drift back to its prior, and be tried again.
+constexpr double kDecay = 0.986;
 constexpr double kPriorWeight = 8;
 // The n-gram counts over earlier sequences: patterns of at least this many tokens, followers seen
 // at least this often (as the ngram plugin's dynamic cache).
@@ -257,6 +264,9 @@ struct Drafter {
       pending.tokens.clear();
       return;
     }
+    for (double &x : cell_expected) x *= kDecay;
+    for (double &x : cell_hits) x *= kDecay;
+    for (Rate &r : chain_rate) r.decay(kDecay);
     const int32_t *got = ctx + pending_n;
     const size_t m = n - pending_n;
     int32_t cur = -1;
@@ -270,15 +280,14 @@ struct Drafter {
         const int32_t c = pending_cell[j];
         if (c >= 0) {
           cell_expected[static_cast<size_t>(c)] =
-              cell_expected[static_cast<size_t>(c)] * kDecay + pending_est[j];
-          cell_hits[static_cast<size_t>(c)] =
-              cell_hits[static_cast<size_t>(c)] * kDecay + (hit ? 1.0 : 0.0);
+              cell_expected[static_cast<size_t>(c)] + pending_est[j];
+          cell_hits[static_cast<size_t>(c)] = cell_hits[static_cast<size_t>(c)] + (hit ? 1.0 : 0.0);
         }
         // A chain's own estimates (a branch's first token is the head's candidate).
         if (o.chain >= 0) {
           const std::vector<int32_t> &cells = pending_cells[static_cast<size_t>(o.chain)];
           const int32_t c = cells[static_cast<size_t>(o.depth - 1)];
-          if (c >= 0) chain_rate[static_cast<size_t>(c)].add(hit, kDecay);
+          if (c >= 0) chain_rate[static_cast<size_t>(c)].add(hit);
         }
       }
       if (next < 0) break;
