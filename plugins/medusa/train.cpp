@@ -390,24 +390,34 @@ class DataCache {
     if (f_) std::fclose(f_);
   }
 
-  // Loads the stored documents that match the plan into `data` (documents [0, k)); returns k.
-  // Leaves the file open for appending after them.
+  // Loads the stored documents that match the plan into `data` (documents [0, k)); returns k. A
+  // stored document may be longer than the plan's (a run with more tokens stored it whole, this
+  // plan cuts it at `tokens`): its prefix is used. Records after the last one used stay in the
+  // file (a run with fewer tokens keeps a larger run's data); if the plan needs more, the file is
+  // cut after the last matching record and left open for appending.
   size_t open(const Plan &plan, Data &data, bool reuse) {
     size_t k = 0;
     long good = 0;
     if (reuse) {
       if (FILE *f = std::fopen(path_.c_str(), "rb")) {
+        struct stat st;
+        const uint64_t file_size = fstat(fileno(f), &st) == 0 ? uint64_t(st.st_size) : 0;
+        const size_t H = header_.hidden;
+        const uint64_t row_bytes = 4 + 2 * uint64_t(H) + 8 * kTop;
         DataHeader h{};
         if (std::fread(&h, sizeof h, 1, f) == 1 && std::memcmp(&h, &header_, sizeof h) == 0) {
           good = static_cast<long>(sizeof h);
-          const size_t H = header_.hidden;
           std::vector<int32_t> tok;
           for (; k < plan.docs.size(); ++k) {
             const auto &doc = plan.docs[k].tokens;
             uint32_t n = 0;
-            if (std::fread(&n, 4, 1, f) != 1 || n != doc.size()) break;
+            if (std::fread(&n, 4, 1, f) != 1 || n < doc.size() ||
+                uint64_t(n) * row_bytes > file_size - uint64_t(good) - 4)
+              break;
             tok.resize(n);
-            if (std::fread(tok.data(), 4, n, f) != n || tok != doc) break;
+            if (std::fread(tok.data(), 4, n, f) != n ||
+                !std::equal(doc.begin(), doc.end(), tok.begin()))
+              break;
             const size_t off = data.token.size();
             grow(data, n);
             if (std::fread(data.hidden.data() + off * H, 2, n * H, f) != n * H ||
@@ -418,6 +428,7 @@ class DataCache {
               shrink(data, off);
               break;
             }
+            shrink(data, off + doc.size());
             std::copy(doc.begin(), doc.end(), data.token.begin() + static_cast<ptrdiff_t>(off));
             good = std::ftell(f);
           }
@@ -425,6 +436,7 @@ class DataCache {
         std::fclose(f);
       }
     }
+    if (k == plan.docs.size()) return k;  // all there: nothing to append
     if (good > 0) {
       if (::truncate(path_.c_str(), good) != 0 || !(f_ = std::fopen(path_.c_str(), "r+b")) ||
           std::fseek(f_, good, SEEK_SET) != 0)
