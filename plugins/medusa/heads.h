@@ -36,8 +36,10 @@ struct Heads {
   std::vector<int32_t> vocab;  // truncated vocabulary: target token ids, [n_vocab]
   std::vector<float> w;        // [n_heads][hidden_size][hidden_size], row-major (W_k h)
   std::vector<float> b;        // [n_heads][hidden_size]
-  // [n_heads][kRanks]: on held-out text, the share of positions where head k's rank-r candidate
-  // was the target's own token. Zero until evaluated.
+  // [n_heads][kRanks]: on held-out text, among the positions where the text follows the target's
+  // greedy path up to the token head k predicts (each token in between was the target's top-1, as
+  // in a draft tree whose parent path was accepted), the share where head k's rank-r candidate was
+  // the target's top-1. Zero until evaluated.
   std::vector<float> accuracy;
   int64_t trained_tokens = 0;  // corpus tokens the heads were trained on
 
@@ -49,10 +51,12 @@ struct Heads {
 TargetIdentity identify_target(const specinfer_model_info &info,
                                const specinfer_host_target &target);
 
-// Writes / reads a heads file. Reading checks everything (magic, version, architecture, tensor
-// shapes and types, sizes against the file's length) and throws specinfer_plugin::Failure with
-// SPECINFER_ERR_IO (cannot open / read) or SPECINFER_ERR_FORMAT (anything malformed or truncated),
-// the message naming the file and what is wrong.
+// Writes / reads a heads file (written to a temporary file renamed into place; W stored as f16).
+// Reading checks everything (magic, version, architecture, tensor shapes and types, sizes against
+// the file's length, finite values, token ids inside the target's vocabulary) and throws
+// specinfer_plugin::Failure with SPECINFER_ERR_NOT_FOUND (no such file), SPECINFER_ERR_IO (cannot
+// open / read) or SPECINFER_ERR_FORMAT (anything malformed or truncated), the message naming the
+// file and what is wrong.
 void save_heads(const Heads &heads, const std::string &path);
 Heads load_heads(const std::string &path);
 
