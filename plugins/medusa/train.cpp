@@ -1180,6 +1180,21 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
               heads.b.begin() + static_cast<ptrdiff_t>(k) * static_cast<ptrdiff_t>(data.H));
   }
   heads.accuracy = ev.accuracy;
+  {
+    std::string line;
+    for (int32_t k = 0; k < o.heads; ++k) {
+      float top4 = 0, top16 = 0;
+      for (int r = 0; r < kRanks; ++r) {
+        const float a = ev.accuracy[static_cast<size_t>(k) * kRanks + r];
+        if (r < 4) top4 += a;
+        top16 += a;
+      }
+      line += format("%shead %d: top-1 %.3f, top-4 %.3f, top-16 %.3f (%lld positions)",
+                     k ? "; " : "", k + 1, ev.top1[static_cast<size_t>(k)], top4, top16,
+                     (long long)ev.n_path[static_cast<size_t>(k)]);
+    }
+    cx.log(SPECINFER_LOG_INFO, "held-out accuracy on the greedy path: " + line);
+  }
   heads.trained_tokens = tr.train_tokens();
   save_heads(heads, out);
   std::remove(ckpt.c_str());
