@@ -277,7 +277,9 @@ typedef struct specinfer_drafter_factory {
   uint32_t struct_size;
   /* Creates a drafter for a target whose info is `target_info`; unknown config keys must be
    * refused with SPECINFER_ERR_CONFIG. `target` is the session's target (do not run forward on it:
-   * its KV cache belongs to the session); use its tokenizer if needed. */
+   * its KV cache belongs to the session); use its tokenizer if needed. It stays open while the
+   * drafter is, so the drafter may keep it and make the calls that do not touch the KV cache
+   * (info, tokenize, token_bytes, output_rows) from its own functions as well. */
   specinfer_status (*create)(const specinfer_host *host, const char *config,
                              const specinfer_model_info *target_info,
                              const specinfer_host_target *target, void **self,

@@ -6,7 +6,8 @@
 //    the size chosen for the most tokens per unit of time, chains when trees are not allowed, and
 //    the lookup chain merged into the head candidates.
 //  - Plugin: heads files written here with save_heads (W = 0 and b = 0, where every head guesses
-//    the target's own distribution at the hidden state's position, and small random heads). The
+//    the target's own distribution at the hidden state's position, and small random heads, with
+//    and without the token input). The
 //    greedy text equals plain decoding token for token on several prompts, with and without
 //    lookup=1; the session really verified trees (more than one node per round, rounds whose draft
 //    is not a chain; counted by a wrapper drafter around the plugin's own factory); heads made for
@@ -449,17 +450,19 @@ struct Env {
   specinfer_target *target = nullptr;
   medusa::TargetIdentity id;
   int32_t hidden = 0;
-  std::string zero, random, other;  // heads files
+  std::string zero, random, random_token, other;  // heads files
 };
 
-medusa::Heads make_heads(const Env &e, int32_t n_heads, float w_scale, uint32_t seed) {
+medusa::Heads make_heads(const Env &e, int32_t n_heads, float w_scale, uint32_t seed,
+                         bool token_input = false) {
   medusa::Heads h;
   h.target = e.id;
   h.n_heads = n_heads;
   h.hidden_size = e.hidden;
+  h.token_input = token_input;
   for (int32_t t = 0; t < kHeadsVocab && t < e.id.vocab_size; ++t) h.vocab.push_back(t);
   const size_t H = static_cast<size_t>(e.hidden), K = static_cast<size_t>(n_heads);
-  h.w.assign(K * H * H, 0.0f);
+  h.w.assign(K * H * static_cast<size_t>(h.input_size()), 0.0f);
   h.b.assign(K * H, 0.0f);
   if (w_scale > 0) {
     std::mt19937 rng(seed);
@@ -515,8 +518,11 @@ int setup(void **state) {
   e->zero = g_dir + "/zero.gguf";
   e->random = g_dir + "/random.gguf";
   e->other = g_dir + "/other.gguf";
-  medusa::save_heads(make_heads(*e, 3, 0.0f, 0), e->zero);
+  e->random_token = g_dir + "/random-token.gguf";
+  // The zero heads read the token input too: W = 0 must still leave h alone.
+  medusa::save_heads(make_heads(*e, 3, 0.0f, 0, true), e->zero);
   medusa::save_heads(make_heads(*e, 4, 0.5f, 1), e->random);
+  medusa::save_heads(make_heads(*e, 2, 0.5f, 2, true), e->random_token);
   medusa::Heads other = make_heads(*e, 2, 0.0f, 0);
   other.target.name = "some-other-model";
   other.target.fingerprint ^= 0x5a5a;
@@ -530,7 +536,8 @@ int teardown(void **state) {
   if (!e) return 0;
   specinfer_target_destroy(e->target);
   specinfer_registry_destroy(e->reg);
-  for (const std::string &f : {e->zero, e->random, e->other, g_dir + "/truncated.gguf"})
+  for (const std::string &f :
+       {e->zero, e->random, e->random_token, e->other, g_dir + "/truncated.gguf"})
     std::remove(f.c_str());
   rmdir(g_dir.c_str());
   delete e;
@@ -601,9 +608,12 @@ void test_greedy_equals_plain(void **state) {
   // Fixed estimates (the file's accuracy, no adaptation) make trees certain to be drafted; the
   // defaults adapt them to what the target accepts.
   const std::vector<std::string> configs = {
-      "path=" + e->zero + ",value=acc,adapt=0,draft_cost=0.02", "path=" + e->zero,
-      "path=" + e->random + ",top_k=3,nodes=12", "path=" + e->zero + ",lookup=1",
-      "path=" + e->random + ",lookup=1,value=acc,adapt=0,draft_cost=0.02"};
+      "path=" + e->zero + ",value=acc,adapt=0,draft_cost=0.02",
+      "path=" + e->zero,
+      "path=" + e->random + ",top_k=3,nodes=12",
+      "path=" + e->zero + ",lookup=1",
+      "path=" + e->random + ",lookup=1,value=acc,adapt=0,draft_cost=0.02",
+      "path=" + e->random_token + ",value=acc,adapt=0,draft_cost=0.02"};
   const size_t n_prompts = g_sanitized ? 1 : sizeof kPrompts / sizeof *kPrompts;
   std::vector<std::vector<int32_t>> plain;
   for (size_t pi = 0; pi < n_prompts; ++pi)
@@ -637,7 +647,7 @@ void test_greedy_equals_plain(void **state) {
       assert_true(g_seen.last_in_vocab > 0);
       assert_true(g_seen.first_is_last * 10 >= g_seen.last_in_vocab * 9);
     }
-    if (ci == 0 || ci == 4) {  // fixed, generous estimates: real trees every round
+    if (ci == 0 || ci == 4 || ci == 5) {  // fixed, generous estimates: real trees every round
       assert_true(drafted > rounds);
       assert_true(g_seen.trees > 0);
       assert_true(g_seen.trees * 2 >= g_seen.drafts);

@@ -63,8 +63,9 @@ void write_all(const std::string &path, const std::vector<uint8_t> &bytes) {
   assert_true(out.good());
 }
 
-Heads sample_heads() {
+Heads sample_heads(bool token_input = false) {
   Heads h;
+  h.token_input = token_input;
   h.target.name = "Tiny Model 0.1B";
   h.target.arch = "qwen2";
   h.target.vocab_size = 1000;
@@ -74,7 +75,7 @@ Heads sample_heads() {
   h.hidden_size = 8;
   h.vocab = {0, 3, 17, 256, 999};
   const size_t K = 3, H = 8;
-  h.w.resize(K * H * H);
+  h.w.resize(K * H * static_cast<size_t>(h.input_size()));
   for (size_t i = 0; i < h.w.size(); ++i) h.w[i] = static_cast<float>(int(i % 37) - 18) / 64.0f;
   h.b.resize(K * H);
   for (size_t i = 0; i < h.b.size(); ++i) h.b[i] = 0.001f * static_cast<float>(i) - 0.01f;
@@ -120,6 +121,7 @@ void test_round_trip(void **) {
   // W is stored as f16: the file is about half what f32 would take.
   auto f = specinfer::gguf::File::open(path);
   assert_int_equal(f->find_tensor("medusa.w")->type, 1);
+  assert_false(g.token_input);
   unlink(path.c_str());
 }
 
@@ -172,6 +174,39 @@ void put_u32(std::vector<uint8_t> &b, size_t at, uint32_t v) {
   const uint8_t le[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
                          static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
   std::memcpy(b.data() + at, le, 4);
+}
+
+// Heads with token input: W reads [h, e], twice the columns, and the flag survives the file.
+void test_token_input(void **) {
+  const Heads h = sample_heads(true);
+  assert_int_equal(h.input_size(), 2 * h.hidden_size);
+  const std::string path = temp_path(".gguf");
+  assert_int_equal(status_of([&] { medusa::save_heads(h, path); }), SPECINFER_OK);
+  Heads g;
+  assert_int_equal(status_of([&] { g = medusa::load_heads(path); }), SPECINFER_OK);
+  assert_true(g.token_input);
+  assert_true(g.w == h.w);
+  // The flag cleared while W keeps its width: the shape no longer fits.
+  std::vector<uint8_t> b = read_all(path);
+  const size_t at =
+      find(b, "medusa-heads.token_input") + std::strlen("medusa-heads.token_input") + 4;
+  put_u32(b, at, 0);
+  const std::string bad = path + ".bad";
+  write_all(bad, b);
+  expect_format_error(bad, "shape");
+  put_u32(b, at, 2);  // neither 0 nor 1
+  write_all(bad, b);
+  expect_format_error(bad, "token_input");
+  // The scaled output row: unit root-mean-square, direction kept; a zero row stays zero.
+  float row[4] = {3.0f, 0.0f, -4.0f, 0.0f};
+  medusa::token_row(row, 4);
+  assert_float_equal(row[0], 1.2f, 1e-6);
+  assert_float_equal(row[2], -1.6f, 1e-6);
+  float zero[2] = {0.0f, 0.0f};
+  medusa::token_row(zero, 2);
+  assert_true(zero[0] == 0.0f && zero[1] == 0.0f);
+  unlink(bad.c_str());
+  unlink(path.c_str());
 }
 
 void test_corrupt(void **) {
@@ -352,9 +387,9 @@ void test_identity(void **) {
 }  // namespace
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_round_trip), cmocka_unit_test(test_f16),
-                                     cmocka_unit_test(test_truncated_everywhere),
-                                     cmocka_unit_test(test_corrupt),
-                                     cmocka_unit_test(test_identity)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_f16),
+      cmocka_unit_test(test_token_input), cmocka_unit_test(test_truncated_everywhere),
+      cmocka_unit_test(test_corrupt),     cmocka_unit_test(test_identity)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

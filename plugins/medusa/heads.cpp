@@ -15,8 +15,10 @@
 //   medusa-heads.target.vocab_size  u32
 //   medusa-heads.target.hidden_size u32
 //   medusa-heads.target.fingerprint string, 16 hex digits (GGUF readers take u64 > INT64_MAX badly)
+//   medusa-heads.token_input        u32, 0 or 1 (absent: 0)
 //   tensor medusa.vocab     i32 [n_vocab]
-//   tensor medusa.w         f16 [hidden, hidden, n_heads] (f32 is read too)
+//   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input = hidden, or
+//                           2 * hidden with token input)
 //   tensor medusa.b         f32 [hidden, n_heads]
 //   tensor medusa.accuracy  f32 [n_ranks, n_heads]
 // W is written as f16: half the file, and W is a small correction to h (the head starts at zero)
@@ -249,10 +251,18 @@ TargetIdentity identify_target(const specinfer_model_info &info,
   return id;
 }
 
+void token_row(float *row, int32_t hidden_size) {
+  double ss = 0;
+  for (int32_t i = 0; i < hidden_size; ++i) ss += static_cast<double>(row[i]) * row[i];
+  const float scale = ss > 0 ? static_cast<float>(std::sqrt(hidden_size / ss)) : 0.0f;
+  for (int32_t i = 0; i < hidden_size; ++i) row[i] *= scale;
+}
+
 void save_heads(const Heads &heads, const std::string &path) {
   const int32_t K = heads.n_heads, H = heads.hidden_size, V = heads.n_vocab();
+  const int32_t D = heads.input_size();
   if (K < 1 || K > kMaxHeads || H < 1 || H > kMaxHidden || V < 1 ||
-      heads.w.size() != static_cast<size_t>(K) * H * H ||
+      heads.w.size() != static_cast<size_t>(K) * H * D ||
       heads.b.size() != static_cast<size_t>(K) * H ||
       heads.accuracy.size() != static_cast<size_t>(K) * kRanks)
     fail(SPECINFER_ERR_INVALID_ARGUMENT,
@@ -271,12 +281,13 @@ void save_heads(const Heads &heads, const std::string &path) {
   w.key_u32("medusa-heads.target.hidden_size", static_cast<uint32_t>(heads.target.hidden_size));
   w.key_string("medusa-heads.target.fingerprint",
                specinfer_plugin::format("%016llx", (unsigned long long)heads.target.fingerprint));
+  w.key_u32("medusa-heads.token_input", heads.token_input ? 1 : 0);
   w.tensor("medusa.vocab", kTypeI32, {static_cast<uint64_t>(V)}, heads.vocab.data(),
            heads.vocab.size() * sizeof(int32_t));
   std::vector<uint16_t> w16(heads.w.size());
   for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_f16(heads.w[i]);
   w.tensor("medusa.w", kTypeF16,
-           {static_cast<uint64_t>(H), static_cast<uint64_t>(H), static_cast<uint64_t>(K)},
+           {static_cast<uint64_t>(D), static_cast<uint64_t>(H), static_cast<uint64_t>(K)},
            w16.data(), w16.size() * sizeof(uint16_t));
   w.tensor("medusa.b", kTypeF32, {static_cast<uint64_t>(H), static_cast<uint64_t>(K)},
            heads.b.data(), heads.b.size() * sizeof(float));
@@ -322,8 +333,10 @@ Heads load_heads(const std::string &path) {
     if (fp.size() != 16 || fp.find_first_not_of("0123456789abcdef") != std::string::npos)
       bad(path, "medusa-heads.target.fingerprint '" + fp + "' is not 16 hex digits");
     h.target.fingerprint = std::strtoull(fp.c_str(), nullptr, 16);
+    if (f->get_int("medusa-heads.token_input"))
+      h.token_input = need_int(*f, path, "medusa-heads.token_input", 0, 1) != 0;
 
-    const int64_t K = h.n_heads, H = h.hidden_size;
+    const int64_t K = h.n_heads, H = h.hidden_size, D = h.input_size();
     const auto &tv = need_tensor(*f, path, "medusa.vocab", {kTypeI32}, {V});
     h.vocab.resize(static_cast<size_t>(V));
     std::memcpy(h.vocab.data(), tv.data, h.vocab.size() * sizeof(int32_t));
@@ -331,7 +344,7 @@ Heads load_heads(const std::string &path) {
       if (h.vocab[i] < 0 || h.vocab[i] >= h.target.vocab_size)
         bad(path, specinfer_plugin::format("vocabulary entry %zu is token %d, outside [0, %d)", i,
                                            h.vocab[i], h.target.vocab_size));
-    h.w = read_floats(need_tensor(*f, path, "medusa.w", {kTypeF16, kTypeF32}, {H, H, K}), path);
+    h.w = read_floats(need_tensor(*f, path, "medusa.w", {kTypeF16, kTypeF32}, {D, H, K}), path);
     h.b = read_floats(need_tensor(*f, path, "medusa.b", {kTypeF32}, {H, K}), path);
     h.accuracy =
         read_floats(need_tensor(*f, path, "medusa.accuracy", {kTypeF32}, {kRanks, K}), path);

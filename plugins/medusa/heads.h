@@ -1,8 +1,12 @@
 // Medusa heads: K small residual blocks on the target's last hidden state h (the input of its
 // output layer), head k predicting the token k + 1 places past the one h's own logits choose:
-//   y_k = h + silu(W_k h + b_k),  logits_k = U y_k,
+//   y_k = h + silu(W_k x + b_k),  logits_k = U y_k,
 // with U the target's own output rows for a truncated vocabulary (the tokens the target chose on
 // the training corpus), fetched from the target at load time and never stored in the heads file.
+// The input x is h, or (token input) h followed by e, the target's output row of the token that
+// h's logits chose (the last token of the context when the drafter runs), scaled by token_row():
+// that token is known before any head runs, and telling the heads which it is spares them from
+// guessing it, which is most of what a head predicting the token after it gets wrong.
 //
 // The heads file is GGUF (general.architecture = "medusa-heads"): the weights, the truncated
 // vocabulary, the held-out accuracy of each head by candidate rank (what the drafter's tree uses
@@ -33,8 +37,9 @@ struct Heads {
   TargetIdentity target;
   int32_t n_heads = 0;
   int32_t hidden_size = 0;
+  bool token_input = false;    // x = [h, e] rather than h
   std::vector<int32_t> vocab;  // truncated vocabulary: target token ids, [n_vocab]
-  std::vector<float> w;        // [n_heads][hidden_size][hidden_size], row-major (W_k h)
+  std::vector<float> w;        // [n_heads][hidden_size][input_size()], row-major (W_k x)
   std::vector<float> b;        // [n_heads][hidden_size]
   // [n_heads][kRanks]: on held-out text, among the positions where the text follows the target's
   // greedy path up to the token head k predicts (each token in between was the target's top-1, as
@@ -44,7 +49,12 @@ struct Heads {
   int64_t trained_tokens = 0;  // corpus tokens the heads were trained on
 
   int32_t n_vocab() const { return static_cast<int32_t>(vocab.size()); }
+  int32_t input_size() const { return token_input ? 2 * hidden_size : hidden_size; }
 };
+
+// Scales a target output row in place to the token input e: unit root-mean-square (the rows'
+// own norms vary with token frequency, which the heads should not have to undo).
+void token_row(float *row, int32_t hidden_size);
 
 // Reads the identity of `target` (info and output_rows); throws specinfer_plugin::Failure
 // (UNSUPPORTED when the target has no output_rows).

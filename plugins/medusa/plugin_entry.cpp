@@ -7,7 +7,8 @@
 //    hidden matrix (every head reads the same h, so one matmul computes them all) and U, both
 //    Q8_0 by default. A round reads each once, so drafting is memory-bound and the compact type is
 //    what makes it cheap (wtype=f16 / f32 for comparison).
-//  - Propose: y_k = h + silu(W_k h + b_k), logits_k = U y_k (one matmul over the K heads), each
+//  - Propose: y_k = h + silu(W_k x + b_k), logits_k = U y_k (one matmul over the K heads; x is h,
+//    or h and the scaled output row of the context's last token for heads with token input), each
 //    head's top_k candidates, and a sparse token tree over them (tree.h): best-first by the
 //    estimated probability that a path is accepted, its size chosen for the most expected tokens
 //    per unit of time against the session's measured pass costs. Point masses (has_probs = 0),
@@ -193,9 +194,10 @@ constexpr double kScalePrior = 2.0;  // expected hits of pseudo-observations
 struct Drafter {
   const specinfer_host *host = nullptr;
   medusa::Heads heads;
-  int32_t H = 0, K = 0, V = 0;  // hidden size, heads used, truncated vocabulary
-  Matrix w;                     // [K * H][H]
-  Matrix u;                     // [V][H]
+  specinfer_host_target target{};      // the session's, for the token input's output rows
+  int32_t H = 0, D = 0, K = 0, V = 0;  // hidden size, head input, heads used, vocabulary
+  Matrix w;                            // [K * H][D]
+  Matrix u;                            // [V][H]
   int32_t max_nodes = 16, top_k = 4;
   Value value = Value::mix;
   bool adapt = true;
@@ -204,8 +206,8 @@ struct Drafter {
   int32_t lookup_branches = 4;  // head 0's candidates whose lookup continuation joins the tree
 
   // Scratch.
-  std::vector<float> z, y, logits;  // [K*H], [K][H], [K][V]
-  std::vector<int32_t> top;         // [top_k]
+  std::vector<float> x, z, y, logits;  // [D], [K*H], [K][H], [K][V]
+  std::vector<int32_t> top;            // [top_k]
   medusa::TreeSpec spec;
   medusa::Tree tree;
   std::vector<medusa::TreeQueueEntry> queue;
@@ -312,9 +314,18 @@ struct Drafter {
     return std::sqrt(acc * prob);
   }
 
-  // Fills spec.levels from the hidden state.
-  void run_heads(const float *h, int32_t vocab_size) {
-    w.apply(h, 1, z.data());
+  // Fills spec.levels from the hidden state h, whose logits chose `token`.
+  void run_heads(const float *h, int32_t token, int32_t vocab_size) {
+    std::copy(h, h + H, x.data());
+    if (D > H) {
+      specinfer_plugin_error e{};
+      const specinfer_status rc =
+          target.vtable->output_rows(target.self, &token, 1, x.data() + H, &e);
+      if (rc != SPECINFER_OK)
+        throw Failure(rc, std::string("medusa: the target's output_rows failed: ") + e.message);
+      medusa::token_row(x.data() + H, H);
+    }
+    w.apply(x.data(), 1, z.data());
     for (int32_t k = 0; k < K; ++k) {
       const float *zk = z.data() + static_cast<size_t>(k) * H;
       const float *bk = heads.b.data() + static_cast<size_t>(k) * H;
@@ -461,7 +472,7 @@ struct Drafter {
            H);
     spec.levels.clear();
     spec.chains.clear();
-    if (has_hidden) run_heads(req.hidden, out.vocab_size);
+    if (has_hidden) run_heads(req.hidden, req.context[req.n_context - 1], out.vocab_size);
     if (lookup) run_lookup(req.context, req.n_context, std::min(want, lookup_max), out.vocab_size);
     if (spec.levels.empty() && spec.chains.empty()) return;
 
@@ -650,7 +661,9 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
 
     d->heads = medusa::load_heads(path);
     medusa::check_identity(d->heads, medusa::identify_target(*target_info, *target), path);
+    d->target = *target;
     d->H = d->heads.hidden_size;
+    d->D = d->heads.input_size();
     d->K = static_cast<int32_t>(cfg.get_int("heads", d->heads.n_heads, 1, d->heads.n_heads));
     d->V = d->heads.n_vocab();
     if (d->H % 32 != 0 && wtype == SPECINFER_WTYPE_Q8_0)
@@ -662,15 +675,16 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     for (float a : d->heads.accuracy) evaluated = evaluated || a > 0.0f;
     if (!evaluated) d->value = Value::prob;
 
-    d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->H, [&](int64_t i, float *dst) {
-      std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(i) * d->H,
-                  sizeof(float) * static_cast<size_t>(d->H));
+    d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, [&](int64_t i, float *dst) {
+      std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(i) * d->D,
+                  sizeof(float) * static_cast<size_t>(d->D));
     });
     // The float weights are in the prepared matrix now.
     d->heads.w.clear();
     d->heads.w.shrink_to_fit();
     load_output_rows(*d, *target, wtype);
 
+    d->x.resize(static_cast<size_t>(d->D));
     d->z.resize(static_cast<size_t>(d->K) * d->H);
     d->y.resize(static_cast<size_t>(d->K) * d->H);
     d->logits.resize(static_cast<size_t>(d->K) * d->V);

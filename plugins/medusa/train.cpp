@@ -47,6 +47,7 @@ struct Options {
   double warmup = 0.05;
   double offpath = 1.0;
   int32_t rank = 0;
+  bool token = true;
   int32_t batch = 128;
   int32_t chunk = 512;
   uint64_t seed = 1;
@@ -56,7 +57,7 @@ struct Options {
 
 Options parse_options(const char *text, const specinfer_model_info &info) {
   Config cfg(text, {"heads", "tokens", "heldout", "vocab", "epochs", "lr", "wd", "batch", "warmup",
-                    "chunk", "seed", "resume", "keep_data", "offpath", "rank"});
+                    "chunk", "seed", "resume", "keep_data", "offpath", "rank", "token"});
   Options o;
   o.heads = static_cast<int32_t>(cfg.get_int("heads", o.heads, 1, 16));
   o.tokens = cfg.get_int("tokens", o.tokens, 512, int64_t(1) << 34);
@@ -69,7 +70,8 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
   o.batch = static_cast<int32_t>(cfg.get_int("batch", o.batch, 1, 4096));
   o.warmup = cfg.get_float("warmup", o.warmup, 0.0, 0.5);
   o.offpath = cfg.get_float("offpath", o.offpath, 0.0, 1.0);
-  o.rank = static_cast<int32_t>(cfg.get_int("rank", 0, 0, info.hidden_size));
+  o.rank = static_cast<int32_t>(cfg.get_int("rank", 0, 0, 2 * info.hidden_size));
+  o.token = cfg.get_int("token", 1, 0, 1) != 0;
   o.chunk = static_cast<int32_t>(
       cfg.get_int("chunk", std::min(o.chunk, info.n_ctx), kMinDocTokens, info.n_ctx));
   o.seed = static_cast<uint64_t>(cfg.get_int("seed", 1, 0, std::numeric_limits<long>::max()));
@@ -620,6 +622,40 @@ std::vector<int32_t> choose_vocab(const Data &data, int32_t vocab_size, int32_t 
   return order;
 }
 
+// The heads' token input: for every token of the corpus, the target's output row scaled as
+// token_row() does, kept once per distinct token.
+struct TokenInput {
+  int32_t H = 0;
+  std::vector<int32_t> slot;  // [target vocabulary] row index, -1 if the token is not in the corpus
+  std::vector<float> rows;    // [distinct tokens][H]
+
+  void row(int32_t token, float *dst) const {
+    const float *src = rows.data() + static_cast<size_t>(slot[static_cast<size_t>(token)]) * H;
+    std::copy(src, src + H, dst);
+  }
+
+  static TokenInput make(const Data &data, int32_t vocab_size,
+                         const specinfer_host_target &target) {
+    TokenInput t;
+    t.H = data.H;
+    t.slot.assign(static_cast<size_t>(vocab_size), -1);
+    std::vector<int32_t> ids;
+    for (int32_t tok : data.token)
+      if (t.slot[static_cast<size_t>(tok)] < 0) {
+        t.slot[static_cast<size_t>(tok)] = static_cast<int32_t>(ids.size());
+        ids.push_back(tok);
+      }
+    t.rows.resize(ids.size() * static_cast<size_t>(t.H));
+    specinfer_plugin_error e{};
+    check_target(target.vtable->output_rows(target.self, ids.data(),
+                                            static_cast<int32_t>(ids.size()), t.rows.data(), &e),
+                 e, "output_rows");
+    for (size_t i = 0; i < ids.size(); ++i)
+      token_row(t.rows.data() + i * static_cast<size_t>(t.H), t.H);
+    return t;
+  }
+};
+
 // Per position: the target's distribution there restricted to the vocabulary (indices into it,
 // renormalized; -1 = none) and the vocabulary index of its top-1 (-1 if outside).
 struct Labels {
@@ -686,32 +722,36 @@ struct Head {
 
 class Trainer {
  public:
+  // emb: the heads' token input (TokenInput), empty without one.
   Trainer(const Context &cx, const Options &o, const Data &data, const Labels &labels,
-          const std::vector<float> &u, int32_t V)
+          const std::vector<float> &u, int32_t V, const TokenInput &emb)
       : cx_(cx),
         o_(o),
         data_(data),
         lab_(labels),
         u_(u),
+        emb_(emb),
         H_(data.H),
+        D_(o.token ? 2 * data.H : data.H),
         V_(V),
         K_(o.heads),
         softmax_(cx.host()->kernels->softmax) {
-    const size_t H = static_cast<size_t>(H_), B = static_cast<size_t>(o.batch);
+    const size_t H = static_cast<size_t>(H_), D = static_cast<size_t>(D_),
+                 B = static_cast<size_t>(o.batch);
     const size_t R = static_cast<size_t>(o.rank);
     heads_.resize(static_cast<size_t>(K_));
     for (size_t k = 0; k < heads_.size(); ++k) {
       Head &h = heads_[k];
       h.b.init(H, false);
       if (R == 0) {
-        h.w.init(H * H, true);
+        h.w.init(H * D, true);
         h.params = {&h.w, &h.b};
       } else {
         h.a.init(H * R, true);
-        h.bm.init(R * H, true);
+        h.bm.init(R * D, true);
         Rng rng(o.seed * 31 + k + 7);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(H));
-        for (float &x : h.bm.p)  // uniform with the variance of N(0, 1/H)
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        for (float &x : h.bm.p)  // uniform with the variance of N(0, 1/D)
           x = scale * std::sqrt(3.0f) *
               (2.0f * static_cast<float>(rng.next() >> 40) / 16777216.0f - 1.0f);
         h.t.resize(B * R);
@@ -723,7 +763,7 @@ class Trainer {
       h.logits.resize(B * static_cast<size_t>(V_));
       h.dy.resize(B * H);
     }
-    x_.resize(B * H);
+    x_.resize(B * D);
     for (int64_t g = data.n_heldout; g < data.n; ++g)
       if (g + 1 < data.end[static_cast<size_t>(g)]) train_pos_.push_back(g);
     for (int64_t g = 0; g < data.n_heldout; ++g)
@@ -736,7 +776,9 @@ class Trainer {
   int64_t train_tokens() const { return static_cast<int64_t>(train_pos_.size()); }
   std::vector<Head> &heads() { return heads_; }
   int64_t &step() { return step_; }
+  // W of head k as [H][D] (D = input_size()).
   void head_matrix(size_t k, float *w) const { matrix(heads_[k], w); }
+  int32_t input_size() const { return D_; }
 
   // One epoch (index e) of minibatch AdamW steps; returns the epoch's mean training loss.
   double epoch(int32_t e) {
@@ -850,13 +892,16 @@ class Trainer {
   }
 
  private:
-  // x_ = the hidden states of positions pos[0..nb) as floats.
+  // x_ = the heads' inputs at positions pos[0..nb): the hidden state, then (token input) the
+  // embedding of the text's next token.
   void load_x(const int64_t *pos, size_t nb) {
-    const size_t H = static_cast<size_t>(H_);
+    const size_t H = static_cast<size_t>(H_), D = static_cast<size_t>(D_);
     for (size_t r = 0; r < nb; ++r) {
-      const uint16_t *src = data_.hidden.data() + static_cast<size_t>(pos[r]) * H;
-      float *dst = x_.data() + r * H;
+      const size_t g = static_cast<size_t>(pos[r]);
+      const uint16_t *src = data_.hidden.data() + g * H;
+      float *dst = x_.data() + r * D;
       for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
+      if (D > H) emb_.row(data_.token[g + 1], dst + H);
     }
   }
 
@@ -869,24 +914,27 @@ class Trainer {
     return true;
   }
 
-  // Head k on the batch: z = x W^T + b, y = x + silu(z), logits = y U^T, then softmax in place;
+  // Head k on the batch: z = x W^T + b, y = h + silu(z) (h the first H values of x),
+  // logits = y U^T, then softmax in place;
   // with `grad`, replaced by d(loss)/d(logits) = (softmax - labels) * weight / total weight. Adds
   // the (unweighted) loss to h.loss_*.
   void forward(Head &h, int32_t k, const int64_t *pos, size_t nb, bool grad) {
-    const int H = H_, V = V_, B = static_cast<int>(nb);
+    const int H = H_, D = D_, V = V_, B = static_cast<int>(nb);
     for (int r = 0; r < B; ++r)
       std::copy(h.b.p.begin(), h.b.p.end(), h.z.begin() + static_cast<ptrdiff_t>(r) * H);
     if (o_.rank == 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1.0f, x_.data(), H,
-                  h.w.p.data(), H, 1.0f, h.z.data(), H);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, D, 1.0f, x_.data(), D,
+                  h.w.p.data(), D, 1.0f, h.z.data(), H);
     } else {  // t = x B^T, z += t A^T
       const int R = o_.rank;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, H, 1.0f, x_.data(), H,
-                  h.bm.p.data(), H, 0.0f, h.t.data(), R);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, D, 1.0f, x_.data(), D,
+                  h.bm.p.data(), D, 0.0f, h.t.data(), R);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, R, 1.0f, h.t.data(), R,
                   h.a.p.data(), R, 1.0f, h.z.data(), H);
     }
-    for (size_t i = 0; i < static_cast<size_t>(B) * H; ++i) h.y[i] = x_[i] + silu(h.z[i]);
+    for (size_t r = 0; r < static_cast<size_t>(B); ++r)
+      for (size_t i = 0; i < static_cast<size_t>(H); ++i)
+        h.y[r * H + i] = x_[r * D + i] + silu(h.z[r * H + i]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, H, 1.0f, h.y.data(), H, u_.data(), H,
                 0.0f, h.logits.data(), V);
     // Rows with a label, weighted: positions off the target's greedy path count `offpath`.
@@ -923,7 +971,7 @@ class Trainer {
   }
 
   void backward_and_update(Head &h, size_t nb, double lr) {
-    const int H = H_, V = V_, B = static_cast<int>(nb);
+    const int H = H_, D = D_, V = V_, B = static_cast<int>(nb);
     // dy = G U; dz = dy * silu'(z); dW = dz^T x (low rank: dA = dz^T t, dt = dz A,
     // dB = dt^T x); db = sum of dz.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, V, 1.0f, h.logits.data(), V,
@@ -933,16 +981,16 @@ class Trainer {
       h.dy[i] *= sg * (1.0f + z * (1.0f - sg));
     }
     if (o_.rank == 0) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1.0f, h.dy.data(), H, x_.data(),
-                  H, 0.0f, h.w.g.data(), H);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, D, B, 1.0f, h.dy.data(), H, x_.data(),
+                  D, 0.0f, h.w.g.data(), D);
     } else {
       const int R = o_.rank;
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, R, B, 1.0f, h.dy.data(), H,
                   h.t.data(), R, 0.0f, h.a.g.data(), R);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, R, H, 1.0f, h.dy.data(), H,
                   h.a.p.data(), R, 0.0f, h.dt.data(), R);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, H, B, 1.0f, h.dt.data(), R, x_.data(),
-                  H, 0.0f, h.bm.g.data(), H);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, B, 1.0f, h.dt.data(), R, x_.data(),
+                  D, 0.0f, h.bm.g.data(), D);
     }
     std::fill(h.b.g.begin(), h.b.g.end(), 0.0f);
     for (int r = 0; r < B; ++r)
@@ -951,15 +999,15 @@ class Trainer {
     for (Param *p : h.params) adamw(*p, lr);
   }
 
-  // W of head k as [H][H] (low rank: A B).
+  // W of head k as [H][D] (low rank: A B).
   void matrix(const Head &h, float *w) const {
-    const int H = H_;
+    const int H = H_, D = D_;
     if (o_.rank == 0) {
       std::copy(h.w.p.begin(), h.w.p.end(), w);
     } else {
       const int R = o_.rank;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, H, R, 1.0f, h.a.p.data(), R,
-                  h.bm.p.data(), H, 0.0f, w, H);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, H, D, R, 1.0f, h.a.p.data(), R,
+                  h.bm.p.data(), D, 0.0f, w, D);
     }
   }
 
@@ -983,7 +1031,8 @@ class Trainer {
   const Data &data_;
   const Labels &lab_;
   const std::vector<float> &u_;
-  const int32_t H_, V_, K_;
+  const TokenInput &emb_;
+  const int32_t H_, D_, V_, K_;
   void (*const softmax_)(float *, int64_t);
   std::vector<Head> heads_;
   std::vector<float> x_;
@@ -1005,7 +1054,7 @@ uint64_t checkpoint_key(const Options &o, const Data &data, const std::vector<in
   h = fnv1a(h, data.token.data(), data.token.size() * sizeof(int32_t));
   h = fnv1a(h, vocab.data(), vocab.size() * sizeof(int32_t));
   for (double v : {double(o.heads), double(o.epochs), o.lr, o.wd, double(o.batch), o.warmup,
-                   o.offpath, double(o.rank), double(o.seed)})
+                   o.offpath, double(o.rank), double(o.token), double(o.seed)})
     h = fnv_value(h, v);
   return h;
 }
@@ -1137,7 +1186,9 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
                   V, 100.0 * static_cast<double>(covered) / std::max<int64_t>(1, data.n_heldout)));
   }
 
-  Trainer tr(cx, o, data, labels, u, V);
+  TokenInput emb;
+  if (o.token) emb = TokenInput::make(data, info.vocab_size, *target);
+  Trainer tr(cx, o, data, labels, u, V, emb);
   const std::string ckpt = out + ".ckpt";
   const uint64_t key = checkpoint_key(o, data, vocab, id.fingerprint);
   int32_t done = o.resume ? load_checkpoint(ckpt, key, tr.heads(), data.H, tr.step()) : 0;
@@ -1169,8 +1220,9 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   heads.target = id;
   heads.n_heads = o.heads;
   heads.hidden_size = data.H;
+  heads.token_input = o.token;
   heads.vocab = vocab;
-  const size_t HH = static_cast<size_t>(data.H) * static_cast<size_t>(data.H);
+  const size_t HH = static_cast<size_t>(data.H) * static_cast<size_t>(tr.input_size());
   heads.w.resize(static_cast<size_t>(o.heads) * HH);
   heads.b.resize(static_cast<size_t>(o.heads) * static_cast<size_t>(data.H));
   for (int32_t k = 0; k < o.heads; ++k) {
