@@ -63,9 +63,9 @@ void write_all(const std::string &path, const std::vector<uint8_t> &bytes) {
   assert_true(out.good());
 }
 
-Heads sample_heads(bool token_input = false) {
+Heads sample_heads(int32_t token_inputs = 0) {
   Heads h;
-  h.token_input = token_input;
+  h.token_inputs = token_inputs;
   h.target.name = "Tiny Model 0.1B";
   h.target.arch = "qwen2";
   h.target.vocab_size = 1000;
@@ -121,7 +121,7 @@ void test_round_trip(void **) {
   // W is stored as f16: the file is about half what f32 would take.
   auto f = specinfer::gguf::File::open(path);
   assert_int_equal(f->find_tensor("medusa.w")->type, 1);
-  assert_false(g.token_input);
+  assert_int_equal(g.token_inputs, 0);
   unlink(path.c_str());
 }
 
@@ -176,27 +176,29 @@ void put_u32(std::vector<uint8_t> &b, size_t at, uint32_t v) {
   std::memcpy(b.data() + at, le, 4);
 }
 
-// Heads with token input: W reads [h, e], twice the columns, and the flag survives the file.
+// Heads with token inputs: W reads [h, e] or [h, e, e'], two or three times the columns, and the
+// count survives the file; a count that does not fit W's width, or above 2, is refused.
 void test_token_input(void **) {
-  const Heads h = sample_heads(true);
-  assert_int_equal(h.input_size(), 2 * h.hidden_size);
   const std::string path = temp_path(".gguf");
-  assert_int_equal(status_of([&] { medusa::save_heads(h, path); }), SPECINFER_OK);
-  Heads g;
-  assert_int_equal(status_of([&] { g = medusa::load_heads(path); }), SPECINFER_OK);
-  assert_true(g.token_input);
-  assert_true(g.w == h.w);
-  // The flag cleared while W keeps its width: the shape no longer fits.
-  std::vector<uint8_t> b = read_all(path);
-  const size_t at =
-      find(b, "medusa-heads.token_input") + std::strlen("medusa-heads.token_input") + 4;
-  put_u32(b, at, 0);
   const std::string bad = path + ".bad";
-  write_all(bad, b);
-  expect_format_error(bad, "shape");
-  put_u32(b, at, 2);  // neither 0 nor 1
-  write_all(bad, b);
-  expect_format_error(bad, "token_input");
+  for (int32_t n = 1; n <= 2; ++n) {
+    const Heads h = sample_heads(n);
+    assert_int_equal(h.input_size(), (1 + n) * h.hidden_size);
+    assert_int_equal(status_of([&] { medusa::save_heads(h, path); }), SPECINFER_OK);
+    Heads g;
+    assert_int_equal(status_of([&] { g = medusa::load_heads(path); }), SPECINFER_OK);
+    assert_int_equal(g.token_inputs, n);
+    assert_true(g.w == h.w);
+    std::vector<uint8_t> b = read_all(path);
+    const size_t at =
+        find(b, "medusa-heads.token_inputs") + std::strlen("medusa-heads.token_inputs") + 4;
+    put_u32(b, at, static_cast<uint32_t>(n - 1));  // W keeps its width: the shape no longer fits
+    write_all(bad, b);
+    expect_format_error(bad, "shape");
+    put_u32(b, at, 3);
+    write_all(bad, b);
+    expect_format_error(bad, "token_inputs");
+  }
   // The scaled output row: unit root-mean-square, direction kept; a zero row stays zero.
   float row[4] = {3.0f, 0.0f, -4.0f, 0.0f};
   medusa::token_row(row, 4);

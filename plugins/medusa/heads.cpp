@@ -15,10 +15,10 @@
 //   medusa-heads.target.vocab_size  u32
 //   medusa-heads.target.hidden_size u32
 //   medusa-heads.target.fingerprint string, 16 hex digits (GGUF readers take u64 > INT64_MAX badly)
-//   medusa-heads.token_input        u32, 0 or 1 (absent: 0)
+//   medusa-heads.token_inputs       u32, 0, 1 or 2 (heads.h; absent: 0)
 //   tensor medusa.vocab     i32 [n_vocab]
-//   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input = hidden, or
-//                           2 * hidden with token input)
+//   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input = (1 +
+//                           token_inputs) * hidden; n_heads)
 //   tensor medusa.b         f32 [hidden, n_heads]
 //   tensor medusa.accuracy  f32 [n_ranks, n_heads]
 // W is written as f16: half the file, and W is a small correction to h (the head starts at zero)
@@ -261,8 +261,8 @@ void token_row(float *row, int32_t hidden_size) {
 void save_heads(const Heads &heads, const std::string &path) {
   const int32_t K = heads.n_heads, H = heads.hidden_size, V = heads.n_vocab();
   const int32_t D = heads.input_size();
-  if (K < 1 || K > kMaxHeads || H < 1 || H > kMaxHidden || V < 1 ||
-      heads.w.size() != static_cast<size_t>(K) * H * D ||
+  if (K < 1 || K > kMaxHeads || H < 1 || H > kMaxHidden || V < 1 || heads.token_inputs < 0 ||
+      heads.token_inputs > 2 || heads.w.size() != static_cast<size_t>(K) * H * D ||
       heads.b.size() != static_cast<size_t>(K) * H ||
       heads.accuracy.size() != static_cast<size_t>(K) * kRanks)
     fail(SPECINFER_ERR_INVALID_ARGUMENT,
@@ -281,7 +281,7 @@ void save_heads(const Heads &heads, const std::string &path) {
   w.key_u32("medusa-heads.target.hidden_size", static_cast<uint32_t>(heads.target.hidden_size));
   w.key_string("medusa-heads.target.fingerprint",
                specinfer_plugin::format("%016llx", (unsigned long long)heads.target.fingerprint));
-  w.key_u32("medusa-heads.token_input", heads.token_input ? 1 : 0);
+  w.key_u32("medusa-heads.token_inputs", static_cast<uint32_t>(heads.token_inputs));
   w.tensor("medusa.vocab", kTypeI32, {static_cast<uint64_t>(V)}, heads.vocab.data(),
            heads.vocab.size() * sizeof(int32_t));
   std::vector<uint16_t> w16(heads.w.size());
@@ -333,8 +333,8 @@ Heads load_heads(const std::string &path) {
     if (fp.size() != 16 || fp.find_first_not_of("0123456789abcdef") != std::string::npos)
       bad(path, "medusa-heads.target.fingerprint '" + fp + "' is not 16 hex digits");
     h.target.fingerprint = std::strtoull(fp.c_str(), nullptr, 16);
-    if (f->get_int("medusa-heads.token_input"))
-      h.token_input = need_int(*f, path, "medusa-heads.token_input", 0, 1) != 0;
+    if (f->get_int("medusa-heads.token_inputs"))
+      h.token_inputs = static_cast<int32_t>(need_int(*f, path, "medusa-heads.token_inputs", 0, 2));
 
     const int64_t K = h.n_heads, H = h.hidden_size, D = h.input_size();
     const auto &tv = need_tensor(*f, path, "medusa.vocab", {kTypeI32}, {V});

@@ -3,10 +3,16 @@
 //   y_k = h + silu(W_k x + b_k),  logits_k = U y_k,
 // with U the target's own output rows for a truncated vocabulary (the tokens the target chose on
 // the training corpus), fetched from the target at load time and never stored in the heads file.
-// The input x is h, or (token input) h followed by e, the target's output row of the token that
-// h's logits chose (the last token of the context when the drafter runs), scaled by token_row():
-// that token is known before any head runs, and telling the heads which it is spares them from
-// guessing it, which is most of what a head predicting the token after it gets wrong.
+// The input x is h followed by token inputs, each the target's output row of a token scaled by
+// token_row() (e(t)):
+//  - token_inputs = 0: x = h.
+//  - 1: x = [h, e(a)], a the token h's logits chose (the last token of the context when the
+//    drafter runs): it is known before any head runs, and telling the heads which it is spares
+//    them from guessing it, which is most of what a head predicting the token after it gets wrong.
+//  - 2: head k reads x = [h, e(p_{k-1}), e(p_k)], the last two tokens of the path before the
+//    token it predicts (p_{-1} the context's last token but one, p_0 its last, p_j the drafted
+//    token at depth j): each head knows the path it extends, so the drafter runs them one after
+//    another down the path.
 //
 // The heads file is GGUF (general.architecture = "medusa-heads"): the weights, the truncated
 // vocabulary, the held-out accuracy of each head by candidate rank (what the drafter's tree uses
@@ -37,7 +43,7 @@ struct Heads {
   TargetIdentity target;
   int32_t n_heads = 0;
   int32_t hidden_size = 0;
-  bool token_input = false;    // x = [h, e] rather than h
+  int32_t token_inputs = 0;    // 0, 1 or 2 (above)
   std::vector<int32_t> vocab;  // truncated vocabulary: target token ids, [n_vocab]
   std::vector<float> w;        // [n_heads][hidden_size][input_size()], row-major (W_k x)
   std::vector<float> b;        // [n_heads][hidden_size]
@@ -49,7 +55,7 @@ struct Heads {
   int64_t trained_tokens = 0;  // corpus tokens the heads were trained on
 
   int32_t n_vocab() const { return static_cast<int32_t>(vocab.size()); }
-  int32_t input_size() const { return token_input ? 2 * hidden_size : hidden_size; }
+  int32_t input_size() const { return (1 + token_inputs) * hidden_size; }
 };
 
 // Scales a target output row in place to the token input e: unit root-mean-square (the rows'

@@ -7,9 +7,12 @@
 //    hidden matrix (every head reads the same h, so one matmul computes them all) and U, both
 //    Q8_0 by default. A round reads each once, so drafting is memory-bound and the compact type is
 //    what makes it cheap (wtype=f16 / f32 for comparison).
-//  - Propose: y_k = h + silu(W_k x + b_k), logits_k = U y_k (one matmul over the K heads; x is h,
-//    or h and the scaled output row of the context's last token for heads with token input), each
-//    head's top_k candidates, and a sparse token tree over them (tree.h): best-first by the
+//  - Propose: y_k = h + silu(W_k x + b_k), logits_k = U y_k, x as heads.h says: heads with no or
+//    one token input read the same x (one matmul over the K heads); heads with two read the path
+//    they extend, so head k runs after head k - 1 on the path of the first candidates, stopping
+//    once that path's estimate is too small to reach a tree, and the tree hangs level k's
+//    candidates under that path only (TreeSpec::path_levels). From each head's top_k
+//    candidates, a sparse token tree (tree.h): best-first by the
 //    estimated probability that a path is accepted, its size chosen for the most expected tokens
 //    per unit of time against the session's measured pass costs. Point masses (has_probs = 0),
 //    so any coupler stays exact.
@@ -190,14 +193,18 @@ constexpr uint32_t kCountsMinCount = 2;
 constexpr int32_t kBins = 8;
 constexpr float kBinEdges[kBins] = {0.0f, 0.03f, 0.07f, 0.15f, 0.3f, 0.5f, 0.7f, 0.9f};
 constexpr double kScalePrior = 2.0;  // expected hits of pseudo-observations
+// Heads that read the path stop going deeper once the path's estimate falls below this: a node
+// that unlikely never pays for its place in a tree.
+constexpr float kPathFloor = 0.02f;
 
 struct Drafter {
   const specinfer_host *host = nullptr;
   medusa::Heads heads;
-  specinfer_host_target target{};      // the session's, for the token input's output rows
-  int32_t H = 0, D = 0, K = 0, V = 0;  // hidden size, head input, heads used, vocabulary
-  Matrix w;                            // [K * H][D]
-  Matrix u;                            // [V][H]
+  specinfer_host_target target{};               // the session's, for the token input's output rows
+  int32_t H = 0, D = 0, K = 0, V = 0;           // hidden size, head input, heads used, vocabulary
+  Matrix w;                                     // [K * H][D] (token_inputs < 2)
+  std::vector<std::unique_ptr<Matrix>> head_w;  // K x [H][D] (token_inputs = 2: one at a time)
+  Matrix u;                                     // [V][H]
   int32_t max_nodes = 16, top_k = 4;
   Value value = Value::mix;
   bool adapt = true;
@@ -314,59 +321,93 @@ struct Drafter {
     return std::sqrt(acc * prob);
   }
 
-  // Fills spec.levels from the hidden state h, whose logits chose `token`.
-  void run_heads(const float *h, int32_t token, int32_t vocab_size) {
+  // dst = e(token), the token input (heads.h).
+  void token_input(int32_t token, float *dst) const {
+    specinfer_plugin_error e{};
+    const specinfer_status rc = target.vtable->output_rows(target.self, &token, 1, dst, &e);
+    if (rc != SPECINFER_OK)
+      throw Failure(rc, std::string("medusa: the target's output_rows failed: ") + e.message);
+    medusa::token_row(dst, H);
+  }
+
+  // y_k = h + silu(z_k + b_k) for head k.
+  void residual(const float *h, int32_t k) {
+    const float *zk = z.data() + static_cast<size_t>(k) * H;
+    const float *bk = heads.b.data() + static_cast<size_t>(k) * H;
+    float *yk = y.data() + static_cast<size_t>(k) * H;
+    for (int32_t i = 0; i < H; ++i) {
+      const float a = zk[i] + bk[i];
+      yk[i] = h[i] + a / (1.0f + std::exp(-a));
+    }
+  }
+
+  // spec.levels[k] from head k's logits: its top_k candidates (in rank order) with their
+  // estimates. Returns the first candidate's estimate (0 when there is none).
+  float fill_level(int32_t k, int32_t vocab_size) {
+    float *row = logits.data() + static_cast<size_t>(k) * V;
+    host->kernels->softmax(row, V);
+    // top_k by a small insertion sort: almost every value fails the first comparison.
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; ++i) {
+      if (n == top_k && row[i] <= row[top[static_cast<size_t>(n - 1)]]) continue;
+      int32_t j = n < top_k ? n++ : n - 1;
+      while (j > 0 && row[top[static_cast<size_t>(j - 1)]] < row[i]) {
+        top[static_cast<size_t>(j)] = top[static_cast<size_t>(j - 1)];
+        --j;
+      }
+      top[static_cast<size_t>(j)] = i;
+    }
+    std::vector<medusa::Candidate> &level = spec.levels[static_cast<size_t>(k)];
+    std::vector<float> &est = level_est[static_cast<size_t>(k)];
+    std::vector<int32_t> &cell = level_cell[static_cast<size_t>(k)];
+    level.clear();
+    est.clear();
+    cell.clear();
+    for (int32_t r = 0; r < n; ++r) {
+      const int32_t i = top[static_cast<size_t>(r)];
+      const int32_t tok = heads.vocab[static_cast<size_t>(i)];
+      if (tok >= vocab_size) continue;
+      const float e = estimate(k + 1, r, row[i]);
+      const int32_t c = k * kBins + prob_bin(row[i]);
+      level.push_back({tok, e * cell_scale(c)});
+      est.push_back(e);
+      cell.push_back(c);
+    }
+    return level.empty() ? 0.0f : level[0].p;
+  }
+
+  // Fills spec.levels from the hidden state h at the context's last token but one (whose logits
+  // chose the last, ctx[n - 1]; n >= 2).
+  void run_heads(const float *h, const int32_t *ctx, size_t n, int32_t vocab_size) {
     std::copy(h, h + H, x.data());
-    if (D > H) {
-      specinfer_plugin_error e{};
-      const specinfer_status rc =
-          target.vtable->output_rows(target.self, &token, 1, x.data() + H, &e);
-      if (rc != SPECINFER_OK)
-        throw Failure(rc, std::string("medusa: the target's output_rows failed: ") + e.message);
-      medusa::token_row(x.data() + H, H);
-    }
-    w.apply(x.data(), 1, z.data());
-    for (int32_t k = 0; k < K; ++k) {
-      const float *zk = z.data() + static_cast<size_t>(k) * H;
-      const float *bk = heads.b.data() + static_cast<size_t>(k) * H;
-      float *yk = y.data() + static_cast<size_t>(k) * H;
-      for (int32_t i = 0; i < H; ++i) {
-        const float a = zk[i] + bk[i];
-        yk[i] = h[i] + a / (1.0f + std::exp(-a));
-      }
-    }
-    u.apply(y.data(), K, logits.data());
     spec.levels.resize(static_cast<size_t>(K));
+    spec.path_levels = heads.token_inputs == 2;
+    if (heads.token_inputs < 2) {
+      // Every head reads the same x: one matmul for all of them.
+      if (heads.token_inputs == 1) token_input(ctx[n - 1], x.data() + H);
+      w.apply(x.data(), 1, z.data());
+      for (int32_t k = 0; k < K; ++k) residual(h, k);
+      u.apply(y.data(), K, logits.data());
+      for (int32_t k = 0; k < K; ++k) fill_level(k, vocab_size);
+      return;
+    }
+    // Heads that read the path: head k extends the path of the levels' first candidates, so they
+    // run one after another, until that path is too unlikely to reach the tree.
+    int32_t prev = ctx[n - 2], cur = ctx[n - 1];
+    float path = 1.0f;
     for (int32_t k = 0; k < K; ++k) {
-      float *row = logits.data() + static_cast<size_t>(k) * V;
-      host->kernels->softmax(row, V);
-      // top_k by a small insertion sort: almost every value fails the first comparison.
-      int32_t n = 0;
-      for (int32_t i = 0; i < V; ++i) {
-        if (n == top_k && row[i] <= row[top[static_cast<size_t>(n - 1)]]) continue;
-        int32_t j = n < top_k ? n++ : n - 1;
-        while (j > 0 && row[top[static_cast<size_t>(j - 1)]] < row[i]) {
-          top[static_cast<size_t>(j)] = top[static_cast<size_t>(j - 1)];
-          --j;
-        }
-        top[static_cast<size_t>(j)] = i;
+      token_input(prev, x.data() + H);
+      token_input(cur, x.data() + 2 * static_cast<size_t>(H));
+      head_w[static_cast<size_t>(k)]->apply(x.data(), 1, z.data() + static_cast<size_t>(k) * H);
+      residual(h, k);
+      u.apply(y.data() + static_cast<size_t>(k) * H, 1, logits.data() + static_cast<size_t>(k) * V);
+      path *= fill_level(k, vocab_size);
+      if (spec.levels[static_cast<size_t>(k)].empty() || path < kPathFloor) {
+        for (int32_t j = k + 1; j < K; ++j) spec.levels[static_cast<size_t>(j)].clear();
+        break;
       }
-      std::vector<medusa::Candidate> &level = spec.levels[static_cast<size_t>(k)];
-      std::vector<float> &est = level_est[static_cast<size_t>(k)];
-      std::vector<int32_t> &cell = level_cell[static_cast<size_t>(k)];
-      level.clear();
-      est.clear();
-      cell.clear();
-      for (int32_t r = 0; r < n; ++r) {
-        const int32_t i = top[static_cast<size_t>(r)];
-        const int32_t tok = heads.vocab[static_cast<size_t>(i)];
-        if (tok >= vocab_size) continue;
-        const float e = estimate(k + 1, r, row[i]);
-        const int32_t c = k * kBins + prob_bin(row[i]);
-        level.push_back({tok, e * cell_scale(c)});
-        est.push_back(e);
-        cell.push_back(c);
-      }
+      prev = cur;
+      cur = spec.levels[static_cast<size_t>(k)][0].token;
     }
   }
 
@@ -472,7 +513,7 @@ struct Drafter {
            H);
     spec.levels.clear();
     spec.chains.clear();
-    if (has_hidden) run_heads(req.hidden, req.context[req.n_context - 1], out.vocab_size);
+    if (has_hidden) run_heads(req.hidden, req.context, req.n_context, out.vocab_size);
     if (lookup) run_lookup(req.context, req.n_context, std::min(want, lookup_max), out.vocab_size);
     if (spec.levels.empty() && spec.chains.empty()) return;
 
@@ -675,10 +716,20 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     for (float a : d->heads.accuracy) evaluated = evaluated || a > 0.0f;
     if (!evaluated) d->value = Value::prob;
 
-    d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, [&](int64_t i, float *dst) {
-      std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(i) * d->D,
-                  sizeof(float) * static_cast<size_t>(d->D));
-    });
+    auto rows_from = [&](int64_t first) {
+      return [&, first](int64_t i, float *dst) {
+        std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(first + i) * d->D,
+                    sizeof(float) * static_cast<size_t>(d->D));
+      };
+    };
+    if (d->heads.token_inputs < 2) {
+      d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, rows_from(0));
+    } else {
+      for (int32_t k = 0; k < d->K; ++k) {
+        d->head_w.push_back(std::make_unique<Matrix>());
+        d->head_w.back()->build(host, wtype, d->H, d->D, rows_from(static_cast<int64_t>(k) * d->H));
+      }
+    }
     // The float weights are in the prepared matrix now.
     d->heads.w.clear();
     d->heads.w.shrink_to_fit();

@@ -47,7 +47,7 @@ struct Options {
   double warmup = 0.05;
   double offpath = 1.0;
   int32_t rank = 0;
-  bool token = true;
+  int32_t token = 1;
   int32_t batch = 128;
   int32_t chunk = 512;
   uint64_t seed = 1;
@@ -71,7 +71,7 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
   o.warmup = cfg.get_float("warmup", o.warmup, 0.0, 0.5);
   o.offpath = cfg.get_float("offpath", o.offpath, 0.0, 1.0);
   o.rank = static_cast<int32_t>(cfg.get_int("rank", 0, 0, 2 * info.hidden_size));
-  o.token = cfg.get_int("token", 1, 0, 1) != 0;
+  o.token = static_cast<int32_t>(cfg.get_int("token", o.token, 0, 2));
   o.chunk = static_cast<int32_t>(
       cfg.get_int("chunk", std::min(o.chunk, info.n_ctx), kMinDocTokens, info.n_ctx));
   o.seed = static_cast<uint64_t>(cfg.get_int("seed", 1, 0, std::numeric_limits<long>::max()));
@@ -716,6 +716,7 @@ struct Head {
   Param w, b, a, bm;
   std::vector<Param *> params;  // the ones trained
   std::vector<float> z, y, logits, dy, t, dt, weight;
+  std::vector<float> x;  // [batch][input]: the head's inputs
   double loss_sum = 0;
   int64_t loss_n = 0;
 };
@@ -732,7 +733,7 @@ class Trainer {
         u_(u),
         emb_(emb),
         H_(data.H),
-        D_(o.token ? 2 * data.H : data.H),
+        D_((1 + o.token) * data.H),
         V_(V),
         K_(o.heads),
         softmax_(cx.host()->kernels->softmax) {
@@ -762,8 +763,8 @@ class Trainer {
       h.y.resize(B * H);
       h.logits.resize(B * static_cast<size_t>(V_));
       h.dy.resize(B * H);
+      h.x.resize(B * D);
     }
-    x_.resize(B * D);
     for (int64_t g = data.n_heldout; g < data.n; ++g)
       if (g + 1 < data.end[static_cast<size_t>(g)]) train_pos_.push_back(g);
     for (int64_t g = 0; g < data.n_heldout; ++g)
@@ -839,6 +840,30 @@ class Trainer {
     std::vector<int64_t> n_path(K, 0), hit_all(K, 0), n_all(K, 0);
     double loss = 0;
     int64_t loss_n = 0;
+    // The rank of the target's top-1 among the logits of rows [0, nb) of h, as head k's guesses.
+    auto score = [&](const Head &h, int64_t k, const int64_t *pos, size_t nb) {
+      const size_t kk = static_cast<size_t>(k);
+      for (size_t r = 0; r < nb; ++r) {
+        const int64_t g = pos[r], s2 = g + k + 1;
+        if (s2 >= data_.end[static_cast<size_t>(g)]) continue;
+        const bool path = on_path(g, k);
+        const int32_t want = lab_.top[static_cast<size_t>(s2)];
+        int64_t rank = kRanks;
+        if (want >= 0) {
+          const float *row = h.logits.data() + r * static_cast<size_t>(V_);
+          const float lw = row[want];
+          rank = 0;
+          for (int32_t v = 0; v < V_ && rank < kRanks; ++v)
+            rank += row[v] > lw || (row[v] == lw && v < want);
+        }
+        ++n_all[kk];
+        hit_all[kk] += rank == 0;
+        if (path) {
+          ++n_path[kk];
+          if (rank < kRanks) ++hits[kk][static_cast<size_t>(rank)];
+        }
+      }
+    };
     for (size_t s = 0; s < eval_pos_.size(); s += static_cast<size_t>(o_.batch)) {
       const size_t nb = std::min(eval_pos_.size() - s, static_cast<size_t>(o_.batch));
       const int64_t *pos = eval_pos_.data() + s;
@@ -848,27 +873,7 @@ class Trainer {
         h.loss_sum = 0;
         h.loss_n = 0;
         forward(h, static_cast<int32_t>(k), pos, nb, false);
-        const size_t kk = static_cast<size_t>(k);
-        for (size_t r = 0; r < nb; ++r) {
-          const int64_t g = pos[r], s2 = g + k + 1;
-          if (s2 >= data_.end[static_cast<size_t>(g)]) continue;
-          const bool path = on_path(g, k);
-          const int32_t want = lab_.top[static_cast<size_t>(s2)];
-          int64_t rank = kRanks;
-          if (want >= 0) {
-            const float *row = h.logits.data() + r * static_cast<size_t>(V_);
-            const float lw = row[want];
-            rank = 0;
-            for (int32_t v = 0; v < V_ && rank < kRanks; ++v)
-              rank += row[v] > lw || (row[v] == lw && v < want);
-          }
-          ++n_all[kk];
-          hit_all[kk] += rank == 0;
-          if (path) {
-            ++n_path[kk];
-            if (rank < kRanks) ++hits[kk][static_cast<size_t>(rank)];
-          }
-        }
+        score(h, k, pos, nb);
       });
       for (const Head &h : heads_) {
         loss += h.loss_sum;
@@ -892,16 +897,28 @@ class Trainer {
   }
 
  private:
-  // x_ = the heads' inputs at positions pos[0..nb): the hidden state, then (token input) the
-  // embedding of the text's next token.
+  // Every head's inputs at positions pos[0..nb): the hidden state h at g, then the token input:
+  // token=1, e(token g + 1) (the token h chose); token=2, head k reads e(token g + k) and
+  // e(token g + k + 1), the last two tokens of the path before the one it predicts (zeros past
+  // the document's end, where no label is either).
   void load_x(const int64_t *pos, size_t nb) {
     const size_t H = static_cast<size_t>(H_), D = static_cast<size_t>(D_);
     for (size_t r = 0; r < nb; ++r) {
       const size_t g = static_cast<size_t>(pos[r]);
+      const int64_t end = data_.end[g];
       const uint16_t *src = data_.hidden.data() + g * H;
-      float *dst = x_.data() + r * D;
-      for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
-      if (D > H) emb_.row(data_.token[g + 1], dst + H);
+      for (size_t k = 0; k < heads_.size(); ++k) {
+        float *dst = heads_[k].x.data() + r * D;
+        for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
+        for (int32_t j = 0; j < o_.token; ++j) {
+          const int64_t t = static_cast<int64_t>(o_.token == 1 ? g + 1 : g + k + j);
+          float *e = dst + H * static_cast<size_t>(1 + j);
+          if (t < end)
+            emb_.row(data_.token[static_cast<size_t>(t)], e);
+          else
+            std::fill(e, e + H, 0.0f);
+        }
+      }
     }
   }
 
@@ -923,18 +940,18 @@ class Trainer {
     for (int r = 0; r < B; ++r)
       std::copy(h.b.p.begin(), h.b.p.end(), h.z.begin() + static_cast<ptrdiff_t>(r) * H);
     if (o_.rank == 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, D, 1.0f, x_.data(), D,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, D, 1.0f, h.x.data(), D,
                   h.w.p.data(), D, 1.0f, h.z.data(), H);
     } else {  // t = x B^T, z += t A^T
       const int R = o_.rank;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, D, 1.0f, x_.data(), D,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, D, 1.0f, h.x.data(), D,
                   h.bm.p.data(), D, 0.0f, h.t.data(), R);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, R, 1.0f, h.t.data(), R,
                   h.a.p.data(), R, 1.0f, h.z.data(), H);
     }
     for (size_t r = 0; r < static_cast<size_t>(B); ++r)
       for (size_t i = 0; i < static_cast<size_t>(H); ++i)
-        h.y[r * H + i] = x_[r * D + i] + silu(h.z[r * H + i]);
+        h.y[r * H + i] = h.x[r * D + i] + silu(h.z[r * H + i]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, H, 1.0f, h.y.data(), H, u_.data(), H,
                 0.0f, h.logits.data(), V);
     // Rows with a label, weighted: positions off the target's greedy path count `offpath`.
@@ -981,16 +998,16 @@ class Trainer {
       h.dy[i] *= sg * (1.0f + z * (1.0f - sg));
     }
     if (o_.rank == 0) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, D, B, 1.0f, h.dy.data(), H, x_.data(),
-                  D, 0.0f, h.w.g.data(), D);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, D, B, 1.0f, h.dy.data(), H,
+                  h.x.data(), D, 0.0f, h.w.g.data(), D);
     } else {
       const int R = o_.rank;
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, R, B, 1.0f, h.dy.data(), H,
                   h.t.data(), R, 0.0f, h.a.g.data(), R);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, R, H, 1.0f, h.dy.data(), H,
                   h.a.p.data(), R, 0.0f, h.dt.data(), R);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, B, 1.0f, h.dt.data(), R, x_.data(),
-                  D, 0.0f, h.bm.g.data(), D);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, D, B, 1.0f, h.dt.data(), R,
+                  h.x.data(), D, 0.0f, h.bm.g.data(), D);
     }
     std::fill(h.b.g.begin(), h.b.g.end(), 0.0f);
     for (int r = 0; r < B; ++r)
@@ -1035,7 +1052,6 @@ class Trainer {
   const int32_t H_, D_, V_, K_;
   void (*const softmax_)(float *, int64_t);
   std::vector<Head> heads_;
-  std::vector<float> x_;
   std::vector<int64_t> train_pos_, eval_pos_;
   int64_t step_ = 0;
 };
@@ -1187,7 +1203,7 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   }
 
   TokenInput emb;
-  if (o.token) emb = TokenInput::make(data, info.vocab_size, *target);
+  if (o.token > 0) emb = TokenInput::make(data, info.vocab_size, *target);
   Trainer tr(cx, o, data, labels, u, V, emb);
   const std::string ckpt = out + ".ckpt";
   const uint64_t key = checkpoint_key(o, data, vocab, id.fingerprint);
@@ -1220,7 +1236,7 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   heads.target = id;
   heads.n_heads = o.heads;
   heads.hidden_size = data.H;
-  heads.token_input = o.token;
+  heads.token_inputs = o.token;
   heads.vocab = vocab;
   const size_t HH = static_cast<size_t>(data.H) * static_cast<size_t>(tr.input_size());
   heads.w.resize(static_cast<size_t>(o.heads) * HH);

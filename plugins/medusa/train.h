@@ -16,7 +16,9 @@
 //  3. Vocabulary. The `vocab` tokens the target chose most often as its top-1 on the training
 //     documents (ties: top-8 probability mass). U = the target's output rows for them.
 //  4. Train. Head k (k = 0 .. heads-1) at position t learns the target's distribution at
-//     t + k + 1 (its top-8, renormalized over the vocabulary): y = h + silu(W_k h + b_k),
+//     t + k + 1 (its top-8, renormalized over the vocabulary): y = h + silu(W_k x + b_k), x = h
+//     and `token` token inputs (heads.h) from the text: token=1, its token t + 1; token=2, its
+//     tokens t + k and t + k + 1,
 //     logits = U y, cross-entropy to those soft labels. W_k starts at zero, so every head starts
 //     as the target's own next-token guess. AdamW on minibatches, linear warm-up then cosine decay
 //     of the learning rate; heads run in parallel on the host's threads, their products in
@@ -34,8 +36,9 @@
 //   weight decay)  batch=<N> (128)  warmup=<0..0.5> (0.05, share of the steps)  chunk=<N> (512,
 //   tokens per document and forward pass)  offpath=<0..1> (1: the weight of training positions
 //   whose text leaves the target's greedy path before the predicted token; such positions do not
-//   occur in drafting)  rank=<0..hidden> (0: full-rank W; r: W trained as a product of H x r and
-//   r x H factors, stored as the full W)  seed=<N> (1)  resume=0|1 (1: reuse OUT.data and
+//   occur in drafting)  rank=<0..2*hidden> (0: full-rank W; r: W trained as a product of H x r
+//   and r x input factors, stored as the full W)  token=0|1|2 (1: token inputs, heads.h)
+//   seed=<N> (1)  resume=0|1 (1: reuse OUT.data and
 //   OUT.ckpt when they match)  keep_data=0|1 (1)
 #pragma once
 

@@ -46,17 +46,17 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
   auto first_chain = [](uint32_t mask) { return mask ? __builtin_ctz(mask) : -1; };
 
   auto push = [&](float value, int32_t parent, int32_t token, int32_t depth, int32_t rank,
-                  uint32_t chains) {
+                  uint32_t chains, bool on_path) {
     if (!(value > 0.0f)) return;
-    queue.push_back(
-        {value, parent, token, NodeOrigin{depth, rank, first_chain(chains)}, chains, seq++});
+    queue.push_back({value, parent, token, NodeOrigin{depth, rank, first_chain(chains)}, chains,
+                     seq++, on_path});
     std::push_heap(queue.begin(), queue.end(), later);
   };
   // Pushes the children of node `parent` (-1: the root) at depth `depth` with value `value`,
-  // lying on the paths of the chains in `on`.
-  auto expand = [&](int32_t parent, int32_t depth, float value, uint32_t on) {
+  // lying on the paths of the chains in `on` (and on the levels' first path: on_path).
+  auto expand = [&](int32_t parent, int32_t depth, float value, uint32_t on, bool on_path) {
     uint32_t merged = 0;  // chains whose token here is a head's candidate
-    if (depth < n_levels) {
+    if (depth < n_levels && (on_path || !spec.path_levels)) {
       const std::vector<Candidate> &level = spec.levels[static_cast<size_t>(depth)];
       for (size_t r = 0; r < level.size(); ++r) {
         const Candidate &c = level[r];
@@ -74,7 +74,8 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
           }
         }
         merged |= chains;
-        push(value * p, parent, c.token, depth + 1, static_cast<int32_t>(r), chains);
+        push(value * p, parent, c.token, depth + 1, static_cast<int32_t>(r), chains,
+             on_path && r == 0);
       }
     }
     // Chain tokens no head proposed, one node per distinct token.
@@ -95,12 +96,12 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
         }
       }
       left &= ~chains;
-      push(value * p, parent, t->token, depth + 1, -1, chains);
+      push(value * p, parent, t->token, depth + 1, -1, chains, false);
     }
   };
 
   const int32_t cap = std::max<int32_t>(0, spec.max_nodes);
-  expand(-1, 0, 1.0f, n_chains >= 32 ? ~0u : (1u << n_chains) - 1);
+  expand(-1, 0, 1.0f, n_chains >= 32 ? ~0u : (1u << n_chains) - 1, true);
   while (static_cast<int32_t>(out.tokens.size()) < cap && !queue.empty()) {
     std::pop_heap(queue.begin(), queue.end(), later);
     const TreeQueueEntry e = queue.back();
@@ -111,7 +112,7 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
     out.values.push_back(e.value);
     out.origins.push_back(e.origin);
     if (!spec.allow_tree) queue.clear();  // a chain: only the best child of the last node
-    expand(id, e.origin.depth, e.value, e.chains);
+    expand(id, e.origin.depth, e.value, e.chains, e.on_path);
   }
 
   // Keep the prefix (values are in non-increasing order) with the most tokens per unit of time.

@@ -47,6 +47,10 @@ struct TreeSpec {
   // Chains: chains[c][i] follows chains[c][0 .. i) after the last committed token (at most
   // kMaxChains; a token with p = 0 is proposed only where a head proposes it too).
   std::vector<std::vector<Candidate>> chains;
+  // true: levels[d] (d >= 1) are children only of the node of levels[d - 1][0]'s token that lies
+  // on the path of such nodes from the root (heads that read the path they extend were run down
+  // that one path).
+  bool path_levels = false;
   int32_t max_nodes = 0;   // at most this many nodes
   bool allow_tree = true;  // false: a chain (each node at most one child, the best)
   // pass_cost[i]: the time of a pass over i + 1 tokens relative to a one-token pass, for
@@ -79,6 +83,7 @@ struct TreeQueueEntry {
   NodeOrigin origin;
   uint32_t chains;  // bit c: the node lies on chain c's path
   uint32_t seq;     // push order: ties pop first-pushed first
+  bool on_path;     // the node lies on the path of the levels' first candidates
 };
 void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &queue);
 
