@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "support/models.h"
 #include "support/test_util.h"
 
 /* ---- a drafter that checks the hidden state against its own copy of the target ---- */
@@ -135,15 +136,7 @@ TEST_DRAFTER_PLUGIN(probe, "hidden-probe", "checks the hidden state it is handed
 static char g_model[4096];
 
 static int have_model(void) {
-  const char *dir = getenv("SPECINFER_MODELS");
-  const char *home = getenv("HOME");
-  if (dir)
-    snprintf(g_model, sizeof g_model, "%s/qwen2.5-coder-0.5b.gguf", dir);
-  else
-    snprintf(g_model, sizeof g_model, "%s/.cache/specinfer/models/qwen2.5-coder-0.5b.gguf",
-             home ? home : ".");
-  struct stat st;
-  return stat(g_model, &st) == 0;
+  return model_path("qwen2.5-coder-0.5b.gguf", g_model, sizeof g_model);
 }
 
 /* Generates n tokens greedily; returns the number of tokens in the session, copied to out. */

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "support/cmocka_setup.h"
+#include "support/models.h"
 
 using nlohmann::json;
 using specinfer::gguf::File;
@@ -77,12 +78,6 @@ double mean_abs_tolerance(const char *name) {
   return std::strstr(name, "gemma") ? 0.45 : 0.12;
 }
 
-std::string model_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS"); d && *d) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
-
 std::string data_dir() {
   const char *d = std::getenv("SPECINFER_TEST_DATA");
   return d ? d : "tests/data";
@@ -114,7 +109,7 @@ bool present(const std::string &path, const char *what) {
 // cmocka's skip() leaves the test by longjmp: no object with a destructor may be alive in the
 // test's frames when it is called (their memory would leak under LeakSanitizer).
 bool model_present(const char *name) {
-  return present(model_dir() + "/" + name + ".gguf", "model");
+  return present(std::string(models_dir()) + "/" + name + ".gguf", "model");
 }
 
 void check_model(const char *name) {
@@ -123,7 +118,7 @@ void check_model(const char *name) {
     skip();
     return;
   }
-  const std::string path = model_dir() + "/" + name + ".gguf";
+  const std::string path = std::string(models_dir()) + "/" + name + ".gguf";
   const std::string ref_path = data_dir() + "/reference/logits_" + name + ".json";
   std::string text;
   assert_true(read_file(ref_path, &text));
@@ -250,7 +245,7 @@ void check_model(const char *name) {
 // before any object with a destructor is alive in the test (see model_present).
 std::string model_or_skip(const char *name) {
   if (!model_present(name)) skip();
-  return model_dir() + "/" + name + ".gguf";
+  return std::string(models_dir()) + "/" + name + ".gguf";
 }
 
 void test_qwen_05b(void **) {

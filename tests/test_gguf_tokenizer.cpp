@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "support/cmocka_setup.h"
+#include "support/models.h"
 
 using specinfer::gguf::Error;
 using specinfer::gguf::File;
@@ -493,12 +494,6 @@ std::string base64_decode(const std::string &in) {
   return out;
 }
 
-std::string models_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
-
 std::string data_dir() {
   const char *d = std::getenv("SPECINFER_TEST_DATA");
   return d ? d : "tests/data";
@@ -549,7 +544,7 @@ int check_real_models() {
   };
   int n_models = 0;
   for (const RealModel &m : models) {
-    const std::string path = models_dir() + "/" + m.name + ".gguf";
+    const std::string path = std::string(models_dir()) + "/" + m.name + ".gguf";
     if (!std::ifstream(path)) {
       std::printf("[  SKIP    ] %s: %s not present (scripts/fetch-models fetches it)\n", m.name,
                   path.c_str());

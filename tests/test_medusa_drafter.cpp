@@ -36,6 +36,8 @@
 #include "tree.h"
 
 #include "support/cmocka_setup.h"
+#include "support/models.h"
+#include "support/same_tokens.h"
 
 namespace {
 
@@ -368,17 +370,6 @@ std::string g_model, g_dir;  // model path, a scratch directory for heads files
 bool g_sanitized = false;
 int g_tokens = 32;
 
-std::string models_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
-
-bool exists(const std::string &p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 const char *kPrompts[] = {
     "def fib(n):\n",
     "# Rename `total` to `acc` in this function.\n"
@@ -596,7 +587,7 @@ void skip_without_model(void **state) {
   if (!*state) {
     std::fprintf(stderr,
                  "SKIP: qwen2.5-coder-0.5b.gguf not found in %s (run scripts/fetch-models)\n",
-                 models_dir().c_str());
+                 models_dir());
     skip();
   }
 }
@@ -639,17 +630,6 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *prompt, int n
   return out;
 }
 
-void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got,
-                 const std::string &drafter, const char *prompt) {
-  if (want != got) {
-    size_t i = 0;
-    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-    std::fprintf(stderr, "drafter %s differs from plain decoding at token %zu on prompt '%.30s'\n",
-                 drafter.c_str(), i, prompt);
-  }
-  assert_true(want == got);
-}
-
 void test_greedy_equals_plain(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);
@@ -675,7 +655,7 @@ void test_greedy_equals_plain(void **state) {
     for (size_t pi = 0; pi < n_prompts; ++pi) {
       specinfer_session_stats st;
       const std::vector<int32_t> spec = run(e, d, kPrompts[pi], g_tokens, &st);
-      expect_same(plain[pi], spec, configs[ci], kPrompts[pi]);
+      expect_same_tokens(plain[pi], spec, "drafter " + configs[ci], kPrompts[pi]);
       rounds += st.n_rounds;
       drafted += st.n_drafted;
       accepted += st.n_accepted;
@@ -821,8 +801,8 @@ int main() {
     g_sanitized = true;
     g_tokens = 12;
   }
-  const std::string m = models_dir() + "/qwen2.5-coder-0.5b.gguf";
-  if (exists(m)) g_model = m;
+  const std::string m = std::string(models_dir()) + "/qwen2.5-coder-0.5b.gguf";
+  if (is_regular_file(m.c_str())) g_model = m;
   const struct CMUnitTest tree_tests[] = {
       cmocka_unit_test(test_tree_structure),
       cmocka_unit_test(test_tree_best_first_is_optimal),

@@ -32,6 +32,7 @@
 #include "gguf/tokenizer.h"
 #include "plugin/host.h"
 #include "sketch/sketcher.h"
+#include "support/models.h"
 #include "support/sample_stats.h"
 
 #include <stdint.h>
@@ -64,12 +65,6 @@ const char kText[] =
     "        total += xs[i] - xs[i - k]\n"
     "        out.append(total / k)\n"
     "    return out\n";
-
-std::string model_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS"); d && *d) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
 
 struct Pair {
   std::string name;
@@ -198,7 +193,7 @@ void check(const std::string &what, const Pair &p, const Stats &st, double varia
 
 // Whether model `name` is fetched; says why not when it is not.
 bool model_present(const char *name) {
-  const std::string path = model_dir() + "/" + name + ".gguf";
+  const std::string path = std::string(models_dir()) + "/" + name + ".gguf";
   if (FILE *f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
     return true;
@@ -214,7 +209,7 @@ void check_model(const char *name) {
     skip();
     return;
   }
-  const std::string path = model_dir() + "/" + name + ".gguf";
+  const std::string path = std::string(models_dir()) + "/" + name + ".gguf";
   int d = 0;
   const std::vector<Pair> pairs = capture_pairs(path, &d);
   print_message("%s: head_dim %d, m = %u, %d trials, %zu pairs\n", name, d, kM, g_trials,

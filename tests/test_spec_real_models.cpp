@@ -29,23 +29,14 @@
 #include "specinfer.h"
 
 #include "support/cmocka_setup.h"
+#include "support/models.h"
+#include "support/same_tokens.h"
 
 namespace {
 
 std::string g_target, g_draft;  // model paths
 bool g_sanitized = false;
 int g_tokens = 24;
-
-std::string models_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
-
-bool exists(const std::string &p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 const char *kPrompts[] = {
     "def fib(n):\n",
@@ -145,23 +136,16 @@ std::vector<std::string> drafter_specs() {
           "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0"};
 }
 
+// expect_same_tokens with the coupler and the drafter named.
 void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got,
                  const char *what, const std::string &drafter, const char *prompt) {
-  if (want != got) {
-    size_t i = 0;
-    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-    std::fprintf(stderr,
-                 "%s: drafter %s differs from plain decoding at token %zu (lengths %zu, %zu) on "
-                 "prompt '%.30s'\n",
-                 what, drafter.c_str(), i, want.size(), got.size(), prompt);
-  }
-  assert_true(want == got);
+  expect_same_tokens(want, got, std::string(what) + ": drafter " + drafter, prompt);
 }
 
 void skip_without_models(void **state) {
   if (!*state) {
     std::fprintf(stderr, "SKIP: real models not found in %s (run scripts/fetch-models)\n",
-                 models_dir().c_str());
+                 models_dir());
     skip();
   }
 }
@@ -350,8 +334,8 @@ void test_bad_configs(void **state) {
   assert_non_null(err);
   specinfer_free(err);
   err = nullptr;
-  std::string gemma = models_dir() + "/gemma-3-270m.gguf";
-  if (exists(gemma)) {
+  std::string gemma = std::string(models_dir()) + "/gemma-3-270m.gguf";
+  if (is_regular_file(gemma.c_str())) {
     std::string cfg = "path=" + gemma;
     assert_int_equal(
         specinfer_drafter_open(e->reg, "draft-model", cfg.c_str(), e->target, &d, &err),
@@ -368,7 +352,7 @@ int main(void) {
   g_sanitized = std::getenv("SPECINFER_SANITIZED") &&
                 std::strcmp(std::getenv("SPECINFER_SANITIZED"), "1") == 0;
   std::string big = dir + "/qwen2.5-coder-1.5b.gguf", small = dir + "/qwen2.5-coder-0.5b.gguf";
-  if (exists(small) && (g_sanitized || exists(big))) {
+  if (is_regular_file(small.c_str()) && (g_sanitized || is_regular_file(big.c_str()))) {
     g_draft = small;
     g_target = g_sanitized ? small : big;
     g_tokens = g_sanitized ? 8 : 24;

@@ -26,6 +26,8 @@
 #include "specinfer.h"
 #include "specinfer_plugin.h"
 
+#include "support/models.h"
+#include "support/same_tokens.h"
 #include "support/test_util.h"
 
 namespace {
@@ -33,17 +35,6 @@ namespace {
 std::string g_model;  // path of the 0.5B, empty when absent
 bool g_sanitized = false;
 int g_tokens = 48;
-
-std::string models_dir() {
-  if (const char *d = std::getenv("SPECINFER_MODELS")) return d;
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/specinfer/models";
-}
-
-bool exists(const std::string &p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 const char *kPrompts[] = {
     "def fib(n):\n",
@@ -208,7 +199,7 @@ int teardown(void **state) {
 void skip_without_model(void **state) {
   if (!*state) {
     std::fprintf(stderr, "SKIP: %s/qwen2.5-coder-0.5b.gguf not found (run scripts/fetch-models)\n",
-                 models_dir().c_str());
+                 models_dir());
     skip();
   }
 }
@@ -244,19 +235,6 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const specinfer_coupler *
   return out;
 }
 
-void expect_same(const std::vector<int32_t> &want, const std::vector<int32_t> &got,
-                 const char *what, const char *prompt) {
-  if (want != got) {
-    size_t i = 0;
-    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
-    std::fprintf(stderr,
-                 "%s differs from plain decoding at token %zu (lengths %zu, %zu) on prompt "
-                 "'%.30s'\n",
-                 what, i, want.size(), got.size(), prompt);
-  }
-  assert_true(want == got);
-}
-
 // Runs the oracle drafter (tree or chain) along `plain` and checks the text and the rounds.
 void check_oracle_run(Env *e, specinfer_drafter *d, const specinfer_coupler *c, float temp,
                       uint64_t seed, const char *prompt, const std::vector<int32_t> &plain,
@@ -270,7 +248,7 @@ void check_oracle_run(Env *e, specinfer_drafter *d, const specinfer_coupler *c, 
                "is not a prefix of the nodes\n",
                what, (long long)st.n_rounds, (long long)st.n_drafted, (long long)st.n_accepted,
                (long long)g_oracle.moved);
-  expect_same(plain, got, what, prompt);
+  expect_same_tokens(plain, got, what, prompt);
   assert_false(g_oracle.diverged);
   // Every round but one allowed to emit a single token (no draft) proposed, and committed.
   assert_int_equal(g_oracle.committed, g_oracle.proposed);
@@ -424,8 +402,8 @@ void test_kv_keep_equals_fresh_forward(void **state) {
 int main(void) {
   g_sanitized = std::getenv("SPECINFER_SANITIZED") &&
                 std::strcmp(std::getenv("SPECINFER_SANITIZED"), "1") == 0;
-  const std::string small = models_dir() + "/qwen2.5-coder-0.5b.gguf";
-  if (exists(small)) g_model = small;
+  const std::string small = std::string(models_dir()) + "/qwen2.5-coder-0.5b.gguf";
+  if (is_regular_file(small.c_str())) g_model = small;
   g_tokens = g_sanitized ? 16 : 48;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tree_greedy_equals_plain),
