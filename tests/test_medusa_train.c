@@ -6,6 +6,8 @@
  *    first's, held-out accuracies are reported in [0, 1], and the heads file opens as a drafter;
  *  - reruns with fewer tokens and then the same tokens reuse the collected data (the first progress
  *    report already has every token);
+ *  - with a time budget already spent, collection stops after the held-out documents and one to
+ *    train on, and the training still runs and writes heads;
  *  - a progress callback returning nonzero cancels with SPECINFER_ERR_CANCELLED;
  *  - an unknown config key is refused with SPECINFER_ERR_CONFIG.
  * Lighter with SPECINFER_SANITIZED=1.
@@ -15,20 +17,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "support/models.h"
 #include "support/test_util.h"
 
 static char g_model[4096];
 
 static int have_model(void) {
-  const char *dir = getenv("SPECINFER_MODELS");
-  const char *home = getenv("HOME");
-  if (dir && *dir)
-    snprintf(g_model, sizeof g_model, "%s/qwen2.5-coder-0.5b.gguf", dir);
-  else
-    snprintf(g_model, sizeof g_model, "%s/.cache/specinfer/models/qwen2.5-coder-0.5b.gguf",
-             home ? home : ".");
-  struct stat st;
-  return stat(g_model, &st) == 0;
+  return model_path("qwen2.5-coder-0.5b.gguf", g_model, sizeof g_model);
 }
 
 /* What the progress callback saw. */
@@ -206,6 +201,29 @@ static void test_train_and_resume(void **state) {
   }
 }
 
+static void test_time_budget(void **state) {
+  fixture *fx = *state;
+  if (!fx) skip();
+  remove_outputs(fx);
+  seen_t seen;
+  memset(&seen, 0, sizeof seen);
+  char config[300];
+  snprintf(config, sizeof config, "%s,minutes=0.0001", train_config(0));
+  char *err = NULL;
+  specinfer_status rc = train(fx, config, &seen, &err);
+  if (rc != SPECINFER_OK) fprintf(stderr, "train: %s\n", err ? err : "?");
+  assert_int_equal(rc, SPECINFER_OK);
+  assert_int_equal(seen.bad, 0);
+  fprintf(stderr, "time budget: collected %lld of %lld tokens\n", (long long)seen.last_collect_done,
+          (long long)seen.collect_total);
+  assert_true(seen.last_collect_done > 0);
+  assert_true(seen.last_collect_done < seen.collect_total);
+  assert_int_equal(seen.n_epochs, 3);
+  struct stat st;
+  assert_int_equal(stat(fx->out, &st), 0);
+  remove_outputs(fx);
+}
+
 static void test_cancel_and_config(void **state) {
   fixture *fx = *state;
   if (!fx) skip();
@@ -235,6 +253,7 @@ static void test_cancel_and_config(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train_and_resume),
+      cmocka_unit_test(test_time_budget),
       cmocka_unit_test(test_cancel_and_config),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,16 +34,19 @@ using specinfer_plugin::format;
 
 constexpr int kTop = 8;            // target probabilities kept per position
 constexpr int kMinDocTokens = 32;  // shorter windows (near-empty files) are skipped
-constexpr int kBytesPerToken = 5;  // a window's bytes per wanted token (code: ~3.5 per token)
+constexpr int kBytesPerToken = 5;
+constexpr double kCollectShare = 0.45;  // of the time budget (minutes=)  // a window's bytes per
+                                        // wanted token (code: ~3.5 per token)
 
 struct Options {
   int32_t heads = 4;
-  int64_t tokens = 36864;
+  int64_t tokens = 98304;
   int64_t heldout = 4096;
   int32_t vocab = 8192;
-  int32_t epochs = 2;
+  int32_t epochs = 3;
+  double minutes = 15;
   double lr = 1e-3;
-  double wd = 0.0;
+  double wd = 0.1;
   double warmup = 0.05;
   double offpath = 1.0;
   int32_t rank = 0;
@@ -57,7 +60,7 @@ struct Options {
 
 Options parse_options(const char *text, const specinfer_model_info &info) {
   Config cfg(text, {"heads", "tokens", "heldout", "vocab", "epochs", "lr", "wd", "batch", "warmup",
-                    "chunk", "seed", "resume", "keep_data", "offpath", "rank", "token"});
+                    "chunk", "seed", "resume", "keep_data", "offpath", "rank", "token", "minutes"});
   Options o;
   o.heads = static_cast<int32_t>(cfg.get_int("heads", o.heads, 1, 16));
   o.tokens = cfg.get_int("tokens", o.tokens, 512, int64_t(1) << 34);
@@ -65,6 +68,7 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
   o.vocab = static_cast<int32_t>(
       cfg.get_int("vocab", std::min(o.vocab, info.vocab_size), 16, info.vocab_size));
   o.epochs = static_cast<int32_t>(cfg.get_int("epochs", o.epochs, 1, 1000));
+  o.minutes = cfg.get_float("minutes", o.minutes, 0.0, 1e6);
   o.lr = cfg.get_float("lr", o.lr, 1e-7, 1.0);
   o.wd = cfg.get_float("wd", o.wd, 0.0, 10.0);
   o.batch = static_cast<int32_t>(cfg.get_int("batch", o.batch, 1, 4096));
@@ -497,9 +501,12 @@ void check_target(specinfer_status rc, const specinfer_plugin_error &e, const ch
     throw Failure(rc, std::string("medusa: the target's ") + what + " failed: " + e.message);
 }
 
-Data collect(const Context &cx, const Options &o, const Plan &plan,
-             const specinfer_model_info &info, const specinfer_host_target &t,
-             const TargetIdentity &id, const std::string &cache_path) {
+// Collection stops after the document that ends past `stop_at` (now_seconds(); 0 = none), once
+// every held-out document and at least one to train on are in; `plan` keeps the documents
+// collected.
+Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_model_info &info,
+             const specinfer_host_target &t, const TargetIdentity &id,
+             const std::string &cache_path, double stop_at) {
   Data data;
   data.H = info.hidden_size;
   const size_t H = static_cast<size_t>(data.H), vocab = static_cast<size_t>(info.vocab_size);
@@ -521,6 +528,14 @@ Data collect(const Context &cx, const Options &o, const Plan &plan,
   const double t0 = now_seconds();
   int64_t fresh = 0;
   for (size_t d = first; d < plan.docs.size(); ++d) {
+    if (stop_at > 0 && d > plan.n_heldout_docs && now_seconds() > stop_at) {
+      cx.log(SPECINFER_LOG_INFO,
+             format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
+                    "%lld)",
+                    d, plan.docs.size(), data.token.size(), (long long)plan.n_tokens));
+      plan.docs.resize(d);
+      break;
+    }
     const auto &doc = plan.docs[d].tokens;
     const int32_t n = static_cast<int32_t>(doc.size());
     logits.resize(static_cast<size_t>(n) * vocab);
@@ -1168,6 +1183,7 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
     specinfer_status rc = vt->info(target->self, &info);
     if (rc != SPECINFER_OK) throw Failure(rc, "medusa: the target's info failed");
   }
+  const double start = now_seconds();
   const Options o = parse_options(params->config, info);
   // Through OpenBLAS from several threads at once (one head each): its own threads would
   // oversubscribe the host's. (The host's backend makes the same process-wide choice.)
@@ -1180,7 +1196,10 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   cx.log(SPECINFER_LOG_INFO,
          format("corpus: %zu documents, %lld tokens (%lld held out)", plan.docs.size(),
                 (long long)plan.n_tokens, (long long)plan.n_heldout));
-  Data data = collect(cx, o, plan, info, *target, id, out + ".data");
+  // Collection gets a share of the time budget: training (epochs passes over what it collects)
+  // takes about as long again at the default 3 epochs.
+  const double stop_at = o.minutes > 0 ? start + 60.0 * o.minutes * kCollectShare : 0.0;
+  Data data = collect(cx, o, plan, info, *target, id, out + ".data", stop_at);
   plan.docs.clear();
   plan.docs.shrink_to_fit();
 

@@ -23,6 +23,7 @@ struct Options {
   std::string target, plugin = "medusa", out, options;
   std::vector<std::string> corpus;
   int32_t heads = 4, tokens = 0, epochs = 0, threads = 0;
+  double minutes = -1;
   bool resume = false;
 };
 
@@ -199,6 +200,10 @@ int cmd_train_heads(int argc, char **argv) {
                   "corpus tokens to learn from (0: the trainer's default)", "N", 0, 1 << 26);
   cli::add_number(app, "--epochs", o.epochs, "passes over the collected data (0: the default)", "N",
                   0, 1000);
+  cli::add_number(app, "--minutes", o.minutes,
+                  "time budget: the target's pass over the corpus stops in time for training to "
+                  "end within it (0: none; default: the trainer's, 15)",
+                  "M", 0.0, 1e6);
   app.add_flag("--resume", o.resume, "go on from the checkpoints beside --out");
   app.add_option("--options", o.options, "further training options of the plugin (key=value,...)")
       ->type_name("K=V,...");
@@ -225,6 +230,7 @@ int cmd_train_heads(int argc, char **argv) {
   std::string config = "heads=" + std::to_string(o.heads);
   if (o.tokens > 0) config += ",tokens=" + std::to_string(o.tokens);
   if (o.epochs > 0) config += ",epochs=" + std::to_string(o.epochs);
+  if (o.minutes >= 0) config += ",minutes=" + std::to_string(o.minutes);
   if (o.resume) config += ",resume=1";
   if (!o.options.empty()) config += "," + o.options;
 
