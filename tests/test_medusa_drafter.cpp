@@ -765,6 +765,33 @@ void test_requests_without_hidden(void **state) {
     assert_non_null(std::strstr(err.message, "hidden"));
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
   }
+  // A one-token context cannot have a hidden state before its last token (position -1): the
+  // path-reading heads, which read the token before the last, must not look before the context.
+  {
+    specinfer_drafter *d = open_drafter(e, "medusa-counted", "path=" + e->random_path);
+    Wrapped *w = g_last_wrapped;
+    specinfer_plugin_error err{};
+    const std::vector<int32_t> one(1, 100);  // its own buffer, so ASan sees a read before it
+    assert_int_equal(w->vt->begin(w->self, one.data(), one.size(), &err), SPECINFER_OK);
+    specinfer_draft_request req{};
+    req.struct_size = sizeof req;
+    req.max_tokens = 4;
+    req.allow_tree = 1;
+    req.context = one.data();
+    req.n_context = 1;
+    req.hidden = hidden.data();
+    req.hidden_size = e->hidden;
+    req.hidden_position = -1;
+    specinfer_draft out{};
+    out.struct_size = sizeof out;
+    out.cap = 4;
+    out.vocab_size = vocab;
+    out.tokens = tokens.data();
+    out.parents = parents.data();
+    assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
+    assert_int_equal(out.n_nodes, 0);
+    assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  }
 }
 
 void test_refusals(void **state) {

@@ -506,7 +506,8 @@ struct Drafter {
     const uint32_t size = req.struct_size;
     const bool has_hidden =
         covers<int64_t>(size, offsetof(specinfer_draft_request, hidden_position)) &&
-        req.hidden != nullptr && req.hidden_position == static_cast<int64_t>(req.n_context) - 2;
+        req.hidden != nullptr && req.n_context >= 2 &&
+        req.hidden_position == static_cast<int64_t>(req.n_context) - 2;
     if (has_hidden && req.hidden_size != H)
       fail(SPECINFER_ERR_INVALID_ARGUMENT,
            "medusa: the request's hidden state has %d values, the heads read %d", req.hidden_size,
