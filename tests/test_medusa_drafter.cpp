@@ -37,6 +37,7 @@
 
 #include "support/cmocka_setup.h"
 #include "support/models.h"
+#include "support/real_sessions.h"
 #include "support/same_tokens.h"
 
 namespace {
@@ -534,17 +535,10 @@ int setup(void **state) {
   if (!g_medusa) return -1;
 
   auto *e = new Env;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
-  char *err = nullptr;
-  if (specinfer_registry_create(&p, &e->reg, &err) != SPECINFER_OK) return -1;
-  if (specinfer_registry_register_plugin(e->reg, &kWrappedPlugin, &err) != SPECINFER_OK) return -1;
-  const std::string cfg = "path=" + g_model + ",n_ctx=1024";
-  if (specinfer_target_open(e->reg, "gguf", cfg.c_str(), &e->target, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "target: %s\n", err ? err : "?");
-    return -1;
-  }
+  RealTarget rt;
+  if (!rt.open(g_model, &kWrappedPlugin)) return -1;
+  e->reg = rt.reg;
+  e->target = rt.target;
   const specinfer_model_info &info = e->target->info();
   e->hidden = info.hidden_size;
   specinfer_host_target ht{e->target->self(), e->target->vtable(), nullptr};
@@ -606,28 +600,9 @@ specinfer_drafter *open_drafter(Env *e, const char *plugin, const std::string &c
 
 std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *prompt, int n,
                          specinfer_session_stats *st) {
-  specinfer_session_params p;
-  specinfer_session_params_init(&p);
-  p.max_draft = 16;
-  specinfer_session *s = nullptr;
-  char *err = nullptr;
-  specinfer_status rc = specinfer_session_create(e->target, d, nullptr, &p, &s, &err);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
-  assert_int_equal(rc, SPECINFER_OK);
-  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
-  rc = specinfer_session_generate(s, n, nullptr, nullptr);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
-  assert_int_equal(rc, SPECINFER_OK);
-  const int32_t *toks = nullptr;
-  size_t len = 0;
-  assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
-  std::vector<int32_t> out(toks, toks + len);
-  if (st) {
-    specinfer_session_stats_init(st);
-    assert_int_equal(specinfer_session_get_stats(s, st), SPECINFER_OK);
-  }
-  specinfer_session_destroy(s);
-  return out;
+  RunParams rp;
+  rp.max_draft = 16;
+  return run_session(e->target, d, prompt, n, rp, st);
 }
 
 void test_greedy_equals_plain(void **state) {

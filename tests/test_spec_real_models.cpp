@@ -30,6 +30,7 @@
 
 #include "support/cmocka_setup.h"
 #include "support/models.h"
+#include "support/real_sessions.h"
 #include "support/same_tokens.h"
 
 namespace {
@@ -47,27 +48,12 @@ const char *kPrompts[] = {
     "string.<|im_end|>\n<|im_start|>assistant\n",
 };
 
-struct Env {
-  specinfer_registry *reg = nullptr;
-  specinfer_target *target = nullptr;
-};
+using Env = RealTarget;
 
 int setup(void **state) {
   if (g_target.empty()) return 0;
   auto *e = new Env;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
-  char *err = nullptr;
-  if (specinfer_registry_create(&p, &e->reg, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "registry: %s\n", err ? err : "?");
-    return -1;
-  }
-  std::string cfg = "path=" + g_target + ",n_ctx=1024";
-  if (specinfer_target_open(e->reg, "gguf", cfg.c_str(), &e->target, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "target: %s\n", err ? err : "?");
-    return -1;
-  }
+  if (!e->open(g_target)) return -1;
   *state = e;
   return 0;
 }
@@ -75,8 +61,7 @@ int setup(void **state) {
 int teardown(void **state) {
   auto *e = static_cast<Env *>(*state);
   if (!e) return 0;
-  specinfer_target_destroy(e->target);
-  specinfer_registry_destroy(e->reg);
+  e->close();
   delete e;
   return 0;
 }
@@ -101,30 +86,13 @@ std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *coupler, floa
                          int max_draft = 8, bool adaptive = true) {
   specinfer_coupler *c = nullptr;
   if (coupler) assert_int_equal(specinfer_coupler_create(coupler, &c, nullptr), SPECINFER_OK);
-  specinfer_session_params p;
-  specinfer_session_params_init(&p);
-  p.temperature = temp;
-  p.seed = seed;
-  p.max_draft = max_draft;
-  p.adaptive_draft = adaptive ? 1 : 0;
-  specinfer_session *s = nullptr;
-  char *err = nullptr;
-  specinfer_status rc = specinfer_session_create(e->target, d, c, &p, &s, &err);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
-  assert_int_equal(rc, SPECINFER_OK);
-  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
-  rc = specinfer_session_generate(s, n, nullptr, nullptr);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
-  assert_int_equal(rc, SPECINFER_OK);
-  const int32_t *toks = nullptr;
-  size_t len = 0;
-  assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
-  std::vector<int32_t> out(toks, toks + len);
-  if (st) {
-    specinfer_session_stats_init(st);
-    assert_int_equal(specinfer_session_get_stats(s, st), SPECINFER_OK);
-  }
-  specinfer_session_destroy(s);
+  RunParams rp;
+  rp.coupler = c;
+  rp.temperature = temp;
+  rp.seed = seed;
+  rp.max_draft = max_draft;
+  rp.adaptive = adaptive;
+  std::vector<int32_t> out = run_session(e->target, d, prompt, n, rp, st);
   specinfer_coupler_destroy(c);
   return out;
 }

@@ -27,6 +27,7 @@
 #include "specinfer_plugin.h"
 
 #include "support/models.h"
+#include "support/real_sessions.h"
 #include "support/same_tokens.h"
 #include "support/test_util.h"
 
@@ -161,28 +162,12 @@ TEST_DRAFTER_PLUGIN(oracle, "oracle-tree", "trees along a known text", od_create
  * Sessions
  * ------------------------------------------------------------------------------------------- */
 
-struct Env {
-  specinfer_registry *reg = nullptr;
-  specinfer_target *target = nullptr;
-};
+using Env = RealTarget;
 
 int setup(void **state) {
   if (g_model.empty()) return 0;
   auto *e = new Env;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
-  char *err = nullptr;
-  if (specinfer_registry_create(&p, &e->reg, &err) != SPECINFER_OK ||
-      specinfer_registry_register_plugin(e->reg, &oracle_plugin, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "registry: %s\n", err ? err : "?");
-    return -1;
-  }
-  const std::string cfg = "path=" + g_model + ",n_ctx=1024";
-  if (specinfer_target_open(e->reg, "gguf", cfg.c_str(), &e->target, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "target: %s\n", err ? err : "?");
-    return -1;
-  }
+  if (!e->open(g_model, &oracle_plugin)) return -1;
   *state = e;
   return 0;
 }
@@ -190,8 +175,7 @@ int setup(void **state) {
 int teardown(void **state) {
   auto *e = static_cast<Env *>(*state);
   if (!e) return 0;
-  specinfer_target_destroy(e->target);
-  specinfer_registry_destroy(e->reg);
+  e->close();
   delete e;
   return 0;
 }
@@ -207,32 +191,12 @@ void skip_without_model(void **state) {
 // Generates n tokens; returns the whole sequence and fills *st.
 std::vector<int32_t> run(Env *e, specinfer_drafter *d, const specinfer_coupler *c, float temp,
                          uint64_t seed, const char *prompt, int n, specinfer_session_stats *st) {
-  specinfer_session_params p;
-  specinfer_session_params_init(&p);
-  p.temperature = temp;
-  p.seed = seed;
-  p.max_draft = 8;
-  p.adaptive_draft = 0;
-  specinfer_session *s = nullptr;
-  char *err = nullptr;
-  specinfer_status rc = specinfer_session_create(e->target, d, c, &p, &s, &err);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
-  specinfer_free(err);
-  assert_int_equal(rc, SPECINFER_OK);
-  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
-  rc = specinfer_session_generate(s, n, nullptr, nullptr);
-  if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
-  assert_int_equal(rc, SPECINFER_OK);
-  const int32_t *toks = nullptr;
-  size_t len = 0;
-  assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
-  std::vector<int32_t> out(toks, toks + len);
-  if (st) {
-    specinfer_session_stats_init(st);
-    assert_int_equal(specinfer_session_get_stats(s, st), SPECINFER_OK);
-  }
-  specinfer_session_destroy(s);
-  return out;
+  RunParams rp;
+  rp.coupler = c;
+  rp.temperature = temp;
+  rp.seed = seed;
+  rp.adaptive = false;
+  return run_session(e->target, d, prompt, n, rp, st);
 }
 
 // Runs the oracle drafter (tree or chain) along `plain` and checks the text and the rounds.
