@@ -285,7 +285,7 @@ void test_packed_matches_reference(void **) {
         const std::vector<uint8_t> w = weights(cs.wtype, n_rows, n_cols, rng, extreme);
         auto pw = pack_weight_for(cs.pack_isa, cs.wtype, w.data(), n_rows, n_cols);
         assert_int_equal(static_cast<int>(pw->layout), static_cast<int>(cs.layout));
-        for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 13}) {
+        for (int64_t n_tok : {1, 2, 3, 5, 6, 7, 8, 13}) {
           const std::vector<float> x = activations(n_tok, n_cols, rng, extreme);
           std::vector<float> y_scalar(static_cast<size_t>(n_tok * n_rows), NAN);
           matmul_packed_with(Isa::scalar, *pw, x.data(), n_tok, y_scalar.data());
@@ -307,28 +307,30 @@ void test_packed_matches_reference(void **) {
 // A token's result is the same whatever batch it is in (speculative output == plain output).
 void test_packed_batch_invariance(void **) {
   std::mt19937 rng(99);
-  const int64_t n_rows = 304, n_cols = 1024, n_tok = 11;
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0,
-                        SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
-    for (Isa pack_isa :
-         {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
-      if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
-      const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
-      auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
-      assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
-      const std::vector<float> x = activations(n_tok, n_cols, rng, false);
-      std::vector<Variant> vs = simd_variants();
-      vs.push_back({"scalar", packed_kernels(Isa::scalar)});
-      for (const Variant &v : vs) {
-        std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
-        matmul_packed_kernels(v.k, *pw, x.data(), n_tok, all.data());
-        for (int64_t t = 0; t < n_tok; ++t) {
-          std::vector<float> one(static_cast<size_t>(n_rows));
-          matmul_packed_kernels(v.k, *pw, x.data() + t * n_cols, 1, one.data());
-          assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
+  const int64_t n_rows = 304, n_cols = 1024;
+  // 11 tokens run in tiles of 5 or fewer, 6 and 8 in one tile of up to 8 (Q6_K, Q4_K r16).
+  for (int64_t n_tok : {11, 6, 8})
+    for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0,
+                          SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
+      for (Isa pack_isa :
+           {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
+        if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
+        const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
+        auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);
+        assert_int_not_equal(static_cast<int>(pw->layout), static_cast<int>(PackLayout::plain));
+        const std::vector<float> x = activations(n_tok, n_cols, rng, false);
+        std::vector<Variant> vs = simd_variants();
+        vs.push_back({"scalar", packed_kernels(Isa::scalar)});
+        for (const Variant &v : vs) {
+          std::vector<float> all(static_cast<size_t>(n_tok * n_rows));
+          matmul_packed_kernels(v.k, *pw, x.data(), n_tok, all.data());
+          for (int64_t t = 0; t < n_tok; ++t) {
+            std::vector<float> one(static_cast<size_t>(n_rows));
+            matmul_packed_kernels(v.k, *pw, x.data() + t * n_cols, 1, one.data());
+            assert_memory_equal(one.data(), all.data() + t * n_rows, one.size() * sizeof(float));
+          }
         }
       }
-    }
 }
 
 // Matmuls called from parallel work (a caller's threads each running a model, or one waiting in
