@@ -18,7 +18,7 @@
 //   medusa-heads.token_inputs       u32, 0, 1 or 2 (heads.h; absent: 0)
 //   tensor medusa.vocab     i32 [n_vocab]
 //   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input = (1 +
-//                           token_inputs) * hidden; n_heads)
+//                           token_inputs) * hidden)
 //   tensor medusa.b         f32 [hidden, n_heads]
 //   tensor medusa.accuracy  f32 [n_ranks, n_heads]
 // W is written as f16: half the file, and W is a small correction to h (the head starts at zero)

@@ -12,9 +12,9 @@
 //    they extend, so head k runs after head k - 1 on the path of the first candidates, stopping
 //    once that path's estimate is too small to reach a tree, and the tree hangs level k's
 //    candidates under that path only (TreeSpec::path_levels). From each head's top_k
-//    candidates, a sparse token tree (tree.h): best-first by the
-//    estimated probability that a path is accepted, its size chosen for the most expected tokens
-//    per unit of time against the session's measured pass costs. Point masses (has_probs = 0),
+//    candidates, a sparse token tree (tree.h): best-first by the estimated probability that a
+//    path is accepted, its size chosen for the most expected tokens per unit of time against the
+//    session's measured pass costs. Point masses (has_probs = 0),
 //    so any coupler stays exact.
 //  - Value of a candidate (value=...): `acc`, the heads file's held-out accuracy by rank (the
 //    share of positions, with the parent path on the target's greedy path, where head k's rank-r
@@ -393,11 +393,16 @@ struct Drafter {
     }
     // Heads that read the path: head k extends the path of the levels' first candidates, so they
     // run one after another, until that path is too unlikely to reach the tree.
-    int32_t prev = ctx[n - 2], cur = ctx[n - 1];
+    // x = [h, e(prev), e(cur)]; each step's e(cur) becomes the next one's e(prev).
+    float *e_prev = x.data() + H, *e_cur = x.data() + 2 * static_cast<size_t>(H);
+    token_input(ctx[n - 2], e_prev);
+    token_input(ctx[n - 1], e_cur);
     float path = 1.0f;
     for (int32_t k = 0; k < K; ++k) {
-      token_input(prev, x.data() + H);
-      token_input(cur, x.data() + 2 * static_cast<size_t>(H));
+      if (k > 0) {
+        std::copy(e_cur, e_cur + H, e_prev);
+        token_input(spec.levels[static_cast<size_t>(k - 1)][0].token, e_cur);
+      }
       head_w[static_cast<size_t>(k)]->apply(x.data(), 1, z.data() + static_cast<size_t>(k) * H);
       residual(h, k);
       u.apply(y.data() + static_cast<size_t>(k) * H, 1, logits.data() + static_cast<size_t>(k) * V);
@@ -406,8 +411,6 @@ struct Drafter {
         for (int32_t j = k + 1; j < K; ++j) spec.levels[static_cast<size_t>(j)].clear();
         break;
       }
-      prev = cur;
-      cur = spec.levels[static_cast<size_t>(k)][0].token;
     }
   }
 

@@ -32,11 +32,10 @@ using specinfer_plugin::fail;
 using specinfer_plugin::Failure;
 using specinfer_plugin::format;
 
-constexpr int kTop = 8;            // target probabilities kept per position
-constexpr int kMinDocTokens = 32;  // shorter windows (near-empty files) are skipped
-constexpr int kBytesPerToken = 5;
-constexpr double kCollectShare = 0.45;  // of the time budget (minutes=)  // a window's bytes per
-                                        // wanted token (code: ~3.5 per token)
+constexpr int kTop = 8;                 // target probabilities kept per position
+constexpr int kMinDocTokens = 32;       // shorter windows (near-empty files) are skipped
+constexpr int kBytesPerToken = 5;       // a window's bytes per wanted token (code: ~3.5 per token)
+constexpr double kCollectShare = 0.45;  // of the time budget (minutes=) spent collecting
 
 struct Options {
   int32_t heads = 4;
@@ -922,9 +921,13 @@ class Trainer {
       const size_t g = static_cast<size_t>(pos[r]);
       const int64_t end = data_.end[g];
       const uint16_t *src = data_.hidden.data() + g * H;
+      const float *h0 = heads_[0].x.data() + r * D;  // h, converted once
       for (size_t k = 0; k < heads_.size(); ++k) {
         float *dst = heads_[k].x.data() + r * D;
-        for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
+        if (k == 0)
+          for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
+        else
+          std::copy(h0, h0 + H, dst);
         for (int32_t j = 0; j < o_.token; ++j) {
           const int64_t t = static_cast<int64_t>(o_.token == 1 ? g + 1 : g + k + j);
           float *e = dst + H * static_cast<size_t>(1 + j);
