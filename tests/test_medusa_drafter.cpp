@@ -677,6 +677,35 @@ void expect_refused(Env *e, const std::string &cfg, std::vector<specinfer_status
 
 // Requests from a host older than the hidden state (struct_size ending before it), or without
 // one: no heads, so nothing, or only the lookup chain.
+// A draft request over `ctx` with the hidden state `hidden` (hidden_size values) at the last
+// position but one, as the session makes it.
+specinfer_draft_request hidden_request(const std::vector<int32_t> &ctx,
+                                       const std::vector<float> &hidden, int32_t hidden_size,
+                                       int32_t max_tokens) {
+  specinfer_draft_request req{};
+  req.struct_size = sizeof req;
+  req.max_tokens = max_tokens;
+  req.allow_tree = 1;
+  req.context = ctx.data();
+  req.n_context = ctx.size();
+  req.hidden = hidden.data();
+  req.hidden_size = hidden_size;
+  req.hidden_position = static_cast<int64_t>(ctx.size()) - 2;
+  return req;
+}
+
+// The draft a proposal writes: up to `cap` nodes into tokens and parents.
+specinfer_draft draft_into(std::vector<int32_t> &tokens, std::vector<int32_t> &parents, int32_t cap,
+                           int32_t vocab) {
+  specinfer_draft out{};
+  out.struct_size = sizeof out;
+  out.cap = cap;
+  out.vocab_size = vocab;
+  out.tokens = tokens.data();
+  out.parents = parents.data();
+  return out;
+}
+
 void test_requests_without_hidden(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);
@@ -692,24 +721,11 @@ void test_requests_without_hidden(void **state) {
     specinfer_plugin_error err{};
     assert_int_equal(w->vt->begin(w->self, ctx.data(), ctx.size(), &err), SPECINFER_OK);
     for (int variant = 0; variant < 3; ++variant) {
-      specinfer_draft_request req{};
-      req.struct_size = sizeof req;
-      req.max_tokens = 16;
-      req.allow_tree = 1;
-      req.context = ctx.data();
-      req.n_context = ctx.size();
-      req.hidden = hidden.data();
-      req.hidden_size = e->hidden;
-      req.hidden_position = static_cast<int64_t>(ctx.size()) - 2;
+      specinfer_draft_request req = hidden_request(ctx, hidden, e->hidden, 16);
       if (variant == 0) req.struct_size = offsetof(specinfer_draft_request, hidden);  // old host
       if (variant == 1) req.hidden = nullptr;                                         // none
       if (variant == 2) req.hidden_position = 3;  // not the last position: stale, ignored
-      specinfer_draft out{};
-      out.struct_size = sizeof out;
-      out.cap = 16;
-      out.vocab_size = vocab;
-      out.tokens = tokens.data();
-      out.parents = parents.data();
+      specinfer_draft out = draft_into(tokens, parents, 16, vocab);
       assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
       if (*cfg == 0) {
         assert_int_equal(out.n_nodes, 0);
@@ -722,20 +738,8 @@ void test_requests_without_hidden(void **state) {
       }
     }
     // A hidden state of the wrong width is the host's error, refused with a message.
-    specinfer_draft_request req{};
-    req.struct_size = sizeof req;
-    req.max_tokens = 4;
-    req.context = ctx.data();
-    req.n_context = ctx.size();
-    req.hidden = hidden.data();
-    req.hidden_size = e->hidden / 2;
-    req.hidden_position = static_cast<int64_t>(ctx.size()) - 2;
-    specinfer_draft out{};
-    out.struct_size = sizeof out;
-    out.cap = 4;
-    out.vocab_size = vocab;
-    out.tokens = tokens.data();
-    out.parents = parents.data();
+    specinfer_draft_request req = hidden_request(ctx, hidden, e->hidden / 2, 4);
+    specinfer_draft out = draft_into(tokens, parents, 4, vocab);
     assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_ERR_INVALID_ARGUMENT);
     assert_non_null(std::strstr(err.message, "hidden"));
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
@@ -748,21 +752,8 @@ void test_requests_without_hidden(void **state) {
     specinfer_plugin_error err{};
     const std::vector<int32_t> one(1, 100);  // its own buffer, so ASan sees a read before it
     assert_int_equal(w->vt->begin(w->self, one.data(), one.size(), &err), SPECINFER_OK);
-    specinfer_draft_request req{};
-    req.struct_size = sizeof req;
-    req.max_tokens = 4;
-    req.allow_tree = 1;
-    req.context = one.data();
-    req.n_context = 1;
-    req.hidden = hidden.data();
-    req.hidden_size = e->hidden;
-    req.hidden_position = -1;
-    specinfer_draft out{};
-    out.struct_size = sizeof out;
-    out.cap = 4;
-    out.vocab_size = vocab;
-    out.tokens = tokens.data();
-    out.parents = parents.data();
+    specinfer_draft_request req = hidden_request(one, hidden, e->hidden, 4);  // position -1
+    specinfer_draft out = draft_into(tokens, parents, 4, vocab);
     assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
     assert_int_equal(out.n_nodes, 0);
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
