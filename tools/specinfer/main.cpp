@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"bench", cmd_bench, "plain decoding vs drafters on a prompt set: table and PNG chart"},
     {"generate", cmd_generate, "generate text with a target, a drafter and a coupler"},
     {"plugins", cmd_plugins, "list the plugins found on the plugin path"},
+    {"serve", cmd_serve, "serve the target over HTTP with an OpenAI-compatible API"},
     {"sketch-eval", cmd_sketch_eval,
      "inner-product sketch accuracy vs storage (VLDB 2024 experiment)"},
     {"train-heads", cmd_train_heads, "train Medusa heads for a target on a text corpus"},

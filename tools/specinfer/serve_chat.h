@@ -1,0 +1,31 @@
+// Chat prompts for `specinfer serve`: a model's Jinja chat template (the GGUF's
+// tokenizer.chat_template, or a file) rendered with MiniJinja (tools/chat-template) as Hugging
+// Face transformers renders it with Jinja2: `messages`, `add_generation_prompt`, `bos_token`,
+// `eos_token`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace serve {
+
+// True when the build has the template engine (cargo was found; see tools/CMakeLists.txt).
+bool chat_templates_available();
+
+struct ChatTemplate {
+  std::string source;       // the Jinja template
+  std::string bos, eos;     // the text of the model's bos and eos tokens
+  bool model_adds_bos = 0;  // the model's tokenizer adds bos itself: a leading bos is dropped
+
+  // Renders `messages` (an array of {role, content} objects) followed by the assistant's turn.
+  // Returns false and the engine's message in *error when the template fails (raise_exception()
+  // included) or the engine is not built in.
+  bool render(const nlohmann::json &messages, std::string *out, std::string *error) const;
+};
+
+// The chat template and bos/eos texts of the GGUF file at `path`. Returns false and why in *error
+// when the file cannot be read; an empty source when the file has no template.
+bool chat_template_from_gguf(const std::string &path, ChatTemplate *out, std::string *error);
+
+}  // namespace serve

@@ -1,0 +1,112 @@
+// What `specinfer serve` runs requests on: the Engine interface (the seam the HTTP layer sees) and
+// Worker, today's engine, a thread that owns one session at a time on one target and drafter,
+// taking requests from a bounded queue in arrival order. A continuous-batching engine replaces
+// Worker behind the same interface.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "specinfer.h"
+
+namespace serve {
+
+// One generation request, its prompt already rendered to text.
+struct GenParams {
+  std::string prompt;
+  int32_t max_tokens = 128;
+  float temperature = 0;
+  float top_p = 1;
+  uint64_t seed = 0;
+};
+
+// How a request ended.
+struct GenResult {
+  enum class Kind { kOk, kBadRequest, kCancelled, kFailed };
+  Kind kind = Kind::kOk;
+  std::string message;        // why, for kBadRequest and kFailed
+  std::string finish_reason;  // kOk: "stop" (end of text, or the callback stopped) or "length"
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+// Called on the engine's thread, in this order: on_start once when the prompt is accepted (not
+// for a request refused or cancelled before it starts), on_text after every round with the new
+// text (whole UTF-8 characters, the end-of-text token's own text left out), on_done exactly once.
+// on_text returns false to end the request (finish_reason "stop"), e.g. at a stop string.
+struct GenCallbacks {
+  std::function<void(int32_t prompt_tokens)> on_start;
+  std::function<bool(const std::string &text, int32_t n_tokens)> on_text;
+  std::function<void(const GenResult &)> on_done;
+};
+
+// Counters for /metrics, since the engine started.
+struct EngineMetrics {
+  int64_t requests_done = 0, requests_failed = 0, requests_cancelled = 0, requests_rejected = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, drafted = 0, accepted = 0;
+  int64_t rounds = 0;
+  double round_seconds = 0;    // time in rounds after the prompt, summed
+  double prefill_seconds = 0;  // time scoring prompts, summed
+  int32_t queue_depth = 0;     // requests waiting
+  int32_t running = 0;         // requests generating
+};
+
+enum class SubmitStatus { kQueued, kQueueFull, kStopped };
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Queues a request. `cancelled` may be set from any thread: a queued request is then dropped,
+  // a running one ends at the next round; on_done reports kCancelled.
+  virtual SubmitStatus submit(GenParams params, GenCallbacks callbacks,
+                              std::shared_ptr<std::atomic<bool>> cancelled) = 0;
+  virtual EngineMetrics metrics() const = 0;
+  // Ends the running request (as cancelled) and every queued one; submit() refuses afterwards.
+  virtual void stop() = 0;
+};
+
+// Runs requests one at a time on a session built from `target` and `drafter` (may be NULL),
+// which it borrows; at most `max_queue` requests wait.
+class Worker : public Engine {
+ public:
+  Worker(specinfer_target *target, specinfer_drafter *drafter,
+         const specinfer_session_params &defaults, int32_t max_queue);
+  ~Worker() override;
+  SubmitStatus submit(GenParams params, GenCallbacks callbacks,
+                      std::shared_ptr<std::atomic<bool>> cancelled) override;
+  EngineMetrics metrics() const override;
+  void stop() override;
+
+ private:
+  struct Job {
+    GenParams params;
+    GenCallbacks callbacks;
+    std::shared_ptr<std::atomic<bool>> cancelled;
+  };
+  void loop();
+  GenResult run(Job &job);
+
+  specinfer_target *target_;
+  specinfer_drafter *drafter_;
+  specinfer_session_params defaults_;
+  int32_t max_queue_;
+  specinfer_model_info info_;
+  std::string end_text_[2];  // the text of the eos and eot tokens
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::shared_ptr<std::atomic<bool>> running_cancel_;
+  EngineMetrics metrics_;
+  std::thread thread_;
+};
+
+}  // namespace serve

@@ -1,0 +1,516 @@
+// OpenAI-compatible routes of `specinfer serve` (serve_http.h).
+#include "serve_http.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "serve_stop.h"
+
+namespace serve {
+
+using nlohmann::json;
+
+namespace {
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" -> null
+  std::string code;   // "" -> null
+};
+
+json error_body(const ApiError &e) {
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+// JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string dump(const json &j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_json(httplib::Response &res, int status, const json &body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response &res, const ApiError &e) {
+  send_json(res, e.status, error_body(e));
+}
+
+ApiError bad_param(const std::string &param, const std::string &message) {
+  ApiError e;
+  e.message = message;
+  e.param = param;
+  e.code = "invalid_value";
+  return e;
+}
+
+// The fields both completion endpoints take, checked.
+struct Sampling {
+  int32_t max_tokens = 0;
+  float temperature = 0, top_p = 1;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+std::optional<ApiError> read_sampling(const json &body, const ServerConfig &cfg, bool chat,
+                                      Sampling *s) {
+  s->max_tokens = cfg.max_tokens;
+  s->temperature = cfg.temperature;
+  s->top_p = cfg.top_p;
+  s->seed = cfg.seed;
+  for (const char *key : {"max_tokens", "max_completion_tokens"}) {
+    if (!chat && std::string(key) == "max_completion_tokens") continue;
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (1 << 24))
+      return bad_param(key, std::string(key) + " must be an integer from 1 to 16777216");
+    s->max_tokens = static_cast<int32_t>(it->get<int64_t>());
+  }
+  if (const auto it = body.find("temperature"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 2))
+      return bad_param("temperature", "temperature must be a number from 0 to 2");
+    s->temperature = it->get<float>();
+  }
+  if (const auto it = body.find("top_p"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 1))
+      return bad_param("top_p", "top_p must be a number greater than 0 and at most 1");
+    s->top_p = it->get<float>();
+  }
+  if (const auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return bad_param("seed", "seed must be an integer");
+    s->seed =
+        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+  }
+  if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      s->stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && it->size() <= 16) {
+      for (const json &x : *it) {
+        if (!x.is_string()) return bad_param("stop", "stop must be a string or a list of strings");
+        s->stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return bad_param("stop", "stop must be a string or a list of at most 16 strings");
+    }
+  }
+  if (const auto it = body.find("stream"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad_param("stream", "stream must be true or false");
+    s->stream = it->get<bool>();
+  }
+  if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return bad_param("stream_options", "stream_options must be an object");
+    const auto u = it->find("include_usage");
+    if (u != it->end() && !u->is_null()) {
+      if (!u->is_boolean())
+        return bad_param("stream_options", "stream_options.include_usage must be true or false");
+      s->include_usage = u->get<bool>();
+    }
+  }
+  if (const auto it = body.find("n"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() != 1)
+      return bad_param("n", "only n = 1 is supported");
+  }
+  return std::nullopt;
+}
+
+// What a running request shares between the engine's thread (the callbacks) and the HTTP thread.
+struct Exchange {
+  std::mutex m;
+  std::condition_variable cv;
+  bool started = false, done = false;
+  int32_t prompt_tokens = 0;
+  GenResult result;
+  std::string pending;  // released text not yet sent (streaming) or the whole text
+  StopMatcher stop;
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  explicit Exchange(std::vector<std::string> stops) : stop(std::move(stops)) {}
+};
+
+GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
+  GenCallbacks cb;
+  cb.on_start = [x](int32_t prompt_tokens) {
+    std::lock_guard<std::mutex> lock(x->m);
+    x->started = true;
+    x->prompt_tokens = prompt_tokens;
+    x->cv.notify_all();
+  };
+  cb.on_text = [x](const std::string &piece, int32_t) {
+    std::lock_guard<std::mutex> lock(x->m);
+    x->pending += x->stop.push(piece);
+    x->cv.notify_all();
+    return !x->stop.stopped();
+  };
+  cb.on_done = [x](const GenResult &r) {
+    std::lock_guard<std::mutex> lock(x->m);
+    if (r.kind == GenResult::Kind::kOk) x->pending += x->stop.flush();
+    x->result = r;
+    x->done = true;
+    x->cv.notify_all();
+  };
+  return cb;
+}
+
+ApiError error_of(const GenResult &r) {
+  ApiError e;
+  switch (r.kind) {
+    case GenResult::Kind::kBadRequest:
+      e.message = r.message;
+      e.code = r.prompt_tokens > 0 ? "context_length_exceeded" : "invalid_prompt";
+      e.param = r.prompt_tokens > 0 ? "messages" : "prompt";
+      break;
+    case GenResult::Kind::kCancelled:
+      e.status = 503;
+      e.type = "server_error";
+      e.message = "the request was cancelled (the server is stopping)";
+      break;
+    default:
+      e.status = 500;
+      e.type = "server_error";
+      e.message = "generation failed: " + r.message;
+      break;
+  }
+  return e;
+}
+
+}  // namespace
+
+class Routes {
+ public:
+  Routes(Engine &engine, const ServerConfig &cfg)
+      : engine_(engine), cfg_(cfg), started_(std::time(nullptr)) {}
+
+  void install(httplib::Server &srv);
+
+ private:
+  void completion(const httplib::Request &req, httplib::Response &res, bool chat);
+  std::string metrics_text();
+  void count(const httplib::Request &req, const httplib::Response &res);
+
+  Engine &engine_;
+  ServerConfig cfg_;
+  std::time_t started_;
+  std::atomic<uint64_t> next_id_{1};
+  std::mutex count_mutex_;
+  std::map<std::pair<std::string, int>, int64_t> http_requests_;  // (path, status) -> count
+};
+
+void Routes::install(httplib::Server &srv) {
+  srv.Get("/health", [](const httplib::Request &, httplib::Response &res) {
+    send_json(res, 200, {{"status", "ok"}});
+  });
+  srv.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", json::array({{{"id", cfg_.model},
+                                      {"object", "model"},
+                                      {"created", started_},
+                                      {"owned_by", "specinfer"}}})}});
+  });
+  srv.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
+    completion(req, res, false);
+  });
+  srv.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
+    completion(req, res, true);
+  });
+  srv.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+  srv.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
+    if (!res.body.empty()) return;  // a handler's own error body
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e.message = "no route " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else {
+      e.message = "HTTP status " + std::to_string(res.status);
+      if (res.status >= 500) e.type = "server_error";
+    }
+    send_error(res, e);
+  });
+  srv.set_exception_handler(
+      [](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
+        ApiError e;
+        e.status = 500;
+        e.type = "server_error";
+        e.message = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception &ex) {
+          e.message = std::string("internal error: ") + ex.what();
+        } catch (...) {
+        }
+        send_error(res, e);
+      });
+  srv.set_logger(
+      [this](const httplib::Request &req, const httplib::Response &res) { count(req, res); });
+}
+
+void Routes::count(const httplib::Request &req, const httplib::Response &res) {
+  static const char *const kKnown[] = {"/health", "/v1/models", "/v1/completions",
+                                       "/v1/chat/completions", "/metrics"};
+  std::string path = "other";
+  for (const char *k : kKnown)
+    if (req.path == k) path = k;
+  std::lock_guard<std::mutex> lock(count_mutex_);
+  http_requests_[{path, res.status}]++;
+}
+
+void Routes::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    ApiError e;
+    e.message =
+        body.is_discarded() ? "the body is not valid JSON" : "the body must be a JSON object";
+    e.code = "invalid_json";
+    return send_error(res, e);
+  }
+  if (const auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return send_error(res, bad_param("model", "model must be a string"));
+    if (it->get<std::string>() != cfg_.model) {
+      ApiError e;
+      e.status = 404;
+      e.message = "the model '" + it->get<std::string>() + "' does not exist; this server has '" +
+                  cfg_.model + "'";
+      e.param = "model";
+      e.code = "model_not_found";
+      return send_error(res, e);
+    }
+  }
+  Sampling s;
+  if (auto e = read_sampling(body, cfg_, chat, &s)) return send_error(res, *e);
+
+  GenParams params;
+  params.max_tokens = s.max_tokens;
+  params.temperature = s.temperature;
+  params.top_p = s.top_p;
+  params.seed = s.seed;
+  if (chat) {
+    const auto it = body.find("messages");
+    if (it == body.end() || !it->is_array() || it->empty())
+      return send_error(res, bad_param("messages", "messages must be a non-empty list"));
+    json messages = json::array();
+    for (const json &m : *it) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        return send_error(res, bad_param("messages", "each message must be an object with a role"));
+      json msg = m;
+      const json content = m.value("content", json(nullptr));
+      if (content.is_array()) {  // content parts: the text ones, joined
+        std::string text;
+        for (const json &part : content) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            return send_error(res, bad_param("messages", "only text content parts are supported"));
+          text += part["text"].get<std::string>();
+        }
+        msg["content"] = text;
+      } else if (content.is_null()) {
+        msg["content"] = "";
+      } else if (!content.is_string()) {
+        return send_error(res, bad_param("messages", "a message's content must be a string"));
+      }
+      messages.push_back(std::move(msg));
+    }
+    if (cfg_.chat.source.empty()) {
+      ApiError e;
+      e.message = cfg_.chat_unavailable;
+      e.code = "chat_unavailable";
+      return send_error(res, e);
+    }
+    std::string error;
+    if (!cfg_.chat.render(messages, &params.prompt, &error))
+      return send_error(res, bad_param("messages", error));
+  } else {
+    const auto it = body.find("prompt");
+    if (it != body.end() && it->is_string()) {
+      params.prompt = it->get<std::string>();
+    } else if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      params.prompt = (*it)[0].get<std::string>();
+    } else {
+      return send_error(res, bad_param("prompt", "prompt must be a string (or a list of one)"));
+    }
+    if (params.prompt.empty())
+      return send_error(res, bad_param("prompt", "prompt must not be empty"));
+  }
+
+  auto x = std::make_shared<Exchange>(s.stop);
+  const SubmitStatus st = engine_.submit(params, callbacks_for(x), x->cancelled);
+  if (st != SubmitStatus::kQueued) {
+    ApiError e;
+    if (st == SubmitStatus::kQueueFull) {
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "queue_full";
+      e.message = "the server is busy: " + std::to_string(cfg_.max_queue) +
+                  " requests are waiting already; try again later";
+    } else {
+      e.status = 503;
+      e.type = "server_error";
+      e.message = "the server is stopping";
+    }
+    return send_error(res, e);
+  }
+  {
+    std::unique_lock<std::mutex> lock(x->m);
+    x->cv.wait(lock, [&] { return x->started || x->done; });
+    if (x->done && x->result.kind != GenResult::Kind::kOk)
+      return send_error(res, error_of(x->result));
+  }
+
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  const std::time_t created = std::time(nullptr);
+  const std::string model = cfg_.model;
+  const auto usage = [](const GenResult &r) {
+    return json{{"prompt_tokens", r.prompt_tokens},
+                {"completion_tokens", r.completion_tokens},
+                {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+  };
+
+  if (!s.stream) {
+    std::unique_lock<std::mutex> lock(x->m);
+    x->cv.wait(lock, [&] { return x->done; });
+    if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
+    json choice = {{"index", 0}, {"finish_reason", x->result.finish_reason}, {"logprobs", nullptr}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", x->pending}};
+    else
+      choice["text"] = x->pending;
+    return send_json(res, 200,
+                     {{"id", id},
+                      {"object", chat ? "chat.completion" : "text_completion"},
+                      {"created", created},
+                      {"model", model},
+                      {"choices", json::array({choice})},
+                      {"usage", usage(x->result)}});
+  }
+
+  // Streaming: one SSE event per round with text, a last one with finish_reason, then [DONE].
+  const auto chunk = [=](const json &delta_or_text, const json &finish) {
+    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+    if (chat)
+      choice["delta"] = delta_or_text;
+    else
+      choice["text"] = delta_or_text;
+    return json{{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+  };
+  const auto write_event = [](httplib::DataSink &sink, const json &j) {
+    const std::string event = "data: " + dump(j) + "\n\n";
+    return sink.write(event.data(), event.size());
+  };
+  auto first = std::make_shared<bool>(true);
+  const bool include_usage = s.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [=](size_t, httplib::DataSink &sink) {
+        std::unique_lock<std::mutex> lock(x->m);
+        x->cv.wait_for(lock, std::chrono::milliseconds(200),
+                       [&] { return !x->pending.empty() || x->done; });
+        std::string text;
+        text.swap(x->pending);
+        const bool done = x->done;
+        const GenResult result = x->result;
+        lock.unlock();
+        // A client that has gone away cancels its request; the engine ends it at the next round.
+        if (!sink.is_writable()) {
+          x->cancelled->store(true);
+          return false;
+        }
+        bool ok = true;
+        if (chat && *first)
+          ok = write_event(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+        *first = false;
+        if (ok && !text.empty())
+          ok = write_event(sink, chunk(chat ? json{{"content", text}} : json(text), nullptr));
+        if (ok && done) {
+          if (result.kind == GenResult::Kind::kOk) {
+            ok = write_event(sink, chunk(chat ? json::object() : json(""), result.finish_reason));
+            if (ok && include_usage) {
+              json u = chunk(nullptr, nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage(result);
+              ok = write_event(sink, u);
+            }
+          } else {
+            ok = write_event(sink, error_body(error_of(result)));
+          }
+          static const char kDone[] = "data: [DONE]\n\n";
+          if (ok) ok = sink.write(kDone, sizeof kDone - 1);
+          if (ok) sink.done();
+        }
+        if (!ok) x->cancelled->store(true);
+        return ok;
+      },
+      [x](bool success) {
+        if (!success) x->cancelled->store(true);
+      });
+}
+
+std::string Routes::metrics_text() {
+  const EngineMetrics m = engine_.metrics();
+  std::ostringstream o;
+  const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+      << name << ' ' << value << '\n';
+  };
+  o << "# HELP specinfer_http_requests_total HTTP requests answered, by path and status.\n"
+       "# TYPE specinfer_http_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> lock(count_mutex_);
+    for (const auto &[key, n] : http_requests_)
+      o << "specinfer_http_requests_total{path=\"" << key.first << "\",status=\"" << key.second
+        << "\"} " << n << '\n';
+  }
+  o << "# HELP specinfer_requests_total Generation requests by outcome.\n"
+       "# TYPE specinfer_requests_total counter\n"
+    << "specinfer_requests_total{outcome=\"done\"} " << m.requests_done << '\n'
+    << "specinfer_requests_total{outcome=\"failed\"} " << m.requests_failed << '\n'
+    << "specinfer_requests_total{outcome=\"cancelled\"} " << m.requests_cancelled << '\n'
+    << "specinfer_requests_total{outcome=\"rejected\"} " << m.requests_rejected << '\n';
+  metric("specinfer_prompt_tokens_total", "counter", "Prompt tokens scored.", m.prompt_tokens);
+  metric("specinfer_generated_tokens_total", "counter", "Tokens generated.", m.generated_tokens);
+  metric("specinfer_drafted_tokens_total", "counter", "Tokens the drafter proposed.", m.drafted);
+  metric("specinfer_accepted_tokens_total", "counter", "Drafted tokens the target kept.",
+         m.accepted);
+  metric("specinfer_acceptance_rate", "gauge", "Accepted over drafted tokens since the start.",
+         m.drafted ? double(m.accepted) / double(m.drafted) : 0.0);
+  metric("specinfer_queue_depth", "gauge", "Requests waiting for the engine.", m.queue_depth);
+  metric("specinfer_requests_running", "gauge", "Requests generating now.", m.running);
+  o << "# HELP specinfer_round_seconds Speculate-verify rounds and their time (prompt excluded).\n"
+       "# TYPE specinfer_round_seconds summary\n"
+    << "specinfer_round_seconds_sum " << m.round_seconds << '\n'
+    << "specinfer_round_seconds_count " << m.rounds << '\n';
+  metric("specinfer_prefill_seconds_total", "counter", "Time scoring prompts.", m.prefill_seconds);
+  return o.str();
+}
+
+std::shared_ptr<Routes> install_routes(httplib::Server &server, Engine &engine,
+                                       const ServerConfig &config) {
+  auto routes = std::make_shared<Routes>(engine, config);
+  routes->install(server);
+  return routes;
+}
+
+}  // namespace serve
