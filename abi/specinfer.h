@@ -16,7 +16,8 @@
  *    fields are only ever appended.
  *  - No C++ exception crosses this boundary and no function aborts on bad input.
  *  - Thread safety: a registry may be used from several threads at once. A target, a drafter and a
- *    session are used by one thread at a time; different sessions run concurrently. Couplers and
+ *    session are used by one thread at a time; different sessions run concurrently, also when
+ *    their targets share one loaded model (specinfer_target_share). Couplers and
  *    sketchers are immutable after creation and may be shared freely.
  */
 #ifndef SPECINFER_H
@@ -205,12 +206,26 @@ SPECINFER_API int32_t specinfer_registry_threads(const specinfer_registry *regis
 
 /* Opens a target from the plugin `plugin` ("gguf", "kgram", ...) with a `key=value,...` config
  * (may be NULL or ""). If no plugin of that name is loaded, `specinfer-<plugin>.so` is looked for
- * on the plugin path. Unknown config keys are refused (CONFIG). The target holds the model and its
- * KV cache; it is used by one session at a time and must outlive that session.
+ * on the plugin path. Unknown config keys are refused (CONFIG). The target holds a model and its
+ * own KV cache; it is used by one session at a time and must outlive that session.
+ * One model, many targets: while a target opened with the same plugin and config is open (through
+ * this registry, by the application or inside a drafter such as draft-model), a plugin that can
+ * share (gguf) opens the new target on that target's loaded model, as specinfer_target_share
+ * does, instead of loading the weights again.
  * Errors: INVALID_ARGUMENT, NOT_FOUND, CONFIG, IO, FORMAT, UNSUPPORTED, PLUGIN, OUT_OF_MEMORY. */
 SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registry,
                                                      const char *plugin, const char *config,
                                                      specinfer_target **out, char **errmsg);
+/* Opens another target on the model `target` has loaded: weights and tokenizer are shared, not
+ * loaded again; the new target has the same info and an empty KV cache of its own. Targets that
+ * share a model are used from different threads at once (each by one thread at a time, as any
+ * target) and are destroyed in any order: the model stays loaded until the last one is. This call
+ * may run while another thread uses `target`. The way to serve many users from one copy of the
+ * weights: one target per user (session), all shared from the first.
+ * Errors: INVALID_ARGUMENT, UNSUPPORTED (the plugin cannot share: open the target again),
+ * PLUGIN, OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_target_share(specinfer_target *target,
+                                                      specinfer_target **out, char **errmsg);
 /* Closes the target. Fails with STATE (and frees nothing) while a session or drafter uses it. */
 SPECINFER_API specinfer_status specinfer_target_destroy(specinfer_target *target);
 /* The target's last error message; "" when none. Valid until the next call on the target. */

@@ -191,6 +191,19 @@ typedef struct specinfer_target_vtable {
    * call it. UNSUPPORTED when logits are not a plain product of the hidden state. */
   specinfer_status (*output_rows)(void *self, const int32_t *ids, int32_t n, float *out,
                                   specinfer_plugin_error *err);
+  /* Added after output_rows (check struct_size; either may be NULL): one loaded model, many
+   * sequences.
+   * share: a new instance on the same loaded model, with an empty KV cache of its own. The weights
+   * (and tokenizer) are shared, not copied, and stay loaded until the last instance sharing them is
+   * destroyed, in any order. Instances sharing a model may be called from different threads at
+   * the same time (each instance still by one thread at a time). */
+  specinfer_status (*share)(void *self, void **out, specinfer_plugin_error *err);
+  /* One pass for n instances that share a model (each at most once): selves[i] takes batches[i]
+   * as forward() would, and gets the results its own forward() would give; the weights are read
+   * once for all their tokens, which on a memory-bound CPU costs about what one instance's pass
+   * does. The caller holds all n instances for the call. On error no instance's cache changes. */
+  specinfer_status (*forward_many)(void *const *selves, const specinfer_forward_batch *batches,
+                                   int32_t n, specinfer_plugin_error *err);
 } specinfer_target_vtable;
 
 typedef struct specinfer_host specinfer_host;

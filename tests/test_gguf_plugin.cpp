@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -232,12 +233,131 @@ void test_target(void **state) {
   vt->destroy(self);
 }
 
+// A forward batch for tokens at consecutive positions from pos0 (tree mask optional).
+struct Pass {
+  std::vector<int32_t> tokens, positions;
+  std::vector<uint8_t> mask;
+  int32_t n_logits = 0;
+  std::vector<float> logits, hidden;
+  specinfer_forward_batch batch(int32_t n_vocab, int32_t n_embd) {
+    logits.assign(size_t(n_logits) * size_t(n_vocab), 0.0f);
+    hidden.assign(size_t(n_logits) * size_t(n_embd), 0.0f);
+    specinfer_forward_batch b;
+    std::memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.n_tokens = int32_t(tokens.size());
+    b.tokens = tokens.data();
+    b.positions = positions.data();
+    b.tree_mask = mask.empty() ? nullptr : mask.data();
+    b.n_logits = n_logits;
+    b.logits = logits.data();
+    b.hidden = hidden.data();
+    return b;
+  }
+};
+
+Pass chain(int32_t first, int32_t n, int32_t pos0, int32_t n_logits) {
+  Pass p;
+  for (int32_t i = 0; i < n; i++) {
+    p.tokens.push_back(4 + (first + 7 * i) % 70);
+    p.positions.push_back(pos0 + i);
+  }
+  p.n_logits = n_logits;
+  return p;
+}
+
+// share() and forward_many(): sequences on one loaded model, alone or in one pass, give the same
+// bits; the model outlives whichever instance is destroyed first; bad calls are refused.
+void check_shared_sequences(Fixture *fx, const std::string &extra) {
+  void *a = nullptr;
+  const specinfer_target_vtable *vt = nullptr;
+  specinfer_plugin_error err;
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",n_ctx=64" + extra, &a, &vt, &err),
+                   SPECINFER_OK);
+  assert_true(vt->struct_size >= offsetof(specinfer_target_vtable, forward_many) + sizeof(void *));
+  const int32_t V = fx->cfg.n_vocab, E = fx->cfg.n_embd;
+  // Three sequences alone (s[0..2]) and the same three together (t[0..2]), all shares of a.
+  void *s[3], *t[3];
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(vt->share(a, &s[i], &err), SPECINFER_OK);
+    assert_int_equal(vt->share(a, &t[i], &err), SPECINFER_OK);
+    assert_int_equal(vt->kv_size(s[i]), 0);
+  }
+  vt->destroy(a);  // the shares keep the model
+  assert_int_equal(vt->share(nullptr, &a, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+
+  // Round 1: prompts of different lengths. Round 2: one token, a tree of four, a chain of three.
+  std::vector<std::vector<Pass>> rounds(2);
+  rounds[0] = {chain(1, 5, 0, 1), chain(2, 9, 0, 2), chain(3, 2, 0, 2)};
+  rounds[1] = {chain(4, 1, 5, 1), chain(5, 4, 9, 4), chain(6, 3, 2, 3)};
+  Pass &tree = rounds[1][1];
+  const int32_t parent[4] = {-1, 0, 0, 1};
+  tree.mask.assign(16, 0);
+  for (int32_t i = 0; i < 4; i++) {
+    tree.positions[size_t(i)] = parent[i] < 0 ? 9 : tree.positions[size_t(parent[i])] + 1;
+    for (int32_t j = i; j >= 0; j = parent[j]) tree.mask[size_t(i) * 4 + size_t(j)] = 1;
+  }
+  for (auto &round : rounds) {
+    std::vector<Pass> together = round;
+    std::vector<specinfer_forward_batch> bs;
+    for (int i = 0; i < 3; i++) {
+      specinfer_forward_batch b = round[size_t(i)].batch(V, E);
+      assert_int_equal(vt->forward(s[i], &b, &err), SPECINFER_OK);
+      bs.push_back(together[size_t(i)].batch(V, E));
+    }
+    assert_int_equal(vt->forward_many(t, bs.data(), 3, &err), SPECINFER_OK);
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(vt->kv_size(t[i]), vt->kv_size(s[i]));
+      const Pass &x = round[size_t(i)], &y = together[size_t(i)];
+      assert_memory_equal(x.logits.data(), y.logits.data(), x.logits.size() * sizeof(float));
+      assert_memory_equal(x.hidden.data(), y.hidden.data(), x.hidden.size() * sizeof(float));
+    }
+  }
+
+  // Refused, and nothing changes: an instance twice, a bad token in one of the batches, a NULL.
+  const int32_t before = vt->kv_size(t[0]);
+  Pass p0 = chain(7, 2, before, 1), p1 = chain(8, 2, vt->kv_size(t[1]), 1);
+  specinfer_forward_batch bs[2] = {p0.batch(V, E), p1.batch(V, E)};
+  void *twice[2] = {t[0], t[0]};
+  assert_int_equal(vt->forward_many(twice, bs, 2, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_non_null(std::strstr(err.message, "same"));
+  p1.tokens[1] = 999;
+  assert_int_equal(vt->forward_many(t, bs, 2, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_non_null(std::strstr(err.message, "vocabulary"));
+  assert_int_equal(vt->kv_size(t[0]), before);
+  void *with_null[2] = {t[0], nullptr};
+  assert_int_equal(vt->forward_many(with_null, bs, 2, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(vt->forward_many(t, bs, 0, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  // Instances of another loaded model (a second create of the same file) do not mix.
+  void *other = nullptr;
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",n_ctx=64" + extra, &other, &vt, &err),
+                   SPECINFER_OK);
+  p1.tokens[1] = 9;
+  void *mixed[2] = {t[0], other};
+  assert_int_equal(vt->forward_many(mixed, bs, 2, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_non_null(std::strstr(err.message, "other weights"));
+  assert_int_equal(vt->kv_size(t[0]), before);
+  vt->destroy(other);
+  for (int i = 0; i < 3; i++) {
+    vt->destroy(s[i]);
+    vt->destroy(t[i]);
+  }
+}
+
+void test_shared_sequences(void **state) {
+  auto *fx = static_cast<Fixture *>(*state);
+  check_shared_sequences(fx, "");                 // float weights (below the sgemm threshold)
+  check_shared_sequences(fx, ",requant=q4_0");    // packed quantized weights
+  check_shared_sequences(fx, ",vocab_limit=40");  // per-sequence extra output rows
+}
+
 }  // namespace
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_errors),
       cmocka_unit_test(test_target),
+      cmocka_unit_test(test_shared_sequences),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -207,6 +207,16 @@ SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registr
   });
 }
 
+SPECINFER_API specinfer_status specinfer_target_share(specinfer_target *target,
+                                                      specinfer_target **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!target) fail(SPECINFER_ERR_INVALID_ARGUMENT, "target is NULL");
+    *out = static_cast<specinfer_target *>(target->share());
+  });
+}
+
 SPECINFER_API specinfer_status specinfer_target_destroy(specinfer_target *target) {
   if (!target) return SPECINFER_OK;
   if (target->users > 0) {

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "api/handles.h"
 #include "plugin/registry.h"
@@ -58,6 +60,15 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
 }
 
 TargetObject::~TargetObject() {
+  if (!key_.empty()) {
+    std::lock_guard<std::mutex> lock(registry_.targets_mu);
+    auto &v = registry_.shareable_targets;
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (it->second == this) {
+        v.erase(it);
+        break;
+      }
+  }
   if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
   if (plugin_) plugin_->open_objects--;
 }
@@ -126,6 +137,57 @@ void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   check_plugin(vtable_->kv_keep(self_, base, idx, n, &err), err, "kv_keep");
 }
 
+bool TargetObject::can_share() const {
+  return vtable_->struct_size >=
+             offsetof(specinfer_target_vtable, share) + sizeof(vtable_->share) &&
+         vtable_->share != nullptr;
+}
+
+TargetObject *TargetObject::share() {
+  std::lock_guard<std::mutex> lock(registry_.targets_mu);
+  return share_locked();
+}
+
+TargetObject *TargetObject::share_locked() {
+  if (!can_share())
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "target plugin cannot share a loaded model (open the target again instead)");
+  void *other = nullptr;
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  registry_.run([&] { rc = vtable_->share(self_, &other, &err); });
+  check_plugin(rc, err, "share");
+  if (other == nullptr) fail(SPECINFER_ERR_PLUGIN, "share: the plugin returned no instance");
+  auto t = std::make_unique<specinfer_target>(registry_, plugin_, other, vtable_);
+  if (!key_.empty()) {
+    registry_.shareable_targets.emplace_back(key_, t.get());
+    t->key_ = key_;  // only once listed: the destructor unlists what has a key
+  }
+  return t.release();
+}
+
+void TargetObject::forward_many(TargetObject *const *targets,
+                                const specinfer_forward_batch *batches, int32_t n) {
+  if (n <= 0 || targets == nullptr || batches == nullptr || targets[0] == nullptr)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "forward_many: no targets");
+  const specinfer_target_vtable *vt = targets[0]->vtable_;
+  if (vt->struct_size <
+          offsetof(specinfer_target_vtable, forward_many) + sizeof(vt->forward_many) ||
+      vt->forward_many == nullptr)
+    fail(SPECINFER_ERR_UNSUPPORTED, "target plugin cannot run several sequences in one pass");
+  std::vector<void *> selves(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    if (targets[i] == nullptr || targets[i]->vtable_ != vt)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "forward_many: target %d is NULL or of another plugin",
+           i);
+    selves[static_cast<size_t>(i)] = targets[i]->self_;
+  }
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  targets[0]->registry_.run([&] { rc = vt->forward_many(selves.data(), batches, n, &err); });
+  check_plugin(rc, err, "forward_many");
+}
+
 DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *self,
                              const specinfer_drafter_vtable *vtable, TargetObject *target)
     : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable), target_(target) {
@@ -183,6 +245,14 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
   if (!p.target_factory)
     fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no target (it is a drafter)",
          plugin.c_str());
+  std::string key = plugin;
+  key += '\0';
+  key += config;
+  {
+    std::lock_guard<std::mutex> lock(registry.targets_mu);
+    for (auto &[k, open] : registry.shareable_targets)
+      if (k == key) return open->share_locked();
+  }
   void *self = nullptr;
   const specinfer_target_vtable *vt = nullptr;
   auto err = fresh_error();
@@ -190,7 +260,13 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
   registry.run(
       [&] { rc = p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err); });
   check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
-  return new specinfer_target(registry, &p, self, vt);
+  auto t = std::make_unique<specinfer_target>(registry, &p, self, vt);
+  if (t->can_share()) {
+    std::lock_guard<std::mutex> lock(registry.targets_mu);
+    registry.shareable_targets.emplace_back(key, t.get());
+    t->key_ = key;
+  }
+  return t.release();
 }
 
 DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,

@@ -28,6 +28,15 @@ class TargetObject {
   int32_t kv_size();
   void kv_truncate(int32_t n_keep);
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+  // The plugin can open more instances on this one's loaded model (vtable share).
+  bool can_share() const;
+  // A new instance on this one's loaded model (weights shared, empty KV cache), owned by the
+  // caller; may run while another thread uses this one. Throws UNSUPPORTED when !can_share().
+  TargetObject *share();
+  // One pass for n instances sharing a model, as the plugin's forward_many (all of them held by
+  // the caller for the call). Throws UNSUPPORTED when the plugin has no forward_many.
+  static void forward_many(TargetObject *const *targets, const specinfer_forward_batch *batches,
+                           int32_t n);
 
   Registry &registry() { return registry_; }
   void *self() const { return self_; }
@@ -44,6 +53,9 @@ class TargetObject {
   const specinfer_target_vtable *vtable_;
   specinfer_model_info info_{};
   std::string name_, arch_;
+  std::string key_;  // plugin and config it was opened with ("" = not offered for sharing)
+  TargetObject *share_locked();  // share() with the registry's targets_mu held
+  friend TargetObject *open_target_object(Registry &, const std::string &, const std::string &);
 };
 
 class DrafterObject {
@@ -71,7 +83,10 @@ class DrafterObject {
 };
 
 // Opens a target / drafter through `registry` (loading the plugin from the search path if needed).
-// The returned object is owned by the caller (delete it, or hand it to a public handle).
+// The returned object is owned by the caller (delete it, or hand it to a public handle). A target
+// whose plugin and config equal those of a target still open is a share() of it when the plugin
+// can share: one loaded model, however many times it is opened (a draft model inside every
+// session's drafter, or a model served and also drafting for another).
 TargetObject *open_target_object(Registry &registry, const std::string &plugin,
                                  const std::string &config);
 DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tbb/task_arena.h>
@@ -13,6 +14,8 @@
 #include "specinfer_plugin.h"
 
 namespace specinfer {
+
+class TargetObject;
 
 struct LoadedPlugin {
   std::string name, version, description, path;
@@ -55,6 +58,12 @@ class Registry {
   }
 
   void log(specinfer_log_level level, const std::string &message) const;
+
+  // Open targets offered for sharing their loaded model, by the plugin and config they were
+  // opened with (objects.cpp keeps it: a target is added once open and removed before it is
+  // destroyed, both under the mutex, so a share never starts from a target being destroyed).
+  std::mutex targets_mu;
+  std::vector<std::pair<std::string, TargetObject *>> shareable_targets;
 
  private:
   void add(const specinfer_plugin_descriptor *descriptor, const std::string &path, void *dl);

@@ -1,8 +1,10 @@
-// A decoder-only transformer (Llama / Qwen2 / Qwen3 family, Gemma 3) read from a GGUF file, with
-// its own KV cache. All heavy math (matmul, attention, norms, rope, activations) runs through the
-// host's kernel table; the model only arranges buffers.
+// A decoder-only transformer (Llama / Qwen2 / Qwen3 family, Gemma 3) read from a GGUF file: its
+// Weights, loaded once, and any number of sequences (Model), each with its own KV cache. All heavy
+// math (matmul, attention, norms, rope, activations) runs through the host's kernel table; the
+// model only arranges buffers.
 //
-// Threads: one thread at a time per Model (the kernels parallelize internally).
+// Threads: one thread at a time per Model (the kernels parallelize internally); Models on the same
+// Weights run concurrently, and forward_many runs several of them in one pass.
 #pragma once
 
 #include <cstdint>
@@ -50,35 +52,94 @@ struct Weight {
   const specinfer_packed_weight *packed = nullptr;  // the kernels' packed form (owned by the Model)
 };
 
-// How to load: see Model's constructor.
+// How to load: see Weights' constructor.
 struct ModelOptions {
   bool pack = true;         // hand every matrix to the host's pack_weight
   int32_t vocab_limit = 0;  // logits only for token ids below it; 0 = all
   int32_t requant = -1;     // SPECINFER_WTYPE_Q4_0 or _Q8_0: re-quantize wider matrices; -1 = keep
 };
 
-class Model {
+// What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
+// that any number of Models (sequences, each with its own KV cache) on other threads read it at
+// once.
+class Weights {
  public:
   // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks min(context_length,
-  // 4096). The File must outlive the Model. Throws gguf::Error (UNSUPPORTED for an unknown
+  // 4096). The File must outlive the Weights. Throws gguf::Error (UNSUPPORTED for an unknown
   // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
   // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K,
   // Q6_K and Q4_0 matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts),
   // if the host has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it,
-  // for every token the model has been fed and for ids given to add_output_ids, and write -inf for
-  // the rest (a cheaper output matrix for draft models: ids are roughly in frequency order in BPE
-  // vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 = all.
-  // requant (a draft model's cheaper copy): every matrix stored with more bits per weight than that
-  // type (and a multiple of 32 columns) is decoded and re-quantized to it in memory (the file is
-  // not touched): for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token.
-  // Lossy: the draft's proposals change, the target's output does not.
+  // for every token a sequence has been fed and for ids given to its add_output_ids, and write -inf
+  // for the rest (a cheaper output matrix for draft models: ids are roughly in frequency order in
+  // BPE vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 =
+  // all. requant (a draft model's cheaper copy): every matrix stored with more bits per weight than
+  // that type (and a multiple of 32 columns) is decoded and re-quantized to it in memory (the file
+  // is not touched): for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per
+  // token. Lossy: the draft's proposals change, the target's output does not.
+  Weights(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt);
+  Weights(const Weights &) = delete;
+  Weights &operator=(const Weights &) = delete;
+
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm,
+        post_ffn_norm;
+    bool swa = false;  // sliding-window layer
+    float rope_base = 0.0f;
+    Weight wq, wk, wv, wo, gate, up, down;
+  };
+  struct PackedFree {
+    const specinfer_kernels *k;
+    void operator()(specinfer_packed_weight *p) const noexcept { k->free_packed(p); }
+  };
+
+  const File &file;
+  const specinfer_host *host;
+  const specinfer_kernels *k = nullptr;
+  Hparams hp;
+  int32_t n_ctx = 0;
+  Weight tok_embd, output;
+  int32_t n_out = 0;   // output rows computed (n_vocab, or the vocab limit)
+  Weight output_file;  // with a vocabulary limit: the file's output matrix, all rows
+  std::vector<float> output_norm;
+  std::vector<Layer> layers;
+
+  void matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const;
+
+ private:
+  Weight weight(const std::string &name, int64_t rows, int64_t cols) const;
+  std::vector<float> vec(const std::string &name, int64_t n, bool required) const;
+  void pack(Weight &w);
+  void requant(Weight &w, int32_t wtype);
+  std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
+  std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
+};
+
+// One batch of a forward pass (see Model::forward).
+struct Batch {
+  const int32_t *tokens = nullptr;
+  const int32_t *positions = nullptr;
+  int32_t n = 0;
+  const uint8_t *tree_mask = nullptr;
+  int32_t n_logits = 0;
+  float *logits = nullptr;
+  float *hidden = nullptr;
+};
+
+// One sequence of a model: its KV cache and scratch on shared Weights.
+class Model {
+ public:
+  // Loads the weights (see Weights) for a first sequence.
   Model(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt = {});
+  // A new, empty sequence on weights already loaded.
+  explicit Model(std::shared_ptr<const Weights> weights);
   Model(const Model &) = delete;
   Model &operator=(const Model &) = delete;
 
-  const Hparams &hparams() const { return hp_; }
-  int32_t n_ctx() const { return n_ctx_; }
+  const Hparams &hparams() const { return w_->hp; }
+  int32_t n_ctx() const { return w_->n_ctx; }
   int32_t kv_size() const { return n_cached_; }
+  const std::shared_ptr<const Weights> &weights() const { return w_; }
 
   // One batched forward pass of n tokens at the given positions, appended to the KV cache.
   // tree_mask: NULL = causal within the batch, else [n][n] (1 = token i may see batch token j);
@@ -89,6 +150,13 @@ class Model {
   void forward(const int32_t *tokens, const int32_t *positions, int32_t n, const uint8_t *tree_mask,
                int32_t n_logits, float *logits, float *hidden);
 
+  // One pass for several sequences on the same Weights (each at most once), seqs[i] taking
+  // batches[i] as forward() would: every matrix is streamed once for all their tokens, and each
+  // sequence's results equal those of its own forward() (the kernels' results for a token do not
+  // depend on how many tokens share the pass). Throws as forward(), INVALID_ARGUMENT also for
+  // sequences on other weights or repeated; on error no cache changes.
+  static void forward_many(Model *const *seqs, const Batch *batches, int32_t n);
+
   // Observer of each layer's attention inputs, for analysis tools (sketch-eval on real vectors):
   // called once per layer and forward with the n tokens' queries [n][n_head * head_dim] and keys
   // [n][n_head_kv * head_dim], both after bias, norm and RoPE (what the attention scores use).
@@ -96,9 +164,10 @@ class Model {
   using QkObserver = std::function<void(int32_t layer, const float *q, const float *k, int32_t n)>;
   void set_qk_observer(QkObserver fn) { qk_observer_ = std::move(fn); }
 
-  // With a vocabulary limit: also compute logits for these ids from now on (ids below the limit or
-  // already added are skipped). The plugin adds the end-of-generation tokens at load; forward adds
-  // every token it is fed. Throws INVALID_ARGUMENT for an id outside the vocabulary.
+  // With a vocabulary limit: also compute logits for these ids from now on, in this sequence (ids
+  // below the limit or already added are skipped). The plugin adds the end-of-generation tokens
+  // when it creates a sequence; forward adds every token it is fed. Throws INVALID_ARGUMENT for an
+  // id outside the vocabulary.
   void add_output_ids(const int32_t *ids, int32_t n);
   // Ids at or above the limit whose logits are computed (empty without a limit).
   const std::vector<int32_t> &extra_output_ids() const { return extra_ids_; }
@@ -114,61 +183,46 @@ class Model {
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
 
  private:
-  struct Layer {
-    std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm,
-        post_ffn_norm;
-    bool swa = false;  // sliding-window layer
-    float rope_base = 0.0f;
-    Weight wq, wk, wv, wo, gate, up, down;
-    std::vector<float> k_cache, v_cache;  // [capacity][n_head_kv * head_dim]
-  };
+  using PackedPtr = std::unique_ptr<specinfer_packed_weight, Weights::PackedFree>;
 
-  Weight weight(const std::string &name, int64_t rows, int64_t cols) const;
-  std::vector<float> vec(const std::string &name, int64_t n, bool required) const;
-  void matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const;
+  void check(const Batch &b) const;
   void ensure_capacity(int32_t n_pos);
-  void ensure_scratch(int32_t n, int32_t n_kv);
+  void ensure_scratch(int32_t n);
+  // Sets slot positions of the batch's cache slots and builds its attention masks (mask, and for
+  // sliding-window layers swa_mask: NULL = causal).
+  void prepare_masks(const Batch &b, const uint8_t **mask, const uint8_t **swa_mask);
+  // Logits (and hidden states) of rows h[0..b.n_logits), the batch's last tokens after the
+  // output norm, with this sequence's extra output rows.
+  void limited_logits(const Batch &b, const float *h);
 
-  const File &file_;
-  const specinfer_host *host_;
+  std::shared_ptr<const Weights> w_;
   const specinfer_kernels *k_;
-  Hparams hp_;
-  int32_t n_ctx_ = 0;
   int32_t n_cached_ = 0;
   int32_t capacity_ = 0;  // positions the caches hold room for
-  Weight tok_embd_, output_;
-  int32_t n_out_ = 0;            // output rows computed (n_vocab, or the vocab limit)
-  std::vector<float> out_rows_;  // scratch for limited logits
-  // With a vocabulary limit, the rows of ids above it that are computed too: the file's output
-  // matrix (all rows), their rows in output_'s type in the order of extra_ids_, and which ids are
-  // in.
-  Weight output_file_;
+  struct Cache {
+    std::vector<float> k, v;  // [capacity][n_head_kv * head_dim]
+  };
+  std::vector<Cache> cache_;       // per layer
+  std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
+  std::vector<float> out_rows_;    // scratch for limited logits
+  // With a vocabulary limit, the rows of ids above it that are computed too: their rows in the
+  // output matrix's type in the order of extra_ids_, and which ids are in.
   std::vector<uint8_t> extra_rows_;
   std::vector<int32_t> extra_ids_;
   std::vector<uint8_t> is_extra_;
   std::vector<float> extra_logits_, extra_row_f_;
-  std::vector<float> output_norm_;
-  std::vector<Layer> layers_;
-  QkObserver qk_observer_;
-  struct PackedFree {
-    const specinfer_kernels *k;
-    void operator()(specinfer_packed_weight *p) const noexcept { k->free_packed(p); }
-  };
-  std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
   // With a packed output matrix, the extra rows packed the same way, the last row repeated up to
   // whole groups of sixteen (so that layouts of sixteen-row tiles apply to them as to the rest,
   // with the same arithmetic per row: bit-identical logits); rebuilt after add_output_ids.
   std::vector<uint8_t> extra_padded_;
-  std::unique_ptr<specinfer_packed_weight, PackedFree> extra_packed_{nullptr, PackedFree{nullptr}};
-  void pack(Weight &w);
-  void requant(Weight &w, int32_t wtype);
-  std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
+  PackedPtr extra_packed_{nullptr, Weights::PackedFree{nullptr}};
+  QkObserver qk_observer_;
 
-  // Scratch, grown as needed, never shrunk.
-  int32_t scratch_n_ = 0;
-  std::vector<float> x_, h_, q_, att_, gate_, up_, emb_;
+  // Scratch, grown as needed, never shrunk: activations of every token in a pass (this
+  // sequence's scratch serves a forward_many it leads), the new keys and values before they are
+  // copied to each sequence's cache, masks.
+  std::vector<float> x_, h_, q_, att_, gate_, up_, kn_, vn_, lg_;
   std::vector<uint8_t> mask_, swa_mask_;
-  std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
 };
 
 }  // namespace specinfer::gguf

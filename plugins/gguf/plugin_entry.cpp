@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gguf_error.h"
 #include "gguf_file.h"
@@ -17,12 +18,30 @@ namespace {
 
 using specinfer_plugin::guarded;
 
-struct Target {
-  std::unique_ptr<File> file;
+// What the targets sharing one loaded model have in common (share()): the file mapping, the
+// tokenizer and the weights, immutable once loaded.
+struct Loaded {
+  std::unique_ptr<File> file;  // declared first: the weights point into it
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Model> model;
+  std::shared_ptr<const Weights> weights;
+  std::vector<int32_t> eog;  // with a vocabulary limit: ids every sequence computes logits for
   std::string name, arch;
 };
+
+// One target instance: a sequence (KV cache) on a loaded model.
+struct Target {
+  std::shared_ptr<const Loaded> loaded;
+  std::unique_ptr<Model> model;
+};
+
+// A new sequence on `loaded`, its end-of-generation logits computed as the first one's.
+std::unique_ptr<Target> new_sequence(std::shared_ptr<const Loaded> loaded) {
+  auto t = std::make_unique<Target>();
+  t->model = std::make_unique<Model>(loaded->weights);
+  t->model->add_output_ids(loaded->eog.data(), static_cast<int32_t>(loaded->eog.size()));
+  t->loaded = std::move(loaded);
+  return t;
+}
 
 struct Config {
   std::string path;
@@ -97,13 +116,21 @@ Target *self_of(void *p) {
   return static_cast<Target *>(p);
 }
 
+Batch batch_of(const specinfer_forward_batch &b) {
+  if (b.struct_size < offsetof(specinfer_forward_batch, hidden) + sizeof(b.hidden))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward batch struct_size %u too small",
+         unsigned(b.struct_size));
+  return Batch{b.tokens, b.positions, b.n_tokens, b.tree_mask, b.n_logits, b.logits, b.hidden};
+}
+
 void target_destroy(void *self) {
   delete self_of(self);
 }
 
 specinfer_status target_info(void *self, specinfer_model_info *info) {
   if (self == nullptr || info == nullptr) return SPECINFER_ERR_INVALID_ARGUMENT;
-  Target *t = self_of(self);
+  const Target *t = self_of(self);
+  const Loaded &l = *t->loaded;
   const Hparams &hp = t->model->hparams();
   // Fill only the fields the caller's struct has room for.
   specinfer_model_info full;
@@ -112,12 +139,12 @@ specinfer_status target_info(void *self, specinfer_model_info *info) {
   full.vocab_size = hp.n_vocab;
   full.n_ctx = t->model->n_ctx();
   full.hidden_size = hp.n_embd;
-  full.bos_token = t->tokenizer->bos();
-  full.eos_token = t->tokenizer->eos();
-  full.eot_token = t->tokenizer->eot();
-  full.add_bos = t->tokenizer->add_bos() ? 1 : 0;
-  full.name = t->name.c_str();
-  full.arch = t->arch.c_str();
+  full.bos_token = l.tokenizer->bos();
+  full.eos_token = l.tokenizer->eos();
+  full.eot_token = l.tokenizer->eot();
+  full.add_bos = l.tokenizer->add_bos() ? 1 : 0;
+  full.name = l.name.c_str();
+  full.arch = l.arch.c_str();
   size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
   if (n < sizeof(uint32_t)) return SPECINFER_ERR_INVALID_ARGUMENT;
   std::memcpy(info, &full, n);
@@ -131,7 +158,7 @@ specinfer_status target_tokenize(void *self, const char *text, size_t len, int32
     if (self == nullptr || n_tokens == nullptr || (text == nullptr && len > 0) ||
         (tokens == nullptr && cap > 0))
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: tokenize: NULL argument");
-    std::vector<int32_t> ids = self_of(self)->tokenizer->encode(
+    std::vector<int32_t> ids = self_of(self)->loaded->tokenizer->encode(
         std::string_view(text ? text : "", len), add_special != 0, parse_special != 0);
     *n_tokens = ids.size();
     if (ids.size() > cap)
@@ -146,7 +173,7 @@ specinfer_status target_token_bytes(void *self, int32_t token, char *buf, size_t
   return guarded(err, "gguf", [&] {
     if (self == nullptr || n_bytes == nullptr || (buf == nullptr && cap > 0))
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token_bytes: NULL argument");
-    const Tokenizer &tk = *self_of(self)->tokenizer;
+    const Tokenizer &tk = *self_of(self)->loaded->tokenizer;
     if (token < 0 || token >= tk.vocab_size())
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: token %d is outside the vocabulary of %d", token,
            tk.vocab_size());
@@ -164,11 +191,35 @@ specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
   return guarded(err, "gguf", [&] {
     if (self == nullptr || b == nullptr)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward: NULL argument");
-    if (b->struct_size < offsetof(specinfer_forward_batch, hidden) + sizeof(b->hidden))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward batch struct_size %u too small",
-           unsigned(b->struct_size));
-    self_of(self)->model->forward(b->tokens, b->positions, b->n_tokens, b->tree_mask, b->n_logits,
-                                  b->logits, b->hidden);
+    const Batch batch = batch_of(*b);
+    self_of(self)->model->forward(batch.tokens, batch.positions, batch.n, batch.tree_mask,
+                                  batch.n_logits, batch.logits, batch.hidden);
+  });
+}
+
+specinfer_status target_share(void *self, void **out, specinfer_plugin_error *err) {
+  return guarded(err, "gguf", [&] {
+    if (self == nullptr || out == nullptr)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: share: NULL argument");
+    *out = nullptr;
+    *out = new_sequence(self_of(self)->loaded).release();
+  });
+}
+
+specinfer_status target_forward_many(void *const *selves, const specinfer_forward_batch *batches,
+                                     int32_t n, specinfer_plugin_error *err) {
+  return guarded(err, "gguf", [&] {
+    if (n <= 0 || selves == nullptr || batches == nullptr)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward_many: NULL argument or n %d <= 0", n);
+    std::vector<Model *> seqs(static_cast<size_t>(n));
+    std::vector<Batch> bs(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) {
+      if (selves[i] == nullptr)
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward_many: instance %d is NULL", i);
+      seqs[static_cast<size_t>(i)] = self_of(selves[i])->model.get();
+      bs[static_cast<size_t>(i)] = batch_of(batches[i]);
+    }
+    Model::forward_many(seqs.data(), bs.data(), n);
   });
 }
 
@@ -210,6 +261,8 @@ const specinfer_target_vtable kVtable = {
     target_kv_truncate,
     target_kv_keep,
     target_output_rows,
+    target_share,
+    target_forward_many,
 };
 
 specinfer_status target_create(const specinfer_host *host, const char *config, void **self,
@@ -222,26 +275,26 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     *vtable = nullptr;
     if (host == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: create: NULL host");
     Config cfg = parse_config(config);
-    auto t = std::make_unique<Target>();
-    t->file = File::open(cfg.path);
+    auto l = std::make_shared<Loaded>();
+    l->file = File::open(cfg.path);
     ModelOptions opt;
     opt.pack = cfg.pack;
     opt.vocab_limit = cfg.vocab_limit;
     opt.requant = cfg.requant;
-    t->model = std::make_unique<Model>(*t->file, host, cfg.n_ctx, opt);
-    t->tokenizer = Tokenizer::from_gguf(*t->file);
-    if (t->tokenizer->vocab_size() > t->model->hparams().n_vocab)
+    l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
+    l->tokenizer = Tokenizer::from_gguf(*l->file);
+    const Hparams &hp = l->weights->hp;
+    if (l->tokenizer->vocab_size() > hp.n_vocab)
       fail(SPECINFER_ERR_FORMAT, "gguf: the tokenizer has %d tokens but the model only %d outputs",
-           t->tokenizer->vocab_size(), t->model->hparams().n_vocab);
+           l->tokenizer->vocab_size(), hp.n_vocab);
     if (cfg.vocab_limit > 0) {
       // A draft must be able to propose the end of the text, whatever its id.
-      std::vector<int32_t> eog;
-      for (int32_t id = 0; id < t->tokenizer->vocab_size(); ++id)
-        if (t->tokenizer->is_eog(id)) eog.push_back(id);
-      t->model->add_output_ids(eog.data(), static_cast<int32_t>(eog.size()));
+      for (int32_t id = 0; id < l->tokenizer->vocab_size(); ++id)
+        if (l->tokenizer->is_eog(id)) l->eog.push_back(id);
     }
-    t->name = t->model->hparams().name;
-    t->arch = t->model->hparams().arch;
+    l->name = hp.name;
+    l->arch = hp.arch;
+    auto t = new_sequence(std::move(l));
     *self = t.release();
     *vtable = &kVtable;
   });

@@ -169,7 +169,9 @@ const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
                                                t_kv_size,
                                                t_kv_truncate,
                                                t_kv_keep,
-                                               nullptr};  // no hidden state: no output rows
+                                               nullptr,   // no hidden state: no output rows
+                                               nullptr,   // no share
+                                               nullptr};  // no forward_many
 
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
                                const specinfer_target_vtable **vtable,
