@@ -1,10 +1,12 @@
 // specinfer serve: an OpenAI-compatible HTTP server (serve_http.cpp) on one target and drafter,
 // requests run by a serve::Worker (serve_engine.h).
 #include <httplib.h>
-#include <pthread.h>
-#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -19,6 +21,14 @@
 #include "specinfer.h"
 
 namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const ssize_t n = write(g_signal_pipe[1], &b, 1);
+  (void)n;
+}
 
 // The value of `key` in a PLUGIN:key=value,... config; "" when absent.
 std::string config_value(const std::string &spec, const std::string &key) {
@@ -64,17 +74,15 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--chat-template", chat_template_file,
                  "Jinja chat template file (default: the GGUF's tokenizer.chat_template)")
       ->type_name("FILE");
+  std::string print_chat;
+  app.add_option("--print-chat-prompt", print_chat,
+                 "print what the chat template makes of the messages in FILE (a JSON list of "
+                 "{role, content}) and exit, without loading the model")
+      ->type_name("FILE");
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   if (drafter_spec == "none") drafter_spec.clear();
 
-  // SIGINT and SIGTERM stop the server (handled by a thread below): block them before any thread
-  // starts so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);  // sent by the server itself when it ends
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone away is an error on its socket, not the end
 
   serve::ServerConfig cfg;
   const std::string path = config_value(run.target, "path");
@@ -110,6 +118,24 @@ int cmd_serve(int argc, char **argv) {
     cfg.chat_unavailable =
         "chat completions are not available: the model has no chat template (start the server "
         "with --chat-template FILE); use /v1/completions";
+  }
+
+  if (!print_chat.empty()) {
+    std::ifstream in(print_chat, std::ios::binary);
+    const nlohmann::json messages = nlohmann::json::parse(in, nullptr, false);
+    std::string text, error;
+    if (!in || messages.is_discarded() || !messages.is_array()) {
+      std::fprintf(stderr, "specinfer serve: %s is not a JSON list of messages\n",
+                   print_chat.c_str());
+      return 1;
+    }
+    if (cfg.chat.source.empty() || !cfg.chat.render(messages, &text, &error)) {
+      std::fprintf(stderr, "specinfer serve: %s\n",
+                   cfg.chat.source.empty() ? cfg.chat_unavailable.c_str() : error.c_str());
+      return 1;
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
   }
 
   specinfer_registry *reg = cli::create_registry(run, "specinfer serve");
@@ -153,18 +179,33 @@ int cmd_serve(int argc, char **argv) {
     std::fprintf(stderr, "specinfer serve: model %s, listening on http://%s:%d\n",
                  cfg.model.c_str(), host.c_str(), bound);
     std::fflush(stderr);
-    std::thread on_signal([&server, &worker, signals] {
-      int sig = 0;
-      sigwait(&signals, &sig);
-      if (sig == SIGUSR1) return;  // the server ended by itself
+    // SIGINT and SIGTERM stop the server: the handler (any thread may run it; libraries start
+    // threads of their own) writes the signal to a pipe that this thread reads.
+    if (pipe(g_signal_pipe) != 0) {
+      std::fprintf(stderr, "specinfer serve: pipe: %s\n", std::strerror(errno));
+      break;
+    }
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    std::thread on_signal([&server, &worker] {
+      unsigned char sig = 0;
+      while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+      }
+      if (sig == 0) return;  // the server ended by itself
       std::fprintf(stderr, "specinfer serve: stopping (signal %d)\n", sig);
       worker.stop();
       server.stop();
     });
     server.listen_after_bind();
     worker.stop();
-    pthread_kill(on_signal.native_handle(), SIGUSR1);
+    const unsigned char end = 0;
+    while (write(g_signal_pipe[1], &end, 1) < 0 && errno == EINTR) {
+    }
     on_signal.join();
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
     rc = 0;
   } while (false);
   specinfer_free(err);

@@ -34,9 +34,6 @@ bool ChatTemplate::render(const nlohmann::json &messages, std::string *out,
     *error = "the chat template failed: " + result;
     return false;
   }
-  // The tokenizer adds bos itself: a template that writes it too would give two.
-  if (model_adds_bos && !bos.empty() && result.compare(0, bos.size(), bos) == 0)
-    result.erase(0, bos.size());
   *out = std::move(result);
   return true;
 #else
@@ -46,6 +43,12 @@ bool ChatTemplate::render(const nlohmann::json &messages, std::string *out,
       "this build of specinfer has no chat-template engine (cargo was not found when it was built)";
   return false;
 #endif
+}
+
+std::string ChatTemplate::prompt_of(std::string rendered) const {
+  if (model_adds_bos && !bos.empty() && rendered.compare(0, bos.size(), bos) == 0)
+    rendered.erase(0, bos.size());
+  return rendered;
 }
 
 bool chat_template_from_gguf(const std::string &path, ChatTemplate *out, std::string *error) {

@@ -22,6 +22,9 @@ struct ChatTemplate {
   // Returns false and the engine's message in *error when the template fails (raise_exception()
   // included) or the engine is not built in.
   bool render(const nlohmann::json &messages, std::string *out, std::string *error) const;
+  // The prompt to feed: the rendered text less a leading bos when the tokenizer adds one itself
+  // (a template that writes it too would give two).
+  std::string prompt_of(std::string rendered) const;
 };
 
 // The chat template and bos/eos texts of the GGUF file at `path`. Returns false and why in *error

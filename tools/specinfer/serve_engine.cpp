@@ -77,7 +77,9 @@ SubmitStatus Worker::submit(GenParams params, GenCallbacks callbacks,
                             std::shared_ptr<std::atomic<bool>> cancelled) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return SubmitStatus::kStopped;
-  if (static_cast<int32_t>(queue_.size()) >= max_queue_) {
+  // max_queue_ counts waiting requests: an idle worker takes one even with max_queue_ == 0.
+  const bool idle = queue_.empty() && metrics_.running == 0;
+  if (static_cast<int32_t>(queue_.size()) >= max_queue_ && !idle) {
     metrics_.requests_rejected++;
     return SubmitStatus::kQueueFull;
   }

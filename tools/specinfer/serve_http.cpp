@@ -336,8 +336,10 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
       return send_error(res, e);
     }
     std::string error;
-    if (!cfg_.chat.render(messages, &params.prompt, &error))
+    std::string rendered;
+    if (!cfg_.chat.render(messages, &rendered, &error))
       return send_error(res, bad_param("messages", error));
+    params.prompt = cfg_.chat.prompt_of(std::move(rendered));
   } else {
     const auto it = body.find("prompt");
     if (it != body.end() && it->is_string()) {

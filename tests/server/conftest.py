@@ -1,0 +1,105 @@
+"""Fixtures of the server suite: the `specinfer` command, the models, a running server.
+
+The models come from $SPECINFER_MODELS (default ~/.cache/specinfer/models), as for the C tests
+(tests/support/models.h): a test whose model is absent is skipped, saying which.
+"""
+import os
+import re
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+
+CLI = os.environ.get("SPECINFER_CLI", "")
+TIMEOUT = 60  # seconds: every request, every wait
+
+
+def models_dir():
+    d = os.environ.get("SPECINFER_MODELS", "")
+    return d if d else os.path.join(os.environ.get("HOME", "."), ".cache/specinfer/models")
+
+
+def model_path(name):
+    """The path of model file `name`, or skips the test when it is absent."""
+    path = os.path.join(models_dir(), name)
+    if not os.path.isfile(path):
+        pytest.skip(f"model {path} is absent (scripts/fetch-models all fetches it)")
+    return path
+
+
+def gguf_metadata(path, key):
+    """The string value of metadata `key` in the GGUF file at `path`, or None."""
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    with open(path, "rb") as f:
+        def read(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))
+
+        def string():
+            (n,) = read("Q")
+            return f.read(n).decode("utf-8")
+
+        def value(t):
+            if t == 8:
+                return string()
+            if t == 9:
+                (at,) = read("I")
+                (n,) = read("Q")
+                return [value(at) for _ in range(n)]
+            return read(scalar[t])[0]
+
+        assert f.read(4) == b"GGUF"
+        read("I")
+        _, n_kv = read("QQ")
+        for _ in range(n_kv):
+            k = string()
+            (t,) = read("I")
+            v = value(t)
+            if k == key:
+                return v
+    return None
+
+
+class Server:
+    """`specinfer serve` on 127.0.0.1, a free port chosen by the server (--port 0)."""
+
+    def __init__(self, args):
+        if not CLI:
+            pytest.fail("SPECINFER_CLI is not set (ctest sets it)")
+        self.proc = subprocess.Popen(
+            [CLI, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + TIMEOUT
+        self.log = []
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                self.url = f"http://127.0.0.1:{self.port}"
+                return
+        self.stop()
+        pytest.fail("the server did not start:\n" + "".join(self.log))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def generate(target, drafter, prompt, n):
+    """What `specinfer generate` prints for a greedy run (the text, a newline added if missing)."""
+    out = subprocess.run(
+        [CLI, "generate", "--target", target, "--drafter", drafter, "--threads", "2",
+         "--prompt", prompt, "-n", str(n)],
+        capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    return out.stdout

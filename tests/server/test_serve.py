@@ -1,0 +1,340 @@
+"""`specinfer serve` driven by the official openai package (and raw HTTP for exact bodies).
+
+Greedy texts must equal what `specinfer generate` prints for the same prompt, with one client and
+with several at once (they queue); stop strings cut the text before the first one, also while
+streaming; bad requests get 400 with an OpenAI-style error; a full queue gets 429; a stream whose
+client goes away is cancelled and does not hold up the next request. Every request has a timeout.
+"""
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import jinja2
+import jinja2.sandbox
+import openai
+import pytest
+
+from conftest import CLI, TIMEOUT, Server, generate, gguf_metadata, model_path
+
+QWEN = "qwen2.5-coder-0.5b.gguf"
+GEMMA = "gemma-3-270m.gguf"
+N = 24
+PROMPTS = ["def fibonacci(n):", "import numpy as np\n\ndef normalize(v):", "class Stack:\n"]
+GEMMA3_TEMPLATE = os.path.join(os.path.dirname(__file__), "data", "gemma3-chat-template.jinja")
+
+
+def client(server, **kw):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=TIMEOUT,
+                         max_retries=0, **kw)
+
+
+def post(server, path, body):
+    """(status, parsed JSON) of a raw POST; `body` is sent as is when it is a string."""
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    req = urllib.request.Request(server.url + path, data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def get(server, path):
+    with urllib.request.urlopen(server.url + path, timeout=TIMEOUT) as r:
+        return r.status, r.read().decode()
+
+
+def metric(server, name):
+    _, text = get(server, "/metrics")
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def printed(text):
+    """`text` as `specinfer generate` prints it: ending in a newline."""
+    return text if text.endswith("\n") else text + "\n"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    target = f"gguf:path={model_path(QWEN)},n_ctx=512"
+    server = Server(["--target", target, "--drafter", "ngram", "--threads", "2", "--queue", "7",
+                     "-n", "16"])
+    server.target = target
+    server.model = "qwen2.5-coder-0.5b"
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def reference(qwen):
+    """Greedy texts of `specinfer generate` for PROMPTS, N tokens each."""
+    return {p: generate(qwen.target, "ngram", p, N) for p in PROMPTS}
+
+
+def test_health_and_models(qwen):
+    assert json.loads(get(qwen, "/health")[1]) == {"status": "ok"}
+    models = client(qwen).models.list()
+    assert [m.id for m in models.data] == [qwen.model]
+
+
+def test_completion_equals_generate(qwen, reference):
+    c = client(qwen)
+    for p in PROMPTS:
+        r = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0)
+        assert printed(r.choices[0].text) == reference[p]
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.completion_tokens == N
+        assert r.usage.prompt_tokens > 0
+
+
+def test_streaming_equals_generate(qwen, reference):
+    p = PROMPTS[0]
+    stream = client(qwen).completions.create(model=qwen.model, prompt=p, max_tokens=N,
+                                             temperature=0, stream=True)
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks)
+    assert printed(text) == reference[p]
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+
+
+def test_concurrent_clients_equal_generate(qwen, reference):
+    """Eight clients at once (one runs, seven wait): each gets its own greedy text."""
+    c = client(qwen)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+
+    def run(i):
+        p = prompts[i]
+        if i % 2:
+            s = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0,
+                                     stream=True)
+            return "".join(ch.choices[0].text for ch in s)
+        return c.completions.create(model=qwen.model, prompt=p, max_tokens=N,
+                                    temperature=0).choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        texts = list(pool.map(run, range(8), timeout=4 * TIMEOUT))
+    for p, t in zip(prompts, texts):
+        assert printed(t) == reference[p]
+
+
+def test_stop_strings(qwen, reference):
+    """The text ends right before the earliest stop string, streaming or not."""
+    p = PROMPTS[0]
+    full = reference[p].rstrip("\n")
+    # A stop string from the middle of the text that spans a space, so most likely two tokens.
+    i = full.index(" ", len(full) // 3)
+    stop = full[i - 2:i + 3]
+    expected = full[:full.index(stop)]
+    c = client(qwen)
+    r = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0, stop=stop)
+    assert r.choices[0].text == expected
+    assert r.choices[0].finish_reason == "stop"
+    s = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0,
+                             stop=["never there", stop], stream=True)
+    chunks = list(s)
+    assert "".join(ch.choices[0].text for ch in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    # Of two stop strings, the one that comes first in the text wins.
+    early = full[1:4]
+    r = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0,
+                             stop=[stop, early])
+    assert r.choices[0].text == full[:full.index(early)]
+
+
+def hf_render(template, messages, bos="", eos=""):
+    """A chat template rendered as Hugging Face transformers renders it with Jinja2."""
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
+                                            bos_token=bos, eos_token=eos)
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+    [{"role": "system", "content": "You answer in French."},
+     {"role": "user", "content": "  Hello!\n"}],
+    [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+     {"role": "user", "content": "and \"3+3\"? {{ not a tag }} ünïcödé"}],
+]
+
+
+def print_chat_prompt(target, messages, *extra):
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(messages, f)
+        f.flush()
+        return subprocess.run([CLI, "serve", "--target", target, *extra, "--print-chat-prompt",
+                               f.name], capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("model", ["qwen", "gemma"])
+def test_chat_template_equals_jinja2(model):
+    """MiniJinja's rendering of the model's template equals Jinja2's, character for character."""
+    if model == "qwen":
+        path = model_path(QWEN)
+        template, extra, bos, eos = gguf_metadata(path, "tokenizer.chat_template"), [], "", ""
+        tokens = gguf_metadata(path, "tokenizer.ggml.tokens")
+        bos = tokens[gguf_metadata(path, "tokenizer.ggml.bos_token_id")]
+        eos = tokens[gguf_metadata(path, "tokenizer.ggml.eos_token_id")]
+    else:
+        path = model_path(GEMMA)
+        with open(GEMMA3_TEMPLATE) as f:
+            template = f.read()
+        extra, bos, eos = ["--chat-template", GEMMA3_TEMPLATE], "<bos>", "<eos>"
+    assert template
+    for messages in CONVERSATIONS:
+        out = print_chat_prompt(f"gguf:path={path}", messages, *extra)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == hf_render(template, messages, bos, eos)
+    if model == "gemma":  # the template's own raise_exception: roles must alternate
+        bad = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+        out = print_chat_prompt(f"gguf:path={path}", bad, *extra)
+        assert out.returncode == 1
+        assert "Conversation roles must alternate" in out.stderr
+
+
+def test_chat_completion(qwen):
+    """A chat request equals a completion of the prompt Jinja2 renders from the GGUF's template."""
+    messages = CONVERSATIONS[0]
+    template = gguf_metadata(model_path(QWEN), "tokenizer.chat_template")
+    prompt = hf_render(template, messages)
+    c = client(qwen)
+    chat = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=12,
+                                     temperature=0)
+    plain = c.completions.create(model=qwen.model, prompt=prompt, max_tokens=12, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == plain.choices[0].text
+    assert chat.choices[0].finish_reason == plain.choices[0].finish_reason
+    assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+    stream = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=12,
+                                       temperature=0, stream=True,
+                                       stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == chat.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
+
+
+def test_sampling_is_seeded(qwen):
+    c = client(qwen)
+    kw = dict(model=qwen.model, prompt=PROMPTS[1], max_tokens=12, temperature=0.9, top_p=0.95)
+    a = c.completions.create(seed=7, **kw).choices[0].text
+    b = c.completions.create(seed=7, **kw).choices[0].text
+    assert a == b
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "ten"}, "max_tokens"),
+    ({"prompt": "x", "temperature": 5}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"),
+    ({"prompt": "x", "stop": 3}, "stop"),
+    ({"prompt": "x", "stop": ["a", 1]}, "stop"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
+    ({"prompt": "x", "seed": 1.5}, "seed"),
+    ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": 42}, "prompt"),
+    ({}, "prompt"),
+])
+def test_bad_parameters(qwen, body, param):
+    status, j = post(qwen, "/v1/completions", body)
+    assert status == 400
+    assert set(j["error"]) == {"message", "type", "param", "code"}
+    assert j["error"]["type"] == "invalid_request_error"
+    assert j["error"]["param"] == param
+
+
+def test_bad_requests(qwen):
+    for raw in ["{not json", "[1, 2]", ""]:
+        status, j = post(qwen, "/v1/completions", raw)
+        assert status == 400 and j["error"]["code"] == "invalid_json"
+    for messages in [None, [], [{"content": "no role"}], [{"role": "user", "content": 3}]]:
+        status, j = post(qwen, "/v1/chat/completions", {"messages": messages})
+        assert status == 400 and j["error"]["param"] == "messages"
+    status, j = post(qwen, "/v1/completions", {"model": "other", "prompt": "x"})
+    assert status == 404 and j["error"]["code"] == "model_not_found"
+    status, j = post(qwen, "/v1/nothing", {})
+    assert status == 404 and "error" in j
+    with pytest.raises(openai.BadRequestError) as e:
+        client(qwen).completions.create(model=qwen.model, prompt="x", max_tokens=-1)
+    assert e.value.status_code == 400
+    # A prompt longer than the context: 400 with both numbers.
+    status, j = post(qwen, "/v1/completions", {"prompt": "word " * 600, "max_tokens": 4})
+    assert status == 400 and j["error"]["code"] == "context_length_exceeded"
+    assert re.search(r"\b6\d\d\b", j["error"]["message"]) and "512" in j["error"]["message"]
+    # The server still serves.
+    r = client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[0], max_tokens=2)
+    assert r.usage.completion_tokens == 2
+
+
+def test_metrics(qwen):
+    client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[2], max_tokens=4)
+    assert metric(qwen, "specinfer_generated_tokens_total") >= 4
+    assert metric(qwen, "specinfer_prompt_tokens_total") > 0
+    assert metric(qwen, "specinfer_queue_depth") == 0
+    assert metric(qwen, "specinfer_round_seconds_count") > 0
+    assert 0 <= metric(qwen, "specinfer_acceptance_rate") <= 1
+    _, text = get(qwen, "/metrics")
+    assert 'specinfer_http_requests_total{path="/v1/completions",status="200"}' in text
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    """A server whose queue holds one waiting request."""
+    server = Server(["--target", f"gguf:path={model_path(GEMMA)},n_ctx=1024", "--threads", "2",
+                     "--queue", "1", "--chat-template", GEMMA3_TEMPLATE])
+    server.model = "gemma-3-270m"
+    yield server
+    assert server.stop() == 0
+
+
+def wait_for(condition):
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    pytest.fail("timed out waiting")
+
+
+def test_full_queue_and_cancelled_stream(gemma):
+    """One request runs, one waits, the next gets 429; the running one's client goes away, so it
+    is cancelled and the waiting one runs."""
+    c = client(gemma)
+    long = c.completions.create(model=gemma.model, prompt="Once upon a time", max_tokens=800,
+                                temperature=0, stream=True)
+    it = iter(long)
+    next(it)  # it runs
+    result = {}
+    waiting = threading.Thread(target=lambda: result.update(r=c.completions.create(
+        model=gemma.model, prompt="The sea is", max_tokens=3)))
+    waiting.start()
+    wait_for(lambda: metric(gemma, "specinfer_queue_depth") == 1)
+    status, j = post(gemma, "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    assert status == 429
+    assert j["error"]["type"] == "rate_limit_error"
+    with pytest.raises(openai.RateLimitError):
+        c.completions.create(model=gemma.model, prompt="x", max_tokens=1)
+    long.close()  # the client goes away
+    waiting.join(TIMEOUT)
+    assert not waiting.is_alive()
+    assert result["r"].usage.completion_tokens <= 3
+    wait_for(lambda: metric(gemma, 'specinfer_requests_total{outcome="cancelled"}') == 1)
+    assert metric(gemma, 'specinfer_requests_total{outcome="rejected"}') == 2
+    # And the next request is served at once.
+    r = c.chat.completions.create(model=gemma.model, messages=CONVERSATIONS[0], max_tokens=4)
+    assert r.choices[0].message.content is not None
