@@ -9,6 +9,7 @@ import concurrent.futures
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import threading
@@ -281,6 +282,15 @@ def test_bad_requests(qwen):
     assert r.usage.completion_tokens == 2
 
 
+def test_context_full_ends_with_length(qwen):
+    """A completion that reaches the end of the context ends there, with finish_reason length."""
+    prompt = "x = [" + ", ".join(str(i) for i in range(95)) + ","
+    r = client(qwen).completions.create(model=qwen.model, prompt=prompt, max_tokens=400,
+                                        temperature=0)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens + r.usage.completion_tokens == 512
+
+
 def test_metrics(qwen):
     client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[2], max_tokens=4)
     assert metric(qwen, "specinfer_generated_tokens_total") >= 4
@@ -338,3 +348,16 @@ def test_full_queue_and_cancelled_stream(gemma):
     # And the next request is served at once.
     r = c.chat.completions.create(model=gemma.model, messages=CONVERSATIONS[0], max_tokens=4)
     assert r.choices[0].message.content is not None
+
+
+def test_non_streaming_client_gone_is_cancelled(gemma):
+    """A non-streaming request whose client disconnects is cancelled, not run to max_tokens."""
+    before = metric(gemma, 'specinfer_requests_total{outcome="cancelled"}')
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0})
+    with socket.create_connection(("127.0.0.1", gemma.port), timeout=TIMEOUT) as s:
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                   f"\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        wait_for(lambda: metric(gemma, "specinfer_requests_running") == 1)
+    wait_for(lambda: metric(gemma, 'specinfer_requests_total{outcome="cancelled"}') == before + 1)
+    r = client(gemma).completions.create(model=gemma.model, prompt="The sea is", max_tokens=2)
+    assert r.usage.completion_tokens == 2

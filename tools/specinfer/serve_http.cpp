@@ -386,22 +386,58 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
                 {"total_tokens", r.prompt_tokens + r.completion_tokens}};
   };
 
-  if (!s.stream) {
-    std::unique_lock<std::mutex> lock(x->m);
-    x->cv.wait(lock, [&] { return x->done; });
-    if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
-    json choice = {{"index", 0}, {"finish_reason", x->result.finish_reason}, {"logprobs", nullptr}};
+  const auto answer = [=](const GenResult &result, const std::string &text) {
+    json choice = {{"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
     if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", x->pending}};
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
-      choice["text"] = x->pending;
-    return send_json(res, 200,
-                     {{"id", id},
-                      {"object", chat ? "chat.completion" : "text_completion"},
-                      {"created", created},
-                      {"model", model},
-                      {"choices", json::array({choice})},
-                      {"usage", usage(x->result)}});
+      choice["text"] = text;
+    return json{{"id", id},
+                {"object", chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})},
+                {"usage", usage(result)}};
+  };
+  if (!s.stream) {
+    {
+      std::lock_guard<std::mutex> lock(x->m);
+      if (x->done) {
+        if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
+        return send_json(res, 200, answer(x->result, x->pending));
+      }
+    }
+    // Still generating: the answer is written (chunked) once the text is complete, and meanwhile
+    // the provider checks every 200 ms that the client is still there, so that a client gone
+    // away cancels its request. The status is 200 by then: a generation that fails later (a
+    // plugin error, the server stopping) answers with an error body.
+    res.set_chunked_content_provider(
+        "application/json",
+        [=](size_t, httplib::DataSink &sink) {
+          std::unique_lock<std::mutex> lock(x->m);
+          x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return x->done; });
+          if (!x->done) {
+            lock.unlock();
+            if (sink.is_writable()) return true;
+            x->cancelled->store(true);
+            return false;
+          }
+          const json body = x->result.kind == GenResult::Kind::kOk
+                                ? answer(x->result, x->pending)
+                                : error_body(error_of(x->result));
+          lock.unlock();
+          const std::string text = dump(body);
+          if (!sink.write(text.data(), text.size())) {
+            x->cancelled->store(true);
+            return false;
+          }
+          sink.done();
+          return true;
+        },
+        [x](bool success) {
+          if (!success) x->cancelled->store(true);
+        });
+    return;
   }
 
   // Streaming: one SSE event per round with text, a last one with finish_reason, then [DONE].
