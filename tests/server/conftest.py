@@ -8,6 +8,7 @@ import re
 import signal
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -81,9 +82,15 @@ class Server:
             if m:
                 self.port = int(m.group(1))
                 self.url = f"http://127.0.0.1:{self.port}"
+                # Keep reading stderr, so that the server never blocks on a full pipe.
+                threading.Thread(target=self._drain, daemon=True).start()
                 return
         self.stop()
         pytest.fail("the server did not start:\n" + "".join(self.log))
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
 
     def stop(self):
         if self.proc.poll() is None:

@@ -260,7 +260,8 @@ def test_bad_parameters(qwen, body, param):
 
 
 def test_bad_requests(qwen):
-    for raw in ["{not json", "[1, 2]", ""]:
+    deep = '{"prompt": "x", "extra": ' + "[" * 100000 + "]" * 100000 + "}"
+    for raw in ["{not json", "[1, 2]", "", deep, "\xff\xfe"]:
         status, j = post(qwen, "/v1/completions", raw)
         assert status == 400 and j["error"]["code"] == "invalid_json"
     for messages in [None, [], [{"content": "no role"}], [{"role": "user", "content": 3}]]:
@@ -361,3 +362,29 @@ def test_non_streaming_client_gone_is_cancelled(gemma):
     wait_for(lambda: metric(gemma, 'specinfer_requests_total{outcome="cancelled"}') == before + 1)
     r = client(gemma).completions.create(model=gemma.model, prompt="The sea is", max_tokens=2)
     assert r.usage.completion_tokens == 2
+
+
+def test_command_line():
+    """Usage errors exit 2 naming the option; a target that cannot open exits 1 saying why."""
+    def run(*args):
+        return subprocess.run([CLI, "serve", *args], capture_output=True, text=True,
+                              timeout=TIMEOUT)
+
+    out = run("--help")
+    assert out.returncode == 0
+    for option in ["--target", "--drafter", "--host", "--port", "--queue", "--model",
+                   "--chat-template", "--threads", "--max-tokens"]:
+        assert option in out.stdout
+    out = run("--port", "1")
+    assert out.returncode == 2 and "--target" in out.stderr
+    out = run("--target", "kgram:path=/nonexistent", "--port", "70000")
+    assert out.returncode == 2 and "--port" in out.stderr
+    out = run("--target", "gguf:path=/nonexistent.gguf", "--port", "0")
+    assert out.returncode == 1 and "/nonexistent.gguf" in out.stderr
+
+
+def test_port_in_use(gemma):
+    out = subprocess.run([CLI, "serve", "--target", f"gguf:path={model_path(GEMMA)}",
+                          "--host", "127.0.0.1", "--port", str(gemma.port)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 1 and "cannot listen" in out.stderr

@@ -166,6 +166,12 @@ int cmd_serve(int argc, char **argv) {
     const size_t threads = static_cast<size_t>(queue) + 16;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_payload_max_length(16 << 20);
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on the
+    // same port would start and share the connections instead of failing.
+    server.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     const auto routes = serve::install_routes(server, worker, cfg);
     int bound = port;
     if (port == 0)

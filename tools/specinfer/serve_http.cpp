@@ -21,6 +21,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int kMaxDepth = 64;  // most nesting of a request body
+
 // An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError {
   int status = 400;
@@ -275,11 +277,21 @@ void Routes::count(const httplib::Request &req, const httplib::Response &res) {
 }
 
 void Routes::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
-  json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) {
+  // Nesting deeper than kMaxDepth is refused while parsing (the parser itself does not recurse):
+  // later steps (dump, the template engine) walk values recursively.
+  bool too_deep = false;
+  json body = json::parse(
+      req.body,
+      [&too_deep](int depth, json::parse_event_t, json &) {
+        if (depth > kMaxDepth) too_deep = true;
+        return !too_deep;
+      },
+      false);
+  if (too_deep || body.is_discarded() || !body.is_object()) {
     ApiError e;
-    e.message =
-        body.is_discarded() ? "the body is not valid JSON" : "the body must be a JSON object";
+    e.message = too_deep              ? "the body is nested too deeply"
+                : body.is_discarded() ? "the body is not valid JSON"
+                                      : "the body must be a JSON object";
     e.code = "invalid_json";
     return send_error(res, e);
   }
