@@ -248,6 +248,9 @@ def test_sampling_is_seeded(qwen):
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "seed": 1.5}, "seed"),
     ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": "x", "echo": True}, "echo"),
+    ({"prompt": "x", "logprobs": 2}, "logprobs"),
+    ({"prompt": "x", "best_of": 3}, "best_of"),
     ({"prompt": 42}, "prompt"),
     ({}, "prompt"),
 ])

@@ -126,6 +126,16 @@ std::optional<ApiError> read_sampling(const json &body, const ServerConfig &cfg,
       s->include_usage = u->get<bool>();
     }
   }
+  // Features this server does not have: refused rather than silently ignored.
+  for (const char *key : {"echo", "logprobs", "best_of", "suffix", "tools", "functions"}) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    const bool off = (it->is_boolean() && !it->get<bool>()) ||
+                     (it->is_number_integer() && it->get<int64_t>() == (key[0] == 'b' ? 1 : 0)) ||
+                     (it->is_string() && it->get<std::string>().empty()) ||
+                     (it->is_array() && it->empty());
+    if (!off) return bad_param(key, std::string(key) + " is not supported by this server");
+  }
   if (const auto it = body.find("n"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() != 1)
       return bad_param("n", "only n = 1 is supported");
