@@ -28,8 +28,18 @@ fn strftime_now(format: String) -> Result<Value, Error> {
 /// The few strftime fields chat templates use (dates in the system prompt), in UTC.
 fn format_utc(format: &str, t: i64) -> String {
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let days = t.div_euclid(86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -132,7 +142,11 @@ unsafe fn bytes<'a>(p: *const c_char, len: usize) -> Result<&'a str, (c_int, Str
     if p.is_null() && len > 0 {
         return Err((ERR_CONTEXT, "null pointer".into()));
     }
-    let slice = if len == 0 { &[][..] } else { std::slice::from_raw_parts(p as *const u8, len) };
+    let slice = if len == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(p as *const u8, len)
+    };
     std::str::from_utf8(slice).map_err(|e| (ERR_CONTEXT, format!("not UTF-8: {e}")))
 }
 
