@@ -491,6 +491,31 @@ SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *ses
 SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session, int32_t *tokens,
                                                       size_t cap, size_t *n_tokens, int32_t *done);
 
+/* One session's part of specinfer_session_step_many. */
+typedef struct specinfer_step_result {
+  uint32_t struct_size; /* sizeof(specinfer_step_result) */
+  int32_t *tokens;      /* in: room for `cap` tokens, at least the session's max_draft + 1 */
+  size_t cap;
+  size_t n_tokens;         /* out: tokens the round emitted */
+  int32_t done;            /* out: 1 when the round emitted eos/eot */
+  specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
+} specinfer_step_result;
+
+/* Runs one round of each of n distinct sessions, as specinfer_session_step would, with a single
+ * target pass for all sessions whose targets share one loaded model (specinfer_target_share, or
+ * targets opened with the same plugin and config): the weights are read once for all of them, so
+ * on a memory-bound CPU n sessions advance for little more than the cost of one. Each session's
+ * tokens are those its own specinfer_session_step would emit, bit for bit. Continuous batching
+ * is a loop over this call with the sessions that are still generating. The caller holds all n
+ * sessions for the call. Returns OK when every session's round succeeded, else the first
+ * failing session's status; each result has its own status, and a failing session does not stop
+ * the others. A malformed call (NULL arrays, a result's struct_size too small, a session twice)
+ * runs nothing and returns INVALID_ARGUMENT. Per session: INVALID_ARGUMENT (NULL session or
+ * tokens), BUFFER_TOO_SMALL, and the errors of specinfer_session_step. */
+SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *const *sessions,
+                                                           specinfer_step_result *results,
+                                                           size_t n);
+
 typedef struct specinfer_session_stats {
   uint32_t struct_size;
   int64_t n_prompt_tokens;  /* tokens fed */

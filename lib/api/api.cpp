@@ -429,6 +429,77 @@ SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session
   });
 }
 
+namespace {
+
+specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_result *results,
+                           size_t n) {
+  std::vector<specinfer::Session *> ready;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < n; ++i) {
+    specinfer_step_result &r = results[i];
+    r.n_tokens = 0;
+    r.done = 0;
+    r.status = SPECINFER_OK;
+    specinfer_session *s = sessions[i];
+    if (!s) {
+      r.status = SPECINFER_ERR_INVALID_ARGUMENT;
+      continue;
+    }
+    r.status = guard(&s->impl->last_error, nullptr, [&] {
+      if (!r.tokens) fail(SPECINFER_ERR_INVALID_ARGUMENT, "result %zu: tokens is NULL", i);
+      if (r.cap < s->impl->max_emit())
+        fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "result %zu: cap %zu is below max_draft + 1 = %zu", i,
+             r.cap, s->impl->max_emit());
+    });
+    if (r.status == SPECINFER_OK) {
+      ready.push_back(s->impl.get());
+      index.push_back(i);
+    }
+  }
+  std::vector<std::vector<int32_t>> outs(ready.size());
+  std::unique_ptr<bool[]> dones(new bool[ready.size()]());
+  std::vector<std::exception_ptr> errors(ready.size());
+  specinfer::Session::step_many(ready.data(), ready.size(), outs.data(), dones.get(),
+                                errors.data());
+  for (size_t k = 0; k < ready.size(); ++k) {
+    specinfer_step_result &r = results[index[k]];
+    specinfer_session *s = sessions[index[k]];
+    r.status = guard(&s->impl->last_error, nullptr, [&] {
+      if (errors[k]) std::rethrow_exception(errors[k]);
+      std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
+      r.n_tokens = outs[k].size();
+      r.done = dones[k] ? 1 : 0;
+    });
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (results[i].status != SPECINFER_OK) return results[i].status;
+  return SPECINFER_OK;
+}
+
+}  // namespace
+
+SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *const *sessions,
+                                                           specinfer_step_result *results,
+                                                           size_t n) {
+  if (n == 0) return SPECINFER_OK;
+  if (!sessions || !results) return SPECINFER_ERR_INVALID_ARGUMENT;
+  // A caller's mistake in the call itself runs nothing.
+  for (size_t i = 0; i < n; ++i) {
+    if (results[i].struct_size < sizeof(specinfer_step_result))
+      return SPECINFER_ERR_INVALID_ARGUMENT;
+    for (size_t j = 0; j < i; ++j)
+      if (sessions[j] == sessions[i] && sessions[i]) {
+        sessions[i]->impl->last_error = "step_many: the same session twice in one call";
+        return SPECINFER_ERR_INVALID_ARGUMENT;
+      }
+  }
+  try {
+    return step_many(sessions, results, n);
+  } catch (...) {  // allocations of the batch itself
+    return SPECINFER_ERR_OUT_OF_MEMORY;
+  }
+}
+
 SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats) {
   if (!stats) return;
   std::memset(stats, 0, sizeof(*stats));

@@ -251,7 +251,7 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
   {
     std::lock_guard<std::mutex> lock(registry.targets_mu);
     for (auto &[k, open] : registry.shareable_targets)
-      if (k == key) return open->share_locked();
+      if (k == key) return open->share_locked();  // (a key with a load count never equals one)
   }
   void *self = nullptr;
   const specinfer_target_vtable *vt = nullptr;
@@ -263,6 +263,15 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
   auto t = std::make_unique<specinfer_target>(registry, &p, self, vt);
   if (t->can_share()) {
     std::lock_guard<std::mutex> lock(registry.targets_mu);
+    // Another thread may have loaded the same model meanwhile: the key names one loaded model,
+    // so this one gets a key of its own (later opens share the first).
+    static uint64_t loads = 0;
+    for (auto &[k, open] : registry.shareable_targets)
+      if (k == key) {
+        key += '\0';
+        key += std::to_string(++loads);
+        break;
+      }
     registry.shareable_targets.emplace_back(key, t.get());
     t->key_ = key;
   }

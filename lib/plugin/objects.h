@@ -38,6 +38,10 @@ class TargetObject {
   static void forward_many(TargetObject *const *targets, const specinfer_forward_batch *batches,
                            int32_t n);
 
+  // Equal for targets on one loaded model (opened with the same plugin and config, or shared);
+  // "" when the plugin cannot share.
+  const std::string &model_key() const { return key_; }
+
   Registry &registry() { return registry_; }
   void *self() const { return self_; }
   const specinfer_target_vtable *vtable() const { return vtable_; }

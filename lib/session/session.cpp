@@ -137,22 +137,93 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
 
 // One round of speculative decoding: draft -> score -> couple -> commit.
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
+  const specinfer_forward_batch &b = begin_round(max_emit);
+  const auto t0 = Clock::now();
+  target_.forward(b);
+  end_round(ms_since(t0), b.n_tokens, out, done);
+}
+
+const specinfer_forward_batch &Session::begin_round(int32_t max_emit) {
   if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
   if (tokens_.size() >= static_cast<size_t>(n_ctx_))
     fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
   catch_up();
-  const Draft draft = propose(draft_budget(max_emit));
-  const double score_ms = score(draft);
-  const VerifyResult v = couple(draft);
-  const size_t emitted = commit(draft, v, out, done);
+  draft_ = propose(draft_budget(max_emit));
+  return score_batch(draft_);
+}
+
+void Session::end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out,
+                        bool &done) {
+  ++n_passes_;
+  t_verify_ += pass_ms;
+  const VerifyResult v = couple(draft_);
+  const size_t emitted = commit(draft_, v, out, done);
 
   ++n_rounds_;
   n_generated_ += static_cast<int64_t>(emitted);
-  n_drafted_ += draft.n;
+  n_drafted_ += draft_.n;
   n_accepted_ += v.n_accepted;
   if (drafter_)
-    lookahead_.observe(draft.requested, draft.n, v.n_accepted, draft.ms, score_ms, draft.n + 1,
-                       !draft.chain);
+    lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms, pass_tokens,
+                       !draft_.chain);
+}
+
+void Session::step_many(Session *const *sessions, size_t n, std::vector<int32_t> *outs, bool *dones,
+                        std::exception_ptr *errors) {
+  std::vector<const specinfer_forward_batch *> batches(n, nullptr);
+  std::vector<Clock::time_point> begun(n);
+  for (size_t i = 0; i < n; ++i) {
+    begun[i] = Clock::now();
+    try {
+      batches[i] = &sessions[i]->begin_round(sessions[i]->params_.max_draft + 1);
+    } catch (...) {
+      errors[i] = std::current_exception();
+      sessions[i]->t_total_ += ms_since(begun[i]);
+    }
+  }
+  // Sessions whose targets share a loaded model make one pass; any other target its own.
+  std::vector<bool> scored(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (!batches[i] || scored[i]) continue;
+    std::vector<size_t> group{i};
+    TargetObject &t = sessions[i]->target_;
+    if (!t.model_key().empty())
+      for (size_t j = i + 1; j < n; ++j)
+        if (batches[j] && !scored[j] && sessions[j]->target_.model_key() == t.model_key())
+          group.push_back(j);
+    std::vector<TargetObject *> targets;
+    std::vector<specinfer_forward_batch> bs;
+    int32_t pass_tokens = 0;
+    for (size_t j : group) {
+      targets.push_back(&sessions[j]->target_);
+      bs.push_back(*batches[j]);
+      pass_tokens += batches[j]->n_tokens;
+      scored[j] = true;
+    }
+    const auto t0 = Clock::now();
+    try {
+      if (group.size() == 1)
+        t.forward(bs[0]);
+      else
+        TargetObject::forward_many(targets.data(), bs.data(), static_cast<int32_t>(bs.size()));
+    } catch (...) {
+      for (size_t j : group) {
+        errors[j] = std::current_exception();
+        sessions[j]->t_total_ += ms_since(begun[j]);
+      }
+      continue;
+    }
+    const double ms = ms_since(t0);
+    for (size_t j : group) {
+      Session &s = *sessions[j];
+      try {
+        s.end_round(ms, pass_tokens, outs[j], dones[j]);
+      } catch (...) {
+        errors[j] = std::current_exception();
+      }
+      s.t_total_ += ms_since(begun[j]);
+    }
+  }
 }
 
 void Session::timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
@@ -270,10 +341,9 @@ Session::Draft Session::propose(int32_t k) {
   return d;
 }
 
-// One target pass over the last token and the draft's nodes; a node sits one position past its
-// parent and, in a tree, sees only its ancestors. Returns the pass's time.
-double Session::score(const Draft &d) {
-  const auto t0 = Clock::now();
+// The target pass over the last token and the draft's nodes; a node sits one position past its
+// parent and, in a tree, sees only its ancestors. The batch refers to the session's buffers.
+const specinfer_forward_batch &Session::score_batch(const Draft &d) {
   const int32_t n = d.n + 1;
   const int32_t pos0 = static_cast<int32_t>(tokens_.size()) - 1;
   batch_tokens_.resize(n);
@@ -284,7 +354,8 @@ double Session::score(const Draft &d) {
     batch_tokens_[i + 1] = draft_tokens_[i];
     batch_pos_[i + 1] = batch_pos_[draft_parents_[i] + 1] + 1;
   }
-  specinfer_forward_batch b{};
+  specinfer_forward_batch &b = verify_batch_;
+  b = specinfer_forward_batch{};
   b.struct_size = sizeof(b);
   b.n_tokens = n;
   b.tokens = batch_tokens_.data();
@@ -299,11 +370,7 @@ double Session::score(const Draft &d) {
         tree_mask_[static_cast<size_t>(i) * n + j] = 1;
     b.tree_mask = tree_mask_.data();
   }
-  target_.forward(b);
-  ++n_passes_;
-  const double ms = ms_since(t0);
-  t_verify_ += ms;
-  return ms;
+  return b;
 }
 
 // The coupler decides which nodes the target keeps: on raw scores for a coupler that reads only

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@ class Session {
 
   // One round. Appends the emitted tokens to `out`; sets done when eos/eot was emitted.
   void step(std::vector<int32_t> &out, bool &done);
+  // One round of each of n distinct sessions, as step() would run it, with one target pass for
+  // the sessions whose targets share a loaded model (TargetObject::forward_many). Appends session
+  // i's tokens to outs[i], sets dones[i]; a session that fails gets its error in errors[i] and
+  // the others go on.
+  static void step_many(Session *const *sessions, size_t n, std::vector<int32_t> *outs, bool *dones,
+                        std::exception_ptr *errors);
   // Rounds until max_tokens, eos/eot, or the callback asks to stop (throws CANCELLED).
   void generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *user);
   void reset();
@@ -55,13 +62,17 @@ class Session {
     double ms = 0;           // time spent drafting
   };
 
-  // The round, in order: catch up, draft, score, couple, commit.
+  // The round, in order: catch up, draft, score, couple, commit. begin_round does all before the
+  // target pass (catch up, draft) and returns the pass's batch; end_round all after it, given the
+  // pass's time and token count (several sessions' batches when step_many ran them as one).
   void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
+  const specinfer_forward_batch &begin_round(int32_t max_emit);
+  void end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out, bool &done);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void catch_up();
   int32_t draft_budget(int32_t max_emit);
   Draft propose(int32_t k);
-  double score(const Draft &d);
+  const specinfer_forward_batch &score_batch(const Draft &d);
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
 
@@ -93,6 +104,8 @@ class Session {
   std::vector<int32_t> accepted_path_, keep_idx_;      // [k], [k+1]
   std::vector<int32_t> batch_tokens_, batch_pos_;
   std::vector<uint8_t> tree_mask_;  // [k+1][k+1], for a draft that is not a chain
+  Draft draft_;                     // this round's draft (begin_round to end_round)
+  specinfer_forward_batch verify_batch_{};
   // The target's last hidden state at sequence index hidden_pos_ (-1: none), handed to the
   // drafter; the verify pass writes one row per scored token into verify_hidden_.
   std::vector<float> hidden_, verify_hidden_;  // [hidden_size], [k+1][hidden_size]

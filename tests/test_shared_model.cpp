@@ -1,0 +1,317 @@
+// One loaded model, many users, through the public ABI on a real model (Qwen2.5-Coder 0.5B;
+// scripts/fetch-models; skips with a message when absent):
+//  - targets shared from one (specinfer_target_share, and specinfer_target_open of the same
+//    config) run sessions on four threads at once, plain and speculative, and every text equals
+//    the one a lone session gives;
+//  - sharing costs no second copy of the weights: resident memory grows by far less than the
+//    model's file for three more targets and their sessions, and for a second draft-model
+//    drafter (its draft model is shared too);
+//  - the first target may be destroyed before its shares;
+//  - specinfer_session_step_many: sessions on shared targets stepped together (one target pass
+//    per round) emit what each emits alone, greedy and Gumbel-sampled, with and without a
+//    drafter; bad calls are refused per session.
+#include <stdint.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "specinfer.h"
+
+#include "support/cmocka_setup.h"
+#include "support/models.h"
+#include "support/real_sessions.h"
+#include "support/same_tokens.h"
+
+namespace {
+
+std::string g_model;
+int g_tokens = 24;
+
+const char *kPrompts[] = {
+    "def fib(n):\n",
+    "# Rename `total` to `acc` in this function.\n"
+    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
+    "# The same function with `total` renamed to `acc`:\n",
+    "<|im_start|>user\nWrite a Python function that reverses a "
+    "string.<|im_end|>\n<|im_start|>assistant\n",
+};
+
+// Resident memory of this process in bytes (VmRSS), 0 when unknown.
+long long resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  return 0;
+}
+
+long long file_bytes(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : 0;
+}
+
+// One generation off the test thread: no cmocka asserts here, the result is checked afterwards.
+struct Job {
+  specinfer_target *target = nullptr;
+  specinfer_drafter *drafter = nullptr;
+  const char *prompt = nullptr;
+  std::vector<int32_t> tokens;
+  std::string error;
+
+  void run() {
+    specinfer_session_params p;
+    specinfer_session_params_init(&p);
+    specinfer_session *s = nullptr;
+    char *err = nullptr;
+    if (specinfer_session_create(target, drafter, nullptr, &p, &s, &err) != SPECINFER_OK) {
+      error = std::string("session: ") + (err ? err : "?");
+      specinfer_free(err);
+      return;
+    }
+    const int32_t *toks = nullptr;
+    size_t len = 0;
+    if (specinfer_session_feed_text(s, prompt, std::strlen(prompt)) != SPECINFER_OK ||
+        specinfer_session_generate(s, g_tokens, nullptr, nullptr) != SPECINFER_OK ||
+        specinfer_session_tokens(s, &toks, &len) != SPECINFER_OK)
+      error = std::string("generate: ") + specinfer_session_errmsg(s);
+    else
+      tokens.assign(toks, toks + len);
+    specinfer_session_destroy(s);
+  }
+};
+
+specinfer_drafter *open_drafter(specinfer_registry *reg, const char *plugin, const std::string &cfg,
+                                specinfer_target *target) {
+  specinfer_drafter *d = nullptr;
+  char *err = nullptr;
+  const specinfer_status rc = specinfer_drafter_open(reg, plugin, cfg.c_str(), target, &d, &err);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "drafter %s: %s\n", plugin, err ? err : "?");
+  specinfer_free(err);
+  assert_int_equal(rc, SPECINFER_OK);
+  return d;
+}
+
+void test_sessions_on_shared_targets(void **) {
+  if (g_model.empty()) {
+    std::printf("skipped: qwen2.5-coder-0.5b.gguf is not in %s (scripts/fetch-models)\n",
+                models_dir());
+    return;
+  }
+  RealTarget env;
+  assert_true(env.open(g_model));
+  // What lone sessions say: plain decoding of each prompt.
+  const size_t n_prompts = sizeof kPrompts / sizeof kPrompts[0];
+  std::vector<std::vector<int32_t>> expected;
+  for (size_t i = 0; i < n_prompts; ++i)
+    expected.push_back(run_session(env.target, nullptr, kPrompts[i], g_tokens, RunParams{}));
+
+  const long long before = resident_bytes(), model = file_bytes(g_model);
+  assert_true(before > 0 && model > 0);
+  specinfer_target *t[4] = {env.target, nullptr, nullptr, nullptr};
+  char *err = nullptr;
+  assert_int_equal(specinfer_target_share(env.target, &t[1], &err), SPECINFER_OK);
+  assert_int_equal(specinfer_target_share(t[1], &t[2], &err), SPECINFER_OK);
+  // Opening the same model with the same config again shares it as well.
+  const std::string cfg = "path=" + g_model + ",n_ctx=1024";
+  assert_int_equal(specinfer_target_open(env.reg, "gguf", cfg.c_str(), &t[3], &err), SPECINFER_OK);
+  specinfer_target *none = nullptr;
+  assert_int_equal(specinfer_target_share(nullptr, &none, &err), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_null(none);
+  assert_non_null(err);
+  specinfer_free(err);
+  err = nullptr;
+
+  // Four sessions at once: two plain, two with prompt lookup (ngram).
+  std::vector<specinfer_drafter *> drafters(4, nullptr);
+  drafters[1] = open_drafter(env.reg, "ngram", "", t[1]);
+  drafters[3] = open_drafter(env.reg, "ngram", "", t[3]);
+  std::vector<Job> jobs(4);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].target = t[i];
+    jobs[i].drafter = drafters[i];
+    jobs[i].prompt = kPrompts[(i + 1) % n_prompts];
+  }
+  std::vector<std::thread> threads;
+  for (Job &j : jobs) threads.emplace_back([&j] { j.run(); });
+  for (std::thread &th : threads) th.join();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].error.empty()) std::fprintf(stderr, "session %zu: %s\n", i, jobs[i].error.c_str());
+    assert_true(jobs[i].error.empty());
+    expect_same_tokens(expected[(i + 1) % n_prompts], jobs[i].tokens, "shared session",
+                       jobs[i].prompt);
+  }
+  const long long shared = resident_bytes();
+  std::printf(
+      "resident: %lld MiB with one target, %lld MiB with four sharing it (model file %lld "
+      "MiB)\n",
+      before >> 20, shared >> 20, model >> 20);
+  assert_true(shared - before < model / 4);
+  for (specinfer_drafter *d : drafters) specinfer_drafter_destroy(d);
+
+  // A draft-model drafter per session: the second one's draft model is the first one's.
+  specinfer_drafter *d1 = open_drafter(env.reg, "draft-model", "path=" + g_model, t[1]);
+  const long long one_draft = resident_bytes();
+  specinfer_drafter *d2 = open_drafter(env.reg, "draft-model", "path=" + g_model, t[2]);
+  const long long two_drafts = resident_bytes();
+  std::printf("resident: %lld MiB with one draft-model drafter, %lld MiB with two\n",
+              one_draft >> 20, two_drafts >> 20);
+  assert_true(two_drafts - one_draft < model / 4);
+  Job a{t[1], d1, kPrompts[0], {}, {}}, b{t[2], d2, kPrompts[2], {}, {}};
+  std::thread ta([&a] { a.run(); }), tb([&b] { b.run(); });
+  ta.join();
+  tb.join();
+  assert_true(a.error.empty() && b.error.empty());
+  expect_same_tokens(expected[0], a.tokens, "draft-model", a.prompt);
+  expect_same_tokens(expected[2], b.tokens, "draft-model", b.prompt);
+  specinfer_drafter_destroy(d1);
+  specinfer_drafter_destroy(d2);
+
+  // The first target goes first; its shares keep the model.
+  assert_int_equal(specinfer_target_destroy(env.target), SPECINFER_OK);
+  env.target = t[3];
+  expect_same_tokens(expected[1], run_session(t[2], nullptr, kPrompts[1], g_tokens, RunParams{}),
+                     "after the first target is gone", kPrompts[1]);
+  specinfer_target_destroy(t[1]);
+  specinfer_target_destroy(t[2]);
+  env.close();
+}
+
+// A session for step_many: the prompt fed, nothing generated yet.
+specinfer_session *new_session(specinfer_target *t, specinfer_drafter *d,
+                               const specinfer_coupler *c, float temperature, const char *prompt) {
+  specinfer_session_params p;
+  specinfer_session_params_init(&p);
+  p.temperature = temperature;
+  p.seed = 7;
+  specinfer_session *s = nullptr;
+  assert_int_equal(specinfer_session_create(t, d, c, &p, &s, nullptr), SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
+  return s;
+}
+
+// Sessions stepped together (one target pass per round for all of them) emit what each emits
+// alone: greedy plain and speculative, and Gumbel-sampled (drafter-invariant) at a fixed seed.
+void test_step_many_equals_lone_sessions(void **) {
+  if (g_model.empty()) {
+    std::printf("skipped: qwen2.5-coder-0.5b.gguf is not in %s\n", models_dir());
+    return;
+  }
+  RealTarget env;
+  assert_true(env.open(g_model));
+  specinfer_coupler *gumbel = nullptr;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
+  struct Case {
+    bool ngram;
+    const specinfer_coupler *coupler;
+    float temperature;
+    const char *prompt;
+  };
+  const Case cases[] = {{false, nullptr, 0.0f, kPrompts[0]},
+                        {true, nullptr, 0.0f, kPrompts[1]},
+                        {true, gumbel, 0.8f, kPrompts[2]},
+                        {false, gumbel, 0.8f, kPrompts[0]}};
+  const size_t n = sizeof cases / sizeof cases[0];
+  std::vector<specinfer_target *> t(n, nullptr);
+  std::vector<specinfer_drafter *> d(n, nullptr);
+  std::vector<specinfer_session *> s(n, nullptr);
+  std::vector<std::vector<int32_t>> lone(n), got(n);
+  for (size_t i = 0; i < n; ++i) {
+    assert_int_equal(specinfer_target_share(env.target, &t[i], nullptr), SPECINFER_OK);
+    if (cases[i].ngram) d[i] = open_drafter(env.reg, "ngram", "", t[i]);
+    RunParams rp;
+    rp.coupler = cases[i].coupler;
+    rp.temperature = cases[i].temperature;
+    rp.seed = 7;
+    lone[i] = run_session(t[i], nullptr, cases[i].prompt, g_tokens, rp);
+    s[i] = new_session(t[i], d[i], cases[i].coupler, cases[i].temperature, cases[i].prompt);
+    size_t len = 0;
+    const int32_t *toks = nullptr;
+    assert_int_equal(specinfer_session_tokens(s[i], &toks, &len), SPECINFER_OK);
+    got[i].assign(toks, toks + len);
+  }
+  // Rounds of every session still short of the lone text's length, stepped together.
+  std::vector<std::vector<int32_t>> room(n, std::vector<int32_t>(64));
+  int rounds = 0;
+  for (;; ++rounds) {
+    std::vector<specinfer_session *> active;
+    std::vector<specinfer_step_result> results;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < n; ++i) {
+      if (got[i].size() >= lone[i].size()) continue;
+      specinfer_step_result r{};
+      r.struct_size = sizeof r;
+      r.tokens = room[i].data();
+      r.cap = room[i].size();
+      active.push_back(s[i]);
+      results.push_back(r);
+      which.push_back(i);
+    }
+    if (active.empty()) break;
+    const specinfer_status rc =
+        specinfer_session_step_many(active.data(), results.data(), active.size());
+    if (rc != SPECINFER_OK) std::fprintf(stderr, "step_many: %s\n", specinfer_status_str(rc));
+    assert_int_equal(rc, SPECINFER_OK);
+    for (size_t k = 0; k < which.size(); ++k) {
+      const size_t i = which[k];
+      assert_int_equal(results[k].status, SPECINFER_OK);
+      assert_true(results[k].n_tokens >= 1);
+      got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
+      if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
+    }
+    assert_true(rounds < 4 * g_tokens);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    got[i].resize(lone[i].size());  // a last round may emit past the lone run's end
+    expect_same_tokens(lone[i], got[i], "step_many", cases[i].prompt);
+  }
+
+  // Refused: a session twice, a small buffer; the other session of the call still steps.
+  int32_t buf[64];
+  specinfer_step_result r[2]{};
+  for (auto &x : r) {
+    x.struct_size = sizeof x;
+    x.tokens = buf;
+    x.cap = 64;
+  }
+  specinfer_session *twice[2] = {s[0], s[0]};
+  assert_int_equal(specinfer_session_step_many(twice, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_non_null(std::strstr(specinfer_session_errmsg(s[0]), "twice"));
+  specinfer_session *pair[2] = {s[1], s[0]};  // s[1] drafts: it needs room for max_draft + 1
+  r[0].cap = 1;
+  assert_int_equal(specinfer_session_step_many(pair, r, 2), SPECINFER_ERR_BUFFER_TOO_SMALL);
+  assert_int_equal(r[0].status, SPECINFER_ERR_BUFFER_TOO_SMALL);
+  assert_int_equal(r[1].status, SPECINFER_OK);
+  assert_true(r[1].n_tokens >= 1);
+  r[1].struct_size = 4;
+  assert_int_equal(specinfer_session_step_many(pair, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_step_many(nullptr, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_step_many(pair, r, 0), SPECINFER_OK);
+
+  for (size_t i = 0; i < n; ++i) {
+    specinfer_session_destroy(s[i]);
+    specinfer_drafter_destroy(d[i]);
+    specinfer_target_destroy(t[i]);
+  }
+  specinfer_coupler_destroy(gumbel);
+  env.close();
+}
+
+}  // namespace
+
+int main(void) {
+  const std::string path = std::string(models_dir()) + "/qwen2.5-coder-0.5b.gguf";
+  if (is_regular_file(path.c_str())) g_model = path;
+  const char *san = std::getenv("SPECINFER_SANITIZED");
+  if (san && std::strcmp(san, "1") == 0) g_tokens = 8;
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_sessions_on_shared_targets),
+                                     cmocka_unit_test(test_step_many_equals_lone_sessions)};
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
