@@ -1,8 +1,11 @@
 // The kgram plugin: Shannon's k-gram byte model as a target and as a drafter.
 //   target config: path=<text file>, k=<1..7, default 6>, smoothing=<s > 0, default 1>,
 //                  n_ctx=<default 8192>
+//                  share() gives another instance on the same table (one copy, however many
+//                  sequences); forward_many() scores several such instances in one call.
 //   drafter config: the same keys; proposes greedily (point masses) when the session decodes
 //                   greedily, else samples each token with the coupler's draft side and reports q.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -35,12 +38,17 @@ std::shared_ptr<Model> make_model(const Config &cfg, std::string *name) {
 
 /* ---------------- target ---------------- */
 
+// One instance: a sequence on a k-gram table. The table is immutable once trained, so instances
+// made by share() hold the same one (reference-counted: destroyed in any order) and may run on
+// different threads at once; everything mutable is the instance's own.
 struct Target {
-  std::shared_ptr<Model> model;
+  std::shared_ptr<const Model> model;
   std::string name;
   int32_t n_ctx = 8192;
   std::vector<uint8_t> cache;  // the "KV cache" of a k-gram model is the text itself
-  std::vector<uint8_t> ctx;    // scratch
+  std::vector<uint8_t> ctx;    // scratch, reserved for kMaxOrder bytes: scoring never allocates
+
+  Target() { ctx.reserve(specinfer_kgram::kMaxOrder); }
 };
 
 void t_destroy(void *self) {
@@ -82,46 +90,118 @@ specinfer_status t_token_bytes(void *, int32_t token, char *buf, size_t cap, siz
   return SPECINFER_OK;
 }
 
+// Whether `t` can take batch `b` (`what` names it in the message); changes nothing.
+specinfer_status check_batch(const Target &t, const specinfer_forward_batch *b,
+                             const std::string &what, specinfer_plugin_error *err) {
+  if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->tokens || !b->positions)) ||
+      b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits)) {
+    set_error(err, "malformed forward batch" + what);
+    return SPECINFER_ERR_INVALID_ARGUMENT;
+  }
+  if (t.cache.size() + static_cast<size_t>(b->n_tokens) > static_cast<size_t>(t.n_ctx)) {
+    set_error(err, "context window full" + what);
+    return SPECINFER_ERR_CONTEXT_FULL;
+  }
+  for (int32_t i = 0; i < b->n_tokens; ++i)
+    if (b->tokens[i] < 0 || b->tokens[i] >= kVocab) {
+      set_error(err, "token " + std::to_string(b->tokens[i]) + " is not a byte" + what);
+      return SPECINFER_ERR_INVALID_ARGUMENT;
+    }
+  return SPECINFER_OK;
+}
+
+// Scores a batch check_batch accepted and appends it to the cache. Does not allocate once the
+// cache has room for the batch (reserve it first), so it cannot fail half-way.
+void run_batch(Target &t, const specinfer_forward_batch &b) {
+  const int32_t n = b.n_tokens;
+  const size_t base = t.cache.size();
+  const int k = t.model->order();
+  for (int32_t i = n - b.n_logits; i < n; ++i) {
+    // The context of batch token i: the cache, then the batch tokens it may attend (itself last).
+    t.ctx.clear();
+    uint8_t seen[specinfer_kgram::kMaxOrder];
+    int n_seen = 0;
+    for (int32_t j = i; j >= 0 && n_seen < k; --j) {
+      bool visible = b.tree_mask ? b.tree_mask[static_cast<size_t>(i) * n + j] != 0 : true;
+      if (visible) seen[n_seen++] = static_cast<uint8_t>(b.tokens[j]);
+    }
+    size_t from_cache = std::min(static_cast<size_t>(k - n_seen), base);
+    t.ctx.insert(t.ctx.end(), t.cache.end() - static_cast<std::ptrdiff_t>(from_cache),
+                 t.cache.end());
+    for (int j = n_seen - 1; j >= 0; --j) t.ctx.push_back(seen[j]);
+    float *out = b.logits + static_cast<size_t>(i - (n - b.n_logits)) * kVocab;
+    t.model->distribution(t.ctx.data(), t.ctx.size(), out);
+    for (int x = 0; x < kVocab; ++x) out[x] = std::log(out[x]);
+  }
+  for (int32_t i = 0; i < n; ++i) t.cache.push_back(static_cast<uint8_t>(b.tokens[i]));
+}
+
 specinfer_status t_forward(void *self, const specinfer_forward_batch *b,
                            specinfer_plugin_error *err) {
   auto *t = static_cast<Target *>(self);
   return guarded(err, "kgram", [&] {
-    if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->tokens || !b->positions)) ||
-        b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits)) {
-      set_error(err, "malformed forward batch");
+    specinfer_status rc = check_batch(*t, b, "", err);
+    if (rc != SPECINFER_OK) return rc;
+    t->cache.reserve(t->cache.size() + static_cast<size_t>(b->n_tokens));
+    run_batch(*t, *b);
+    return SPECINFER_OK;
+  });
+}
+
+specinfer_status t_share(void *self, void **out, specinfer_plugin_error *err) {
+  return guarded(err, "kgram", [&] {
+    if (!self || !out) {
+      set_error(err, "kgram: share: NULL argument");
       return SPECINFER_ERR_INVALID_ARGUMENT;
     }
-    const int32_t n = b->n_tokens;
-    if (t->cache.size() + static_cast<size_t>(n) > static_cast<size_t>(t->n_ctx)) {
-      set_error(err, "context window full");
-      return SPECINFER_ERR_CONTEXT_FULL;
+    *out = nullptr;
+    // Reads only what never changes after creation: safe while another thread uses `self`.
+    const auto *t = static_cast<const Target *>(self);
+    auto s = std::make_unique<Target>();
+    s->model = t->model;
+    s->name = t->name;
+    s->n_ctx = t->n_ctx;
+    *out = s.release();
+    return SPECINFER_OK;
+  });
+}
+
+// The table is in memory, so one pass for several instances is each instance's own forward in
+// turn; what it adds is checking the whole call first, so that an error changes no instance.
+specinfer_status t_forward_many(void *const *selves, const specinfer_forward_batch *batches,
+                                int32_t n, specinfer_plugin_error *err) {
+  return guarded(err, "kgram", [&] {
+    if (n <= 0 || !selves || !batches) {
+      set_error(err, "kgram: forward_many: NULL arrays or n " + std::to_string(n) + " <= 0");
+      return SPECINFER_ERR_INVALID_ARGUMENT;
     }
-    for (int32_t i = 0; i < n; ++i)
-      if (b->tokens[i] < 0 || b->tokens[i] >= kVocab) {
-        set_error(err, "token " + std::to_string(b->tokens[i]) + " is not a byte");
+    std::vector<Target *> ts(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) {
+      auto *t = static_cast<Target *>(selves[i]);
+      if (!t) {
+        set_error(err, "kgram: forward_many: instance " + std::to_string(i) + " is NULL");
         return SPECINFER_ERR_INVALID_ARGUMENT;
       }
-    const size_t base = t->cache.size();
-    const int k = t->model->order();
-    for (int32_t i = n - b->n_logits; i < n; ++i) {
-      // The context of batch token i: the cache, then the batch tokens it may attend (itself last).
-      t->ctx.clear();
-      std::vector<int32_t> seen;
-      for (int32_t j = i; j >= 0 && static_cast<int>(seen.size()) < k; --j) {
-        bool visible = b->tree_mask ? b->tree_mask[static_cast<size_t>(i) * n + j] != 0 : true;
-        if (visible) seen.push_back(b->tokens[j]);
+      for (int32_t j = 0; j < i; ++j)
+        if (ts[static_cast<size_t>(j)] == t) {
+          set_error(err, "kgram: forward_many: instances " + std::to_string(j) + " and " +
+                             std::to_string(i) + " are the same instance");
+          return SPECINFER_ERR_INVALID_ARGUMENT;
+        }
+      if (i > 0 && t->model != ts[0]->model) {
+        set_error(err, "kgram: forward_many: instance " + std::to_string(i) +
+                           " is on another k-gram table (not a share of instance 0)");
+        return SPECINFER_ERR_INVALID_ARGUMENT;
       }
-      size_t from_cache = static_cast<size_t>(k) > seen.size() ? k - seen.size() : 0;
-      from_cache = std::min(from_cache, base);
-      t->ctx.insert(t->ctx.end(), t->cache.end() - static_cast<std::ptrdiff_t>(from_cache),
-                    t->cache.end());
-      for (auto it = seen.rbegin(); it != seen.rend(); ++it)
-        t->ctx.push_back(static_cast<uint8_t>(*it));
-      float *out = b->logits + static_cast<size_t>(i - (n - b->n_logits)) * kVocab;
-      t->model->distribution(t->ctx.data(), t->ctx.size(), out);
-      for (int x = 0; x < kVocab; ++x) out[x] = std::log(out[x]);
+      ts[static_cast<size_t>(i)] = t;
+      specinfer_status rc = check_batch(*t, &batches[i], " (batch " + std::to_string(i) + ")", err);
+      if (rc != SPECINFER_OK) return rc;
     }
-    for (int32_t i = 0; i < n; ++i) t->cache.push_back(static_cast<uint8_t>(b->tokens[i]));
+    // Room first (may throw, changing nothing), then the passes, which cannot fail.
+    for (int32_t i = 0; i < n; ++i)
+      ts[static_cast<size_t>(i)]->cache.reserve(ts[static_cast<size_t>(i)]->cache.size() +
+                                                static_cast<size_t>(batches[i].n_tokens));
+    for (int32_t i = 0; i < n; ++i) run_batch(*ts[static_cast<size_t>(i)], batches[i]);
     return SPECINFER_OK;
   });
 }
@@ -169,9 +249,9 @@ const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
                                                t_kv_size,
                                                t_kv_truncate,
                                                t_kv_keep,
-                                               nullptr,   // no hidden state: no output rows
-                                               nullptr,   // no share
-                                               nullptr};  // no forward_many
+                                               nullptr,  // no hidden state: no output rows
+                                               t_share,
+                                               t_forward_many};
 
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
                                const specinfer_target_vtable **vtable,
