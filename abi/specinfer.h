@@ -501,20 +501,35 @@ typedef struct specinfer_step_result {
   specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
 } specinfer_step_result;
 
+/* How specinfer_session_step_many runs. */
+typedef struct specinfer_step_params {
+  uint32_t struct_size; /* sizeof(specinfer_step_params) */
+  /* Chunked prefill: a session whose prompt is not scored yet scores at most this many of its
+   * tokens in the call's pass (its result then has no tokens) instead of the whole prompt in a
+   * pass of its own, so that a long prompt arriving delays the other sessions' tokens by a little
+   * per call rather than by a whole prefill. Smaller chunks keep the others' latency lower and
+   * take more calls to finish the prompt. 0: the whole prompt at once. Default 64. */
+  int32_t prefill_chunk;
+} specinfer_step_params;
+
+SPECINFER_API void specinfer_step_params_init(specinfer_step_params *params);
+
 /* Runs one round of each of n distinct sessions, as specinfer_session_step would, with a single
  * target pass for all sessions whose targets share one loaded model (specinfer_target_share, or
  * targets opened with the same plugin and config): the weights are read once for all of them, so
  * on a memory-bound CPU n sessions advance for little more than the cost of one. Each session's
- * tokens are those its own specinfer_session_step would emit, bit for bit. Continuous batching
- * is a loop over this call with the sessions that are still generating. The caller holds all n
- * sessions for the call. Returns OK when every session's round succeeded, else the first
- * failing session's status; each result has its own status, and a failing session does not stop
- * the others. A malformed call (NULL arrays, a result's struct_size too small, a session twice)
- * runs nothing and returns INVALID_ARGUMENT. Per session: INVALID_ARGUMENT (NULL session or
- * tokens), BUFFER_TOO_SMALL, and the errors of specinfer_session_step. */
+ * tokens are those its own specinfer_session_step would emit, bit for bit; a session still
+ * scoring its prompt in chunks (params->prefill_chunk) emits none in that call. Continuous
+ * batching is a loop over this call with the sessions that are still generating; sessions may
+ * join and leave between calls. `params` may be NULL for the defaults. The caller holds all n
+ * sessions for the call. Returns OK when every session's call succeeded, else the first failing
+ * session's status; each result has its own status, and a failing session does not stop the
+ * others. A malformed call (NULL arrays, a struct_size too small, a session twice) runs nothing
+ * and returns INVALID_ARGUMENT. Per session: INVALID_ARGUMENT (NULL session or tokens),
+ * BUFFER_TOO_SMALL, and the errors of specinfer_session_step. */
 SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *const *sessions,
-                                                           specinfer_step_result *results,
-                                                           size_t n);
+                                                           specinfer_step_result *results, size_t n,
+                                                           const specinfer_step_params *params);
 
 typedef struct specinfer_session_stats {
   uint32_t struct_size;

@@ -9,7 +9,8 @@
 //  - the first target may be destroyed before its shares;
 //  - specinfer_session_step_many: sessions on shared targets stepped together (one target pass
 //    per round) emit what each emits alone, greedy and Gumbel-sampled, with and without a
-//    drafter; bad calls are refused per session.
+//    drafter, with prompts scored whole or in chunks alongside the others' rounds; bad calls
+//    are refused per session.
 #include <stdint.h>
 
 #include <algorithm>
@@ -222,7 +223,7 @@ void test_step_many_equals_lone_sessions(void **) {
   std::vector<specinfer_target *> t(n, nullptr);
   std::vector<specinfer_drafter *> d(n, nullptr);
   std::vector<specinfer_session *> s(n, nullptr);
-  std::vector<std::vector<int32_t>> lone(n), got(n);
+  std::vector<std::vector<int32_t>> lone(n);
   for (size_t i = 0; i < n; ++i) {
     assert_int_equal(specinfer_target_share(env.target, &t[i], nullptr), SPECINFER_OK);
     if (cases[i].ngram) d[i] = open_drafter(env.reg, "ngram", "", t[i]);
@@ -231,46 +232,62 @@ void test_step_many_equals_lone_sessions(void **) {
     rp.temperature = cases[i].temperature;
     rp.seed = 7;
     lone[i] = run_session(t[i], nullptr, cases[i].prompt, g_tokens, rp);
-    s[i] = new_session(t[i], d[i], cases[i].coupler, cases[i].temperature, cases[i].prompt);
-    size_t len = 0;
-    const int32_t *toks = nullptr;
-    assert_int_equal(specinfer_session_tokens(s[i], &toks, &len), SPECINFER_OK);
-    got[i].assign(toks, toks + len);
   }
-  // Rounds of every session still short of the lone text's length, stepped together.
-  std::vector<std::vector<int32_t>> room(n, std::vector<int32_t>(64));
-  int rounds = 0;
-  for (;; ++rounds) {
-    std::vector<specinfer_session *> active;
-    std::vector<specinfer_step_result> results;
-    std::vector<size_t> which;
+  // Rounds of every session still short of the lone text's length, stepped together: with the
+  // prompts scored whole (chunk 0) and in chunks of 5 tokens, so that sessions still scoring
+  // their prompt share passes with sessions that already emit.
+  for (const int32_t chunk : {0, 5}) {
+    std::vector<std::vector<int32_t>> got(n);
     for (size_t i = 0; i < n; ++i) {
-      if (got[i].size() >= lone[i].size()) continue;
-      specinfer_step_result r{};
-      r.struct_size = sizeof r;
-      r.tokens = room[i].data();
-      r.cap = room[i].size();
-      active.push_back(s[i]);
-      results.push_back(r);
-      which.push_back(i);
+      if (s[i]) specinfer_session_destroy(s[i]);
+      s[i] = new_session(t[i], d[i], cases[i].coupler, cases[i].temperature, cases[i].prompt);
+      size_t len = 0;
+      const int32_t *toks = nullptr;
+      assert_int_equal(specinfer_session_tokens(s[i], &toks, &len), SPECINFER_OK);
+      got[i].assign(toks, toks + len);
     }
-    if (active.empty()) break;
-    const specinfer_status rc =
-        specinfer_session_step_many(active.data(), results.data(), active.size());
-    if (rc != SPECINFER_OK) std::fprintf(stderr, "step_many: %s\n", specinfer_status_str(rc));
-    assert_int_equal(rc, SPECINFER_OK);
-    for (size_t k = 0; k < which.size(); ++k) {
-      const size_t i = which[k];
-      assert_int_equal(results[k].status, SPECINFER_OK);
-      assert_true(results[k].n_tokens >= 1);
-      got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
-      if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
+    specinfer_step_params params;
+    specinfer_step_params_init(&params);
+    params.prefill_chunk = chunk;
+    std::vector<std::vector<int32_t>> room(n, std::vector<int32_t>(64));
+    int rounds = 0, mixed = 0;
+    for (;; ++rounds) {
+      std::vector<specinfer_session *> active;
+      std::vector<specinfer_step_result> results;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < n; ++i) {
+        if (got[i].size() >= lone[i].size()) continue;
+        specinfer_step_result r{};
+        r.struct_size = sizeof r;
+        r.tokens = room[i].data();
+        r.cap = room[i].size();
+        active.push_back(s[i]);
+        results.push_back(r);
+        which.push_back(i);
+      }
+      if (active.empty()) break;
+      const specinfer_status rc =
+          specinfer_session_step_many(active.data(), results.data(), active.size(), &params);
+      if (rc != SPECINFER_OK) std::fprintf(stderr, "step_many: %s\n", specinfer_status_str(rc));
+      assert_int_equal(rc, SPECINFER_OK);
+      bool some_empty = false, some_emitted = false;
+      for (size_t k = 0; k < which.size(); ++k) {
+        const size_t i = which[k];
+        assert_int_equal(results[k].status, SPECINFER_OK);
+        if (chunk == 0) assert_true(results[k].n_tokens >= 1);
+        (results[k].n_tokens == 0 ? some_empty : some_emitted) = true;
+        got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
+        if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
+      }
+      mixed += some_empty && some_emitted;
+      assert_true(rounds < 4 * g_tokens + 64);
     }
-    assert_true(rounds < 4 * g_tokens);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    got[i].resize(lone[i].size());  // a last round may emit past the lone run's end
-    expect_same_tokens(lone[i], got[i], "step_many", cases[i].prompt);
+    if (chunk > 0) assert_true(mixed > 0);
+    for (size_t i = 0; i < n; ++i) {
+      got[i].resize(lone[i].size());  // a last round may emit past the lone run's end
+      expect_same_tokens(lone[i], got[i], chunk ? "step_many, chunked prefill" : "step_many",
+                         cases[i].prompt);
+    }
   }
 
   // Refused: a session twice, a small buffer; the other session of the call still steps.
@@ -282,18 +299,27 @@ void test_step_many_equals_lone_sessions(void **) {
     x.cap = 64;
   }
   specinfer_session *twice[2] = {s[0], s[0]};
-  assert_int_equal(specinfer_session_step_many(twice, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_step_many(twice, r, 2, nullptr),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(std::strstr(specinfer_session_errmsg(s[0]), "twice"));
   specinfer_session *pair[2] = {s[1], s[0]};  // s[1] drafts: it needs room for max_draft + 1
   r[0].cap = 1;
-  assert_int_equal(specinfer_session_step_many(pair, r, 2), SPECINFER_ERR_BUFFER_TOO_SMALL);
+  assert_int_equal(specinfer_session_step_many(pair, r, 2, nullptr),
+                   SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(r[0].status, SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(r[1].status, SPECINFER_OK);
   assert_true(r[1].n_tokens >= 1);
   r[1].struct_size = 4;
-  assert_int_equal(specinfer_session_step_many(pair, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(specinfer_session_step_many(nullptr, r, 2), SPECINFER_ERR_INVALID_ARGUMENT);
-  assert_int_equal(specinfer_session_step_many(pair, r, 0), SPECINFER_OK);
+  assert_int_equal(specinfer_session_step_many(pair, r, 2, nullptr),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_step_many(nullptr, r, 2, nullptr),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_step_many(pair, r, 0, nullptr), SPECINFER_OK);
+  specinfer_step_params bad;
+  specinfer_step_params_init(&bad);
+  bad.prefill_chunk = -1;
+  r[1].struct_size = sizeof r[1];
+  assert_int_equal(specinfer_session_step_many(pair, r, 2, &bad), SPECINFER_ERR_INVALID_ARGUMENT);
 
   for (size_t i = 0; i < n; ++i) {
     specinfer_session_destroy(s[i]);

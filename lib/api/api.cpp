@@ -432,7 +432,7 @@ SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session
 namespace {
 
 specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_result *results,
-                           size_t n) {
+                           size_t n, int32_t prefill_chunk) {
   std::vector<specinfer::Session *> ready;
   std::vector<size_t> index;
   for (size_t i = 0; i < n; ++i) {
@@ -459,7 +459,7 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
   std::vector<std::vector<int32_t>> outs(ready.size());
   std::unique_ptr<bool[]> dones(new bool[ready.size()]());
   std::vector<std::exception_ptr> errors(ready.size());
-  specinfer::Session::step_many(ready.data(), ready.size(), outs.data(), dones.get(),
+  specinfer::Session::step_many(ready.data(), ready.size(), prefill_chunk, outs.data(), dones.get(),
                                 errors.data());
   for (size_t k = 0; k < ready.size(); ++k) {
     specinfer_step_result &r = results[index[k]];
@@ -478,9 +478,23 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
 
 }  // namespace
 
+SPECINFER_API void specinfer_step_params_init(specinfer_step_params *params) {
+  if (!params) return;
+  std::memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(*params);
+  params->prefill_chunk = 64;
+}
+
 SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *const *sessions,
-                                                           specinfer_step_result *results,
-                                                           size_t n) {
+                                                           specinfer_step_result *results, size_t n,
+                                                           const specinfer_step_params *params) {
+  specinfer_step_params p;
+  specinfer_step_params_init(&p);
+  if (params) {
+    if (params->struct_size < sizeof(specinfer_step_params) || params->prefill_chunk < 0)
+      return SPECINFER_ERR_INVALID_ARGUMENT;
+    p.prefill_chunk = params->prefill_chunk;
+  }
   if (n == 0) return SPECINFER_OK;
   if (!sessions || !results) return SPECINFER_ERR_INVALID_ARGUMENT;
   // A caller's mistake in the call itself runs nothing.
@@ -494,7 +508,7 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
       }
   }
   try {
-    return step_many(sessions, results, n);
+    return step_many(sessions, results, n, p.prefill_chunk);
   } catch (...) {  // allocations of the batch itself
     return SPECINFER_ERR_OUT_OF_MEMORY;
   }

@@ -137,16 +137,26 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
 
 // One round of speculative decoding: draft -> score -> couple -> commit.
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
-  const specinfer_forward_batch &b = begin_round(max_emit);
+  const specinfer_forward_batch &b = begin_round(max_emit, 0);
   const auto t0 = Clock::now();
   target_.forward(b);
   end_round(ms_since(t0), b.n_tokens, out, done);
 }
 
-const specinfer_forward_batch &Session::begin_round(int32_t max_emit) {
+const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
   if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
   if (tokens_.size() >= static_cast<size_t>(n_ctx_))
     fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
+  prefilling_ = false;
+  if (prefill_chunk > 0) {
+    const auto t0 = Clock::now();
+    const size_t want = trim_cache();
+    t_prefill_ += ms_since(t0);
+    if (kv_tokens_.size() < want) {
+      prefilling_ = true;
+      return prefill_batch(want, static_cast<size_t>(prefill_chunk));
+    }
+  }
   catch_up();
   draft_ = propose(draft_budget(max_emit));
   return score_batch(draft_);
@@ -154,6 +164,12 @@ const specinfer_forward_batch &Session::begin_round(int32_t max_emit) {
 
 void Session::end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out,
                         bool &done) {
+  done = false;
+  if (prefilling_) {  // a chunk of the prompt: nothing to couple yet
+    prefill_done(verify_batch_);
+    t_prefill_ += pass_ms;
+    return;
+  }
   ++n_passes_;
   t_verify_ += pass_ms;
   const VerifyResult v = couple(draft_);
@@ -168,14 +184,14 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t
                        !draft_.chain);
 }
 
-void Session::step_many(Session *const *sessions, size_t n, std::vector<int32_t> *outs, bool *dones,
-                        std::exception_ptr *errors) {
+void Session::step_many(Session *const *sessions, size_t n, int32_t prefill_chunk,
+                        std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors) {
   std::vector<const specinfer_forward_batch *> batches(n, nullptr);
   std::vector<Clock::time_point> begun(n);
   for (size_t i = 0; i < n; ++i) {
     begun[i] = Clock::now();
     try {
-      batches[i] = &sessions[i]->begin_round(sessions[i]->params_.max_draft + 1);
+      batches[i] = &sessions[i]->begin_round(sessions[i]->params_.max_draft + 1, prefill_chunk);
     } catch (...) {
       errors[i] = std::current_exception();
       sessions[i]->t_total_ += ms_since(begun[i]);
@@ -237,16 +253,15 @@ void Session::timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &don
   t_total_ += ms_since(t0);
 }
 
-// Brings the target's KV cache to every token but the last (which the round scores), keeping the
-// longest prefix the cache already holds, and tells the drafter of tokens fed since it last heard.
-// Both are prompt processing, timed as prefill.
-void Session::catch_up() {
+// The KV cache holds every token but the last (which a round scores) once kv_tokens_ reaches
+// the returned size. Trims the cache to the longest prefix it shares with the text first; the
+// drafter gets the hidden state of the last cached position, so that position is recomputed when
+// the one kept is of another text (a hidden state depends only on the tokens up to it).
+size_t Session::trim_cache() {
   const size_t want = tokens_.size() - 1;
   size_t keep = 0;
   const size_t limit = std::min(kv_tokens_.size(), want);
   while (keep < limit && kv_tokens_[keep] == tokens_[keep]) ++keep;
-  // The drafter gets the hidden state of the last cached position: recompute that position if the
-  // one kept is of another (a hidden state depends only on the tokens up to it).
   const bool hidden_stale =
       hidden_size_ > 0 && want > 0 &&
       (hidden_pos_ != static_cast<int64_t>(want) - 1 || static_cast<size_t>(hidden_pos_) >= keep);
@@ -255,39 +270,60 @@ void Session::catch_up() {
     target_.kv_truncate(static_cast<int32_t>(keep));
     kv_tokens_.resize(keep);
   }
-  const bool drafter_behind = drafter_ && (!drafter_begun_ || drafter_known_ < tokens_.size());
-  if (keep == want && !drafter_behind) return;
+  return want;
+}
 
+// The pass that scores the next at most `chunk` uncached tokens before `want`; the last chunk
+// also asks for the hidden state of its last token.
+const specinfer_forward_batch &Session::prefill_batch(size_t want, size_t chunk) {
+  const size_t start = kv_tokens_.size(), n = std::min(chunk, want - start);
+  batch_tokens_.assign(tokens_.begin() + static_cast<std::ptrdiff_t>(start),
+                       tokens_.begin() + static_cast<std::ptrdiff_t>(start + n));
+  batch_pos_.resize(n);
+  for (size_t i = 0; i < n; ++i) batch_pos_[i] = static_cast<int32_t>(start + i);
+  specinfer_forward_batch &b = verify_batch_;
+  b = specinfer_forward_batch{};
+  b.struct_size = sizeof(b);
+  b.n_tokens = static_cast<int32_t>(n);
+  b.tokens = batch_tokens_.data();
+  b.positions = batch_pos_.data();
+  if (hidden_size_ > 0 && start + n == want) {
+    b.n_logits = 1;
+    b.logits = logits_.data();
+    b.hidden = hidden_.data();
+  }
+  return b;
+}
+
+// After a prefill pass: the cache holds its tokens.
+void Session::prefill_done(const specinfer_forward_batch &b) {
+  ++n_passes_;
+  kv_tokens_.insert(kv_tokens_.end(), b.tokens, b.tokens + b.n_tokens);
+  if (b.hidden) hidden_pos_ = static_cast<int64_t>(kv_tokens_.size()) - 1;
+}
+
+// The drafter hears of tokens fed since it last heard (the prompt, at first).
+void Session::tell_drafter() {
+  if (!drafter_ || (drafter_begun_ && drafter_known_ >= tokens_.size())) return;
+  if (!drafter_begun_)
+    drafter_->begin(tokens_.data(), tokens_.size());
+  else
+    drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+  drafter_begun_ = true;
+  drafter_known_ = tokens_.size();
+}
+
+// Brings the target's KV cache to every token but the last in passes of up to 512 tokens, and
+// tells the drafter of new tokens. Both are prompt processing, timed as prefill.
+void Session::catch_up() {
   const auto t0 = Clock::now();
-  const size_t chunk = 512;
-  for (size_t start = keep; start < want; start += chunk) {
-    const size_t n = std::min(chunk, want - start);
-    batch_tokens_.assign(tokens_.begin() + start, tokens_.begin() + start + n);
-    batch_pos_.resize(n);
-    for (size_t i = 0; i < n; ++i) batch_pos_[i] = static_cast<int32_t>(start + i);
-    specinfer_forward_batch b{};
-    b.struct_size = sizeof(b);
-    b.n_tokens = static_cast<int32_t>(n);
-    b.tokens = batch_tokens_.data();
-    b.positions = batch_pos_.data();
-    if (hidden_size_ > 0 && start + n == want) {  // the last chunk: its last hidden state
-      b.n_logits = 1;
-      b.logits = logits_.data();
-      b.hidden = hidden_.data();
-    }
+  const size_t want = trim_cache();
+  while (kv_tokens_.size() < want) {
+    const specinfer_forward_batch &b = prefill_batch(want, 512);
     target_.forward(b);
-    ++n_passes_;
-    kv_tokens_.insert(kv_tokens_.end(), batch_tokens_.begin(), batch_tokens_.end());
-    if (b.hidden) hidden_pos_ = static_cast<int64_t>(want) - 1;
+    prefill_done(b);
   }
-  if (drafter_behind) {
-    if (!drafter_begun_)
-      drafter_->begin(tokens_.data(), tokens_.size());
-    else
-      drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
-    drafter_begun_ = true;
-    drafter_known_ = tokens_.size();
-  }
+  tell_drafter();
   t_prefill_ += ms_since(t0);
 }
 

@@ -38,9 +38,11 @@ class Session {
   // One round of each of n distinct sessions, as step() would run it, with one target pass for
   // the sessions whose targets share a loaded model (TargetObject::forward_many). Appends session
   // i's tokens to outs[i], sets dones[i]; a session that fails gets its error in errors[i] and
-  // the others go on.
-  static void step_many(Session *const *sessions, size_t n, std::vector<int32_t> *outs, bool *dones,
-                        std::exception_ptr *errors);
+  // the others go on. prefill_chunk > 0: a session whose cache is behind its text scores at most
+  // that many of the missing tokens in this pass instead of a round (and emits nothing), so that
+  // a long prompt does not stall the others; 0: it catches up alone first, as step() does.
+  static void step_many(Session *const *sessions, size_t n, int32_t prefill_chunk,
+                        std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors);
   // Rounds until max_tokens, eos/eot, or the callback asks to stop (throws CANCELLED).
   void generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *user);
   void reset();
@@ -66,10 +68,14 @@ class Session {
   // target pass (catch up, draft) and returns the pass's batch; end_round all after it, given the
   // pass's time and token count (several sessions' batches when step_many ran them as one).
   void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
-  const specinfer_forward_batch &begin_round(int32_t max_emit);
+  const specinfer_forward_batch &begin_round(int32_t max_emit, int32_t prefill_chunk);
   void end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out, bool &done);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void catch_up();
+  size_t trim_cache();
+  const specinfer_forward_batch &prefill_batch(size_t want, size_t chunk);
+  void prefill_done(const specinfer_forward_batch &b);
+  void tell_drafter();
   int32_t draft_budget(int32_t max_emit);
   Draft propose(int32_t k);
   const specinfer_forward_batch &score_batch(const Draft &d);
@@ -105,6 +111,7 @@ class Session {
   std::vector<int32_t> batch_tokens_, batch_pos_;
   std::vector<uint8_t> tree_mask_;  // [k+1][k+1], for a draft that is not a chain
   Draft draft_;                     // this round's draft (begin_round to end_round)
+  bool prefilling_ = false;         // this round's pass is a chunk of the prompt
   specinfer_forward_batch verify_batch_{};
   // The target's last hidden state at sequence index hidden_pos_ (-1: none), handed to the
   // drafter; the verify pass writes one row per scored token into verify_hidden_.
