@@ -395,3 +395,26 @@ def test_port_in_use(gemma):
                           "--host", "127.0.0.1", "--port", str(gemma.port)],
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert out.returncode == 1 and "cannot listen" in out.stderr
+
+
+def test_any_field_of_any_type(qwen):
+    """Every field given every JSON type: an answer or a 4xx error object, never a crash."""
+    values = [None, True, False, 0, 1, -1, 2.5, "", "s", [], {}, [1], ["a"], {"a": 1}]
+    fields = ["prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream",
+              "stream_options", "n", "model", "echo", "logprobs"]
+    for path, base in [("/v1/completions", {"prompt": "x", "max_tokens": 1}),
+                       ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})]:
+        for field in fields + (["messages"] if "chat" in path else []):
+            for v in values:
+                body = dict(base, **{field: v})
+                if body.get("stream") is True:
+                    continue  # an SSE answer, not JSON; streaming is tested above
+                status, j = post(qwen, path, body)
+                assert status in (200, 400, 404), (body, status, j)
+                assert ("error" in j) == (status != 200), (body, j)
+    for role in ["tool", "function", "alien", ""]:
+        status, j = post(qwen, "/v1/chat/completions",
+                         {"messages": [{"role": role, "content": "x"}], "max_tokens": 1})
+        assert status in (200, 400), (role, status, j)
+    assert json.loads(get(qwen, "/health")[1]) == {"status": "ok"}
