@@ -154,6 +154,25 @@ pub struct specinfer_session_params {
     pub seed: u64,
 }
 
+/// One session's part of `specinfer_session_step_many`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_step_result {
+    pub struct_size: u32,
+    pub tokens: *mut i32,
+    pub cap: usize,
+    pub n_tokens: usize,
+    pub done: i32,
+    pub status: specinfer_status,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct specinfer_step_params {
+    pub struct_size: u32,
+    pub prefill_chunk: i32,
+}
+
 pub type specinfer_token_fn = Option<
     unsafe extern "C" fn(
         user: *mut c_void,
@@ -387,6 +406,22 @@ pub struct specinfer_target_vtable {
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
     >,
+    // Added after output_rows: check struct_size; either may be NULL.
+    pub share: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            out: *mut *mut c_void,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+    pub forward_many: Option<
+        unsafe extern "C" fn(
+            selves: *const *mut c_void,
+            batches: *const specinfer_forward_batch,
+            n: i32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
 }
 
 #[repr(C)]
@@ -602,6 +637,11 @@ extern "C" {
         out: *mut *mut specinfer_target,
         errmsg: *mut *mut c_char,
     ) -> specinfer_status;
+    pub fn specinfer_target_share(
+        target: *mut specinfer_target,
+        out: *mut *mut specinfer_target,
+        errmsg: *mut *mut c_char,
+    ) -> specinfer_status;
     pub fn specinfer_target_destroy(target: *mut specinfer_target) -> specinfer_status;
     pub fn specinfer_target_errmsg(target: *const specinfer_target) -> *const c_char;
     pub fn specinfer_model_info_init(info: *mut specinfer_model_info);
@@ -737,6 +777,13 @@ extern "C" {
         cap: usize,
         n_tokens: *mut usize,
         done: *mut i32,
+    ) -> specinfer_status;
+    pub fn specinfer_step_params_init(params: *mut specinfer_step_params);
+    pub fn specinfer_session_step_many(
+        sessions: *const *mut specinfer_session,
+        results: *mut specinfer_step_result,
+        n: usize,
+        params: *const specinfer_step_params,
     ) -> specinfer_status;
     pub fn specinfer_session_stats_init(stats: *mut specinfer_session_stats);
     pub fn specinfer_session_get_stats(

@@ -420,6 +420,10 @@ fn struct_sizes_match_library() {
         let mut st: specinfer_session_stats = std::mem::zeroed();
         specinfer_session_stats_init(&mut st);
         assert_eq!(st.struct_size as usize, size_of::<specinfer_session_stats>());
+        let mut stp: specinfer_step_params = std::mem::zeroed();
+        specinfer_step_params_init(&mut stp);
+        assert_eq!(stp.struct_size as usize, size_of::<specinfer_step_params>());
+        assert!(stp.prefill_chunk >= 0);
         let mut tp: specinfer_train_params = std::mem::zeroed();
         specinfer_train_params_init(&mut tp);
         assert_eq!(tp.struct_size as usize, size_of::<specinfer_train_params>());

@@ -21,6 +21,12 @@
 //! Threads: `Registry`, [`Coupler`] and [`Sketcher`] are `Send + Sync`; `Target`, `Drafter` and
 //! `Session` are `Send` (used by one thread at a time), as the C ABI says.
 //!
+//! One model, many users: [`Target::share`] opens another target on a target's loaded model
+//! (weights shared, a KV cache of its own). Each share is a `Target` of its own, `Send`, so it
+//! moves to another thread and runs a session there while the others run theirs.
+//! [`Session::step_many`] runs one round of several sessions with one target pass for those
+//! whose targets share a model.
+//!
 //! Drafters with weights (Medusa heads: `medusa`) are trained for a target with
 //! [`Registry::train_drafter`] (or `specinfer train-heads`) and opened like any other drafter.
 
@@ -37,7 +43,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use error::{Code, Error, Result};
-pub use session::{Session, SessionParams, Stats, TextStream};
+pub use session::{Session, SessionParams, Stats, Step, StepParams, TextStream};
 pub use sketcher::{SketchHeader, Sketcher, SketcherInfo};
 pub use specinfer_sys as sys;
 pub use train::{ProgressFn, TrainParams, TrainProgress};
@@ -295,7 +301,13 @@ impl ModelInfo {
     }
 }
 
-/// A model whose text we want: holds the weights and the KV cache.
+/// A model whose text we want: holds a loaded model (weights, shared with the targets made by
+/// [`Target::share`]) and a KV cache of its own.
+///
+/// `Send` but not `Sync`: a target is used by one thread at a time. Targets that share a loaded
+/// model are separate `Target`s, so each may be moved to its own thread and used there at the
+/// same time as the others; they are dropped in any order (the model stays loaded until the last
+/// one goes).
 pub struct Target {
     pub(crate) inner: Arc<TargetInner>,
     _not_sync: NotSync,
@@ -308,6 +320,23 @@ impl Target {
 
     fn errmsg(&self) -> String {
         unsafe { cstr(sys::specinfer_target_errmsg(self.raw())) }
+    }
+
+    /// Another target on the model this one has loaded: the weights and tokenizer are shared,
+    /// not loaded again, and the new target has an empty KV cache of its own. The way to serve
+    /// many users from one copy of the weights: keep one target as the model's handle and give
+    /// each session (each thread) a share of it. (A target borrowed by a session cannot be
+    /// shared until the session ends; share from another one.) Fails with
+    /// [`Code::Unsupported`] when the plugin cannot share (open the target again instead).
+    pub fn share(&self) -> Result<Target> {
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        unsafe { check_msg(sys::specinfer_target_share(self.raw(), &mut out, &mut err), err)? };
+        live_inc();
+        Ok(Target {
+            inner: Arc::new(TargetInner { ptr: out, _registry: self.inner._registry.clone() }),
+            _not_sync: PhantomData,
+        })
     }
 
     pub fn info(&self) -> Result<ModelInfo> {

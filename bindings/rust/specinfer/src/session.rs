@@ -5,7 +5,7 @@ use std::ptr;
 
 use specinfer_sys as sys;
 
-use crate::error::{check_msg, check_with, cstr, Code, Result};
+use crate::error::{check_msg, check_with, cstr, Code, Error, Result};
 use crate::{live_dec, live_inc, Coupler, Drafter, Target};
 
 /// How a session samples and drafts. `Default` is the library's default (greedy, k = 8).
@@ -73,11 +73,40 @@ pub struct Stats {
     pub tokens_per_second: f64,
 }
 
+/// What one round emitted ([`Session::step_many`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Step {
+    /// The tokens the round emitted: between 1 and max_draft + 1, or none while the session's
+    /// prompt is still being scored in chunks ([`StepParams::prefill_chunk`]).
+    pub tokens: Vec<i32>,
+    /// The round emitted the end-of-text token.
+    pub done: bool,
+}
+
+/// How [`Session::step_many_with`] runs. `Default` is the library's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepParams {
+    /// Chunked prefill: a session whose prompt is not scored yet scores at most this many of its
+    /// tokens per call (emitting nothing in that call), so a long prompt delays the others' tokens
+    /// by a little per call rather than by a whole prefill. 0: the whole prompt at once.
+    pub prefill_chunk: i32,
+}
+
+impl Default for StepParams {
+    fn default() -> Self {
+        let mut p: sys::specinfer_step_params = unsafe { std::mem::zeroed() };
+        unsafe { sys::specinfer_step_params_init(&mut p) };
+        StepParams { prefill_chunk: p.prefill_chunk }
+    }
+}
+
 /// Generates text with a target, an optional drafter and an optional coupler, which it borrows
 /// for its whole life.
 pub struct Session<'a> {
     ptr: *mut sys::specinfer_session,
     stops: [i32; 2],
+    /// Room a round needs: max_draft + 1 tokens.
+    max_emit: usize,
     _borrows: PhantomData<(&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>)>,
 }
 
@@ -139,7 +168,12 @@ impl<'a> Session<'a> {
             )?;
         }
         live_inc();
-        Ok(Session { ptr: out, stops: [info.eos_token, info.eot_token], _borrows: PhantomData })
+        Ok(Session {
+            ptr: out,
+            stops: [info.eos_token, info.eot_token],
+            max_emit: params.max_draft.max(0) as usize + 1,
+            _borrows: PhantomData,
+        })
     }
 
     fn errmsg(&self) -> String {
@@ -201,6 +235,60 @@ impl<'a> Session<'a> {
         self.check(st)?;
         buf.truncate(n);
         Ok((buf, done != 0))
+    }
+
+    /// Runs one round of each session, as [`Session::step`] would, with one target pass for all
+    /// sessions whose targets share a loaded model ([`Target::share`], or targets opened with the
+    /// same plugin and config): the weights are read once for all of them. Each session emits
+    /// exactly what its own `step` would. Continuous batching is a loop over this call with the
+    /// sessions still generating; sessions may join and leave between calls.
+    ///
+    /// The outer `Err` is a call the library refused as a whole (nothing ran); otherwise each
+    /// session has its own result, in order, and a failing session does not stop the others.
+    /// (The library refuses a session given twice; here the borrow checker already does.) The
+    /// sessions of one slice have one lifetime, so their targets stay borrowed until the last of
+    /// them is dropped.
+    pub fn step_many(sessions: &mut [&mut Session<'_>]) -> Result<Vec<Result<Step>>> {
+        Session::step_many_with(sessions, &StepParams::default())
+    }
+
+    /// [`Session::step_many`] with [`StepParams`].
+    pub fn step_many_with(sessions: &mut [&mut Session<'_>], params: &StepParams) -> Result<Vec<Result<Step>>> {
+        // A status the library never writes: still there after the call, the session did not run.
+        const UNSET: sys::specinfer_status = -1;
+        let mut bufs: Vec<Vec<i32>> = sessions.iter().map(|s| vec![0i32; s.max_emit]).collect();
+        let ptrs: Vec<*mut sys::specinfer_session> = sessions.iter().map(|s| s.ptr).collect();
+        let mut results: Vec<sys::specinfer_step_result> = bufs
+            .iter_mut()
+            .map(|b| sys::specinfer_step_result {
+                struct_size: std::mem::size_of::<sys::specinfer_step_result>() as u32,
+                tokens: b.as_mut_ptr(),
+                cap: b.len(),
+                n_tokens: 0,
+                done: 0,
+                status: UNSET,
+            })
+            .collect();
+        let mut p: sys::specinfer_step_params = unsafe { std::mem::zeroed() };
+        unsafe { sys::specinfer_step_params_init(&mut p) };
+        p.prefill_chunk = params.prefill_chunk;
+        let st = unsafe { sys::specinfer_session_step_many(ptrs.as_ptr(), results.as_mut_ptr(), ptrs.len(), &p) };
+        if st != sys::SPECINFER_OK && results.iter().all(|r| r.status == UNSET) {
+            return Err(Error::new(
+                Code::from_status(st),
+                format!("step_many refused the call of {} sessions (nothing ran)", sessions.len()),
+            ));
+        }
+        Ok(results
+            .iter()
+            .zip(bufs)
+            .zip(sessions.iter())
+            .map(|((r, mut buf), s)| {
+                s.check(r.status)?;
+                buf.truncate(r.n_tokens);
+                Ok(Step { tokens: buf, done: r.done != 0 })
+            })
+            .collect())
     }
 
     pub fn stats(&self) -> Result<Stats> {
