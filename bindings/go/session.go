@@ -51,6 +51,7 @@ type Session struct {
 	drafter *DrafterHandle
 	coupler *Coupler
 	stops   [2]int32
+	maxEmit int // room a round needs: MaxDraft + 1 tokens
 }
 
 // NewSession makes a session on target, drafting with drafter (nil: plain decoding) and
@@ -95,7 +96,7 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	}
 	live.Add(1)
 	s := &Session{ptr: out, target: target, drafter: drafter, coupler: coupler,
-		stops: [2]int32{int32(info.EOS), int32(info.EOT)}}
+		stops: [2]int32{int32(info.EOS), int32(info.EOT)}, maxEmit: params.MaxDraft + 1}
 	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
 	return s, nil
 }
@@ -252,6 +253,120 @@ func (s *Session) Step(maxDraft int) ([]int32, bool, error) {
 		return nil, false, err
 	}
 	return buf[:n], done != 0, nil
+}
+
+// StepResult is one session's part of StepMany.
+type StepResult struct {
+	// Tokens the round emitted: 1 to MaxDraft+1, or none while the session's prompt is still
+	// scored in chunks (StepParams.PrefillChunk).
+	Tokens []int32
+	// Done is true when the round emitted the end-of-text token.
+	Done bool
+	// Err is this session's error (nil when its round succeeded); it did not stop the others.
+	Err error
+}
+
+// StepParams are how StepManyWith runs; DefaultStepParams gives the library's defaults.
+type StepParams struct {
+	// PrefillChunk: a session whose prompt is not scored yet scores at most this many of its
+	// tokens per call (emitting none in that call), so a long prompt delays the other sessions'
+	// tokens by a little per call instead of a whole prefill. 0: the whole prompt at once.
+	PrefillChunk int
+}
+
+// DefaultStepParams returns the library's defaults.
+func DefaultStepParams() StepParams {
+	var p C.specinfer_step_params
+	C.specinfer_step_params_init(&p)
+	return StepParams{PrefillChunk: int(p.prefill_chunk)}
+}
+
+// StepMany runs one round of each session, as Step would, with one target pass for all sessions
+// whose targets share a loaded model (Target.Share, or targets opened with the same plugin and
+// config): the weights are read once for all of them, and each session emits exactly what its
+// own Step would. Continuous batching is a loop over StepMany with the sessions still
+// generating; sessions may join and leave between calls. The caller holds every session for the
+// call (no other goroutine uses them meanwhile).
+//
+// A call refused as a whole (a session twice, a nil or closed session) runs nothing and returns
+// (nil, err). Otherwise there is one result per session, in order, and err is the first failing
+// session's error (nil when every round succeeded).
+func StepMany(sessions []*Session) ([]StepResult, error) {
+	return StepManyWith(sessions, DefaultStepParams())
+}
+
+// StepManyWith is StepMany with StepParams.
+func StepManyWith(sessions []*Session, params StepParams) ([]StepResult, error) {
+	n := len(sessions)
+	if n == 0 {
+		return nil, nil
+	}
+	defer runtime.KeepAlive(sessions)
+	ptrs := make([]*C.specinfer_session, n)
+	total := 0
+	for i, s := range sessions {
+		p, err := s.raw()
+		if err != nil {
+			return nil, &Error{Code: InvalidArgument, Message: fmt.Sprintf("session %d: %s", i, err.(*Error).Message)}
+		}
+		ptrs[i] = p
+		total += s.maxEmit
+	}
+	// The results point at the token buffers, so both live in C memory (cgo passes no Go memory
+	// holding Go pointers).
+	var r C.specinfer_step_result
+	rp := (*C.specinfer_step_result)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(r))))
+	tp := (*C.int32_t)(C.calloc(C.size_t(total), 4))
+	defer C.free(unsafe.Pointer(rp))
+	defer C.free(unsafe.Pointer(tp))
+	if rp == nil || tp == nil {
+		return nil, &Error{Code: OutOfMemory, Message: "step_many: no memory for the results"}
+	}
+	results, tokens := unsafe.Slice(rp, n), unsafe.Slice(tp, total)
+	unset := ^C.specinfer_status(0) // a status the library never writes: still there, it did not run
+	off := 0
+	for i, s := range sessions {
+		results[i].struct_size = C.uint32_t(unsafe.Sizeof(r))
+		results[i].tokens = &tokens[off]
+		results[i].cap = C.size_t(s.maxEmit)
+		results[i].status = unset
+		off += s.maxEmit
+	}
+	var p C.specinfer_step_params
+	C.specinfer_step_params_init(&p)
+	p.prefill_chunk = C.int32_t(params.PrefillChunk)
+	st := C.specinfer_session_step_many(&ptrs[0], &results[0], C.size_t(n), &p)
+	ran := false
+	for i := range results {
+		ran = ran || results[i].status != unset
+	}
+	if !ran && st != C.SPECINFER_OK {
+		msg := "step_many refused the call (nothing ran)"
+		for i := range ptrs { // the library names a session given twice on that session
+			for j := 0; j < i; j++ {
+				if ptrs[i] == ptrs[j] {
+					msg = fmt.Sprintf("sessions %d and %d: %s", j, i, C.GoString(C.specinfer_session_errmsg(ptrs[i])))
+				}
+			}
+		}
+		return nil, &Error{Code: Code(st), Message: msg}
+	}
+	out := make([]StepResult, n)
+	var first error
+	for i := range results {
+		res := &results[i]
+		if err := sessions[i].check(res.status); err != nil {
+			out[i].Err = err
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		out[i].Tokens = make([]int32, int(res.n_tokens))
+		copy(out[i].Tokens, unsafe.Slice((*int32)(unsafe.Pointer(res.tokens)), int(res.n_tokens)))
+		out[i].Done = res.done != 0
+	}
+	return out, first
 }
 
 // Stats returns the session's counters and timings.

@@ -10,6 +10,11 @@
 //
 // Threads: a Registry, a Coupler and a Sketcher may be used from many goroutines; a Target, a
 // DrafterHandle and a Session from one goroutine at a time.
+//
+// One model, many users: Target.Share opens another target on a target's loaded model (weights
+// shared, a KV cache of its own); give each goroutine its own share and its sessions run at the
+// same time as the others'. StepMany runs one round of several sessions with one target pass
+// for those whose targets share a model (continuous batching is a loop over it).
 package specinfer
 
 /*
@@ -261,7 +266,9 @@ func modelInfo(i *C.specinfer_model_info) ModelInfo {
 	}
 }
 
-// Target is a model whose text we want.
+// Target is a model whose text we want: a loaded model (weights, shared with the targets made by
+// Share) and a KV cache of its own. Used by one goroutine at a time; targets sharing a model are
+// used by different goroutines at once and closed in any order.
 type Target struct {
 	ptr      *C.specinfer_target
 	registry *Registry
@@ -285,6 +292,30 @@ func (r *Registry) OpenTarget(plugin, config string) (*Target, error) {
 	t := &Target{ptr: out, registry: r}
 	runtime.SetFinalizer(t, func(t *Target) { t.Close() })
 	return t, nil
+}
+
+// Share opens another target on the model t has loaded: the weights and tokenizer are shared,
+// not loaded again, and the new target has an empty KV cache of its own. Each share is used by
+// its own goroutine (one at a time, as any target) while the others run; the model stays loaded
+// until the last target on it is closed, in any order. Share may be called while a session on t
+// runs in another goroutine. The way to serve many users from one copy of the weights: one
+// share per session. Unsupported when the plugin cannot share (open the target again instead).
+func (t *Target) Share() (*Target, error) {
+	p, err := t.raw()
+	if err != nil {
+		return nil, err
+	}
+	var out *C.specinfer_target
+	var msg *C.char
+	err = checkMsg(C.specinfer_target_share(p, &out, &msg), msg)
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	live.Add(1)
+	s := &Target{ptr: out, registry: t.registry}
+	runtime.SetFinalizer(s, func(t *Target) { t.Close() })
+	return s, nil
 }
 
 // Close closes the target; it fails with StateError while a session or drafter uses it.
