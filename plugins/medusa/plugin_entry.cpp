@@ -40,7 +40,9 @@
 // value=acc|prob|mix (mix), adapt=0|1 (1), wtype=q8_0|f16|f32 (q8_0), lookup=0|1 (0),
 // lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (8), lookup_max=<1..64> (16: chain length),
 // lookup_branches=<0..31> (4), dynamic=0|1 (1), draft_cost=<0..2> (measured: the drafter's time per
-// round in one-token passes of the target; a value replaces the measurement).
+// round in one-token passes of the target; a value replaces the measurement), node_cost=<0..2>
+// (measured: a value c makes a pass over n nodes cost 1 + c n one-token passes, for studying tree
+// sizes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -249,6 +251,8 @@ struct Drafter {
   double last_draft_ms = 0, last_pass_cost = 0;
   bool last_valid = false;
   double fixed_draft_cost = -1;  // config draft_cost: >= 0 replaces the measurement
+  double node_cost = -1;         // config node_cost: >= 0 replaces the session's pass costs
+  std::vector<float> fixed_pass_cost;
 
   explicit Drafter(const specinfer_host *h) : host(h) {}
 
@@ -525,8 +529,14 @@ struct Drafter {
     spec.allow_tree = req.allow_tree != 0;
     spec.pass_cost = nullptr;
     spec.n_pass_cost = 0;
-    if (covers<int32_t>(size, offsetof(specinfer_draft_request, n_pass_cost)) && req.pass_cost &&
-        req.n_pass_cost > 0) {
+    if (node_cost >= 0) {
+      fixed_pass_cost.resize(static_cast<size_t>(want) + 1);
+      for (int32_t i = 0; i <= want; ++i)
+        fixed_pass_cost[static_cast<size_t>(i)] = 1.0f + static_cast<float>(node_cost) * i;
+      spec.pass_cost = fixed_pass_cost.data();
+      spec.n_pass_cost = want + 1;
+    } else if (covers<int32_t>(size, offsetof(specinfer_draft_request, n_pass_cost)) &&
+               req.pass_cost && req.n_pass_cost > 0) {
       spec.pass_cost = req.pass_cost;
       spec.n_pass_cost = req.n_pass_cost;
     }
@@ -664,7 +674,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     if (!host || !self || !vtable) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL argument");
     Config cfg(config, {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
                         "lookup_n_min", "lookup_n_max", "lookup_max", "lookup_branches", "dynamic",
-                        "draft_cost"});
+                        "draft_cost", "node_cost"});
     if (!cfg.has("path") || cfg.get("path", "").empty())
       throw ConfigError("medusa: path=<heads file> is required");
     const std::string path = cfg.get("path", "");
@@ -684,6 +694,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     if (d->lookup_n_min > d->lookup_n_max)
       throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
     d->fixed_draft_cost = cfg.get_float("draft_cost", -1.0, -1.0, 2.0);
+    d->node_cost = cfg.get_float("node_cost", -1.0, -1.0, 2.0);
 
     const specinfer_kernels *k = host->kernels;
     if (!k || !covers<void *>(k->struct_size, offsetof(specinfer_kernels, isa)) || !k->matmul ||
