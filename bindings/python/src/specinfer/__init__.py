@@ -18,6 +18,11 @@ the library's status code and message.
 
 Drafters with weights (Medusa heads: "medusa") are trained for a target with
 Registry.train_drafter (or `specinfer train-heads`) and opened like any other drafter.
+
+One model, many users: Target.share() opens another target on a target's loaded model (weights
+shared, a KV cache of its own); give each thread its own share and its sessions run at the same
+time as the others' (the C calls release the GIL). step_many(sessions) runs one round of several
+sessions with one target pass for those whose targets share a model.
 """
 
 import ctypes
@@ -35,7 +40,8 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Session", "Sketcher",
-           "DraftRequest", "ModelInfo", "Stats", "TrainProgress", "live_handles", "version"]
+           "DraftRequest", "ModelInfo", "Stats", "StepResult", "TrainProgress", "live_handles", "step_many",
+           "version"]
 
 
 class Code(enum.IntEnum):
@@ -320,7 +326,9 @@ class TrainProgress:
 
 
 class Target(_Handle):
-    """A model whose text we want. Used by one thread at a time."""
+    """A model whose text we want: a loaded model (weights, shared with the targets share() makes)
+    and a KV cache of its own. Used by one thread at a time; targets sharing a model are used by
+    different threads at once and closed in any order."""
 
     def __init__(self, registry, plugin, config=""):
         out, msg = c_void_p(), c_void_p()
@@ -338,6 +346,20 @@ class Target(_Handle):
                 raise SpecinferError(st, "the target is still used by a session or drafter")
             self._ptr = None
             _count(-1)
+
+    def share(self):
+        """Another target on the model this one has loaded: weights and tokenizer are shared, not
+        loaded again, and the new target has an empty KV cache of its own. Give each thread (each
+        session) its own share; the model stays loaded until the last target on it is closed, in
+        any order. May be called while a session on this target runs in another thread. Raises
+        UNSUPPORTED when the plugin cannot share (open the target again instead)."""
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_target_share(self._raw(), byref(out), byref(msg)), msg)
+        t = Target.__new__(Target)
+        t._ptr = out.value
+        t.registry = self.registry
+        _count(1)
+        return t
 
     def _errmsg(self):
         return lib.specinfer_target_errmsg(self._ptr)
@@ -472,6 +494,7 @@ class Session(_Handle):
                                                 byref(msg)), msg)
         self._ptr = out.value
         self.target, self.drafter, self.coupler = target, drafter, coupler
+        self._max_emit = p.max_draft + 1  # room a round needs
         _count(1)
 
     def close(self):
@@ -560,6 +583,71 @@ class Session(_Handle):
         p, n = POINTER(c_int32)(), c_size_t()
         _check_with(lib.specinfer_session_tokens(self._raw(), byref(p), byref(n)), self._errmsg)
         return list(p[:n.value]) if n.value else []
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One session's part of step_many: the tokens its round emitted (none while its prompt is
+    still scored in chunks), whether it reached end of text, and its error (a SpecinferError, or
+    None when the round succeeded)."""
+    tokens: List[int]
+    done: bool
+    error: Optional[SpecinferError] = None
+
+
+def step_many(sessions, prefill_chunk=None):
+    """Runs one round of each session, as Session.step would, with one target pass for all sessions
+    whose targets share a loaded model (Target.share, or targets opened with the same plugin and
+    config): the weights are read once for all of them, and each session emits exactly what its
+    own step would. Continuous batching is a loop over this call with the sessions still
+    generating; sessions may join and leave between calls. No other thread may use the sessions
+    during the call.
+
+    prefill_chunk: a session whose prompt is not scored yet scores at most this many of its tokens
+    per call (emitting none), so a long prompt delays the others by a little per call rather than
+    a whole prefill; 0 scores it whole; None is the library's default.
+
+    Returns one StepResult per session, in order; a failing session does not stop the others. A
+    call refused as a whole (a session twice, a closed session) runs nothing and raises
+    SpecinferError."""
+    sessions = list(sessions)
+    if not sessions:
+        return []
+    n = len(sessions)
+    ptrs = (c_void_p * n)()
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Session):
+            raise SpecinferError(Code.INVALID_ARGUMENT, f"session {i} is not a Session")
+        ptrs[i] = s._raw()
+    unset = -1  # a status the library never writes: still there, the session did not run
+    bufs = [(c_int32 * s._max_emit)() for s in sessions]
+    results = (_lib.StepResultC * n)()
+    for r, s, b in zip(results, sessions, bufs):
+        r.struct_size = ctypes.sizeof(_lib.StepResultC)
+        r.tokens = ctypes.cast(b, POINTER(c_int32))
+        r.cap = s._max_emit
+        r.status = unset
+    p = _lib.StepParamsC()
+    lib.specinfer_step_params_init(byref(p))
+    if prefill_chunk is not None:
+        p.prefill_chunk = prefill_chunk
+    st = lib.specinfer_session_step_many(ptrs, results, n, byref(p))
+    if st != 0 and all(r.status == unset for r in results):
+        message = "step_many refused the call (nothing ran)"
+        seen = {}
+        for i, s in enumerate(sessions):  # the library names a session given twice on that session
+            if s._ptr in seen:
+                message = f"sessions {seen[s._ptr]} and {i}: {(s._errmsg() or b'').decode('utf-8', 'replace')}"
+            seen.setdefault(s._ptr, i)
+        raise SpecinferError(st, message)
+    out = []
+    for r, s, b in zip(results, sessions, bufs):
+        if r.status != 0:
+            m = (s._errmsg() or b"").decode("utf-8", "replace") or lib.specinfer_status_str(r.status).decode()
+            out.append(StepResult([], False, SpecinferError(r.status, m)))
+        else:
+            out.append(StepResult(list(b[:r.n_tokens]), bool(r.done)))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

@@ -79,6 +79,15 @@ class SessionStats(Structure):
                 ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double)]
 
 
+class StepResultC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("tokens", POINTER(c_int32)), ("cap", c_size_t), ("n_tokens", c_size_t),
+                ("done", c_int32), ("status", c_int)]
+
+
+class StepParamsC(Structure):
+    _fields_ = [("struct_size", c_uint32), ("prefill_chunk", c_int32)]
+
+
 class SketcherInfoC(Structure):
     _fields_ = [("struct_size", c_uint32), ("kind", c_char_p), ("dim", c_int64), ("size", c_int64),
                 ("seed", c_uint64), ("key_bytes", c_size_t), ("query_bytes", c_size_t),
@@ -179,6 +188,7 @@ _fn("specinfer_registry_plugin_count", c_int32, P)
 _fn("specinfer_registry_plugin_info", c_int, P, c_int32, POINTER(PluginInfo))
 _fn("specinfer_registry_threads", c_int32, P)
 _fn("specinfer_target_open", c_int, P, c_char_p, c_char_p, POINTER(P), POINTER(c_void_p))
+_fn("specinfer_target_share", c_int, P, POINTER(P), POINTER(c_void_p))
 _fn("specinfer_target_destroy", c_int, P)
 _fn("specinfer_target_errmsg", c_char_p, P)
 _fn("specinfer_model_info_init", None, POINTER(ModelInfoC))
@@ -205,6 +215,8 @@ _fn("specinfer_session_feed_text", c_int, P, c_char_p, c_size_t)
 _fn("specinfer_session_feed_tokens", c_int, P, POINTER(c_int32), c_size_t)
 _fn("specinfer_session_generate", c_int, P, c_int32, TOKEN_FN, c_void_p)
 _fn("specinfer_session_step", c_int, P, POINTER(c_int32), c_size_t, POINTER(c_size_t), POINTER(c_int32))
+_fn("specinfer_step_params_init", None, POINTER(StepParamsC))
+_fn("specinfer_session_step_many", c_int, POINTER(P), POINTER(StepResultC), c_size_t, POINTER(StepParamsC))
 _fn("specinfer_session_stats_init", None, POINTER(SessionStats))
 _fn("specinfer_session_get_stats", c_int, P, POINTER(SessionStats))
 _fn("specinfer_session_reset", c_int, P)
