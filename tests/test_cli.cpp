@@ -233,6 +233,18 @@ void test_bench_prompt_files(void **) {
   assert_true(r.err.find("2 prompts x 3 configurations") != std::string::npos);
   const std::string png = read_all(chart);
   assert_true(png.size() > 8 && png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  // --batch: the prompts two at a time and one at a time on shares of the target, each
+  // configuration's texts equal to plain decoding's.
+  const Result b =
+      run({"bench", "--target", kgram(4), "--prompts", good, "--drafter", "ngram", "-n", "8",
+           "--limit", "2", "--batch", "1", "--batch", "2", "--prefill-chunk", "1"});
+  if (b.status != 0) print_error("%s\n", b.err.c_str());
+  assert_int_equal(b.status, 0);
+  assert_true(b.out.find("| plain | greedy | 2 |") != std::string::npos);
+  assert_true(b.out.find("| ngram | greedy | 2 |") != std::string::npos);
+  assert_true(b.out.find("2/2 |") != std::string::npos &&
+              b.out.find("1/2 |") == std::string::npos && b.out.find("0/2 |") == std::string::npos);
+  expect({"bench", "--target", kgram(4), "--prompts", good, "--batch", "0"}, 2, "--batch", false);
   // A chart that cannot be written: exit 1, the path named.
   expect({"bench", "--target", kgram(4), "--prompts", good, "-n", "2", "--limit", "1", "--chart",
           g_dir + "/no/such/dir/c.png"},

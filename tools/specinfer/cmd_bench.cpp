@@ -2,6 +2,7 @@
 // Prompt-major order: for each prompt every configuration runs back to back, so slow drifts of the
 // machine's load hit all configurations alike. Prints a table (tokens/s, speedup, acceptance, mean
 // tokens per round, outputs identical to plain) and writes a PNG chart of tokens/s per prompt.
+// With --batch, many sessions at once on one shared model instead (bench_batch.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_batch.h"
 #include "cli_options.h"
 #include "commands.h"
 #include "png_chart.h"
@@ -50,6 +52,61 @@ struct Config {
   std::vector<std::vector<int32_t>> outputs;
 };
 
+// --batch: every configuration at every batch size, configuration-major; one table.
+bool run_batches(specinfer_registry *reg, specinfer_target *target,
+                 const std::vector<Config> &configs, const cli::RunOptions &o,
+                 const std::vector<std::string> &prompts, const std::vector<int32_t> &batches,
+                 int32_t prefill_chunk) {
+  std::fprintf(stderr,
+               "bench: %zu prompts x %zu configurations x %zu batch sizes, %d tokens each, %d "
+               "threads\n",
+               prompts.size(), configs.size(), batches.size(), o.max_tokens,
+               specinfer_registry_threads(reg));
+  struct Row {
+    size_t config;
+    int32_t batch;
+    BatchRun run;
+  };
+  std::vector<Row> rows;
+  for (size_t ci = 0; ci < configs.size(); ++ci)
+    for (int32_t b : batches) {
+      Row r{ci, b, {}};
+      if (!run_batched(reg, target, configs[ci].drafter_spec, configs[ci].coupler, o, prompts, b,
+                       prefill_chunk, &r.run))
+        return false;
+      std::fprintf(stderr, "bench: %s, batch %d: %.1f s\n", configs[ci].label.c_str(), b,
+                   r.run.wall_ms / 1000);
+      rows.push_back(std::move(r));
+    }
+  const auto tps = [](const BatchRun &r) {
+    return r.wall_ms > 0 ? static_cast<double>(r.generated) * 1000.0 / r.wall_ms : 0.0;
+  };
+  const int32_t smallest = *std::min_element(batches.begin(), batches.end());
+  std::printf(
+      "| configuration | coupler | batch | tokens/s | vs plain at batch %d | tokens/round | "
+      "identical to plain |\n",
+      smallest);
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Row &r : rows) {
+    const Config &c = configs[r.config];
+    const Row *base = nullptr, *plain = nullptr;
+    for (const Row &q : rows) {
+      if (q.config != static_cast<size_t>(c.plain_index)) continue;
+      if (q.batch == smallest) base = &q;
+      if (q.batch == r.batch) plain = &q;
+    }
+    size_t same = 0;
+    for (size_t i = 0; plain && i < prompts.size(); ++i)
+      same += r.run.outputs[i] == plain->run.outputs[i];
+    std::printf("| %s | %s | %d | %.2f | %.2fx | %.2f | %zu/%zu |\n", c.label.c_str(),
+                c.coupler_spec.c_str(), r.batch, tps(r.run),
+                base && tps(base->run) > 0 ? tps(r.run) / tps(base->run) : 0.0,
+                r.run.rounds ? static_cast<double>(r.run.generated) / r.run.rounds : 0.0, same,
+                prompts.size());
+  }
+  return true;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char **argv) {
@@ -62,7 +119,8 @@ int cmd_bench(int argc, char **argv) {
   o.max_tokens = 64;
   std::string prompts_file, chart;
   std::vector<std::string> drafters, couplers;
-  int32_t limit = 0;
+  int32_t limit = 0, prefill_chunk = 64;
+  std::vector<int32_t> batches;
   bool verbose = false;
   cli::add_run_options(app, &o, 1);
   app.add_option("--prompts", prompts_file,
@@ -82,6 +140,17 @@ int cmd_bench(int argc, char **argv) {
       ->default_str("all");
   app.add_option("--chart", chart, "write a chart of tokens/s per prompt")->type_name("FILE.png");
   app.add_flag("--verbose", verbose, "one line per prompt and configuration");
+  app.add_option("--batch", batches,
+                 "run the prompts N at a time, sessions on one shared model stepped together "
+                 "(continuous batching); tokens/s is then the aggregate, prompts included "
+                 "(repeatable: one row per N)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 64))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cli::add_number(app, "--prefill-chunk", prefill_chunk,
+                  "with --batch: most prompt tokens a session scores per step (0: all at once)",
+                  "N", 0, 1 << 20)
+      ->default_val(64);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   std::vector<std::string> prompts;
@@ -142,6 +211,10 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!ok) break;
 
+    if (!batches.empty()) {
+      rc = run_batches(reg, target, configs, o, prompts, batches, prefill_chunk) ? 0 : 1;
+      break;
+    }
     std::fprintf(stderr, "bench: %zu prompts x %zu configurations, %d tokens each, %d threads\n",
                  prompts.size(), configs.size(), o.max_tokens, specinfer_registry_threads(reg));
     for (size_t pi = 0; pi < prompts.size() && ok; ++pi) {
