@@ -3,8 +3,13 @@
 // several threads at once; forward_many() gives each instance what its own forward() gives, and
 // refuses a bad call (NULL, an instance twice, instances of different tables, a bad batch)
 // without changing any instance.
+// Then through the public ABI, so that sharing and step_many are tested without a real model:
+// sessions on shares of one kgram target on four threads, and specinfer_session_step_many of
+// sessions on shares (greedy and Gumbel-sampled, with and without a drafter, whole and chunked
+// prompts) against lone sessions.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "plugin/host.h"
+#include "specinfer.h"
 #include "specinfer_plugin.h"
 
 #include <stdint.h>
@@ -313,13 +319,215 @@ void test_shares_on_threads(void **state) {
   }
 }
 
+/* ---- through the public ABI ---- */
+
+struct Api {
+  specinfer_registry *reg = nullptr;
+  specinfer_target *root = nullptr;
+  std::string config;
+
+  explicit Api(Fixture *fx) {
+    specinfer_registry_params p;
+    specinfer_registry_params_init(&p);
+    p.n_threads = 2;
+    assert_int_equal(specinfer_registry_create(&p, &reg, nullptr), SPECINFER_OK);
+    config = "path=" + fx->corpus + ",k=6";
+    char *err = nullptr;
+    specinfer_status rc = specinfer_target_open(reg, "kgram", config.c_str(), &root, &err);
+    if (rc != SPECINFER_OK) print_error("open kgram: %s\n", err ? err : "?");
+    specinfer_free(err);
+    assert_int_equal(rc, SPECINFER_OK);
+  }
+  ~Api() {
+    specinfer_target_destroy(root);
+    specinfer_registry_destroy(reg);
+  }
+  specinfer_target *share() const {
+    specinfer_target *t = nullptr;
+    assert_int_equal(specinfer_target_share(root, &t, nullptr), SPECINFER_OK);
+    return t;
+  }
+};
+
+struct Case {
+  const char *prompt;
+  bool ngram;
+  float temperature;  // > 0: Gumbel-sampled at seed 7 (drafter-invariant)
+};
+
+const Case kCases[] = {{"/* Creates a session that generates with", true, 0.0f},
+                       {"typedef struct specinfer_", false, 0.0f},
+                       {"/* Runs one round of each", true, 0.8f}};
+
+// A session on `t` (with an ngram drafter when asked, returned in *d) fed its prompt; NULL and
+// the library's message in *error when anything fails (safe off the test thread).
+specinfer_session *new_session(specinfer_registry *reg, specinfer_target *t, const Case &c,
+                               const specinfer_coupler *gumbel, specinfer_drafter **d,
+                               std::string *error) {
+  *d = nullptr;
+  char *err = nullptr;
+  if (c.ngram && specinfer_drafter_open(reg, "ngram", "", t, d, &err) != SPECINFER_OK) {
+    *error = std::string("ngram: ") + (err ? err : "?");
+    specinfer_free(err);
+    return nullptr;
+  }
+  specinfer_session_params p;
+  specinfer_session_params_init(&p);
+  p.max_draft = 6;
+  p.temperature = c.temperature;
+  p.seed = 7;
+  specinfer_session *s = nullptr;
+  if (specinfer_session_create(t, *d, c.temperature > 0 ? gumbel : nullptr, &p, &s, &err) !=
+      SPECINFER_OK) {
+    *error = std::string("session: ") + (err ? err : "?");
+    specinfer_free(err);
+    return nullptr;
+  }
+  if (specinfer_session_feed_text(s, c.prompt, std::strlen(c.prompt)) != SPECINFER_OK) {
+    *error = specinfer_session_errmsg(s);
+    specinfer_session_destroy(s);
+    return nullptr;
+  }
+  return s;
+}
+
+// The first n tokens after the prompt a session generates on its own with `t`.
+std::vector<int32_t> lone_tokens(specinfer_registry *reg, specinfer_target *t, const Case &c,
+                                 const specinfer_coupler *gumbel, size_t n, std::string *error) {
+  specinfer_drafter *d = nullptr;
+  specinfer_session *s = new_session(reg, t, c, gumbel, &d, error);
+  std::vector<int32_t> out;
+  int32_t buf[16];
+  while (s && out.size() < n) {
+    size_t got = 0;
+    int32_t done = 0;
+    if (specinfer_session_step(s, buf, 16, &got, &done) != SPECINFER_OK || got == 0) {
+      *error = std::string("step: ") + specinfer_session_errmsg(s);
+      break;
+    }
+    out.insert(out.end(), buf, buf + got);
+  }
+  specinfer_session_destroy(s);
+  specinfer_drafter_destroy(d);
+  out.resize(std::min(out.size(), n));
+  return out;
+}
+
+// Sessions on four shares of one target at once, each thread's tokens those of a lone session.
+void test_api_sessions_on_threads(void **state) {
+  Api api(static_cast<Fixture *>(*state));
+  specinfer_coupler *gumbel = nullptr;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
+  const size_t n = 200;
+  std::vector<specinfer_target *> t(4);
+  for (auto &x : t) x = api.share();
+  // Opening the same plugin and config again shares the table too (and works like a share).
+  specinfer_target *again = nullptr;
+  assert_int_equal(specinfer_target_open(api.reg, "kgram", api.config.c_str(), &again, nullptr),
+                   SPECINFER_OK);
+  std::string error;
+  std::vector<std::vector<int32_t>> want(4);
+  for (size_t i = 0; i < 4; ++i) {
+    want[i] = lone_tokens(api.reg, again, kCases[i % 3], gumbel, n, &error);
+    assert_string_equal(error.c_str(), "");
+    assert_int_equal(want[i].size(), n);
+  }
+  assert_int_equal(specinfer_target_destroy(again), SPECINFER_OK);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      got[i] = lone_tokens(api.reg, t[i], kCases[i % 3], gumbel, n, &errors[i]);
+      specinfer_target_destroy(t[i]);  // in whatever order the threads end
+    });
+  for (auto &th : threads) th.join();
+  for (size_t i = 0; i < 4; ++i) {
+    assert_string_equal(errors[i].c_str(), "");
+    assert_true(got[i] == want[i]);
+  }
+  specinfer_coupler_destroy(gumbel);
+}
+
+// step_many of sessions on shares emits, session by session, what lone sessions emit.
+void test_api_step_many(void **state) {
+  Api api(static_cast<Fixture *>(*state));
+  specinfer_coupler *gumbel = nullptr;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
+  const size_t n = 120, m = 3;
+  std::vector<specinfer_target *> t(m);
+  std::vector<std::vector<int32_t>> want(m);
+  std::string error;
+  for (size_t i = 0; i < m; ++i) {
+    t[i] = api.share();
+    want[i] = lone_tokens(api.reg, t[i], kCases[i], gumbel, n, &error);
+    assert_string_equal(error.c_str(), "");
+  }
+  for (const int32_t chunk : {0, 3}) {
+    std::vector<specinfer_drafter *> d(m);
+    std::vector<specinfer_session *> s(m);
+    for (size_t i = 0; i < m; ++i) {
+      s[i] = new_session(api.reg, t[i], kCases[i], gumbel, &d[i], &error);
+      assert_non_null(s[i]);
+    }
+    specinfer_step_params params;
+    specinfer_step_params_init(&params);
+    params.prefill_chunk = chunk;
+    std::vector<std::vector<int32_t>> got(m), room(m, std::vector<int32_t>(7));
+    for (int calls = 0;; ++calls) {
+      std::vector<specinfer_step_result> r(m);
+      for (size_t i = 0; i < m; ++i) {
+        r[i].struct_size = sizeof r[i];
+        r[i].tokens = room[i].data();
+        r[i].cap = room[i].size();
+      }
+      assert_int_equal(specinfer_session_step_many(s.data(), r.data(), m, &params), SPECINFER_OK);
+      bool short_of = false;
+      for (size_t i = 0; i < m; ++i) {
+        assert_int_equal(r[i].status, SPECINFER_OK);
+        got[i].insert(got[i].end(), r[i].tokens, r[i].tokens + r[i].n_tokens);
+        short_of = short_of || got[i].size() < n;
+      }
+      if (!short_of) break;
+      assert_true(calls < static_cast<int>(4 * n));
+    }
+    for (size_t i = 0; i < m; ++i) {
+      got[i].resize(n);
+      assert_true(got[i] == want[i]);
+    }
+    // Refused as a whole: a session twice; nothing runs, the message is on that session.
+    size_t before = 0;
+    const int32_t *toks = nullptr;
+    assert_int_equal(specinfer_session_tokens(s[0], &toks, &before), SPECINFER_OK);
+    specinfer_session *twice[2] = {s[0], s[0]};
+    std::vector<specinfer_step_result> r(2);
+    for (auto &x : r) {
+      x.struct_size = sizeof x;
+      x.tokens = room[0].data();
+      x.cap = room[0].size();
+    }
+    assert_int_equal(specinfer_session_step_many(twice, r.data(), 2, &params),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_non_null(std::strstr(specinfer_session_errmsg(s[0]), "same session"));
+    size_t after = 0;
+    assert_int_equal(specinfer_session_tokens(s[0], &toks, &after), SPECINFER_OK);
+    assert_int_equal(after, before);
+    for (size_t i = 0; i < m; ++i) {
+      specinfer_session_destroy(s[i]);
+      specinfer_drafter_destroy(d[i]);
+    }
+  }
+  for (auto *x : t) specinfer_target_destroy(x);
+  specinfer_coupler_destroy(gumbel);
+}
+
 }  // namespace
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_share_and_forward_many),
-      cmocka_unit_test(test_forward_many_errors),
-      cmocka_unit_test(test_shares_on_threads),
+      cmocka_unit_test(test_share_and_forward_many), cmocka_unit_test(test_forward_many_errors),
+      cmocka_unit_test(test_shares_on_threads),      cmocka_unit_test(test_api_sessions_on_threads),
+      cmocka_unit_test(test_api_step_many),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
