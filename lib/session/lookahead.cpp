@@ -46,37 +46,52 @@ double Lookahead::expected_tokens(int32_t k) const {
   return sum;
 }
 
-double Lookahead::cost_ratio() const {
-  double one = pass_ms_[1];
-  return one > 0 ? draft_ms_per_token_ / one : 0.0;
-}
-
-double Lookahead::batch_ratio(int32_t k) const {
-  const int32_t n = k + 1;
-  const double one = pass_ms_[1];
-  if (one <= 0 || n <= 1) return 1.0;
-  if (pass_ms_[n] > 0) return std::max(1.0, pass_ms_[n] / one);
+double Lookahead::pass_ms(int32_t n) const {
+  if (n < 1) n = 1;
+  if (n <= kMaxPass && pass_ms_[static_cast<size_t>(n)] > 0)
+    return pass_ms_[static_cast<size_t>(n)];
   // Unmeasured: interpolate linearly between the nearest measured sizes; past the largest,
-  // extrapolate with its slope. With nothing measured beyond one token, assume a mildly
-  // growing cost so that drafting gets tried.
-  int32_t lo = 1, hi = 0;
-  for (int32_t m = n - 1; m >= 1; --m)
-    if (pass_ms_[m] > 0) {
+  // extrapolate with the slope from the smallest measured size (5% of a pass per token when only
+  // one size is known, so that drafting gets tried); below the smallest, its time.
+  int32_t lo = 0, hi = 0, first = 0;
+  for (int32_t m = std::min(n - 1, kMaxPass); m >= 1; --m)
+    if (pass_ms_[static_cast<size_t>(m)] > 0) {
       lo = m;
       break;
     }
-  for (int32_t m = n + 1; m <= kMaxBatch; ++m)
-    if (pass_ms_[m] > 0) {
+  for (int32_t m = n + 1; m <= kMaxPass; ++m)
+    if (pass_ms_[static_cast<size_t>(m)] > 0) {
       hi = m;
       break;
     }
-  double r_lo = pass_ms_[lo] / one;
-  if (hi) {
-    double r_hi = pass_ms_[hi] / one;
-    return std::max(1.0, r_lo + (r_hi - r_lo) * (n - lo) / double(hi - lo));
-  }
-  double slope = lo > 1 ? std::max(0.0, (r_lo - 1.0) / (lo - 1)) : 0.05;
-  return std::max(1.0, r_lo + slope * (n - lo));
+  for (int32_t m = 1; m <= kMaxPass && !first; ++m)
+    if (pass_ms_[static_cast<size_t>(m)] > 0) first = m;
+  if (!lo && !hi) return 0.0;
+  if (!lo) return pass_ms_[static_cast<size_t>(hi)];
+  const double t_lo = pass_ms_[static_cast<size_t>(lo)];
+  if (hi) return t_lo + (pass_ms_[static_cast<size_t>(hi)] - t_lo) * (n - lo) / double(hi - lo);
+  const double slope =
+      lo > first ? std::max(0.0, (t_lo - pass_ms_[static_cast<size_t>(first)]) / (lo - first))
+                 : 0.05 * t_lo;
+  return t_lo + slope * (n - lo);
+}
+
+double Lookahead::cost_ratio() const {
+  // Every session of a shared pass drafts before it, one after another.
+  const double one = pass_ms(fixed_ + rounds_);
+  return one > 0 ? rounds_ * draft_ms_per_token_ / one : 0.0;
+}
+
+double Lookahead::batch_ratio(int32_t k) const {
+  const double one = pass_ms(fixed_ + rounds_);
+  if (one <= 0 || k <= 0) return 1.0;
+  return std::max(1.0, pass_ms(fixed_ + rounds_ * (k + 1)) / one);
+}
+
+void Lookahead::shared_pass(int32_t rounds, int32_t fixed, double others_draft_ms) {
+  rounds_ = std::clamp<int32_t>(rounds, 1, kMaxPass);
+  fixed_ = std::clamp<int32_t>(fixed, 0, kMaxPass);
+  others_draft_ms_ = std::max(0.0, others_draft_ms);
 }
 
 int32_t Lookahead::next() {
@@ -84,7 +99,7 @@ int32_t Lookahead::next() {
   if (!adaptive_) return max_draft_;
   // The cost model needs the time of a plain one-token pass: measure it in the first round and
   // refresh it now and then (a plain round costs at most the tokens a draft would have added).
-  if (pass_ms_[1] <= 0 || ++since_plain_ >= kRefreshRounds) {
+  if (pass_ms(fixed_ + rounds_) <= 0 || ++since_plain_ >= kRefreshRounds) {
     since_plain_ = 0;
     return 0;
   }
@@ -107,7 +122,8 @@ int32_t Lookahead::next() {
     // Pause only on clear evidence: timings on a shared machine vary from round to round, and a
     // pause in a stretch where drafting pays costs far more than drafting on in one where it
     // barely does not. Pauses double while probes keep failing.
-    const double ratio = realized_tokens_ * pass_ms_[1] / std::max(realized_ms_, 1e-9);  // vs plain
+    const double ratio =
+        realized_tokens_ * pass_ms(fixed_ + rounds_) / std::max(realized_ms_, 1e-9);  // vs plain
     const bool clear = (realized_rounds_ >= kQuickJudgeRounds && ratio < kQuickPauseMargin) ||
                        (realized_rounds_ >= kJudgeRounds && ratio < kPauseMargin);
     if (!clear) {
@@ -152,7 +168,7 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
   if (requested > 0) {
     seen_draft_ = true;
     realized_tokens_ = realized_tokens_ * decay + (accepted + 1);
-    realized_ms_ = realized_ms_ * decay + draft_ms + target_ms;
+    realized_ms_ = realized_ms_ * decay + draft_ms + others_draft_ms_ + target_ms;
     realized_rounds_ += 1;
   }
   if (drafted > 0 && !tree) {
@@ -175,7 +191,7 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     draft_ms_per_token_ =
         draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
   }
-  if (target_ms > 0 && batch >= 1 && batch <= kMaxBatch) {
+  if (target_ms > 0 && batch >= 1 && batch <= kMaxPass) {
     double &m = pass_ms_[static_cast<size_t>(batch)];
     m = m > 0 ? 0.8 * m + 0.2 * target_ms : target_ms;
   }

@@ -22,6 +22,13 @@
 // r(k)): per-position hazards describe chains, not trees, so after tree rounds k is max_draft and
 // drafting pauses only on clear evidence, as for a self-limiting drafter.
 //
+// When sessions share target passes (Session::step_many), a pass's time is recorded by its total
+// token count, and the costs assume that the other sessions of the last pass draft as this one
+// does: with R rounds and F other tokens (prompt chunks) in it, r(k) = pass(F + R (k + 1)) /
+// pass(F + R), and c counts the R drafts made before the pass. A draft that is nearly free while
+// the shared pass is bound by reading the weights stops paying once R drafts make it bound by
+// arithmetic, so drafts shrink as the batch grows.
+//
 // reset() starts a new text: acceptance is learned afresh, the measured costs are kept.
 #pragma once
 
@@ -33,6 +40,7 @@ namespace specinfer {
 class Lookahead {
  public:
   static constexpr int32_t kMaxBatch = 17;  // verify batches up to max_draft + 1 tokens
+  static constexpr int32_t kMaxPass = 256;  // pass sizes timed (passes shared by sessions)
 
   void configure(int32_t max_draft, bool adaptive);
   // k for the next round (0 = do not draft).
@@ -54,8 +62,15 @@ class Lookahead {
   // Expected tokens per round when drafting k, in the current state: 1 + sum_{i<=k} S_i.
   double expected_tokens(int32_t k) const;
   double cost_ratio() const;
-  // r(k): time of a (k+1)-token pass relative to a one-token pass (measured, or interpolated).
+  // r(k): time of a pass in which every round drafts k relative to one in which none does
+  // (measured, or interpolated), with the rounds and other tokens of the last shared pass.
   double batch_ratio(int32_t k) const;
+  // The pass this session's last round shared: `rounds` rounds (this one included), `fixed`
+  // tokens of prompt chunks, and the time the other rounds spent drafting before it (which this
+  // round waited for). A session alone: (1, 0, 0), the default. Call before observe().
+  void shared_pass(int32_t rounds, int32_t fixed, double others_draft_ms);
+  // Time of a target pass over n tokens (measured, or interpolated; 0 with nothing measured).
+  double pass_ms(int32_t n) const;
 
   static constexpr double prior_acceptance = 0.6;
   static constexpr int32_t pause_rounds = 16;
@@ -80,8 +95,12 @@ class Lookahead {
   double drafts_ = 0, trees_ = 0;      // decayed counts for tree_rate
   // Decayed tokens and time (draft + target pass) of recent drafting rounds, and their number.
   double realized_tokens_ = 0, realized_ms_ = 0, realized_rounds_ = 0;
-  double draft_ms_per_token_ = 0;                // moving average
-  std::array<double, kMaxBatch + 1> pass_ms_{};  // moving average of pass time by batch size
+  double draft_ms_per_token_ = 0;  // moving average
+  // Moving average of the target pass's time by its token count (all sessions' tokens when
+  // several share the pass); the last pass's rounds and other tokens (see shared_pass).
+  std::array<double, kMaxPass + 1> pass_ms_{};
+  int32_t rounds_ = 1, fixed_ = 0;
+  double others_draft_ms_ = 0;
   int32_t paused_ = 0;
   int32_t pause_len_ = pause_rounds;  // the next pause of a self-limiting drafter
   int32_t since_plain_ = 0;

@@ -140,7 +140,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
   const auto t0 = Clock::now();
   target_.forward(b);
-  end_round(ms_since(t0), b.n_tokens, out, done);
+  end_round(ms_since(t0), b.n_tokens, 1, 0, 0.0, out, done);
 }
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
@@ -162,7 +162,8 @@ const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t pr
   return score_batch(draft_);
 }
 
-void Session::end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out,
+void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds,
+                        int32_t pass_fixed, double pass_draft_ms, std::vector<int32_t> &out,
                         bool &done) {
   done = false;
   if (prefilling_) {  // a chunk of the prompt: nothing to couple yet
@@ -179,6 +180,7 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t
   n_generated_ += static_cast<int64_t>(emitted);
   n_drafted_ += draft_.n;
   n_accepted_ += v.n_accepted;
+  lookahead_.shared_pass(pass_rounds, pass_fixed, pass_draft_ms - draft_.ms);
   if (drafter_)
     lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms, pass_tokens,
                        !draft_.chain);
@@ -209,11 +211,18 @@ void Session::step_many(Session *const *sessions, size_t n, int32_t prefill_chun
           group.push_back(j);
     std::vector<TargetObject *> targets;
     std::vector<specinfer_forward_batch> bs;
-    int32_t pass_tokens = 0;
+    int32_t pass_tokens = 0, pass_rounds = 0, pass_fixed = 0;
+    double pass_draft_ms = 0;
     for (size_t j : group) {
       targets.push_back(&sessions[j]->target_);
       bs.push_back(*batches[j]);
       pass_tokens += batches[j]->n_tokens;
+      if (sessions[j]->prefilling_) {
+        pass_fixed += batches[j]->n_tokens;
+      } else {
+        ++pass_rounds;
+        pass_draft_ms += sessions[j]->draft_.ms;
+      }
       scored[j] = true;
     }
     const auto t0 = Clock::now();
@@ -233,7 +242,7 @@ void Session::step_many(Session *const *sessions, size_t n, int32_t prefill_chun
     for (size_t j : group) {
       Session &s = *sessions[j];
       try {
-        s.end_round(ms, pass_tokens, outs[j], dones[j]);
+        s.end_round(ms, pass_tokens, pass_rounds, pass_fixed, pass_draft_ms, outs[j], dones[j]);
       } catch (...) {
         errors[j] = std::current_exception();
       }

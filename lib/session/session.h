@@ -66,10 +66,12 @@ class Session {
 
   // The round, in order: catch up, draft, score, couple, commit. begin_round does all before the
   // target pass (catch up, draft) and returns the pass's batch; end_round all after it, given the
-  // pass's time and token count (several sessions' batches when step_many ran them as one).
+  // pass's time, token count, rounds, prompt-chunk tokens and the rounds' drafting time (several
+  // sessions' batches when step_many ran them as one).
   void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   const specinfer_forward_batch &begin_round(int32_t max_emit, int32_t prefill_chunk);
-  void end_round(double pass_ms, int32_t pass_tokens, std::vector<int32_t> &out, bool &done);
+  void end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds, int32_t pass_fixed,
+                 double pass_draft_ms, std::vector<int32_t> &out, bool &done);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void catch_up();
   size_t trim_cache();
