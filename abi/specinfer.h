@@ -499,6 +499,11 @@ typedef struct specinfer_step_result {
   size_t n_tokens;         /* out: tokens the round emitted */
   int32_t done;            /* out: 1 when the round emitted eos/eot */
   specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
+  /* Added after status (written only when struct_size covers them): the text of the tokens, as
+   * specinfer_session_generate's callback gets it (whole UTF-8 characters, a partial one kept for
+   * the next call; eos/eot have none). Owned by the session, valid until its next call. */
+  const char *text;
+  size_t text_len;
 } specinfer_step_result;
 
 /* How specinfer_session_step_many runs. */

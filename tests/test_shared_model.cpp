@@ -238,6 +238,8 @@ void test_step_many_equals_lone_sessions(void **) {
   // their prompt share passes with sessions that already emit.
   for (const int32_t chunk : {0, 5}) {
     std::vector<std::vector<int32_t>> got(n);
+    std::vector<std::string> texts(n);
+    std::vector<size_t> prompt_len(n);
     for (size_t i = 0; i < n; ++i) {
       if (s[i]) specinfer_session_destroy(s[i]);
       s[i] = new_session(t[i], d[i], cases[i].coupler, cases[i].temperature, cases[i].prompt);
@@ -245,6 +247,7 @@ void test_step_many_equals_lone_sessions(void **) {
       const int32_t *toks = nullptr;
       assert_int_equal(specinfer_session_tokens(s[i], &toks, &len), SPECINFER_OK);
       got[i].assign(toks, toks + len);
+      prompt_len[i] = len;
     }
     specinfer_step_params params;
     specinfer_step_params_init(&params);
@@ -277,6 +280,7 @@ void test_step_many_equals_lone_sessions(void **) {
         if (chunk == 0) assert_true(results[k].n_tokens >= 1);
         (results[k].n_tokens == 0 ? some_empty : some_emitted) = true;
         got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
+        texts[i].append(results[k].text, results[k].text_len);
         if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
       }
       mixed += some_empty && some_emitted;
@@ -287,6 +291,15 @@ void test_step_many_equals_lone_sessions(void **) {
       got[i].resize(lone[i].size());  // a last round may emit past the lone run's end
       expect_same_tokens(lone[i], got[i], chunk ? "step_many, chunked prefill" : "step_many",
                          cases[i].prompt);
+      // The results' text is the generated tokens' text (a last round past the lone run's end may
+      // add more).
+      std::vector<char> buf(4096);
+      size_t nb = 0;
+      assert_int_equal(
+          specinfer_target_detokenize(t[i], got[i].data() + prompt_len[i],
+                                      got[i].size() - prompt_len[i], buf.data(), buf.size(), &nb),
+          SPECINFER_OK);
+      assert_true(texts[i].compare(0, nb, std::string(buf.data(), nb)) == 0);
     }
   }
 

@@ -1,5 +1,6 @@
 // extern "C" shims for the core of the public ABI: versions, statuses, the registry, targets,
 // drafters and sessions. (Couplers: coupler_api.cpp; sketchers: sketch_api.cpp.)
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
@@ -469,6 +470,11 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
       std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
       r.n_tokens = outs[k].size();
       r.done = dones[k] ? 1 : 0;
+      if (r.struct_size >= offsetof(specinfer_step_result, text_len) + sizeof(r.text_len)) {
+        const std::string &text = s->impl->step_text(outs[k]);
+        r.text = text.data();
+        r.text_len = text.size();
+      }
     });
   }
   for (size_t i = 0; i < n; ++i)
@@ -499,7 +505,7 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
   if (!sessions || !results) return SPECINFER_ERR_INVALID_ARGUMENT;
   // A caller's mistake in the call itself runs nothing.
   for (size_t i = 0; i < n; ++i) {
-    if (results[i].struct_size < sizeof(specinfer_step_result))
+    if (results[i].struct_size < offsetof(specinfer_step_result, text))
       return SPECINFER_ERR_INVALID_ARGUMENT;
     for (size_t j = 0; j < i; ++j)
       if (sessions[j] == sessions[i] && sessions[i]) {

@@ -52,6 +52,12 @@ class Session {
   // Most tokens one round can emit.
   size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
 
+  // The text of tokens a step emitted (take_text), kept until the next call.
+  const std::string &step_text(const std::vector<int32_t> &tokens) {
+    step_text_ = take_text(tokens);
+    return step_text_;
+  }
+
   std::string last_error;
 
  private:
@@ -104,6 +110,7 @@ class Session {
   size_t drafter_known_ = 0;        // tokens committed to the drafter
   bool drafter_begun_ = false;
   std::string utf8_pending_;  // bytes of an unfinished UTF-8 character
+  std::string step_text_;     // step_text's last result
 
   std::vector<float> logits_;       // [k+1][vocab]: after the last token, then after each node
   std::vector<float> probs_;        // [k+1][vocab]: logits_ through the sampler
