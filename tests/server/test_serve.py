@@ -67,8 +67,10 @@ def printed(text):
 @pytest.fixture(scope="module")
 def qwen():
     target = f"gguf:path={model_path(QWEN)},n_ctx=512"
+    # Four requests generate at once (stepped together, prompts scored 8 tokens per step beside
+    # the others' rounds); the texts must still be what `specinfer generate` prints.
     server = Server(["--target", target, "--drafter", "ngram", "--threads", "2", "--queue", "7",
-                     "-n", "16"])
+                     "-n", "16", "--parallel", "4", "--prefill-chunk", "8"])
     server.target = target
     server.model = "qwen2.5-coder-0.5b"
     yield server
@@ -312,9 +314,9 @@ def test_metrics(qwen):
 
 @pytest.fixture(scope="module")
 def gemma():
-    """A server whose queue holds one waiting request."""
+    """A server that runs one request at a time and holds one more waiting."""
     server = Server(["--target", f"gguf:path={model_path(GEMMA)},n_ctx=1024", "--threads", "2",
-                     "--queue", "1", "--chat-template", GEMMA3_TEMPLATE])
+                     "--queue", "1", "--parallel", "1", "--chat-template", GEMMA3_TEMPLATE])
     server.model = "gemma-3-270m"
     yield server
     assert server.stop() == 0
@@ -379,8 +381,8 @@ def test_command_line():
 
     out = run("--help")
     assert out.returncode == 0
-    for option in ["--target", "--drafter", "--host", "--port", "--queue", "--model",
-                   "--chat-template", "--threads", "--max-tokens"]:
+    for option in ["--target", "--drafter", "--host", "--port", "--queue", "--parallel",
+                   "--prefill-chunk", "--model", "--chat-template", "--threads", "--max-tokens"]:
         assert option in out.stdout
     out = run("--port", "1")
     assert out.returncode == 2 and "--target" in out.stderr

@@ -1,5 +1,5 @@
-// specinfer serve: an OpenAI-compatible HTTP server (serve_http.cpp) on one target and drafter,
-// requests run by a serve::Worker (serve_engine.h).
+// specinfer serve: an OpenAI-compatible HTTP server (serve_http.cpp) on one loaded model, requests
+// run by a serve::Worker (serve_engine.h), several at once.
 #include <httplib.h>
 #include <unistd.h>
 
@@ -52,13 +52,14 @@ std::string model_name_of(const std::string &path) {
 int cmd_serve(int argc, char **argv) {
   cli::App app{
       "Serves the target over HTTP with an OpenAI-compatible API: /v1/completions, "
-      "/v1/chat/completions (both with streaming), /v1/models, /health, /metrics. Requests run one "
-      "at a time in arrival order; -n, --temp, --top-p and --seed are the defaults of fields a "
-      "request leaves out.",
+      "/v1/chat/completions (both with streaming), /v1/models, /health, /metrics. Up to "
+      "--parallel requests run at once, their sessions on one loaded model stepped together "
+      "(continuous batching, speculation inside the batch); more wait in arrival order. -n, "
+      "--temp, --top-p and --seed are the defaults of fields a request leaves out.",
       "specinfer serve"};
   cli::RunOptions run;
   std::string drafter_spec, host = "127.0.0.1", model, chat_template_file;
-  int32_t port = 8080, queue = 16;
+  int32_t port = 8080, queue = 16, parallel = 4, prefill_chunk = 64;
   cli::add_run_options(app, &run, 1);
   app.add_option("--drafter", drafter_spec, "drafter, e.g. ngram or draft-model:path=draft.gguf")
       ->type_name(cli::kSpec)
@@ -68,6 +69,13 @@ int cmd_serve(int argc, char **argv) {
                   "N", 0, 65535)
       ->capture_default_str();
   cli::add_number(app, "--queue", queue, "most requests waiting; more get 429", "N", 0, 1 << 20)
+      ->capture_default_str();
+  cli::add_number(app, "--parallel", parallel, "most requests generating at once", "N", 1, 64)
+      ->capture_default_str();
+  cli::add_number(app, "--prefill-chunk", prefill_chunk,
+                  "most prompt tokens a request scores per step while others generate (0: a "
+                  "whole prompt at once)",
+                  "N", 0, 1 << 20)
       ->capture_default_str();
   app.add_option("--model", model, "the model's name in the API (default: the file's name)")
       ->type_name("NAME");
@@ -141,7 +149,6 @@ int cmd_serve(int argc, char **argv) {
   specinfer_registry *reg = cli::create_registry(run, "specinfer serve");
   if (!reg) return 1;
   specinfer_target *target = nullptr;
-  specinfer_drafter *drafter = nullptr;
   char *err = nullptr;
   int rc = 1;
   do {
@@ -149,21 +156,30 @@ int cmd_serve(int argc, char **argv) {
       std::fprintf(stderr, "specinfer serve: cannot open target: %s\n", err);
       break;
     }
-    if (!drafter_spec.empty() &&
-        cli::open_drafter(reg, drafter_spec, target, &drafter, &err) != SPECINFER_OK) {
-      std::fprintf(stderr, "specinfer serve: cannot open drafter: %s\n", err);
-      break;
-    }
+
     specinfer_model_info info;
     specinfer_model_info_init(&info);
     specinfer_target_info(target, &info);
     cfg.n_ctx = info.n_ctx;
     cfg.chat.model_adds_bos = info.add_bos != 0;
 
-    serve::Worker worker(target, drafter, cli::session_params(run), queue);
+    serve::Worker::Options wo;
+    wo.drafter_spec = drafter_spec;
+    wo.defaults = cli::session_params(run);
+    wo.max_queue = queue;
+    wo.parallel = parallel;
+    wo.prefill_chunk = prefill_chunk;
+    std::string werr;
+    std::unique_ptr<serve::Worker> engine = serve::Worker::create(reg, target, wo, &werr);
+    if (!engine) {
+      std::fprintf(stderr, "specinfer serve: %s\n", werr.c_str());
+      break;
+    }
+    serve::Worker &worker = *engine;
     httplib::Server server;
-    // Every waiting request holds an HTTP thread, and idle keep-alive connections hold some more.
-    const size_t threads = static_cast<size_t>(queue) + 16;
+    // Every running or waiting request holds an HTTP thread, and idle keep-alive connections hold
+    // some more.
+    const size_t threads = static_cast<size_t>(queue) + static_cast<size_t>(parallel) + 16;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_payload_max_length(16 << 20);
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on the
@@ -215,7 +231,6 @@ int cmd_serve(int argc, char **argv) {
     rc = 0;
   } while (false);
   specinfer_free(err);
-  specinfer_drafter_destroy(drafter);
   specinfer_target_destroy(target);
   specinfer_registry_destroy(reg);
   return rc;

@@ -1,6 +1,9 @@
-// serve::Worker: one session at a time, requests from a bounded queue (serve_engine.h).
+// serve::Worker: requests from a bounded queue, stepped together in slots (serve_engine.h).
 #include "serve_engine.h"
 
+#include "cli_options.h"
+
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -8,78 +11,62 @@ namespace serve {
 
 namespace {
 
-// Token ids -> text; "" when the target cannot say.
-std::string token_text(specinfer_target *target, int32_t token) {
-  if (token < 0) return "";
-  char buf[256];
-  size_t n = 0;
-  if (specinfer_target_detokenize(target, &token, 1, buf, sizeof buf, &n) != SPECINFER_OK)
-    return "";
-  return std::string(buf, n);
-}
-
-// Where a request's session sends each round: to the request's callbacks, with the end-of-text
-// token's text cut off, stopping when the request is cancelled or the callback says so.
-struct RoundSink {
-  const GenCallbacks *callbacks;
-  const std::atomic<bool> *cancelled;
-  const specinfer_model_info *info;
-  const std::string *end_text;  // [2]: eos, eot
-  int32_t n_tokens = 0;
-  bool ended = false;    // an end-of-text token came
-  bool stopped = false;  // the callback asked to stop
-};
-
-int on_round(void *user, const int32_t *tokens, size_t n, const char *text, size_t len) {
-  auto *sink = static_cast<RoundSink *>(user);
-  sink->n_tokens += static_cast<int32_t>(n);
-  std::string piece(text, len);
-  if (n > 0) {
-    const int32_t last = tokens[n - 1];
-    for (int i = 0; i < 2; ++i) {
-      const int32_t id = i == 0 ? sink->info->eos_token : sink->info->eot_token;
-      const std::string &end = sink->end_text[i];
-      if (id >= 0 && last == id) {
-        sink->ended = true;
-        if (!end.empty() && piece.size() >= end.size() &&
-            piece.compare(piece.size() - end.size(), end.size(), end) == 0)
-          piece.resize(piece.size() - end.size());
-        break;
-      }
-    }
-  }
-  if (sink->cancelled->load()) return 1;
-  if (!sink->callbacks->on_text(piece, static_cast<int32_t>(n))) {
-    sink->stopped = true;
-    return 1;
-  }
-  return 0;
+GenResult with_kind(GenResult::Kind kind, std::string message = "") {
+  GenResult r;
+  r.kind = kind;
+  r.message = std::move(message);
+  return r;
 }
 
 }  // namespace
 
-Worker::Worker(specinfer_target *target, specinfer_drafter *drafter,
-               const specinfer_session_params &defaults, int32_t max_queue)
-    : target_(target), drafter_(drafter), defaults_(defaults), max_queue_(max_queue) {
+std::unique_ptr<Worker> Worker::create(specinfer_registry *reg, specinfer_target *target,
+                                       const Options &options, std::string *error) {
+  std::unique_ptr<Worker> w(new Worker(target, options));
+  char *err = nullptr;
+  for (Slot &s : w->slots_) {
+    if (specinfer_target_share(target, &s.target, &err) != SPECINFER_OK) {
+      *error = std::string("cannot share the target: ") + (err ? err : "?");
+      specinfer_free(err);
+      return nullptr;
+    }
+    if (!options.drafter_spec.empty() &&
+        cli::open_drafter(reg, options.drafter_spec, s.target, &s.drafter, &err) != SPECINFER_OK) {
+      *error = std::string("cannot open drafter: ") + (err ? err : "?");
+      specinfer_free(err);
+      return nullptr;
+    }
+  }
+  w->thread_ = std::thread([p = w.get()] { p->loop(); });
+  return w;
+}
+
+Worker::Worker(specinfer_target *target, const Options &options)
+    : target_(target),
+      options_(options),
+      slots_(static_cast<size_t>(std::max(options.parallel, 1))) {
   specinfer_model_info_init(&info_);
   specinfer_target_info(target_, &info_);
-  end_text_[0] = token_text(target_, info_.eos_token);
-  end_text_[1] = token_text(target_, info_.eot_token);
-  thread_ = std::thread([this] { loop(); });
 }
 
 Worker::~Worker() {
   stop();
   if (thread_.joinable()) thread_.join();
+  for (Slot &s : slots_) {
+    specinfer_session_destroy(s.session);
+    specinfer_drafter_destroy(s.drafter);
+    specinfer_target_destroy(s.target);
+  }
 }
 
 SubmitStatus Worker::submit(GenParams params, GenCallbacks callbacks,
                             std::shared_ptr<std::atomic<bool>> cancelled) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return SubmitStatus::kStopped;
-  // max_queue_ counts waiting requests: an idle worker takes one even with max_queue_ == 0.
-  const bool idle = queue_.empty() && metrics_.running == 0;
-  if (static_cast<int32_t>(queue_.size()) >= max_queue_ && !idle) {
+  // max_queue counts waiting requests: a free slot takes one even with max_queue == 0.
+  const bool room =
+      metrics_.running + static_cast<int32_t>(queue_.size()) < static_cast<int32_t>(slots_.size());
+  if (static_cast<int32_t>(queue_.size()) >= options_.max_queue && !room) {
     metrics_.requests_rejected++;
     return SubmitStatus::kQueueFull;
   }
@@ -101,125 +88,199 @@ void Worker::stop() {
     stopping_ = true;
     dropped.swap(queue_);
     metrics_.queue_depth = 0;
-    if (running_cancel_) running_cancel_->store(true);
     wake_.notify_one();
   }
-  GenResult cancelled;
-  cancelled.kind = GenResult::Kind::kCancelled;
-  for (Job &job : dropped) job.callbacks.on_done(cancelled);
+  for (Job &job : dropped) job.callbacks.on_done(with_kind(GenResult::Kind::kCancelled));
 }
 
-void Worker::loop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      metrics_.queue_depth = static_cast<int32_t>(queue_.size());
-      metrics_.running = 1;
-      running_cancel_ = job.cancelled;
-    }
-    GenResult result = run(job);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      metrics_.running = 0;
-      running_cancel_.reset();
-      switch (result.kind) {
-        case GenResult::Kind::kOk:
-          metrics_.requests_done++;
-          break;
-        case GenResult::Kind::kCancelled:
-          metrics_.requests_cancelled++;
-          break;
-        default:
-          metrics_.requests_failed++;
-          break;
-      }
-    }
-    job.callbacks.on_done(result);
-  }
-}
-
-GenResult Worker::run(Job &job) {
-  GenResult result;
-  if (job.cancelled->load()) {
+bool Worker::start(Slot &slot, Job job) {
+  slot.job = std::move(job);
+  slot.result = GenResult{};
+  slot.ended = false;
+  GenResult &result = slot.result;
+  if (slot.job.cancelled->load()) {
     result.kind = GenResult::Kind::kCancelled;
-    return result;
+    return false;
   }
-  const GenParams &p = job.params;
+  const GenParams &p = slot.job.params;
   // Count the prompt's tokens first (as feed_text will tokenize it: special tokens parsed, bos
   // added when the model asks), so that a prompt that leaves no room is refused with the numbers.
   size_t n_prompt = 0;
-  specinfer_status rc = specinfer_target_tokenize(target_, p.prompt.data(), p.prompt.size(), 1, 1,
-                                                  nullptr, 0, &n_prompt);
+  specinfer_status rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1,
+                                                  1, nullptr, 0, &n_prompt);
   if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
     std::vector<int32_t> ids(n_prompt);
-    rc = specinfer_target_tokenize(target_, p.prompt.data(), p.prompt.size(), 1, 1, ids.data(),
+    rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1, 1, ids.data(),
                                    ids.size(), &n_prompt);
   }
   if (rc != SPECINFER_OK) {
-    result.kind = GenResult::Kind::kBadRequest;
-    result.message = std::string("cannot tokenize the prompt: ") + specinfer_target_errmsg(target_);
-    return result;
+    result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
+                                                         specinfer_target_errmsg(slot.target));
+    return false;
   }
   if (n_prompt >= static_cast<size_t>(info_.n_ctx)) {
-    result.kind = GenResult::Kind::kBadRequest;
-    result.message = "the prompt has " + std::to_string(n_prompt) +
-                     " tokens, but the context holds " + std::to_string(info_.n_ctx) +
-                     " (prompt and completion together)";
+    result =
+        with_kind(GenResult::Kind::kBadRequest,
+                  "the prompt has " + std::to_string(n_prompt) + " tokens, but the context holds " +
+                      std::to_string(info_.n_ctx) + " (prompt and completion together)");
     result.prompt_tokens = static_cast<int32_t>(n_prompt);
-    return result;
+    return false;
   }
-
-  specinfer_session_params sp = defaults_;
+  specinfer_session_params sp = options_.defaults;
   sp.temperature = p.temperature;
   sp.top_p = p.top_p;
   sp.seed = p.seed;
-  specinfer_session *session = nullptr;
   char *err = nullptr;
-  if (specinfer_session_create(target_, drafter_, nullptr, &sp, &session, &err) != SPECINFER_OK) {
-    result.kind = GenResult::Kind::kFailed;
-    result.message = std::string("cannot create a session: ") + (err ? err : "?");
+  if (specinfer_session_create(slot.target, slot.drafter, nullptr, &sp, &slot.session, &err) !=
+      SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kFailed,
+                       std::string("cannot create a session: ") + (err ? err : "?"));
     specinfer_free(err);
-    return result;
+    return false;
   }
-  RoundSink sink{&job.callbacks, job.cancelled.get(), &info_, end_text_};
-  rc = specinfer_session_feed_text(session, p.prompt.data(), p.prompt.size());
-  if (rc == SPECINFER_OK) {
-    specinfer_session_stats st;
-    specinfer_session_stats_init(&st);
-    specinfer_session_get_stats(session, &st);
-    result.prompt_tokens = static_cast<int32_t>(st.n_prompt_tokens);
-    if (job.callbacks.on_start) job.callbacks.on_start(result.prompt_tokens);
-    rc = specinfer_session_generate(session, p.max_tokens, on_round, &sink);
+  if (specinfer_session_feed_text(slot.session, p.prompt.data(), p.prompt.size()) != SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(slot.session));
+    specinfer_session_destroy(slot.session);
+    slot.session = nullptr;
+    return false;
   }
-  result.completion_tokens = sink.n_tokens;
-  if (rc == SPECINFER_OK || rc == SPECINFER_ERR_CONTEXT_FULL ||
-      (rc == SPECINFER_ERR_CANCELLED && sink.stopped)) {
-    result.finish_reason = sink.ended || sink.stopped ? "stop" : "length";
-  } else if (rc == SPECINFER_ERR_CANCELLED) {
-    result.kind = GenResult::Kind::kCancelled;
-  } else {
-    result.kind = GenResult::Kind::kFailed;
-    result.message = specinfer_session_errmsg(session);
-  }
+  result.prompt_tokens = static_cast<int32_t>(n_prompt);
+  slot.room.resize(static_cast<size_t>(sp.max_draft) + 1);
+  if (slot.job.callbacks.on_start) slot.job.callbacks.on_start(result.prompt_tokens);
+  return true;
+}
 
+void Worker::finish(Slot &slot) {
   specinfer_session_stats st;
   specinfer_session_stats_init(&st);
-  specinfer_session_get_stats(session, &st);
-  specinfer_session_destroy(session);
-  std::lock_guard<std::mutex> lock(mutex_);
-  metrics_.prompt_tokens += st.n_prompt_tokens;
-  metrics_.generated_tokens += st.n_generated;
-  metrics_.drafted += st.n_drafted;
-  metrics_.accepted += st.n_accepted;
-  metrics_.rounds += st.n_rounds;
-  metrics_.round_seconds += (st.t_total_ms - st.t_prefill_ms) / 1000.0;
-  metrics_.prefill_seconds += st.t_prefill_ms / 1000.0;
-  return result;
+  if (slot.session) specinfer_session_get_stats(slot.session, &st);
+  specinfer_session_destroy(slot.session);
+  slot.session = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.prompt_tokens += st.n_prompt_tokens;
+    metrics_.generated_tokens += st.n_generated;
+    metrics_.drafted += st.n_drafted;
+    metrics_.accepted += st.n_accepted;
+    metrics_.rounds += st.n_rounds;
+    metrics_.round_seconds += (st.t_total_ms - st.t_prefill_ms) / 1000.0;
+    metrics_.prefill_seconds += st.t_prefill_ms / 1000.0;
+    switch (slot.result.kind) {
+      case GenResult::Kind::kOk:
+        metrics_.requests_done++;
+        break;
+      case GenResult::Kind::kCancelled:
+        metrics_.requests_cancelled++;
+        break;
+      default:
+        metrics_.requests_failed++;
+        break;
+    }
+  }
+  Job job = std::move(slot.job);
+  slot.job = Job{};
+  job.callbacks.on_done(slot.result);
+}
+
+void Worker::loop() {
+  specinfer_step_params step;
+  specinfer_step_params_init(&step);
+  step.prefill_chunk = options_.prefill_chunk;
+  for (;;) {
+    // Free slots take waiting requests; with nothing running, wait for one.
+    std::vector<Job> arrived;
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      int32_t running = 0;
+      for (const Slot &s : slots_) running += s.session ? 1 : 0;
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running > 0; });
+      stopping = stopping_;
+      while (!stopping && !queue_.empty() &&
+             running + static_cast<int32_t>(arrived.size()) < static_cast<int32_t>(slots_.size())) {
+        arrived.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      metrics_.queue_depth = static_cast<int32_t>(queue_.size());
+    }
+    for (Job &job : arrived) {
+      for (Slot &s : slots_) {
+        if (s.session || s.job.callbacks.on_done) continue;
+        if (!start(s, std::move(job))) finish(s);
+        break;
+      }
+    }
+    std::vector<Slot *> active;
+    for (Slot &s : slots_) {
+      if (!s.session) continue;
+      if (stopping || s.job.cancelled->load()) {
+        s.result.kind = GenResult::Kind::kCancelled;
+        finish(s);
+        continue;
+      }
+      active.push_back(&s);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      metrics_.running = static_cast<int32_t>(active.size());
+    }
+    if (active.empty()) {
+      if (stopping) return;
+      continue;
+    }
+    std::vector<specinfer_session *> sessions;
+    std::vector<specinfer_step_result> results(active.size());
+    for (size_t i = 0; i < active.size(); ++i) {
+      Slot &s = *active[i];
+      sessions.push_back(s.session);
+      specinfer_step_result &r = results[i];
+      r = specinfer_step_result{};
+      r.struct_size = sizeof r;
+      r.tokens = s.room.data();
+      r.cap = s.room.size();
+    }
+    specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
+    for (size_t i = 0; i < active.size(); ++i) {
+      Slot &s = *active[i];
+      const specinfer_step_result &r = results[i];
+      GenResult &result = s.result;
+      if (r.status == SPECINFER_ERR_CONTEXT_FULL) {
+        result.finish_reason = "length";
+        finish(s);
+        continue;
+      }
+      if (r.status != SPECINFER_OK) {
+        result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(s.session));
+        finish(s);
+        continue;
+      }
+      if (r.n_tokens == 0) continue;  // the prompt is still being scored
+      // Tokens past max_tokens are not the request's: a round may emit several.
+      const int32_t left = s.job.params.max_tokens - result.completion_tokens;
+      size_t n = std::min(r.n_tokens, static_cast<size_t>(std::max(left, 0)));
+      std::string text(r.text, r.text_len);
+      size_t n_text = 0;  // tokens before an end-of-text one
+      while (n_text < n && r.tokens[n_text] != info_.eos_token &&
+             r.tokens[n_text] != info_.eot_token)
+        ++n_text;
+      const bool ended = n_text < n;
+      if (n < r.n_tokens) {
+        // The text of the first tokens only (the request ends here).
+        std::vector<char> buf(n_text * 64 + 64);
+        size_t nb = 0;
+        text.clear();
+        if (n_text > 0 && specinfer_target_detokenize(s.target, r.tokens, n_text, buf.data(),
+                                                      buf.size(), &nb) == SPECINFER_OK)
+          text.assign(buf.data(), nb);
+      }
+      result.completion_tokens += static_cast<int32_t>(n);
+      const bool more = s.job.callbacks.on_text(text, static_cast<int32_t>(n));
+      if (ended || !more || result.completion_tokens >= s.job.params.max_tokens) {
+        result.finish_reason = ended || !more ? "stop" : "length";
+        finish(s);
+      }
+    }
+  }
 }
 
 }  // namespace serve

@@ -1,7 +1,6 @@
 // What `specinfer serve` runs requests on: the Engine interface (the seam the HTTP layer sees) and
-// Worker, today's engine, a thread that owns one session at a time on one target and drafter,
-// taking requests from a bounded queue in arrival order. A continuous-batching engine replaces
-// Worker behind the same interface.
+// Worker, a continuous-batching engine: one thread stepping every running request's session
+// together, requests taken from a bounded queue in arrival order.
 #pragma once
 
 #include <atomic>
@@ -13,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "specinfer.h"
 
@@ -72,12 +72,24 @@ class Engine {
   virtual void stop() = 0;
 };
 
-// Runs requests one at a time on a session built from `target` and `drafter` (may be NULL),
-// which it borrows; at most `max_queue` requests wait.
+// Runs up to `parallel` requests at once, each on a session of its own (a slot: a target shared
+// from `target`, and a drafter opened from `drafter_spec` on it), all stepped together by one
+// thread with specinfer_session_step_many: one pass over the weights per step for every running
+// request, drafts included (continuous batching). A request arriving takes a free slot at the next
+// step and scores its prompt `prefill_chunk` tokens per step; at most `max_queue` requests wait
+// for a slot.
 class Worker : public Engine {
  public:
-  Worker(specinfer_target *target, specinfer_drafter *drafter,
-         const specinfer_session_params &defaults, int32_t max_queue);
+  struct Options {
+    std::string drafter_spec;  // "" = plain decoding
+    specinfer_session_params defaults{};
+    int32_t max_queue = 16;
+    int32_t parallel = 4;
+    int32_t prefill_chunk = 64;
+  };
+  // Opens the slots' targets and drafters; nullptr with *error set when one cannot be opened.
+  static std::unique_ptr<Worker> create(specinfer_registry *reg, specinfer_target *target,
+                                        const Options &options, std::string *error);
   ~Worker() override;
   SubmitStatus submit(GenParams params, GenCallbacks callbacks,
                       std::shared_ptr<std::atomic<bool>> cancelled) override;
@@ -90,21 +102,32 @@ class Worker : public Engine {
     GenCallbacks callbacks;
     std::shared_ptr<std::atomic<bool>> cancelled;
   };
+  struct Slot {
+    specinfer_target *target = nullptr;
+    specinfer_drafter *drafter = nullptr;
+    specinfer_session *session = nullptr;  // a request is running
+    Job job;
+    GenResult result;
+    std::vector<int32_t> room;  // step_many's token buffer
+    bool ended = false;         // an end-of-text token came
+  };
+  Worker(specinfer_target *target, const Options &options);
   void loop();
-  GenResult run(Job &job);
+  // Starts the job on the slot (a session with its prompt fed); false with the slot's result set
+  // when the request is refused.
+  bool start(Slot &slot, Job job);
+  // Ends the slot's request: its session's counts into the metrics, then on_done.
+  void finish(Slot &slot);
 
   specinfer_target *target_;
-  specinfer_drafter *drafter_;
-  specinfer_session_params defaults_;
-  int32_t max_queue_;
+  Options options_;
   specinfer_model_info info_;
-  std::string end_text_[2];  // the text of the eos and eot tokens
+  std::vector<Slot> slots_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
   bool stopping_ = false;
-  std::shared_ptr<std::atomic<bool>> running_cancel_;
   EngineMetrics metrics_;
   std::thread thread_;
 };
