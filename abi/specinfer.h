@@ -210,7 +210,7 @@ SPECINFER_API int32_t specinfer_registry_threads(const specinfer_registry *regis
  * own KV cache; it is used by one session at a time and must outlive that session.
  * One model, many targets: while a target opened with the same plugin and config is open (through
  * this registry, by the application or inside a drafter such as draft-model), a plugin that can
- * share (gguf) opens the new target on that target's loaded model, as specinfer_target_share
+ * share (gguf, kgram) opens the new target on that target's loaded model, as specinfer_target_share
  * does, instead of loading the weights again.
  * Errors: INVALID_ARGUMENT, NOT_FOUND, CONFIG, IO, FORMAT, UNSUPPORTED, PLUGIN, OUT_OF_MEMORY. */
 SPECINFER_API specinfer_status specinfer_target_open(specinfer_registry *registry,
