@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "support/cmocka_setup.h"
+#include "support/plugin_file.h"
 
 using namespace gguf_test;
 
@@ -34,18 +35,8 @@ struct Fixture {
 
 int setup(void **state) {
   auto *fx = new Fixture();
-  const char *dir = std::getenv("SPECINFER_PLUGIN_PATH");
-  std::string so = std::string(dir ? dir : "plugins") + "/specinfer-gguf.so";
-  fx->so = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!fx->so) {
-    print_error("dlopen %s: %s\n", so.c_str(), dlerror());
-    delete fx;
-    return -1;
-  }
-  auto *desc =
-      static_cast<const specinfer_plugin_descriptor *>(dlsym(fx->so, "specinfer_plugin_entry"));
-  if (!desc || desc->abi_version != SPECINFER_PLUGIN_ABI_VERSION ||
-      std::strcmp(desc->name, "gguf") != 0) {
+  const specinfer_plugin_descriptor *desc = open_plugin_file("gguf", &fx->so);
+  if (!desc) {
     delete fx;
     return -1;
   }

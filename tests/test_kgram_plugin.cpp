@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "support/cmocka_setup.h"
+#include "support/plugin_file.h"
 
 namespace {
 
@@ -38,20 +39,8 @@ struct Fixture {
 
 int setup(void **state) {
   auto *fx = new Fixture();
-  const char *dir = std::getenv("SPECINFER_PLUGIN_PATH");
-  std::string so = std::string(dir ? dir : "plugins") + "/specinfer-kgram.so";
-  fx->so = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!fx->so) {
-    print_error("dlopen %s: %s\n", so.c_str(), dlerror());
-    delete fx;
-    return -1;
-  }
-  auto *desc =
-      static_cast<const specinfer_plugin_descriptor *>(dlsym(fx->so, "specinfer_plugin_entry"));
-  if (!desc || desc->abi_version != SPECINFER_PLUGIN_ABI_VERSION ||
-      std::strcmp(desc->name, "kgram") != 0) {
-    print_error("%s is not the kgram plugin of this ABI\n", so.c_str());
-    dlclose(fx->so);
+  const specinfer_plugin_descriptor *desc = open_plugin_file("kgram", &fx->so);
+  if (!desc) {
     delete fx;
     return -1;
   }

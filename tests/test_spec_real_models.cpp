@@ -39,14 +39,7 @@ std::string g_target, g_draft;  // model paths
 bool g_sanitized = false;
 int g_tokens = 24;
 
-const char *kPrompts[] = {
-    "def fib(n):\n",
-    "# Rename `total` to `acc` in this function.\n"
-    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
-    "# The same function with `total` renamed to `acc`:\n",
-    "<|im_start|>user\nWrite a Python function that reverses a "
-    "string.<|im_end|>\n<|im_start|>assistant\n",
-};
+const auto &kPrompts = kCodePrompts;
 
 using Env = RealTarget;
 

@@ -47,6 +47,16 @@ struct RealTarget {
   }
 };
 
+// Prompts of the end-to-end tests: a completion, an edit of input text, a chat turn.
+inline const char *const kCodePrompts[] = {
+    "def fib(n):\n",
+    "# Rename `total` to `acc` in this function.\n"
+    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
+    "# The same function with `total` renamed to `acc`:\n",
+    "<|im_start|>user\nWrite a Python function that reverses a "
+    "string.<|im_end|>\n<|im_start|>assistant\n",
+};
+
 struct RunParams {
   const specinfer_coupler *coupler = nullptr;  // NULL: the session's default
   float temperature = 0.0f;
