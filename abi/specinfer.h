@@ -499,11 +499,6 @@ typedef struct specinfer_step_result {
   size_t n_tokens;         /* out: tokens the round emitted */
   int32_t done;            /* out: 1 when the round emitted eos/eot */
   specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
-  /* Added after status (written only when struct_size covers them): the text of the tokens, as
-   * specinfer_session_generate's callback gets it (whole UTF-8 characters, a partial one kept for
-   * the next call; eos/eot have none). Owned by the session, valid until its next call. */
-  const char *text;
-  size_t text_len;
 } specinfer_step_result;
 
 /* How specinfer_session_step_many runs. */
@@ -535,6 +530,13 @@ SPECINFER_API void specinfer_step_params_init(specinfer_step_params *params);
 SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *const *sessions,
                                                            specinfer_step_result *results, size_t n,
                                                            const specinfer_step_params *params);
+
+/* The text of the tokens the session's last specinfer_session_step_many call emitted, as
+ * specinfer_session_generate's callback gets it: whole UTF-8 characters (a character split
+ * between calls comes whole with the later one), no text for eos/eot. Owned by the session, valid
+ * until its next call. Errors: INVALID_ARGUMENT (NULL). */
+SPECINFER_API specinfer_status specinfer_session_step_text(const specinfer_session *session,
+                                                           const char **text, size_t *len);
 
 typedef struct specinfer_session_stats {
   uint32_t struct_size;

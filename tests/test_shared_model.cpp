@@ -273,7 +273,10 @@ void test_step_many_equals_lone_sessions(void **) {
         if (chunk == 0) assert_true(results[k].n_tokens >= 1);
         (results[k].n_tokens == 0 ? some_empty : some_emitted) = true;
         got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
-        texts[i].append(results[k].text, results[k].text_len);
+        const char *text = nullptr;
+        size_t text_len = 0;
+        assert_int_equal(specinfer_session_step_text(s[i], &text, &text_len), SPECINFER_OK);
+        texts[i].append(text, text_len);
         if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
       }
       mixed += some_empty && some_emitted;

@@ -470,11 +470,7 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
       std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
       r.n_tokens = outs[k].size();
       r.done = dones[k] ? 1 : 0;
-      if (r.struct_size >= offsetof(specinfer_step_result, text_len) + sizeof(r.text_len)) {
-        const std::string &text = s->impl->step_text(outs[k]);
-        r.text = text.data();
-        r.text_len = text.size();
-      }
+      s->impl->step_text(outs[k]);
     });
   }
   for (size_t i = 0; i < n; ++i)
@@ -505,7 +501,7 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
   if (!sessions || !results) return SPECINFER_ERR_INVALID_ARGUMENT;
   // A caller's mistake in the call itself runs nothing.
   for (size_t i = 0; i < n; ++i) {
-    if (results[i].struct_size < offsetof(specinfer_step_result, text))
+    if (results[i].struct_size < sizeof(specinfer_step_result))
       return SPECINFER_ERR_INVALID_ARGUMENT;
     for (size_t j = 0; j < i; ++j)
       if (sessions[j] == sessions[i] && sessions[i]) {
@@ -518,6 +514,15 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
   } catch (...) {  // allocations of the batch itself
     return SPECINFER_ERR_OUT_OF_MEMORY;
   }
+}
+
+SPECINFER_API specinfer_status specinfer_session_step_text(const specinfer_session *session,
+                                                           const char **text, size_t *len) {
+  if (!session || !text || !len) return SPECINFER_ERR_INVALID_ARGUMENT;
+  const std::string &t = session->impl->last_step_text();
+  *text = t.data();
+  *len = t.size();
+  return SPECINFER_OK;
 }
 
 SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats) {

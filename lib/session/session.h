@@ -52,11 +52,9 @@ class Session {
   // Most tokens one round can emit.
   size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
 
-  // The text of tokens a step emitted (take_text), kept until the next call.
-  const std::string &step_text(const std::vector<int32_t> &tokens) {
-    step_text_ = take_text(tokens);
-    return step_text_;
-  }
+  // Keeps the text of the tokens a step emitted (take_text) for last_step_text.
+  void step_text(const std::vector<int32_t> &tokens) { step_text_ = take_text(tokens); }
+  const std::string &last_step_text() const { return step_text_; }
 
   std::string last_error;
 

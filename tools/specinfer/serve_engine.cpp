@@ -258,7 +258,10 @@ void Worker::loop() {
       // Tokens past max_tokens are not the request's: a round may emit several.
       const int32_t left = s.job.params.max_tokens - result.completion_tokens;
       size_t n = std::min(r.n_tokens, static_cast<size_t>(std::max(left, 0)));
-      std::string text(r.text, r.text_len);
+      const char *round_text = nullptr;
+      size_t round_len = 0;
+      specinfer_session_step_text(s.session, &round_text, &round_len);
+      std::string text(round_text ? round_text : "", round_len);
       size_t n_text = 0;  // tokens before an end-of-text one
       while (n_text < n && r.tokens[n_text] != info_.eos_token &&
              r.tokens[n_text] != info_.eot_token)
