@@ -785,6 +785,11 @@ extern "C" {
         n: usize,
         params: *const specinfer_step_params,
     ) -> specinfer_status;
+    pub fn specinfer_session_step_text(
+        session: *const specinfer_session,
+        text: *mut *const c_char,
+        len: *mut usize,
+    ) -> specinfer_status;
     pub fn specinfer_session_stats_init(stats: *mut specinfer_session_stats);
     pub fn specinfer_session_get_stats(
         session: *const specinfer_session,
