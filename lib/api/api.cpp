@@ -467,7 +467,8 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
     specinfer_session *s = sessions[index[k]];
     r.status = guard(&s->impl->last_error, nullptr, [&] {
       if (errors[k]) std::rethrow_exception(errors[k]);
-      std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
+      if (!outs[k].empty())  // a session scoring its prompt in chunks emits nothing
+        std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
       r.n_tokens = outs[k].size();
       r.done = dones[k] ? 1 : 0;
       s->impl->step_text(outs[k]);
