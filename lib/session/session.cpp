@@ -140,7 +140,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
   const auto t0 = Clock::now();
   target_.forward(b);
-  end_round(ms_since(t0), b.n_tokens, 1, 0, 0.0, out, done);
+  end_round(ms_since(t0), b.n_tokens, 1, 0, draft_.ms, out, done);
 }
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
@@ -148,16 +148,19 @@ const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t pr
   if (tokens_.size() >= static_cast<size_t>(n_ctx_))
     fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
   prefilling_ = false;
-  if (prefill_chunk > 0) {
+  if (prefill_chunk > 0) {  // at most one chunk of the prompt, in the caller's pass
     const auto t0 = Clock::now();
     const size_t want = trim_cache();
-    t_prefill_ += ms_since(t0);
     if (kv_tokens_.size() < want) {
       prefilling_ = true;
+      t_prefill_ += ms_since(t0);
       return prefill_batch(want, static_cast<size_t>(prefill_chunk));
     }
+    tell_drafter();
+    t_prefill_ += ms_since(t0);
+  } else {
+    catch_up();
   }
-  catch_up();
   draft_ = propose(draft_budget(max_emit));
   return score_batch(draft_);
 }
