@@ -371,13 +371,11 @@ std::string g_model, g_dir;  // model path, a scratch directory for heads files
 bool g_sanitized = false;
 int g_tokens = 32;
 
-const char *kPrompts[] = {
-    "def fib(n):\n",
-    "# Rename `total` to `acc` in this function.\n"
-    "def add_all(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n\n"
-    "# The same function with `total` renamed to `acc`:\n",
-    "<|im_start|>user\nWrite a Python function that reverses a "
-    "string.<|im_end|>\n<|im_start|>assistant\n",
+// The end-to-end prompts and one more whose function body the heads continue.
+const char *const kPrompts[] = {
+    kCodePrompts[0],
+    kCodePrompts[1],
+    kCodePrompts[2],
     "import numpy as np\n\ndef normalize(v):\n    \"\"\"Scale v to unit length.\"\"\"\n",
 };
 

@@ -228,7 +228,7 @@ void test_step_many_equals_lone_sessions(void **) {
   }
   // Rounds of every session still short of the lone text's length, stepped together: with the
   // prompts scored whole (chunk 0) and in chunks of 5 tokens, so that sessions still scoring
-  // their prompt share passes with sessions that already emit.
+  // their prompt share passes with sessions that emit tokens.
   for (const int32_t chunk : {0, 5}) {
     std::vector<std::vector<int32_t>> got(n);
     std::vector<std::string> texts(n);
