@@ -126,8 +126,8 @@ typedef struct specinfer_kernels {
 
   /* Packed weights (added in 0.1; check struct_size before use). pack_weight prepares W for
    * repeated matmuls, reordering it into a faster layout when the type has one (a copy of the
-   * weights; Q4_K today) or else referring to w, which must then outlive the handle. Results equal
-   * matmul's up to float summation order, and a token's result never depends on n_tok. */
+   * weights, see packed_bytes) or else referring to w, which must then outlive the handle. Results
+   * equal matmul's up to float summation order, and a token's result never depends on n_tok. */
   specinfer_status (*pack_weight)(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols,
                                   specinfer_packed_weight **out);
   specinfer_status (*matmul_packed)(const specinfer_packed_weight *pw, const float *x,
@@ -141,6 +141,11 @@ typedef struct specinfer_kernels {
    * UNSUPPORTED for other types, INVALID_ARGUMENT for a bad n, NULL, or inf / NaN in the input.
    * Slow-ish (load time). */
   specinfer_status (*quantize_row)(int32_t wtype, const float *src, void *dst, int64_t n);
+
+  /* Added after quantize_row (check struct_size; may be NULL): bytes of the packed copy a handle
+   * owns; 0 when it refers to the matrix given to pack_weight. A caller that gets a copy may let go
+   * of the original (free it, or drop its mapped pages). NULL pw gives 0. */
+  size_t (*packed_bytes)(const specinfer_packed_weight *pw);
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

@@ -438,8 +438,19 @@ void test_kernel_table_packed(void **) {
   assert_int_equal(k->matmul_packed(pw, x, 0, y), SPECINFER_ERR_INVALID_ARGUMENT);
   assert_int_equal(k->matmul_packed(pw, x, 1, y), SPECINFER_OK);
   assert_true(y[0] == 0.0f && y[1] == 0.0f);
+  // A reordered layout owns a copy of the weights; the plain layout refers to the caller's.
+  assert_true(k->struct_size >=
+              offsetof(specinfer_kernels, packed_bytes) + sizeof(k->packed_bytes));
+  const PackLayout layout = reinterpret_cast<const PackedWeight *>(pw)->layout;
+  assert_int_equal(k->packed_bytes(pw), layout == PackLayout::plain ? 0 : w.size());
+  assert_int_equal(k->packed_bytes(nullptr), 0);
   k->free_packed(pw);
   k->free_packed(nullptr);
+  std::vector<uint8_t> w0(wtype_row_size(SPECINFER_WTYPE_Q4_0, 96) * 2);
+  specinfer_packed_weight *plain = nullptr;
+  assert_int_equal(k->pack_weight(SPECINFER_WTYPE_Q4_0, w0.data(), 2, 96, &plain), SPECINFER_OK);
+  assert_int_equal(k->packed_bytes(plain), 0);
+  k->free_packed(plain);
 }
 
 }  // namespace

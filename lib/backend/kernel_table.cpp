@@ -100,6 +100,12 @@ specinfer_status k_quantize_row(int32_t wtype, const float *src, void *dst, int6
   return guarded([&] { quantize_row_ref(wtype, src, dst, n); });
 }
 
+size_t k_packed_bytes(const specinfer_packed_weight *pw) {
+  if (pw == nullptr) return 0;
+  const auto &p = *reinterpret_cast<const PackedWeight *>(pw);
+  return p.owned ? p.row_bytes * size_t(p.rows) : 0;
+}
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
@@ -118,7 +124,8 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_pack_weight,
                                           k_matmul_packed,
                                           k_free_packed,
-                                          k_quantize_row};
+                                          k_quantize_row,
+                                          k_packed_bytes};
   return &table;
 }
 

@@ -351,6 +351,18 @@ std::unique_ptr<File> File::from_memory(const void *data, size_t size) {
   return f;
 }
 
+void File::release(const void *p, size_t n) const {
+  if (map_ == nullptr || p == nullptr) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(map_);
+  if (begin < base || n > size_ || begin - base > size_ - n) return;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (page_size <= 0) return;
+  const auto page = uintptr_t(page_size);
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + n) / page * page;
+  // Read-only private mapping, never written: dropped pages come back from the file unchanged.
+  if (first < last) madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+}
+
 File::~File() {
   if (map_ != nullptr) munmap(map_, size_t(size_));
 }

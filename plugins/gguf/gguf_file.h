@@ -99,6 +99,12 @@ class File {
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
 
+  // Tells the kernel the pages wholly inside [p, p + n) of the mapping are not needed for now: they
+  // leave the process's resident memory and are read back from the file (page cache) if touched
+  // again. For data the caller has copied elsewhere (packed or re-quantized weights). The bytes
+  // stay valid to read. No effect on a file parsed from memory or on a range outside the mapping.
+  void release(const void *p, size_t n) const;
+
   struct Value;  // parsed metadata value (defined in gguf_file.cpp)
 
  private:

@@ -233,6 +233,20 @@ void Weights::pack(Weight &w) {
   check_status(k->pack_weight(w.type, w.data, w.rows, w.cols, &p), "pack_weight");
   packed_.emplace_back(p, PackedFree{k});
   w.packed = p;
+  // A packed copy replaces the matrix: give back its pages (the file's) or its buffer (requant's).
+  // Embedding lookups and vocab-limited output rows still read the file; its pages come back.
+  const bool has_bytes =
+      k->struct_size >= offsetof(specinfer_kernels, packed_bytes) + sizeof(k->packed_bytes) &&
+      k->packed_bytes;
+  if (!has_bytes || k->packed_bytes(p) == 0) return;
+  if (&w == &output && w.data != output_file.data) return;  // output_rows reads re-quantized rows
+  for (auto it = owned_.begin(); it != owned_.end(); ++it)
+    if (it->get() == w.data) {
+      owned_.erase(it);
+      w.data = nullptr;
+      return;
+    }
+  file.release(w.data, w.row_bytes * size_t(w.rows));
 }
 
 void Weights::requant(Weight &w, int32_t wtype) {
@@ -279,6 +293,7 @@ void Weights::requant(Weight &w, int32_t wtype) {
     fail(st,
          "gguf: requant of a %lld x %lld %s matrix to %s failed (status %d: inf or NaN weights?)",
          (long long)w.rows, (long long)w.cols, type_name(w.type), type_name(wtype), int(st));
+  file.release(w.data, w.row_bytes * size_t(w.rows));  // the copy replaces the file's matrix
   w.type = wtype;
   w.data = mem;
   w.row_bytes = rb;
