@@ -21,9 +21,10 @@ std::vector<std::string> read_prompts(const std::string &path, size_t limit) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error &e) {
+    } catch (const nlohmann::json::exception &e) {
       // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: ...";
-      // the line is the file's, named already.
+      // the line is the file's, named already. Not only parse errors: a number too large for a
+      // double ("1e999") is an out_of_range error (found by tests/fuzz/fuzz_prompts.cpp).
       std::string what = e.what();
       const size_t at = what.find("] ");
       if (at != std::string::npos) what.erase(0, at + 2);
