@@ -3,7 +3,10 @@
 Greedy texts must equal what `specinfer generate` prints for the same prompt, with one client and
 with several at once (they queue); stop strings cut the text before the first one, also while
 streaming; bad requests get 400 with an OpenAI-style error; a full queue gets 429; a stream whose
-client goes away is cancelled and does not hold up the next request. Every request has a timeout.
+client goes away is cancelled and does not hold up the next request. Several models served by name
+(--model NAME=PATH): each answers as `specinfer generate` on it, with its own chat template and
+metrics; an unknown name gets 404; a served model that is also another's draft model is loaded
+once (the server's resident memory shows it). Every request has a timeout.
 """
 import concurrent.futures
 import json
@@ -53,9 +56,13 @@ def get(server, path):
         return r.status, r.read().decode()
 
 
-def metric(server, name):
+def metric(server, name, model=None):
+    """The value of series `name` (labels in braces allowed) of `model` (default: the server's)."""
     _, text = get(server, "/metrics")
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    base, _, labels = name.partition("{")
+    labels = labels.rstrip("}")
+    series = f'{base}{{model="{model or server.model}"' + (f",{labels}" if labels else "") + "}"
+    m = re.search(r"^" + re.escape(series) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
 
 
@@ -315,9 +322,11 @@ def test_metrics(qwen):
 @pytest.fixture(scope="module")
 def gemma():
     """A server that runs one request at a time and holds one more waiting."""
+    # --model NAME with --target: the target served under that name.
     server = Server(["--target", f"gguf:path={model_path(GEMMA)},n_ctx=1024", "--threads", "2",
-                     "--queue", "1", "--parallel", "1", "--chat-template", GEMMA3_TEMPLATE])
-    server.model = "gemma-3-270m"
+                     "--queue", "1", "--parallel", "1", "--chat-template", GEMMA3_TEMPLATE,
+                     "--model", "gemma-small"])
+    server.model = "gemma-small"
     yield server
     assert server.stop() == 0
 
@@ -384,6 +393,7 @@ def test_command_line():
     for option in ["--target", "--drafter", "--host", "--port", "--queue", "--parallel",
                    "--prefill-chunk", "--model", "--chat-template", "--threads", "--max-tokens"]:
         assert option in out.stdout
+    assert "--model NAME=PATH" in out.stdout and "--drafter [NAME=]" in out.stdout
     out = run("--port", "1")
     assert out.returncode == 2 and "--target" in out.stderr
     out = run("--target", "kgram:path=/nonexistent", "--port", "70000")
@@ -420,3 +430,180 @@ def test_any_field_of_any_type(qwen):
                          {"messages": [{"role": role, "content": "x"}], "max_tokens": 1})
         assert status in (200, 400), (role, status, j)
     assert json.loads(get(qwen, "/health")[1]) == {"status": "ok"}
+
+
+# Several models by name: Qwen2.5-Coder 0.5B given as a target spec, Gemma 3 270M as a bare path.
+PAIR_PROMPTS = ["def fibonacci(n):", "The capital of France is"]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    coder = f"gguf:path={model_path(QWEN)},n_ctx=512"
+    gemma = model_path(GEMMA)
+    # ngram drafts for every model but gemma (a per-model drafter replaces the one for all); the
+    # chat template of gemma comes from a file, coder's from its GGUF.
+    server = Server(["--model", f"coder={coder}", "--model", f"gemma={gemma}",
+                     "--drafter", "ngram", "--drafter", "gemma=none",
+                     "--chat-template", f"gemma={GEMMA3_TEMPLATE}",
+                     "--threads", "2", "-n", "16", "--parallel", "2"])
+    server.model = None
+    server.targets = {"coder": coder, "gemma": f"gguf:path={gemma}"}
+    yield server
+    assert server.stop() == 0
+
+
+def test_pair_lists_both_models(pair):
+    c = client(pair)
+    assert [m.id for m in c.models.list().data] == ["coder", "gemma"]
+    assert c.models.retrieve("gemma").id == "gemma"
+    with pytest.raises(openai.NotFoundError):
+        c.models.retrieve("gemma-3-270m")
+    # Each model's drafter as asked: ngram for coder, none for gemma.
+    log = "".join(pair.log)
+    assert re.search(r"model coder: \S+, drafter ngram\n", log), log
+    assert re.search(r"model gemma: \S+\n", log), log
+
+
+def test_pair_each_model_equals_generate(pair):
+    """Both models at once, from several clients: each answers as `specinfer generate` on it."""
+    reference = {(name, p): generate(target, "none", p, N)
+                 for name, target in pair.targets.items() for p in PAIR_PROMPTS}
+    assert reference[("coder", PAIR_PROMPTS[0])] != reference[("gemma", PAIR_PROMPTS[0])]
+    c = client(pair)
+    jobs = list(reference) * 2
+
+    def run(i):
+        name, p = jobs[i]
+        if i % 2:
+            s = c.completions.create(model=name, prompt=p, max_tokens=N, temperature=0,
+                                     stream=True)
+            chunks = list(s)
+            assert all(ch.model == name for ch in chunks)
+            return "".join(ch.choices[0].text for ch in chunks)
+        r = c.completions.create(model=name, prompt=p, max_tokens=N, temperature=0)
+        assert r.model == name
+        return r.choices[0].text
+
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        texts = list(pool.map(run, range(len(jobs)), timeout=4 * TIMEOUT))
+    for job, text in zip(jobs, texts):
+        assert printed(text) == reference[job], job
+    # The metrics count each model's own requests; only coder drafts.
+    for name in pair.targets:
+        assert metric(pair, 'specinfer_requests_total{outcome="done"}', name) >= len(PAIR_PROMPTS) * 2
+        assert metric(pair, "specinfer_generated_tokens_total", name) >= 2 * len(PAIR_PROMPTS) * N
+    assert metric(pair, "specinfer_drafted_tokens_total", "coder") > 0
+    assert metric(pair, "specinfer_drafted_tokens_total", "gemma") == 0
+
+
+def test_pair_unknown_or_missing_model(pair):
+    status, j = post(pair, "/v1/completions", {"model": "qwen2.5-coder-0.5b", "prompt": "x"})
+    assert status == 404
+    assert j["error"]["code"] == "model_not_found" and j["error"]["param"] == "model"
+    assert "'coder'" in j["error"]["message"] and "'gemma'" in j["error"]["message"]
+    status, j = post(pair, "/v1/chat/completions",
+                     {"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert status == 404 and j["error"]["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client(pair).completions.create(model="nope", prompt="x", max_tokens=1)
+    # With two models, a request must say which.
+    status, j = post(pair, "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    assert status == 400 and j["error"]["param"] == "model"
+    status, j = post(pair, "/v1/completions", {"model": 3, "prompt": "x", "max_tokens": 1})
+    assert status == 400 and j["error"]["param"] == "model"
+    _, text = get(pair, "/metrics")
+    assert 'specinfer_http_requests_total{path="/v1/completions",status="404"}' in text
+
+
+def test_pair_chat_templates_per_model(pair):
+    """Each model's chat prompt comes from its own template: coder's GGUF, gemma's file."""
+    messages = CONVERSATIONS[1]
+    print_chat_prompt(f"gguf:path={model_path(QWEN)}", messages)  # skips without the engine
+    with open(GEMMA3_TEMPLATE) as f:
+        gemma_template = f.read()
+    # Gemma's tokenizer adds bos itself, so the prompt is the rendering without it.
+    prompts = {"coder": hf_render(gguf_metadata(model_path(QWEN), "tokenizer.chat_template"),
+                                  messages),
+               "gemma": hf_render(gemma_template, messages, "", "<eos>")}
+    assert prompts["coder"] != prompts["gemma"]
+    c = client(pair)
+    for name, prompt in prompts.items():
+        chat = c.chat.completions.create(model=name, messages=messages, max_tokens=8,
+                                         temperature=0)
+        plain = c.completions.create(model=name, prompt=prompt, max_tokens=8, temperature=0)
+        assert chat.model == name
+        assert chat.choices[0].message.content == plain.choices[0].text, name
+        assert chat.usage.prompt_tokens == plain.usage.prompt_tokens, name
+
+
+def test_model_options_refused():
+    """Bad --model, --drafter and --chat-template values exit 2 naming the problem."""
+    def run(*args):
+        return subprocess.run([CLI, "serve", "--port", "0", *args], capture_output=True,
+                              text=True, timeout=TIMEOUT)
+
+    for args, words in [
+        (["--model", "a=x.gguf", "--model", "a=y.gguf"], "'a' is given to two models"),
+        (["--model", "bare"], "--model bare"),
+        (["--model", "a="], "no path"),
+        (["--model", "my model=x.gguf"], "not a valid model name"),
+        (["--model", "a=x.gguf", "--drafter", "b=ngram"], "no served model is named 'b'"),
+        (["--model", "a=x.gguf", "--drafter", "a=ngram", "--drafter", "c=none"], "'c'"),
+    ]:
+        out = run(*args)
+        assert out.returncode == 2 and words in out.stderr, (args, out.stderr)
+    out = run("--model", "a=/nonexistent.gguf")
+    assert out.returncode == 1 and "/nonexistent.gguf" in out.stderr
+
+
+QWEN15 = "qwen2.5-coder-1.5b.gguf"
+
+
+def resident_bytes(server):
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    pytest.fail("no VmRSS")
+
+
+def test_served_draft_model_is_loaded_once():
+    """Qwen2.5-Coder 1.5B drafted by the 0.5B, which is served as well: the draft model is the
+    served one, so the drafter adds no second copy of the 0.5B's weights to the server's resident
+    memory, while a draft model configured otherwise (another n_ctx) does."""
+    big, small = model_path(QWEN15), model_path(QWEN)
+    small_bytes = os.path.getsize(small)
+    base = ["--model", f"coder={big}", "--model", f"small=gguf:path={small},n_ctx=512",
+            "--threads", "2", "--parallel", "1", "-n", "8"]
+    prompt = PROMPTS[0]
+
+    def measure(*drafter):
+        server = Server(base + list(drafter))
+        try:
+            texts = {}
+            for name in ["coder", "small"]:  # every model's weights and caches in use
+                texts[name] = client(server).completions.create(
+                    model=name, prompt=prompt, max_tokens=N, temperature=0).choices[0].text
+            drafted = metric(server, "specinfer_drafted_tokens_total", "coder")
+            return resident_bytes(server), texts, drafted, "".join(server.log)
+        finally:
+            assert server.stop() == 0
+
+    alone, texts, drafted, _ = measure()
+    assert drafted == 0
+    shared, shared_texts, drafted, log = measure("--drafter",
+                                                 f"coder=draft-model:path={small}")
+    assert "model coder: its draft model is served model small" in log, log
+    assert drafted > 0
+    assert shared_texts == texts
+    assert printed(texts["coder"]) == generate(f"gguf:path={big}", "none", prompt, N)
+    apart, apart_texts, drafted, log = measure(
+        "--drafter", f"coder=draft-model:path={small},n_ctx=256,requant=none,vocab_limit=0")
+    assert "its draft model is loaded on its own" in log and "n_ctx=256" in log, log
+    assert drafted > 0 and apart_texts == texts
+    mib = 1 << 20
+    print(f"resident: {alone // mib} MiB without a drafter, {shared // mib} MiB with the served "
+          f"0.5B drafting, {apart // mib} MiB with a copy of its own (file {small_bytes // mib} "
+          "MiB)")
+    assert shared - alone < small_bytes // 4
+    assert apart - alone > small_bytes // 2

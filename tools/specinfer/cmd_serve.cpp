@@ -1,5 +1,6 @@
-// specinfer serve: an OpenAI-compatible HTTP server (serve_http.cpp) on one loaded model, requests
-// run by a serve::Worker (serve_engine.h), several at once.
+// specinfer serve: an OpenAI-compatible HTTP server (serve_http.cpp) on one or more named models
+// (serve_models.h), each model's requests run by a serve::Worker of its own (serve_engine.h),
+// several at once.
 #include <httplib.h>
 #include <unistd.h>
 
@@ -12,12 +13,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli_options.h"
 #include "commands.h"
 #include "serve_chat.h"
 #include "serve_engine.h"
 #include "serve_http.h"
+#include "serve_models.h"
 #include "specinfer.h"
 
 namespace {
@@ -30,105 +33,129 @@ void on_stop_signal(int sig) {
   (void)n;
 }
 
-// The value of `key` in a PLUGIN:key=value,... config; "" when absent.
-std::string config_value(const std::string &spec, const std::string &key) {
-  std::string plugin, config;
-  cli::split_spec(spec, &plugin, &config);
-  for (const std::string &kv : cli::split(config, ','))
-    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
-  return "";
+// The chat template of `m` (its GGUF's, or its --chat-template file) into *e; false after
+// printing why not.
+bool load_chat_template(const serve::ModelSpec &m, serve::ModelEntry *e) {
+  std::string plugin, unused;
+  cli::split_spec(m.target, &plugin, &unused);
+  const std::string path = serve::config_value(m.target, "path");
+  if (plugin == "gguf" && !path.empty()) {
+    std::string error;
+    if (!serve::chat_template_from_gguf(path, &e->chat, &error)) {
+      std::fprintf(stderr, "specinfer serve: cannot read %s: %s\n", path.c_str(), error.c_str());
+      return false;
+    }
+  }
+  if (!m.chat_template.empty()) {
+    std::ifstream in(m.chat_template, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "specinfer serve: cannot read %s\n", m.chat_template.c_str());
+      return false;
+    }
+    e->chat.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (!serve::chat_templates_available()) {
+    e->chat.source.clear();
+    e->chat_unavailable =
+        "chat completions are not available: this build has no chat-template engine (cargo was "
+        "not found when it was built); use /v1/completions";
+  } else if (e->chat.source.empty()) {
+    e->chat_unavailable = "chat completions are not available: the model " + m.name +
+                          " has no chat template (start the server with --chat-template " + m.name +
+                          "=FILE); use /v1/completions";
+  }
+  return true;
 }
 
-// "dir/qwen2.5-coder-0.5b.gguf" -> "qwen2.5-coder-0.5b".
-std::string model_name_of(const std::string &path) {
-  std::string name = path.substr(path.find_last_of('/') + 1);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0)
-    name.resize(name.size() - 5);
-  return name;
-}
+// A served model's open target and engine.
+struct Loaded {
+  specinfer_target *target = nullptr;
+  std::unique_ptr<serve::Worker> worker;
+};
 
 }  // namespace
 
 int cmd_serve(int argc, char **argv) {
   cli::App app{
-      "Serves the target over HTTP with an OpenAI-compatible API: /v1/completions, "
-      "/v1/chat/completions (both with streaming), /v1/models, /health, /metrics. Up to "
-      "--parallel requests run at once, their sessions on one loaded model stepped together "
-      "(continuous batching, speculation inside the batch); more wait in arrival order. -n, "
-      "--temp, --top-p and --seed are the defaults of fields a request leaves out.",
+      "Serves one or more models over HTTP with an OpenAI-compatible API: /v1/completions, "
+      "/v1/chat/completions (both with streaming), /v1/models, /health, /metrics. A request's "
+      "`model` field picks the model by name (it may be left out when one model is served). "
+      "Each model has up to --parallel requests running at once, their sessions on its one "
+      "loaded model stepped together (continuous batching, speculation inside the batch); more "
+      "wait in arrival order. A draft-model drafter whose draft model is also served uses the "
+      "served model's weights (loaded once). -n, --temp, --top-p and --seed are the defaults of "
+      "fields a request leaves out.",
       "specinfer serve"};
   cli::RunOptions run;
-  std::string drafter_spec, host = "127.0.0.1", model, chat_template_file;
+  serve::ModelOptions mo;
+  std::string host = "127.0.0.1";
   int32_t port = 8080, queue = 16, parallel = 4, prefill_chunk = 64;
   cli::add_run_options(app, &run, 1);
-  app.add_option("--drafter", drafter_spec, "drafter, e.g. ngram or draft-model:path=draft.gguf")
-      ->type_name(cli::kSpec)
+  app.get_option("--target")
+      ->required(false)
+      ->description("the model to serve, e.g. gguf:path=model.gguf (or give models with --model)");
+  app.add_option("--model", mo.models,
+                 "serve the model at PATH (a GGUF file, or a target spec PLUGIN:K=V,...) under "
+                 "NAME; repeat for more models. A bare NAME names the --target model (default: "
+                 "its file's name)")
+      ->type_name("NAME=PATH")
+      ->default_str("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--drafter", mo.drafters,
+                 "drafter of every model, e.g. ngram or draft-model:path=draft.gguf; NAME=SPEC "
+                 "for model NAME only (repeatable; none: plain decoding)")
+      ->type_name("[NAME=]" + std::string(cli::kSpec))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->default_str("none");
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   cli::add_number(app, "--port", port, "TCP port (0: any free port; the one chosen is printed)",
                   "N", 0, 65535)
       ->capture_default_str();
-  cli::add_number(app, "--queue", queue, "most requests waiting; more get 429", "N", 0, 1 << 20)
+  cli::add_number(app, "--queue", queue, "most requests waiting, per model; more get 429", "N", 0,
+                  1 << 20)
       ->capture_default_str();
-  cli::add_number(app, "--parallel", parallel, "most requests generating at once", "N", 1, 64)
+  cli::add_number(app, "--parallel", parallel, "most requests generating at once, per model", "N",
+                  1, 64)
       ->capture_default_str();
   cli::add_number(app, "--prefill-chunk", prefill_chunk,
                   "most prompt tokens a request scores per step while others generate (0: a "
                   "whole prompt at once)",
                   "N", 0, 1 << 20)
       ->capture_default_str();
-  app.add_option("--model", model, "the model's name in the API (default: the file's name)")
-      ->type_name("NAME");
-  app.add_option("--chat-template", chat_template_file,
-                 "Jinja chat template file (default: the GGUF's tokenizer.chat_template)")
-      ->type_name("FILE");
+  app.add_option("--chat-template", mo.templates,
+                 "Jinja chat template file of every model, or NAME=FILE for model NAME only "
+                 "(default: each GGUF's tokenizer.chat_template)")
+      ->type_name("[NAME=]FILE")
+      ->default_str("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   std::string print_chat;
   app.add_option("--print-chat-prompt", print_chat,
-                 "print what the chat template makes of the messages in FILE (a JSON list of "
-                 "{role, content}) and exit, without loading the model")
+                 "print what the first model's chat template makes of the messages in FILE (a "
+                 "JSON list of {role, content}) and exit, without loading the model")
       ->type_name("FILE");
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
-  if (drafter_spec == "none") drafter_spec.clear();
+  mo.target = run.target;
+
+  std::vector<serve::ModelSpec> specs;
+  if (std::string error; !serve::read_models(mo, &specs, &error))
+    return cli::usage_error(app, error);
 
   std::signal(SIGPIPE, SIG_IGN);  // a client gone away is an error on its socket, not the end
 
   serve::ServerConfig cfg;
-  const std::string path = config_value(run.target, "path");
-  cfg.model = !model.empty() ? model : !path.empty() ? model_name_of(path) : "specinfer";
-  cfg.max_queue = queue;
   cfg.max_tokens = run.max_tokens;
   cfg.temperature = run.temp;
   cfg.top_p = run.top_p;
   cfg.seed = run.seed;
-  std::string plugin, unused;
-  cli::split_spec(run.target, &plugin, &unused);
-  if (plugin == "gguf" && !path.empty()) {
-    std::string error;
-    if (!serve::chat_template_from_gguf(path, &cfg.chat, &error)) {
-      std::fprintf(stderr, "specinfer serve: cannot read %s: %s\n", path.c_str(), error.c_str());
-      return 1;
-    }
-  }
-  if (!chat_template_file.empty()) {
-    std::ifstream in(chat_template_file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "specinfer serve: cannot read %s\n", chat_template_file.c_str());
-      return 1;
-    }
-    cfg.chat.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  if (!serve::chat_templates_available()) {
-    cfg.chat.source.clear();
-    cfg.chat_unavailable =
-        "chat completions are not available: this build has no chat-template engine (cargo was "
-        "not found when it was built); use /v1/completions";
-  } else if (cfg.chat.source.empty()) {
-    cfg.chat_unavailable =
-        "chat completions are not available: the model has no chat template (start the server "
-        "with --chat-template FILE); use /v1/completions";
+  std::vector<serve::ModelEntry> entries(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    entries[i].name = specs[i].name;
+    entries[i].max_queue = queue;
+    if (!load_chat_template(specs[i], &entries[i])) return 1;
   }
 
   if (!print_chat.empty()) {
+    const serve::ModelEntry &e = entries[0];
     std::ifstream in(print_chat, std::ios::binary);
     const nlohmann::json messages = nlohmann::json::parse(in, nullptr, false);
     std::string text, error;
@@ -137,49 +164,69 @@ int cmd_serve(int argc, char **argv) {
                    print_chat.c_str());
       return 1;
     }
-    if (cfg.chat.source.empty() || !cfg.chat.render(messages, &text, &error)) {
+    if (e.chat.source.empty() || !e.chat.render(messages, &text, &error)) {
       std::fprintf(stderr, "specinfer serve: %s\n",
-                   cfg.chat.source.empty() ? cfg.chat_unavailable.c_str() : error.c_str());
+                   e.chat.source.empty() ? e.chat_unavailable.c_str() : error.c_str());
       return 1;
     }
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
 
+  for (const std::string &note : serve::share_draft_models(&specs))
+    std::fprintf(stderr, "specinfer serve: %s\n", note.c_str());
+
   specinfer_registry *reg = cli::create_registry(run, "specinfer serve");
   if (!reg) return 1;
-  specinfer_target *target = nullptr;
+  // Closed at the end in this order: every engine (its slots' drafters hold draft models, maybe
+  // shared from a served model), then the targets, then the registry.
+  std::vector<Loaded> loaded(specs.size());
   char *err = nullptr;
   int rc = 1;
   do {
-    if (cli::open_target(reg, run.target, &target, &err) != SPECINFER_OK) {
-      std::fprintf(stderr, "specinfer serve: cannot open target: %s\n", err);
-      break;
+    // Every target first, so that a drafter whose draft model is served finds it open.
+    bool ok = true;
+    for (size_t i = 0; i < specs.size() && ok; ++i) {
+      if (cli::open_target(reg, specs[i].target, &loaded[i].target, &err) != SPECINFER_OK) {
+        std::fprintf(stderr, "specinfer serve: cannot open model %s (%s): %s\n",
+                     specs[i].name.c_str(), specs[i].target.c_str(), err);
+        ok = false;
+        break;
+      }
+      specinfer_model_info info;
+      specinfer_model_info_init(&info);
+      specinfer_target_info(loaded[i].target, &info);
+      entries[i].n_ctx = info.n_ctx;
+      entries[i].chat.model_adds_bos = info.add_bos != 0;
     }
-
-    specinfer_model_info info;
-    specinfer_model_info_init(&info);
-    specinfer_target_info(target, &info);
-    cfg.n_ctx = info.n_ctx;
-    cfg.chat.model_adds_bos = info.add_bos != 0;
-
-    serve::Worker::Options wo;
-    wo.drafter_spec = drafter_spec;
-    wo.defaults = cli::session_params(run);
-    wo.max_queue = queue;
-    wo.parallel = parallel;
-    wo.prefill_chunk = prefill_chunk;
-    std::string werr;
-    std::unique_ptr<serve::Worker> engine = serve::Worker::create(reg, target, wo, &werr);
-    if (!engine) {
-      std::fprintf(stderr, "specinfer serve: %s\n", werr.c_str());
-      break;
+    for (size_t i = 0; i < specs.size() && ok; ++i) {
+      serve::Worker::Options wo;
+      wo.drafter_spec = specs[i].drafter;
+      wo.defaults = cli::session_params(run);
+      wo.max_queue = queue;
+      wo.parallel = parallel;
+      wo.prefill_chunk = prefill_chunk;
+      std::string werr;
+      loaded[i].worker = serve::Worker::create(reg, loaded[i].target, wo, &werr);
+      if (!loaded[i].worker) {
+        std::fprintf(stderr, "specinfer serve: model %s: %s\n", specs[i].name.c_str(),
+                     werr.c_str());
+        ok = false;
+        break;
+      }
+      entries[i].engine = loaded[i].worker.get();
     }
-    serve::Worker &worker = *engine;
+    if (!ok) break;
+    cfg.models = entries;
+    const auto stop_all = [&loaded] {
+      for (Loaded &l : loaded) l.worker->stop();
+    };
+
     httplib::Server server;
     // Every running or waiting request holds an HTTP thread, and idle keep-alive connections hold
     // some more.
-    const size_t threads = static_cast<size_t>(queue) + static_cast<size_t>(parallel) + 16;
+    const size_t threads =
+        specs.size() * (static_cast<size_t>(queue) + static_cast<size_t>(parallel)) + 16;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_payload_max_length(16 << 20);
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on the
@@ -188,7 +235,7 @@ int cmd_serve(int argc, char **argv) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
-    const auto routes = serve::install_routes(server, worker, cfg);
+    const auto routes = serve::install_routes(server, cfg);
     int bound = port;
     if (port == 0)
       bound = server.bind_to_any_port(host.c_str());
@@ -198,8 +245,13 @@ int cmd_serve(int argc, char **argv) {
       std::fprintf(stderr, "specinfer serve: cannot listen on %s:%d\n", host.c_str(), port);
       break;
     }
-    std::fprintf(stderr, "specinfer serve: model %s, listening on http://%s:%d\n",
-                 cfg.model.c_str(), host.c_str(), bound);
+    for (const serve::ModelSpec &m : specs)
+      std::fprintf(stderr, "specinfer serve: model %s: %s%s%s\n", m.name.c_str(), m.target.c_str(),
+                   m.drafter.empty() ? "" : ", drafter ", m.drafter.c_str());
+    std::string names;
+    for (const serve::ModelSpec &m : specs) names += (names.empty() ? "" : ", ") + m.name;
+    std::fprintf(stderr, "specinfer serve: model%s %s, listening on http://%s:%d\n",
+                 specs.size() == 1 ? "" : "s", names.c_str(), host.c_str(), bound);
     std::fflush(stderr);
     // SIGINT and SIGTERM stop the server: the handler (any thread may run it; libraries start
     // threads of their own) writes the signal to a pipe that this thread reads.
@@ -209,17 +261,17 @@ int cmd_serve(int argc, char **argv) {
     }
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    std::thread on_signal([&server, &worker] {
+    std::thread on_signal([&server, &stop_all] {
       unsigned char sig = 0;
       while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
       }
       if (sig == 0) return;  // the server ended by itself
       std::fprintf(stderr, "specinfer serve: stopping (signal %d)\n", sig);
-      worker.stop();
+      stop_all();
       server.stop();
     });
     server.listen_after_bind();
-    worker.stop();
+    stop_all();
     const unsigned char end = 0;
     while (write(g_signal_pipe[1], &end, 1) < 0 && errno == EINTR) {
     }
@@ -231,7 +283,8 @@ int cmd_serve(int argc, char **argv) {
     rc = 0;
   } while (false);
   specinfer_free(err);
-  specinfer_target_destroy(target);
+  for (Loaded &l : loaded) l.worker.reset();  // the drafters (and their draft models) first
+  for (Loaded &l : loaded) specinfer_target_destroy(l.target);
   specinfer_registry_destroy(reg);
   return rc;
 }

@@ -283,6 +283,12 @@ void Worker::loop() {
         finish(s);
       }
     }
+    // Requests that ended in this step no longer run (the gauge would otherwise keep them until
+    // the next request arrives).
+    int32_t running = 0;
+    for (const Slot &s : slots_) running += s.session ? 1 : 0;
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.running = running;
   }
 }
 

@@ -206,8 +206,7 @@ ApiError error_of(const GenResult &r) {
 
 class Routes {
  public:
-  Routes(Engine &engine, const ServerConfig &cfg)
-      : engine_(engine), cfg_(cfg), started_(std::time(nullptr)) {}
+  explicit Routes(const ServerConfig &cfg) : cfg_(cfg), started_(std::time(nullptr)) {}
 
   void install(httplib::Server &srv);
 
@@ -215,8 +214,12 @@ class Routes {
   void completion(const httplib::Request &req, httplib::Response &res, bool chat);
   std::string metrics_text();
   void count(const httplib::Request &req, const httplib::Response &res);
+  json model_object(const ModelEntry &m) const;
+  // The model a request's `model` field names; an error when it names none, or leaves it out
+  // while several are served.
+  std::optional<ApiError> pick_model(const json &body, const ModelEntry **out) const;
+  std::string names() const;
 
-  Engine &engine_;
   ServerConfig cfg_;
   std::time_t started_;
   std::atomic<uint64_t> next_id_{1};
@@ -229,12 +232,14 @@ void Routes::install(httplib::Server &srv) {
     send_json(res, 200, {{"status", "ok"}});
   });
   srv.Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
-    send_json(res, 200,
-              {{"object", "list"},
-               {"data", json::array({{{"id", cfg_.model},
-                                      {"object", "model"},
-                                      {"created", started_},
-                                      {"owned_by", "specinfer"}}})}});
+    json data = json::array();
+    for (const ModelEntry &m : cfg_.models) data.push_back(model_object(m));
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+  });
+  srv.Get("/v1/models/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
+    const ModelEntry *m = nullptr;
+    if (auto e = pick_model({{"model", req.matches[1].str()}}, &m)) return send_error(res, *e);
+    send_json(res, 200, model_object(*m));
   });
   srv.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
     completion(req, res, false);
@@ -282,8 +287,46 @@ void Routes::count(const httplib::Request &req, const httplib::Response &res) {
   std::string path = "other";
   for (const char *k : kKnown)
     if (req.path == k) path = k;
+  if (path == "other" && req.path.rfind("/v1/models/", 0) == 0) path = "/v1/models/{model}";
   std::lock_guard<std::mutex> lock(count_mutex_);
   http_requests_[{path, res.status}]++;
+}
+
+json Routes::model_object(const ModelEntry &m) const {
+  return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "specinfer"}};
+}
+
+std::string Routes::names() const {
+  std::string out;
+  for (const ModelEntry &m : cfg_.models) out += (out.empty() ? "'" : ", '") + m.name + "'";
+  return out;
+}
+
+std::optional<ApiError> Routes::pick_model(const json &body, const ModelEntry **out) const {
+  const auto it = body.find("model");
+  if (it == body.end() || it->is_null()) {
+    if (cfg_.models.size() == 1) {
+      *out = &cfg_.models[0];
+      return std::nullopt;
+    }
+    ApiError e;
+    e.message = "you must give a model: this server has " + names();
+    e.param = "model";
+    return e;
+  }
+  if (!it->is_string()) return bad_param("model", "model must be a string");
+  for (const ModelEntry &m : cfg_.models)
+    if (m.name == it->get<std::string>()) {
+      *out = &m;
+      return std::nullopt;
+    }
+  ApiError e;
+  e.status = 404;
+  e.message = "the model '" + it->get<std::string>() + "' does not exist; this server has " +
+              (cfg_.models.size() == 1 ? "" : "the models ") + names();
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
 }
 
 void Routes::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
@@ -305,18 +348,9 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
     e.code = "invalid_json";
     return send_error(res, e);
   }
-  if (const auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return send_error(res, bad_param("model", "model must be a string"));
-    if (it->get<std::string>() != cfg_.model) {
-      ApiError e;
-      e.status = 404;
-      e.message = "the model '" + it->get<std::string>() + "' does not exist; this server has '" +
-                  cfg_.model + "'";
-      e.param = "model";
-      e.code = "model_not_found";
-      return send_error(res, e);
-    }
-  }
+  const ModelEntry *mp = nullptr;
+  if (auto e = pick_model(body, &mp)) return send_error(res, *e);
+  const ModelEntry &model_entry = *mp;
   Sampling s;
   if (auto e = read_sampling(body, cfg_, chat, &s)) return send_error(res, *e);
 
@@ -351,17 +385,17 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
       }
       messages.push_back(std::move(msg));
     }
-    if (cfg_.chat.source.empty()) {
+    if (model_entry.chat.source.empty()) {
       ApiError e;
-      e.message = cfg_.chat_unavailable;
+      e.message = model_entry.chat_unavailable;
       e.code = "chat_unavailable";
       return send_error(res, e);
     }
     std::string error;
     std::string rendered;
-    if (!cfg_.chat.render(messages, &rendered, &error))
+    if (!model_entry.chat.render(messages, &rendered, &error))
       return send_error(res, bad_param("messages", error));
-    params.prompt = cfg_.chat.prompt_of(std::move(rendered));
+    params.prompt = model_entry.chat.prompt_of(std::move(rendered));
   } else {
     const auto it = body.find("prompt");
     if (it != body.end() && it->is_string()) {
@@ -376,15 +410,15 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   }
 
   auto x = std::make_shared<Exchange>(s.stop);
-  const SubmitStatus st = engine_.submit(params, callbacks_for(x), x->cancelled);
+  const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
   if (st != SubmitStatus::kQueued) {
     ApiError e;
     if (st == SubmitStatus::kQueueFull) {
       e.status = 429;
       e.type = "rate_limit_error";
       e.code = "queue_full";
-      e.message = "the server is busy: " + std::to_string(cfg_.max_queue) +
-                  " requests are waiting already; try again later";
+      e.message = "the server is busy: " + std::to_string(model_entry.max_queue) +
+                  " requests for " + model_entry.name + " are waiting already; try again later";
     } else {
       e.status = 503;
       e.type = "server_error";
@@ -401,7 +435,7 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   const std::time_t created = std::time(nullptr);
-  const std::string model = cfg_.model;
+  const std::string model = model_entry.name;
   const auto usage = [](const GenResult &r) {
     return json{{"prompt_tokens", r.prompt_tokens},
                 {"completion_tokens", r.completion_tokens},
@@ -529,46 +563,65 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
 }
 
 std::string Routes::metrics_text() {
-  const EngineMetrics m = engine_.metrics();
+  std::vector<EngineMetrics> ms;
+  for (const ModelEntry &m : cfg_.models) ms.push_back(m.engine->metrics());
   std::ostringstream o;
-  const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
-    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-      << name << ' ' << value << '\n';
+  const auto head = [&](const char *name, const char *type, const char *help) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
   };
-  o << "# HELP specinfer_http_requests_total HTTP requests answered, by path and status.\n"
-       "# TYPE specinfer_http_requests_total counter\n";
+  // One series per model: name{model="..."[,extra]} value.
+  const auto series = [&](const char *name, const std::string &extra, auto value_of) {
+    for (size_t i = 0; i < ms.size(); ++i)
+      o << name << "{model=\"" << cfg_.models[i].name << '"' << (extra.empty() ? "" : ",") << extra
+        << "} " << value_of(ms[i]) << '\n';
+  };
+  const auto metric = [&](const char *name, const char *type, const char *help, auto value_of) {
+    head(name, type, help);
+    series(name, "", value_of);
+  };
+  head("specinfer_http_requests_total", "counter", "HTTP requests answered, by path and status.");
   {
     std::lock_guard<std::mutex> lock(count_mutex_);
     for (const auto &[key, n] : http_requests_)
       o << "specinfer_http_requests_total{path=\"" << key.first << "\",status=\"" << key.second
         << "\"} " << n << '\n';
   }
-  o << "# HELP specinfer_requests_total Generation requests by outcome.\n"
-       "# TYPE specinfer_requests_total counter\n"
-    << "specinfer_requests_total{outcome=\"done\"} " << m.requests_done << '\n'
-    << "specinfer_requests_total{outcome=\"failed\"} " << m.requests_failed << '\n'
-    << "specinfer_requests_total{outcome=\"cancelled\"} " << m.requests_cancelled << '\n'
-    << "specinfer_requests_total{outcome=\"rejected\"} " << m.requests_rejected << '\n';
-  metric("specinfer_prompt_tokens_total", "counter", "Prompt tokens scored.", m.prompt_tokens);
-  metric("specinfer_generated_tokens_total", "counter", "Tokens generated.", m.generated_tokens);
-  metric("specinfer_drafted_tokens_total", "counter", "Tokens the drafter proposed.", m.drafted);
+  head("specinfer_requests_total", "counter", "Generation requests by model and outcome.");
+  series("specinfer_requests_total", "outcome=\"done\"",
+         [](const EngineMetrics &m) { return m.requests_done; });
+  series("specinfer_requests_total", "outcome=\"failed\"",
+         [](const EngineMetrics &m) { return m.requests_failed; });
+  series("specinfer_requests_total", "outcome=\"cancelled\"",
+         [](const EngineMetrics &m) { return m.requests_cancelled; });
+  series("specinfer_requests_total", "outcome=\"rejected\"",
+         [](const EngineMetrics &m) { return m.requests_rejected; });
+  metric("specinfer_prompt_tokens_total", "counter", "Prompt tokens scored.",
+         [](const EngineMetrics &m) { return m.prompt_tokens; });
+  metric("specinfer_generated_tokens_total", "counter", "Tokens generated.",
+         [](const EngineMetrics &m) { return m.generated_tokens; });
+  metric("specinfer_drafted_tokens_total", "counter", "Tokens the drafter proposed.",
+         [](const EngineMetrics &m) { return m.drafted; });
   metric("specinfer_accepted_tokens_total", "counter", "Drafted tokens the target kept.",
-         m.accepted);
+         [](const EngineMetrics &m) { return m.accepted; });
   metric("specinfer_acceptance_rate", "gauge", "Accepted over drafted tokens since the start.",
-         m.drafted ? double(m.accepted) / double(m.drafted) : 0.0);
-  metric("specinfer_queue_depth", "gauge", "Requests waiting for the engine.", m.queue_depth);
-  metric("specinfer_requests_running", "gauge", "Requests generating now.", m.running);
-  o << "# HELP specinfer_round_seconds Speculate-verify rounds and their time (prompt excluded).\n"
-       "# TYPE specinfer_round_seconds summary\n"
-    << "specinfer_round_seconds_sum " << m.round_seconds << '\n'
-    << "specinfer_round_seconds_count " << m.rounds << '\n';
-  metric("specinfer_prefill_seconds_total", "counter", "Time scoring prompts.", m.prefill_seconds);
+         [](const EngineMetrics &m) {
+           return m.drafted ? double(m.accepted) / double(m.drafted) : 0.0;
+         });
+  metric("specinfer_queue_depth", "gauge", "Requests waiting for the engine.",
+         [](const EngineMetrics &m) { return m.queue_depth; });
+  metric("specinfer_requests_running", "gauge", "Requests generating now.",
+         [](const EngineMetrics &m) { return m.running; });
+  head("specinfer_round_seconds", "summary",
+       "Speculate-verify rounds and their time (prompt excluded).");
+  series("specinfer_round_seconds_sum", "", [](const EngineMetrics &m) { return m.round_seconds; });
+  series("specinfer_round_seconds_count", "", [](const EngineMetrics &m) { return m.rounds; });
+  metric("specinfer_prefill_seconds_total", "counter", "Time scoring prompts.",
+         [](const EngineMetrics &m) { return m.prefill_seconds; });
   return o.str();
 }
 
-std::shared_ptr<Routes> install_routes(httplib::Server &server, Engine &engine,
-                                       const ServerConfig &config) {
-  auto routes = std::make_shared<Routes>(engine, config);
+std::shared_ptr<Routes> install_routes(httplib::Server &server, const ServerConfig &config) {
+  auto routes = std::make_shared<Routes>(config);
   routes->install(server);
   return routes;
 }
