@@ -38,6 +38,7 @@
 #include "support/cmocka_setup.h"
 #include "support/models.h"
 #include "support/real_sessions.h"
+#include "support/resident.h"
 #include "support/same_tokens.h"
 
 namespace {
@@ -658,6 +659,44 @@ void test_greedy_equals_plain(void **state) {
   }
 }
 
+// Drafters of one heads file on targets sharing one model (a server's slots) share the prepared
+// matrices: a second one costs far less resident memory than one with another weight type (which
+// prepares its own), and drafts the same text.
+void test_drafters_share_heads(void **state) {
+  skip_without_model(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_target *t2 = nullptr;
+  char *err = nullptr;
+  assert_int_equal(specinfer_target_share(e->target, &t2, &err), SPECINFER_OK);
+  const std::string cfg = "path=" + e->random;
+  specinfer_drafter *a = open_drafter(e, "medusa", cfg);
+  const long long one = resident_bytes();
+  specinfer_drafter *b = nullptr;
+  assert_int_equal(specinfer_drafter_open(e->reg, "medusa", cfg.c_str(), t2, &b, &err),
+                   SPECINFER_OK);
+  const long long two = resident_bytes();
+  specinfer_drafter *c = nullptr;
+  const std::string f16 = cfg + ",wtype=f16";
+  assert_int_equal(specinfer_drafter_open(e->reg, "medusa", f16.c_str(), t2, &c, &err),
+                   SPECINFER_OK);
+  const long long three = resident_bytes();
+  std::fprintf(stderr, "resident: %lld KiB, +%lld KiB for a second drafter, +%lld KiB for f16\n",
+               one >> 10, (two - one) >> 10, (three - two) >> 10);
+  // f16 heads: 4 x 896 x 896 and 16384 x 896 values, 2 bytes each (34 MiB).
+  assert_true(three - two > (16ll << 20));
+  assert_true(two - one < (three - two) / 8);
+  assert_int_equal(specinfer_drafter_destroy(c), SPECINFER_OK);
+  assert_int_equal(specinfer_drafter_destroy(a), SPECINFER_OK);
+  // The survivor keeps the shared matrices: its text is plain decoding's.
+  RunParams rp;
+  rp.max_draft = 16;
+  const std::vector<int32_t> plain = run_session(t2, nullptr, kPrompts[0], g_tokens, rp, nullptr);
+  const std::vector<int32_t> spec = run_session(t2, b, kPrompts[0], g_tokens, rp, nullptr);
+  expect_same_tokens(plain, spec, "second drafter on shared heads", kPrompts[0]);
+  assert_int_equal(specinfer_drafter_destroy(b), SPECINFER_OK);
+  assert_int_equal(specinfer_target_destroy(t2), SPECINFER_OK);
+}
+
 void expect_refused(Env *e, const std::string &cfg, std::vector<specinfer_status> want,
                     const std::vector<std::string> &words) {
   specinfer_drafter *d = nullptr;
@@ -806,6 +845,7 @@ int main() {
   const struct CMUnitTest model_tests[] = {
       cmocka_unit_test(test_greedy_equals_plain),
       cmocka_unit_test(test_requests_without_hidden),
+      cmocka_unit_test(test_drafters_share_heads),
       cmocka_unit_test(test_refusals),
   };
   int failed = cmocka_run_group_tests_name("medusa trees", tree_tests, nullptr, nullptr);

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +28,7 @@
 #include "support/cmocka_setup.h"
 #include "support/models.h"
 #include "support/real_sessions.h"
+#include "support/resident.h"
 #include "support/same_tokens.h"
 
 namespace {
@@ -39,14 +39,6 @@ int g_tokens = 24;
 const auto &kPrompts = kCodePrompts;
 
 // Resident memory of this process in bytes (VmRSS), 0 when unknown.
-long long resident_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  return 0;
-}
-
 long long file_bytes(const std::string &path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : 0;

@@ -6,7 +6,8 @@
 //    heads' matrices for the host's kernels: the K matrices W_k stacked into one (K x hidden) x
 //    hidden matrix (every head reads the same h, so one matmul computes them all) and U, both
 //    Q8_0 by default. A round reads each once, so drafting is memory-bound and the compact type is
-//    what makes it cheap (wtype=f16 / f32 for comparison).
+//    what makes it cheap (wtype=f16 / f32 for comparison). Drafters of one heads file, weight
+//    type and heads count on one target model (the same output rows) share these matrices.
 //  - Propose: y_k = h + silu(W_k x + b_k), logits_k = U y_k, x as heads.h says: heads with no or
 //    one token input read the same x (one matmul over the K heads); heads with two read the path
 //    they extend, so head k runs after head k - 1 on the path of the first candidates, stopping
@@ -49,9 +50,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
@@ -91,6 +96,10 @@ struct HostBuffer {
     if (!ptr) throw std::bad_alloc();
   }
   uint8_t *bytes() const { return static_cast<uint8_t *>(ptr); }
+  void release() {
+    if (ptr) host->free(ptr);
+    ptr = nullptr;
+  }
 };
 
 template <typename T>
@@ -139,6 +148,11 @@ class Matrix {
       const specinfer_status rc = kernels_->pack_weight(wtype, data_.ptr, n_rows, n_cols, &packed_);
       if (rc != SPECINFER_OK) packed_ = nullptr;  // the plain kernels still work
     }
+    // A packed copy replaces the rows: keep one of the two.
+    if (packed_ &&
+        covers<void *>(kernels_->struct_size, offsetof(specinfer_kernels, packed_bytes)) &&
+        kernels_->packed_bytes && kernels_->packed_bytes(packed_) > 0)
+      data_.release();
   }
 
   // y[t][r] for t < n_tok.
@@ -157,6 +171,25 @@ class Matrix {
   HostBuffer data_;
   specinfer_packed_weight *packed_ = nullptr;
 };
+
+// The heads' matrices, prepared for the host's kernels. Immutable once built: drafters of one
+// heads file on one target model (every slot of a server, say) share one copy (prepared_cache).
+struct Prepared {
+  Matrix w;                                     // [K * H][D] (token_inputs < 2)
+  std::vector<std::unique_ptr<Matrix>> head_w;  // K x [H][D] (token_inputs = 2: one at a time)
+  Matrix u;                                     // [V][H]
+};
+
+// Prepared matrices by what determines them: the host, the heads file (path, size, time), the
+// weight type, the heads used and the target's fingerprint (its output rows).
+struct PreparedCache {
+  std::mutex mutex;
+  std::map<std::string, std::weak_ptr<const Prepared>> by_key;
+};
+PreparedCache &prepared_cache() {
+  static PreparedCache *cache = new PreparedCache;  // never destroyed: drafters may outlive statics
+  return *cache;
+}
 
 // A decayed rate: hits / trials over recent rounds, pulled toward a prior while little is seen.
 struct Rate {
@@ -202,11 +235,9 @@ constexpr float kPathFloor = 0.02f;
 struct Drafter {
   const specinfer_host *host = nullptr;
   medusa::Heads heads;
-  specinfer_host_target target{};               // the session's, for the token input's output rows
-  int32_t H = 0, D = 0, K = 0, V = 0;           // hidden size, head input, heads used, vocabulary
-  Matrix w;                                     // [K * H][D] (token_inputs < 2)
-  std::vector<std::unique_ptr<Matrix>> head_w;  // K x [H][D] (token_inputs = 2: one at a time)
-  Matrix u;                                     // [V][H]
+  specinfer_host_target target{};      // the session's, for the token input's output rows
+  int32_t H = 0, D = 0, K = 0, V = 0;  // hidden size, head input, heads used, vocabulary
+  std::shared_ptr<const Prepared> prep;
   int32_t max_nodes = 16, top_k = 4;
   Value value = Value::mix;
   bool adapt = true;
@@ -389,9 +420,9 @@ struct Drafter {
     if (heads.token_inputs < 2) {
       // Every head reads the same x: one matmul for all of them.
       if (heads.token_inputs == 1) token_input(ctx[n - 1], x.data() + H);
-      w.apply(x.data(), 1, z.data());
+      prep->w.apply(x.data(), 1, z.data());
       for (int32_t k = 0; k < K; ++k) residual(h, k);
-      u.apply(y.data(), K, logits.data());
+      prep->u.apply(y.data(), K, logits.data());
       for (int32_t k = 0; k < K; ++k) fill_level(k, vocab_size);
       return;
     }
@@ -407,9 +438,11 @@ struct Drafter {
         std::copy(e_cur, e_cur + H, e_prev);
         token_input(spec.levels[static_cast<size_t>(k - 1)][0].token, e_cur);
       }
-      head_w[static_cast<size_t>(k)]->apply(x.data(), 1, z.data() + static_cast<size_t>(k) * H);
+      prep->head_w[static_cast<size_t>(k)]->apply(x.data(), 1,
+                                                  z.data() + static_cast<size_t>(k) * H);
       residual(h, k);
-      u.apply(y.data() + static_cast<size_t>(k) * H, 1, logits.data() + static_cast<size_t>(k) * V);
+      prep->u.apply(y.data() + static_cast<size_t>(k) * H, 1,
+                    logits.data() + static_cast<size_t>(k) * V);
       path *= fill_level(k, vocab_size);
       if (spec.levels[static_cast<size_t>(k)].empty() || path < kPathFloor) {
         for (int32_t j = k + 1; j < K; ++j) spec.levels[static_cast<size_t>(j)].clear();
@@ -644,11 +677,11 @@ Value parse_value(const std::string &s) {
 }
 
 // Fetches U, the target's output rows for the heads' vocabulary, a chunk at a time.
-void load_output_rows(Drafter &d, const specinfer_host_target &target, int32_t wtype) {
+void load_output_rows(Drafter &d, Prepared &p, const specinfer_host_target &target, int32_t wtype) {
   const int32_t chunk = 256;
   std::vector<float> rows;
   int32_t first = -1;  // the chunk in `rows`
-  d.u.build(d.host, wtype, d.V, d.H, [&](int64_t i, float *dst) {
+  p.u.build(d.host, wtype, d.V, d.H, [&](int64_t i, float *dst) {
     const int32_t c = static_cast<int32_t>(i / chunk) * chunk;
     if (c != first) {
       const int32_t n = std::min(chunk, d.V - c);
@@ -716,7 +749,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
            target_info->name ? target_info->name : "?");
 
     d->heads = medusa::load_heads(path);
-    medusa::check_identity(d->heads, medusa::identify_target(*target_info, *target), path);
+    const medusa::TargetIdentity identity = medusa::identify_target(*target_info, *target);
+    medusa::check_identity(d->heads, identity, path);
     d->target = *target;
     d->H = d->heads.hidden_size;
     d->D = d->heads.input_size();
@@ -731,24 +765,50 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     for (float a : d->heads.accuracy) evaluated = evaluated || a > 0.0f;
     if (!evaluated) d->value = Value::prob;
 
-    auto rows_from = [&](int64_t first) {
-      return [&, first](int64_t i, float *dst) {
-        std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(first + i) * d->D,
-                    sizeof(float) * static_cast<size_t>(d->D));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      fail(SPECINFER_ERR_IO, "medusa: cannot stat '%s'", path.c_str());
+    const std::string key = std::to_string(reinterpret_cast<uintptr_t>(host)) + '|' + path + '|' +
+                            std::to_string(st.st_size) + '|' + std::to_string(st.st_mtim.tv_sec) +
+                            '.' + std::to_string(st.st_mtim.tv_nsec) + '|' + std::to_string(wtype) +
+                            '|' + std::to_string(d->K) + '|' + std::to_string(identity.fingerprint);
+    PreparedCache &cache = prepared_cache();
+    {
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      auto it = cache.by_key.find(key);
+      if (it != cache.by_key.end()) d->prep = it->second.lock();
+    }
+    if (!d->prep) {
+      auto prep = std::make_shared<Prepared>();
+      auto rows_from = [&](int64_t first) {
+        return [&, first](int64_t i, float *dst) {
+          std::memcpy(dst, d->heads.w.data() + static_cast<size_t>(first + i) * d->D,
+                      sizeof(float) * static_cast<size_t>(d->D));
+        };
       };
-    };
-    if (d->heads.token_inputs < 2) {
-      d->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, rows_from(0));
-    } else {
-      for (int32_t k = 0; k < d->K; ++k) {
-        d->head_w.push_back(std::make_unique<Matrix>());
-        d->head_w.back()->build(host, wtype, d->H, d->D, rows_from(static_cast<int64_t>(k) * d->H));
+      if (d->heads.token_inputs < 2) {
+        prep->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, rows_from(0));
+      } else {
+        for (int32_t k = 0; k < d->K; ++k) {
+          prep->head_w.push_back(std::make_unique<Matrix>());
+          prep->head_w.back()->build(host, wtype, d->H, d->D,
+                                     rows_from(static_cast<int64_t>(k) * d->H));
+        }
+      }
+      load_output_rows(*d, *prep, *target, wtype);
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      for (auto it = cache.by_key.begin(); it != cache.by_key.end();)
+        it = it->second.expired() ? cache.by_key.erase(it) : std::next(it);
+      auto &slot = cache.by_key[key];
+      d->prep = slot.lock();  // another thread may have built the same meanwhile
+      if (!d->prep) {
+        d->prep = prep;
+        slot = d->prep;
       }
     }
-    // The float weights are in the prepared matrix now.
+    // The float weights are in the prepared matrices.
     d->heads.w.clear();
     d->heads.w.shrink_to_fit();
-    load_output_rows(*d, *target, wtype);
 
     d->x.resize(static_cast<size_t>(d->D));
     d->z.resize(static_cast<size_t>(d->K) * d->H);
