@@ -263,6 +263,38 @@ SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *tar
                                                            const int32_t *tokens, size_t n,
                                                            char *text, size_t cap, size_t *n_bytes);
 
+/* Scoring a token sequence directly, without a session: the target's raw logits, for measuring a
+ * model (perplexity, comparisons with another implementation) rather than generating with it. */
+typedef struct specinfer_eval_params {
+  uint32_t struct_size;  /* sizeof(specinfer_eval_params) */
+  const int32_t *tokens; /* [n_tokens] ids, appended to the sequence in the target's cache */
+  size_t n_tokens;
+  /* Where the tokens go: the target's cache keeps its first n_past positions (at most the
+   * positions it holds, specinfer_target_eval's *n_cached) and drops the rest, and the tokens
+   * take positions n_past, n_past + 1 and so on. 0 (default) starts a new sequence. */
+  int32_t n_past;
+  int32_t n_logits; /* logits for the last n_logits of the tokens, 0 .. n_tokens; default 0 */
+  float *logits;    /* out: [n_logits][vocab_size], row i for token n_tokens - n_logits + i */
+} specinfer_eval_params;
+
+/* Fills `params` with the defaults (no tokens, n_past 0, no logits). */
+SPECINFER_API void specinfer_eval_params_init(specinfer_eval_params *params);
+/* Runs the target over params->tokens after its first params->n_past cached positions, as one
+ * causal pass, and writes the logits asked for: row i is the model's score of every id as the
+ * token after tokens[n_tokens - n_logits + i]. The cache then holds n_past + n_tokens positions,
+ * so a long sequence can be scored in passes of any size, each with n_past = the positions scored
+ * so far; the logits do not depend on how it is split, up to float summation order.
+ * `*n_cached` (may be NULL) receives the positions the cache holds afterwards (before the pass
+ * when params is NULL: a query). The target must not be in use by a session; a session made
+ * afterwards starts from an empty cache. n_tokens = 0 only truncates the cache to n_past.
+ * Errors: INVALID_ARGUMENT (NULL target, struct_size, NULL tokens or logits, an id outside the
+ * vocabulary, n_past beyond the cache, n_logits outside 0 .. n_tokens), STATE (a session uses the
+ * target), CONTEXT_FULL (n_past + n_tokens beyond the context window), PLUGIN, OUT_OF_MEMORY;
+ * message: specinfer_target_errmsg. */
+SPECINFER_API specinfer_status specinfer_target_eval(specinfer_target *target,
+                                                     const specinfer_eval_params *params,
+                                                     int32_t *n_cached);
+
 /* ---------------------------------------------------------------------------------------------
  * Drafters: cheap proposers
  * ------------------------------------------------------------------------------------------- */

@@ -1,8 +1,10 @@
 // extern "C" shims for the core of the public ABI: versions, statuses, the registry, targets,
 // drafters and sessions. (Couplers: coupler_api.cpp; sketchers: sketch_api.cpp.)
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "api/guard.h"
 #include "api/handles.h"
@@ -286,6 +288,59 @@ SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *tar
     if (out.size() > cap)
       fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "%zu bytes do not fit a buffer of %zu", out.size(), cap);
     if (!out.empty()) std::memcpy(text, out.data(), out.size());
+  });
+}
+
+SPECINFER_API void specinfer_eval_params_init(specinfer_eval_params *params) {
+  if (!params) return;
+  std::memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(*params);
+}
+
+SPECINFER_API specinfer_status specinfer_target_eval(specinfer_target *target,
+                                                     const specinfer_eval_params *params,
+                                                     int32_t *n_cached) {
+  if (!target) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&target->last_error, nullptr, [&] {
+    if (n_cached) *n_cached = target->kv_size();
+    if (!params) return;
+    if (!struct_ok(params))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "params->struct_size %u is not valid",
+           params->struct_size);
+    specinfer_eval_params p = merge_params(params, specinfer_eval_params_init);
+    if (target->in_session) fail(SPECINFER_ERR_STATE, "the target is used by a session");
+    const int32_t cached = target->kv_size();
+    if (p.n_past < 0 || p.n_past > cached)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_past %d is outside the %d cached positions", p.n_past,
+           cached);
+    if (p.n_tokens > 0 && !p.tokens) fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens is NULL");
+    if (p.n_logits < 0 || static_cast<size_t>(p.n_logits) > p.n_tokens)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_logits %d is outside 0 .. %zu", p.n_logits,
+           p.n_tokens);
+    if (p.n_logits > 0 && !p.logits) fail(SPECINFER_ERR_INVALID_ARGUMENT, "logits is NULL");
+    const specinfer_model_info &info = target->info();
+    if (p.n_tokens > static_cast<size_t>(INT32_MAX) ||
+        static_cast<int64_t>(p.n_past) + static_cast<int64_t>(p.n_tokens) > info.n_ctx)
+      fail(SPECINFER_ERR_CONTEXT_FULL, "%d + %zu positions exceed the context window of %d",
+           p.n_past, p.n_tokens, info.n_ctx);
+    for (size_t i = 0; i < p.n_tokens; ++i)
+      if (p.tokens[i] < 0 || p.tokens[i] >= info.vocab_size)
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "token %d is outside the vocabulary", p.tokens[i]);
+    if (p.n_past < cached) target->kv_truncate(p.n_past);
+    if (p.n_tokens > 0) {
+      const auto n = static_cast<int32_t>(p.n_tokens);
+      std::vector<int32_t> positions(p.n_tokens);
+      for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = p.n_past + i;
+      specinfer_forward_batch batch{};
+      batch.struct_size = sizeof(batch);
+      batch.n_tokens = n;
+      batch.tokens = p.tokens;
+      batch.positions = positions.data();
+      batch.n_logits = p.n_logits;
+      batch.logits = p.logits;
+      target->forward(batch);
+    }
+    if (n_cached) *n_cached = target->kv_size();
   });
 }
 

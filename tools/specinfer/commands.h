@@ -4,6 +4,7 @@
 
 int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_sketch_eval(int argc, char **argv);

@@ -18,6 +18,8 @@ struct Command {
 const Command kCommands[] = {
     {"bench", cmd_bench, "plain decoding vs drafters on a prompt set: table and PNG chart"},
     {"generate", cmd_generate, "generate text with a target, a drafter and a coupler"},
+    {"perplexity", cmd_perplexity,
+     "perplexity on a text as llama-perplexity computes it; KL divergence against a saved run"},
     {"plugins", cmd_plugins, "list the plugins found on the plugin path"},
     {"serve", cmd_serve, "serve the target over HTTP with an OpenAI-compatible API"},
     {"sketch-eval", cmd_sketch_eval,

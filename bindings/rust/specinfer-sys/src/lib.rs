@@ -167,6 +167,17 @@ pub struct specinfer_step_result {
 }
 
 #[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_eval_params {
+    pub struct_size: u32,
+    pub tokens: *const i32,
+    pub n_tokens: usize,
+    pub n_past: i32,
+    pub n_logits: i32,
+    pub logits: *mut f32,
+}
+
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct specinfer_step_params {
     pub struct_size: u32,
@@ -663,6 +674,12 @@ extern "C" {
         text: *mut c_char,
         cap: usize,
         n_bytes: *mut usize,
+    ) -> specinfer_status;
+    pub fn specinfer_eval_params_init(params: *mut specinfer_eval_params);
+    pub fn specinfer_target_eval(
+        target: *mut specinfer_target,
+        params: *const specinfer_eval_params,
+        n_cached: *mut i32,
     ) -> specinfer_status;
 
     pub fn specinfer_drafter_open(

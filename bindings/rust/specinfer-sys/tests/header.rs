@@ -424,6 +424,10 @@ fn struct_sizes_match_library() {
         specinfer_step_params_init(&mut stp);
         assert_eq!(stp.struct_size as usize, size_of::<specinfer_step_params>());
         assert!(stp.prefill_chunk >= 0);
+        let mut ep: specinfer_eval_params = std::mem::zeroed();
+        specinfer_eval_params_init(&mut ep);
+        assert_eq!(ep.struct_size as usize, size_of::<specinfer_eval_params>());
+        assert!(ep.tokens.is_null() && ep.n_past == 0 && ep.n_logits == 0);
         let mut tp: specinfer_train_params = std::mem::zeroed();
         specinfer_train_params_init(&mut tp);
         assert_eq!(tp.struct_size as usize, size_of::<specinfer_train_params>());
