@@ -78,10 +78,10 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   lookahead_.configure(params_.max_draft, params_.adaptive_draft != 0);
 
   size_t rows = static_cast<size_t>(params_.max_draft) + 1;
-  logits_.resize(rows * vocab_);
-  if (!greedy_) probs_.resize(rows * vocab_);
+  logits_.assign_zero(rows * vocab_);
+  if (!greedy_) probs_.assign_zero(rows * vocab_);
   if (drafter_) {
-    draft_probs_.resize(static_cast<size_t>(params_.max_draft) * vocab_);
+    draft_probs_.assign_zero(static_cast<size_t>(params_.max_draft) * vocab_);
     draft_tokens_.resize(params_.max_draft);
     draft_parents_.resize(params_.max_draft);
     accepted_path_.resize(params_.max_draft);

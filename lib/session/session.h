@@ -13,6 +13,7 @@
 #include "sampling/sampler.h"
 #include "session/lookahead.h"
 #include "specinfer.h"
+#include "util/page_buffer.h"
 
 namespace specinfer {
 
@@ -110,9 +111,10 @@ class Session {
   std::string utf8_pending_;  // bytes of an unfinished UTF-8 character
   std::string step_text_;     // step_text's last result
 
-  std::vector<float> logits_;       // [k+1][vocab]: after the last token, then after each node
-  std::vector<float> probs_;        // [k+1][vocab]: logits_ through the sampler
-  std::vector<float> draft_probs_;  // [k][vocab]: q of each node
+  // Rows for the longest draft; a row's pages become resident when a draft first reaches it.
+  PageBuffer<float> logits_;       // [k+1][vocab]: after the last token, then after each node
+  PageBuffer<float> probs_;        // [k+1][vocab]: logits_ through the sampler
+  PageBuffer<float> draft_probs_;  // [k][vocab]: q of each node (untouched by point masses)
   std::vector<int32_t> draft_tokens_, draft_parents_;  // [k]
   std::vector<int32_t> accepted_path_, keep_idx_;      // [k], [k+1]
   std::vector<int32_t> batch_tokens_, batch_pos_;
