@@ -682,9 +682,12 @@ void test_drafters_share_heads(void **state) {
   const long long three = resident_bytes();
   std::fprintf(stderr, "resident: %lld KiB, +%lld KiB for a second drafter, +%lld KiB for f16\n",
                one >> 10, (two - one) >> 10, (three - two) >> 10);
-  // f16 heads: 4 x 896 x 896 and 16384 x 896 values, 2 bytes each (34 MiB).
-  assert_true(three - two > (16ll << 20));
-  assert_true(two - one < (three - two) / 8);
+  // f16 heads: 4 x 896 x 896 and 16384 x 896 values, 2 bytes each (34 MiB). (ASan keeps freed
+  // memory, the heads file's float weights read by each drafter, in quarantine.)
+  if (!g_sanitized) {
+    assert_true(three - two > (16ll << 20));
+    assert_true(two - one < (three - two) / 8);
+  }
   assert_int_equal(specinfer_drafter_destroy(c), SPECINFER_OK);
   assert_int_equal(specinfer_drafter_destroy(a), SPECINFER_OK);
   // The survivor keeps the shared matrices: its text is plain decoding's.
