@@ -242,6 +242,14 @@ typedef struct specinfer_model_info {
   int32_t add_bos;     /* 1 if text prompts start with bos */
   const char *name;    /* model name, valid while the target is open */
   const char *arch;    /* "qwen2", "llama", "kgram", ... */
+  /* Added after arch (check struct_size): every token that ends generation, in increasing order:
+   * eos, eot, eom and the end tokens the vocabulary spells out (for example <|endoftext|>,
+   * <|im_end|>, <end_of_turn>, <|eot_id|>; llama.cpp's end-of-generation rules). A session stops
+   * at any of them. eos_token and eot_token are among them when not -1. Valid while the target is
+   * open; NULL with n_eog_tokens 0 when the model has none. A target plugin that leaves them
+   * unset gets {eos_token, eot_token}. */
+  const int32_t *eog_tokens;
+  int32_t n_eog_tokens;
 } specinfer_model_info;
 
 /* Fills `info` (its struct_size set by the caller, or by specinfer_model_info_init). */
@@ -510,16 +518,16 @@ SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *
 typedef int (*specinfer_token_fn)(void *user, const int32_t *tokens, size_t n_tokens,
                                   const char *text, size_t text_len);
 
-/* Generates up to `max_tokens` tokens (or until the target's eos/eot token), calling `on_tokens`
- * (may be NULL) after each round. Errors: INVALID_ARGUMENT, STATE (nothing fed yet), CONTEXT_FULL,
- * CANCELLED, PLUGIN. */
+/* Generates up to `max_tokens` tokens (or until an end-of-generation token,
+ * specinfer_model_info.eog_tokens), calling `on_tokens` (may be NULL) after each round. Errors:
+ * INVALID_ARGUMENT, STATE (nothing fed yet), CONTEXT_FULL, CANCELLED, PLUGIN. */
 SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
                                                           int32_t max_tokens,
                                                           specinfer_token_fn on_tokens, void *user);
 
 /* Runs one speculate -> verify -> commit round and writes the tokens it emitted (between 1 and
  * k+1) to `tokens` (cap must be at least max_draft + 1). *done is set to 1 when the round emitted
- * eos/eot. */
+ * an end-of-generation token. */
 SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session, int32_t *tokens,
                                                       size_t cap, size_t *n_tokens, int32_t *done);
 
@@ -529,7 +537,7 @@ typedef struct specinfer_step_result {
   int32_t *tokens;      /* in: room for `cap` tokens, at least the session's max_draft + 1 */
   size_t cap;
   size_t n_tokens;         /* out: tokens the round emitted */
-  int32_t done;            /* out: 1 when the round emitted eos/eot */
+  int32_t done;            /* out: 1 when the round emitted an end-of-generation token */
   specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
 } specinfer_step_result;
 
@@ -565,8 +573,8 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
 
 /* The text of the tokens the session's last specinfer_session_step_many call emitted, as
  * specinfer_session_generate's callback gets it: whole UTF-8 characters (a character split
- * between calls comes whole with the later one), no text for eos/eot. Owned by the session, valid
- * until its next call. Errors: INVALID_ARGUMENT (NULL). */
+ * between calls comes whole with the later one), no text for end-of-generation tokens. Owned by the
+ * session, valid until its next call. Errors: INVALID_ARGUMENT (NULL). */
 SPECINFER_API specinfer_status specinfer_session_step_text(const specinfer_session *session,
                                                            const char **text, size_t *len);
 

@@ -50,7 +50,7 @@ type Session struct {
 	target  *Target
 	drafter *DrafterHandle
 	coupler *Coupler
-	stops   [2]int32
+	stops   map[int32]bool
 	maxEmit int // room a round needs: MaxDraft + 1 tokens
 }
 
@@ -96,7 +96,7 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	}
 	live.Add(1)
 	s := &Session{ptr: out, target: target, drafter: drafter, coupler: coupler,
-		stops: [2]int32{int32(info.EOS), int32(info.EOT)}, maxEmit: params.MaxDraft + 1}
+		stops: stopSet(info.EOG), maxEmit: params.MaxDraft + 1}
 	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
 	return s, nil
 }
@@ -216,7 +216,7 @@ func (s *Session) Stream(maxTokens int) iter.Seq2[string, error] {
 				chunk = append(chunk, t...)
 				emitted += len(toks)
 				for _, tok := range toks {
-					if tok >= 0 && (tok == s.stops[0] || tok == s.stops[1]) {
+					if s.stops[tok] {
 						stop = true
 					}
 				}
@@ -422,4 +422,12 @@ func (s *Session) Tokens() ([]int32, error) {
 func (s Stats) String() string {
 	return fmt.Sprintf("%d tokens in %d rounds, acceptance %.2f, %.2f tokens per target pass",
 		s.NGenerated, s.NRounds, s.AcceptanceRate, s.MeanAccepted)
+}
+
+func stopSet(eog []int) map[int32]bool {
+	m := make(map[int32]bool, len(eog))
+	for _, id := range eog {
+		m[int32(id)] = true
+	}
+	return m
 }

@@ -256,14 +256,27 @@ type ModelInfo struct {
 	BOS, EOS, EOT               int // -1 when none
 	AddBOS                      bool
 	Name, Arch                  string
+	EOG                         []int // every token that ends generation, EOS and EOT among them
 }
 
 func modelInfo(i *C.specinfer_model_info) ModelInfo {
 	return ModelInfo{
 		VocabSize: int(i.vocab_size), NCtx: int(i.n_ctx), HiddenSize: int(i.hidden_size),
 		BOS: int(i.bos_token), EOS: int(i.eos_token), EOT: int(i.eot_token), AddBOS: i.add_bos != 0,
-		Name: C.GoString(i.name), Arch: C.GoString(i.arch),
+		Name: C.GoString(i.name), Arch: C.GoString(i.arch), EOG: eogTokens(i),
 	}
+}
+
+func eogTokens(i *C.specinfer_model_info) []int {
+	if i.eog_tokens == nil || i.n_eog_tokens <= 0 {
+		return nil
+	}
+	ids := unsafe.Slice((*int32)(unsafe.Pointer(i.eog_tokens)), int(i.n_eog_tokens))
+	out := make([]int, len(ids))
+	for k, id := range ids {
+		out[k] = int(id)
+	}
+	return out
 }
 
 // Target is a model whose text we want: a loaded model (weights, shared with the targets made by

@@ -1,5 +1,6 @@
 #include "plugin/objects.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -55,6 +56,29 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
   arch_ = info.arch ? info.arch : "";
   info.name = name_.c_str();
   info.arch = arch_.c_str();
+  // End of generation: the plugin's list (ids in the vocabulary), else eos and eot.
+  if (info.n_eog_tokens < 0 || info.n_eog_tokens > info.vocab_size ||
+      (info.n_eog_tokens > 0 && info.eog_tokens == nullptr)) {
+    vtable_->destroy(self_);
+    vtable_ = nullptr;
+    fail(SPECINFER_ERR_PLUGIN, "target plugin gave an invalid end-of-generation list (%d tokens)",
+         info.n_eog_tokens);
+  }
+  eog_.assign(info.eog_tokens, info.eog_tokens + info.n_eog_tokens);
+  for (int32_t id : {info.eos_token, info.eot_token})
+    if (id >= 0) eog_.push_back(id);
+  for (int32_t id : eog_)
+    if (id < 0 || id >= info.vocab_size) {
+      vtable_->destroy(self_);
+      vtable_ = nullptr;
+      fail(SPECINFER_ERR_PLUGIN,
+           "target plugin gave end-of-generation token %d outside its vocabulary of %d", id,
+           info.vocab_size);
+    }
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+  info.eog_tokens = eog_.empty() ? nullptr : eog_.data();
+  info.n_eog_tokens = static_cast<int32_t>(eog_.size());
   info_ = info;
   if (plugin_) plugin_->open_objects++;  // last: a constructor that throws must not count
 }

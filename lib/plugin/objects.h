@@ -57,7 +57,8 @@ class TargetObject {
   const specinfer_target_vtable *vtable_;
   specinfer_model_info info_{};
   std::string name_, arch_;
-  std::string key_;  // plugin and config it was opened with ("" = not offered for sharing)
+  std::vector<int32_t> eog_;  // info_.eog_tokens: checked, sorted, unique
+  std::string key_;           // plugin and config it was opened with ("" = not offered for sharing)
   TargetObject *share_locked();  // share() with the registry's targets_mu held
   friend TargetObject *open_target_object(Registry &, const std::string &, const std::string &);
 };

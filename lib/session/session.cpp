@@ -106,8 +106,8 @@ void Session::release() {
 }
 
 bool Session::is_stop(int32_t token) const {
-  const auto &info = target_.info();
-  return token >= 0 && (token == info.eos_token || token == info.eot_token);
+  const auto &info = target_.info();  // eog_tokens: sorted, eos and eot included
+  return std::binary_search(info.eog_tokens, info.eog_tokens + info.n_eog_tokens, token);
 }
 
 void Session::feed_text(const char *text, size_t len) {

@@ -145,6 +145,8 @@ specinfer_status target_info(void *self, specinfer_model_info *info) {
   full.add_bos = l.tokenizer->add_bos() ? 1 : 0;
   full.name = l.name.c_str();
   full.arch = l.arch.c_str();
+  full.eog_tokens = l.tokenizer->eog().empty() ? nullptr : l.tokenizer->eog().data();
+  full.n_eog_tokens = static_cast<int32_t>(l.tokenizer->eog().size());
   size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
   if (n < sizeof(uint32_t)) return SPECINFER_ERR_INVALID_ARGUMENT;
   std::memcpy(info, &full, n);

@@ -102,6 +102,8 @@ class Tokenizer {
   // True for ids that end generation: eos, eot, eom, the well-known end-of-text spellings and the
   // fill-in-middle pad / repository / file-separator markers (llama.cpp's list).
   bool is_eog(int32_t id) const;
+  // Those ids, in increasing order.
+  const std::vector<int32_t> &eog() const { return eog_; }
 
   bool is_byte_level() const { return kind_ == Kind::Bpe; }
   // The name of the pre-tokenizer in use ("qwen2", "default", ...; "" for SPM).

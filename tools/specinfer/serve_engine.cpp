@@ -262,9 +262,10 @@ void Worker::loop() {
       size_t round_len = 0;
       specinfer_session_step_text(s.session, &round_text, &round_len);
       std::string text(round_text ? round_text : "", round_len);
-      size_t n_text = 0;  // tokens before an end-of-text one
-      while (n_text < n && r.tokens[n_text] != info_.eos_token &&
-             r.tokens[n_text] != info_.eot_token)
+      size_t n_text = 0;  // tokens before an end-of-generation one
+      while (n_text < n &&
+             !std::binary_search(info_.eog_tokens, info_.eog_tokens + info_.n_eog_tokens,
+                                 r.tokens[n_text]))
         ++n_text;
       const bool ended = n_text < n;
       if (n < r.n_tokens) {

@@ -178,11 +178,13 @@ class ModelInfo:
     add_bos: bool
     name: str
     arch: str
+    eog_tokens: tuple = ()  # every token that ends generation, eos and eot among them
 
     @staticmethod
     def _from(i):
+        eog = tuple(i.eog_tokens[k] for k in range(i.n_eog_tokens)) if i.eog_tokens else ()
         return ModelInfo(i.vocab_size, i.n_ctx, i.hidden_size, i.bos_token, i.eos_token, i.eot_token,
-                         bool(i.add_bos), (i.name or b"").decode(), (i.arch or b"").decode())
+                         bool(i.add_bos), (i.name or b"").decode(), (i.arch or b"").decode(), eog)
 
 
 class Registry(_Handle):
@@ -487,7 +489,7 @@ class Session(_Handle):
             if v is not None:
                 setattr(p, k, int(v) if k == "adaptive_draft" else v)
         info = target.info()
-        self._stops = {t for t in (info.eos_token, info.eot_token) if t >= 0}
+        self._stops = set(info.eog_tokens)
         out, msg = c_void_p(), c_void_p()
         _check_msg(lib.specinfer_session_create(target._raw(), drafter._raw() if drafter else None,
                                                 coupler._raw() if coupler else None, byref(p), byref(out),

@@ -129,6 +129,8 @@ pub struct specinfer_model_info {
     pub add_bos: i32,
     pub name: *const c_char,
     pub arch: *const c_char,
+    pub eog_tokens: *const i32,
+    pub n_eog_tokens: i32,
 }
 
 #[repr(C)]
@@ -340,6 +342,7 @@ pub struct specinfer_kernels {
     pub free_packed: Option<unsafe extern "C" fn(pw: *mut specinfer_packed_weight)>,
     pub quantize_row:
         Option<unsafe extern "C" fn(wtype: i32, src: *const f32, dst: *mut c_void, n: i64) -> specinfer_status>,
+    pub packed_bytes: Option<unsafe extern "C" fn(pw: *const specinfer_packed_weight) -> usize>,
 }
 
 // Opaque: a weight matrix prepared by `pack_weight`.

@@ -283,6 +283,8 @@ pub struct ModelInfo {
     pub add_bos: bool,
     pub name: String,
     pub arch: String,
+    /// Every token that ends generation (eos and eot among them), in increasing order.
+    pub eog_tokens: Vec<i32>,
 }
 
 impl ModelInfo {
@@ -297,6 +299,11 @@ impl ModelInfo {
             add_bos: i.add_bos != 0,
             name: cstr(i.name),
             arch: cstr(i.arch),
+            eog_tokens: if i.eog_tokens.is_null() || i.n_eog_tokens <= 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(i.eog_tokens, i.n_eog_tokens as usize).to_vec()
+            },
         }
     }
 }

@@ -104,7 +104,7 @@ impl Default for StepParams {
 /// for its whole life.
 pub struct Session<'a> {
     ptr: *mut sys::specinfer_session,
-    stops: [i32; 2],
+    stops: Vec<i32>,
     /// Room a round needs: max_draft + 1 tokens.
     max_emit: usize,
     _borrows: PhantomData<(&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>)>,
@@ -170,7 +170,7 @@ impl<'a> Session<'a> {
         live_inc();
         Ok(Session {
             ptr: out,
-            stops: [info.eos_token, info.eot_token],
+            stops: info.eog_tokens,
             max_emit: params.max_draft.max(0) as usize + 1,
             _borrows: PhantomData,
         })
@@ -354,11 +354,11 @@ impl Iterator for TextStream<'_, '_> {
             let mut chunk = String::new();
             let mut emitted = 0i32;
             let mut stop = false;
-            let stops = self.session.stops;
+            let stops = self.session.stops.clone();
             let r = self.session.generate_with(self.left, |toks, text| {
                 chunk.push_str(text);
                 emitted += toks.len() as i32;
-                stop = toks.iter().any(|t| *t >= 0 && stops.contains(t));
+                stop = toks.iter().any(|t| stops.binary_search(t).is_ok());
                 false
             });
             match r {
