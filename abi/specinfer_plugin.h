@@ -178,6 +178,14 @@ typedef struct specinfer_target_vtable {
    * *n_bytes = size needed when cap is too small. */
   specinfer_status (*token_bytes)(void *self, int32_t token, char *buf, size_t cap, size_t *n_bytes,
                                   specinfer_plugin_error *err);
+  /* The host checks every pass (forward and forward_many alike): the cache must hold exactly
+   * n_tokens more positions afterwards (kv_size), and every logit row must be finite except for
+   * -inf, which rules a token out; a row needs at least one finite logit. A NaN or +inf logit, a
+   * row of only -inf, or a wrong cache size fails the call with SPECINFER_ERR_PLUGIN and a
+   * message naming the row and token; so does an error status, the plugin's own. In every such
+   * case the host truncates the cache back to its size before the pass, so the session's next
+   * call starts from a cache that matches its text: a session never samples or takes the argmax
+   * of NaN, and never emits a token chosen from a broken row. */
   specinfer_status (*forward)(void *self, const specinfer_forward_batch *batch,
                               specinfer_plugin_error *err);
   /* Number of positions in the KV cache. */

@@ -1,8 +1,10 @@
 #include "plugin/objects.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 
@@ -16,17 +18,112 @@ void check_plugin(specinfer_status rc, const specinfer_plugin_error &err, const 
   if (rc == SPECINFER_OK) return;
   // The plugin may have left the buffer unterminated; never read past it.
   std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
-  if (msg.empty()) msg = specinfer_status_str(rc);
-  if (rc < SPECINFER_OK || rc > SPECINFER_ERR_INTERNAL) rc = SPECINFER_ERR_PLUGIN;
+  const bool known = rc > SPECINFER_OK && rc <= SPECINFER_ERR_INTERNAL;
+  if (!known) {
+    msg = format("the plugin returned unknown status %d%s%s", static_cast<int>(rc),
+                 msg.empty() ? "" : ": ", msg.c_str());
+    rc = SPECINFER_ERR_PLUGIN;
+  } else if (msg.empty()) {
+    msg = format("the plugin failed with %s and no message", specinfer_status_str(rc));
+  }
   throw Error(rc, format("%s: %s", what, msg.c_str()));
 }
 
 namespace {
 
+// Vocabularies beyond this are refused: the session keeps (max_draft + 1) rows of vocab floats,
+// and index arithmetic stays far from overflow. The largest real vocabularies are ~262k.
+constexpr int32_t kMaxVocab = 1 << 24;
+
 specinfer_plugin_error fresh_error() {
   specinfer_plugin_error e;
   e.message[0] = '\0';
   return e;
+}
+
+// Calls a plugin function; an exception it lets out (which the ABI forbids) becomes
+// SPECINFER_ERR_PLUGIN with a message instead of unwinding through the host.
+template <typename F>
+specinfer_status call_plugin(specinfer_plugin_error &err, F &&fn) noexcept {
+  const char *why = "an exception of unknown type";
+  std::string what;
+  try {
+    return fn();
+  } catch (const std::exception &e) {
+    try {
+      what = e.what();
+    } catch (...) {
+    }
+    why = what.c_str();
+  } catch (...) {
+  }
+  snprintf(err.message, sizeof(err.message), "the plugin threw (%s)", why);
+  return SPECINFER_ERR_PLUGIN;
+}
+
+// A destroy function that throws must not take the host down.
+void destroy_quietly(void (*destroy)(void *), void *self) noexcept {
+  if (!destroy) return;
+  try {
+    destroy(self);
+  } catch (...) {
+  }
+}
+
+// Checks n_rows rows of vocab logits: a NaN or +inf logit, or a row with no finite logit, is the
+// target's bug (-inf alone is allowed: a token the target rules out). Bit tests, so that the scan
+// vectorizes: one row costs far less than the sampler's pass over it.
+void check_logits(const float *logits, int32_t n_rows, int32_t vocab, const char *what) {
+  constexpr uint32_t kExp = 0x7f800000u, kNegInf = 0xff800000u;
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const float *row = logits + static_cast<size_t>(r) * vocab;
+    uint32_t bad = 0, finite = 0;
+    for (int32_t j = 0; j < vocab; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, row + j, sizeof bits);
+      const uint32_t nonfinite = (bits & kExp) == kExp;
+      bad |= nonfinite & (bits != kNegInf);
+      finite |= nonfinite ^ 1u;
+    }
+    if (!bad && finite) continue;
+    for (int32_t j = 0; bad && j < vocab; ++j)
+      if (std::isnan(row[j]) || row[j] == INFINITY)
+        fail(SPECINFER_ERR_PLUGIN, "%s: the target returned a %s logit (row %d, token %d)", what,
+             std::isnan(row[j]) ? "NaN" : "+inf", r, j);
+    fail(SPECINFER_ERR_PLUGIN, "%s: the target returned a row of logits that are all -inf (row %d)",
+         what, r);
+  }
+}
+
+// Checks that a draft's q row is a distribution that can have drawn `token`.
+void check_draft_probs(const float *q, int32_t vocab, int32_t node, int32_t token) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // independent sums: no serial add chain
+  bool ok = true;
+  int32_t j = 0;
+  for (; j + 8 <= vocab; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      ok &= q[j + l] >= 0.0f;  // false for NaN too
+      acc[l] += q[j + l];
+    }
+  for (; j < vocab; ++j) {
+    ok &= q[j] >= 0.0f;
+    acc[0] += q[j];
+  }
+  const double sum = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+  if (!ok) {
+    for (j = 0; j < vocab; ++j)
+      if (!(q[j] >= 0.0f))
+        fail(SPECINFER_ERR_PLUGIN,
+             "drafter node %d's probabilities are not a distribution: q[%d] is %s", node, j,
+             std::isnan(q[j]) ? "NaN" : "negative");
+  }
+  if (!(std::fabs(sum - 1.0) <= 1e-3))
+    fail(SPECINFER_ERR_PLUGIN,
+         "drafter node %d's probabilities are not a distribution: they sum to %g, not 1", node,
+         sum);
+  if (!(q[token] > 0.0f))
+    fail(SPECINFER_ERR_PLUGIN, "drafter node %d's token %d has probability 0 in its own q", node,
+         token);
 }
 
 }  // namespace
@@ -38,19 +135,32 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
   if (!vtable_ || vtable_->struct_size < offsetof(specinfer_target_vtable, output_rows) ||
       !vtable_->info || !vtable_->tokenize || !vtable_->token_bytes || !vtable_->forward ||
       !vtable_->kv_size || !vtable_->kv_truncate) {
-    if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+    if (vtable_) destroy_quietly(vtable_->destroy, self_);
     vtable_ = nullptr;
     fail(SPECINFER_ERR_PLUGIN, "target plugin returned an incomplete vtable");
   }
   specinfer_model_info info{};
   info.struct_size = sizeof(info);
   info.bos_token = info.eos_token = info.eot_token = -1;
-  specinfer_status rc = vtable_->info(self_, &info);
-  if (rc != SPECINFER_OK || info.vocab_size <= 0 || info.n_ctx <= 0) {
-    vtable_->destroy(self_);
+  auto err = fresh_error();
+  specinfer_status rc = call_plugin(err, [&] { return vtable_->info(self_, &info); });
+  const int32_t v = info.vocab_size;
+  auto special_ok = [v](int32_t t) { return t >= -1 && t < v; };
+  const char *bad = rc != SPECINFER_OK            ? "its info call failed"
+                    : v <= 0 || v > kMaxVocab     ? "vocabulary size"
+                    : info.n_ctx <= 0             ? "context size"
+                    : info.hidden_size < 0        ? "hidden size"
+                    : !special_ok(info.bos_token) ? "bos token"
+                    : !special_ok(info.eos_token) ? "eos token"
+                    : !special_ok(info.eot_token) ? "eot token"
+                                                  : nullptr;
+  if (bad) {
+    destroy_quietly(vtable_->destroy, self_);
     vtable_ = nullptr;
-    fail(SPECINFER_ERR_PLUGIN, "target plugin gave no valid model info (vocab %d, n_ctx %d)",
-         info.vocab_size, info.n_ctx);
+    fail(SPECINFER_ERR_PLUGIN,
+         "target plugin gave no valid model info (%s: vocab %d, n_ctx %d, hidden %d, bos %d, "
+         "eos %d, eot %d)",
+         bad, v, info.n_ctx, info.hidden_size, info.bos_token, info.eos_token, info.eot_token);
   }
   name_ = info.name ? info.name : "";
   arch_ = info.arch ? info.arch : "";
@@ -93,7 +203,7 @@ TargetObject::~TargetObject() {
         break;
       }
   }
-  if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+  if (vtable_) destroy_quietly(vtable_->destroy, self_);
   if (plugin_) plugin_->open_objects--;
 }
 
@@ -103,8 +213,10 @@ std::vector<int32_t> TargetObject::tokenize(const char *text, size_t len, bool a
   for (int attempt = 0; attempt < 2; ++attempt) {
     size_t n = 0;
     auto err = fresh_error();
-    specinfer_status rc = vtable_->tokenize(self_, text, len, add_special, parse_special,
-                                            out.data(), out.size(), &n, &err);
+    specinfer_status rc = call_plugin(err, [&] {
+      return vtable_->tokenize(self_, text, len, add_special, parse_special, out.data(), out.size(),
+                               &n, &err);
+    });
     if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL && attempt == 0 && n > out.size()) {
       out.resize(n);
       continue;
@@ -125,7 +237,8 @@ std::string TargetObject::token_bytes(int32_t token) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     size_t n = 0;
     auto err = fresh_error();
-    specinfer_status rc = vtable_->token_bytes(self_, token, out.data(), out.size(), &n, &err);
+    specinfer_status rc = call_plugin(
+        err, [&] { return vtable_->token_bytes(self_, token, out.data(), out.size(), &n, &err); });
     if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL && attempt == 0 && n > out.size() && n < (1u << 20)) {
       out.resize(n);
       continue;
@@ -139,26 +252,95 @@ std::string TargetObject::token_bytes(int32_t token) {
 }
 
 void TargetObject::forward(const specinfer_forward_batch &batch) {
-  auto err = fresh_error();
-  specinfer_status rc = SPECINFER_OK;
-  registry_.run([&] { rc = vtable_->forward(self_, &batch, &err); });
-  check_plugin(rc, err, "forward");
+  TargetObject *self = this;
+  forward_checked(
+      &self, &batch, 1,
+      [&](specinfer_plugin_error &err) {
+        specinfer_status rc = SPECINFER_OK;
+        registry_.run(
+            [&] { rc = call_plugin(err, [&] { return vtable_->forward(self_, &batch, &err); }); });
+        return rc;
+      },
+      "forward");
+}
+
+// Runs `pass` (a forward or forward_many over targets[0..n) with batches[0..n)), then checks each
+// target's cache grew by its batch and its logits are sound. On any failure every target's cache
+// is cut back to its size before the pass, so that the caller's idea of it stays true.
+template <typename Pass>
+void TargetObject::forward_checked(TargetObject *const *targets,
+                                   const specinfer_forward_batch *batches, int32_t n, Pass &&pass,
+                                   const char *what) {
+  std::vector<int32_t> before(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) before[static_cast<size_t>(i)] = targets[i]->kv_size();
+  try {
+    auto err = fresh_error();
+    check_plugin(pass(err), err, what);
+    for (int32_t i = 0; i < n; ++i) {
+      TargetObject &t = *targets[i];
+      const specinfer_forward_batch &b = batches[i];
+      const int32_t after = t.vtable_->kv_size(t.self_);
+      const int32_t expect = before[static_cast<size_t>(i)] + b.n_tokens;
+      if (after != expect)
+        fail(SPECINFER_ERR_PLUGIN,
+             "%s: the target's cache holds %d positions after a pass over %d tokens on %d "
+             "(expected %d)",
+             what, after, b.n_tokens, before[static_cast<size_t>(i)], expect);
+      if (b.n_logits > 0 && b.logits) check_logits(b.logits, b.n_logits, t.info_.vocab_size, what);
+    }
+  } catch (...) {
+    for (int32_t i = 0; i < n; ++i) {  // best effort: the error at hand is the one to report
+      TargetObject &t = *targets[i];
+      auto e = fresh_error();
+      const int32_t keep = before[static_cast<size_t>(i)];
+      if (call_plugin(e, [&] {
+            return t.vtable_->kv_size(t.self_) > keep ? t.vtable_->kv_truncate(t.self_, keep, &e)
+                                                      : SPECINFER_OK;
+          }) != SPECINFER_OK)
+        t.registry_.log(
+            SPECINFER_LOG_WARN,
+            format("%s: the target's cache could not be cut back to %d positions", what, keep));
+    }
+    throw;
+  }
 }
 
 int32_t TargetObject::kv_size() {
-  return vtable_->kv_size(self_);
+  auto err = fresh_error();
+  int32_t n = -1;
+  check_plugin(call_plugin(err,
+                           [&] {
+                             n = vtable_->kv_size(self_);
+                             return SPECINFER_OK;
+                           }),
+               err, "kv_size");
+  if (n < 0) fail(SPECINFER_ERR_PLUGIN, "kv_size: the target reported %d cached positions", n);
+  return n;
 }
 
 void TargetObject::kv_truncate(int32_t n_keep) {
+  const int32_t before = kv_size();
   auto err = fresh_error();
-  check_plugin(vtable_->kv_truncate(self_, n_keep, &err), err, "kv_truncate");
+  check_plugin(call_plugin(err, [&] { return vtable_->kv_truncate(self_, n_keep, &err); }), err,
+               "kv_truncate");
+  const int32_t after = kv_size(), expect = std::min(before, std::max(n_keep, 0));
+  if (after != expect)
+    fail(SPECINFER_ERR_PLUGIN,
+         "kv_truncate: the target's cache holds %d positions after keeping %d of %d (expected %d)",
+         after, n_keep, before, expect);
 }
 
 void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   if (!vtable_->kv_keep)
     fail(SPECINFER_ERR_UNSUPPORTED, "this target cannot keep a token tree's path");
   auto err = fresh_error();
-  check_plugin(vtable_->kv_keep(self_, base, idx, n, &err), err, "kv_keep");
+  check_plugin(call_plugin(err, [&] { return vtable_->kv_keep(self_, base, idx, n, &err); }), err,
+               "kv_keep");
+  const int32_t after = kv_size();
+  if (after != base + n)
+    fail(SPECINFER_ERR_PLUGIN,
+         "kv_keep: the target's cache holds %d positions after keeping %d from %d (expected %d)",
+         after, n, base, base + n);
 }
 
 bool TargetObject::can_share() const {
@@ -179,9 +361,12 @@ TargetObject *TargetObject::share_locked() {
   void *other = nullptr;
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry_.run([&] { rc = vtable_->share(self_, &other, &err); });
+  registry_.run(
+      [&] { rc = call_plugin(err, [&] { return vtable_->share(self_, &other, &err); }); });
   check_plugin(rc, err, "share");
   if (other == nullptr) fail(SPECINFER_ERR_PLUGIN, "share: the plugin returned no instance");
+  if (other == self_)  // two owners of one instance: it would be destroyed twice
+    fail(SPECINFER_ERR_PLUGIN, "share: the plugin returned the instance it was asked to share");
   auto t = std::make_unique<specinfer_target>(registry_, plugin_, other, vtable_);
   if (!key_.empty()) {
     registry_.shareable_targets.emplace_back(key_, t.get());
@@ -206,10 +391,16 @@ void TargetObject::forward_many(TargetObject *const *targets,
            i);
     selves[static_cast<size_t>(i)] = targets[i]->self_;
   }
-  auto err = fresh_error();
-  specinfer_status rc = SPECINFER_OK;
-  targets[0]->registry_.run([&] { rc = vt->forward_many(selves.data(), batches, n, &err); });
-  check_plugin(rc, err, "forward_many");
+  forward_checked(
+      targets, batches, n,
+      [&](specinfer_plugin_error &err) {
+        specinfer_status rc = SPECINFER_OK;
+        targets[0]->registry_.run([&] {
+          rc = call_plugin(err, [&] { return vt->forward_many(selves.data(), batches, n, &err); });
+        });
+        return rc;
+      },
+      "forward_many");
 }
 
 DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *self,
@@ -217,7 +408,7 @@ DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *sel
     : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable), target_(target) {
   if (!vtable_ || vtable_->struct_size < sizeof(specinfer_drafter_vtable) || !vtable_->begin ||
       !vtable_->propose || !vtable_->commit) {
-    if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+    if (vtable_) destroy_quietly(vtable_->destroy, self_);
     vtable_ = nullptr;
     fail(SPECINFER_ERR_PLUGIN, "drafter plugin returned an incomplete vtable");
   }
@@ -226,7 +417,7 @@ DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *sel
 }
 
 DrafterObject::~DrafterObject() {
-  if (vtable_ && vtable_->destroy) vtable_->destroy(self_);
+  if (vtable_) destroy_quietly(vtable_->destroy, self_);
   if (plugin_) plugin_->open_objects--;
   if (target_) target_->users--;
 }
@@ -234,14 +425,17 @@ DrafterObject::~DrafterObject() {
 void DrafterObject::begin(const int32_t *context, size_t n) {
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry_.run([&] { rc = vtable_->begin(self_, context, n, &err); });
+  registry_.run(
+      [&] { rc = call_plugin(err, [&] { return vtable_->begin(self_, context, n, &err); }); });
   check_plugin(rc, err, "drafter begin");
 }
 
 void DrafterObject::propose(const specinfer_draft_request &request, specinfer_draft &draft) {
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry_.run([&] { rc = vtable_->propose(self_, &request, &draft, &err); });
+  registry_.run([&] {
+    rc = call_plugin(err, [&] { return vtable_->propose(self_, &request, &draft, &err); });
+  });
   check_plugin(rc, err, "drafter propose");
   if (draft.n_nodes < 0 || draft.n_nodes > draft.cap)
     fail(SPECINFER_ERR_PLUGIN, "drafter proposed %d nodes with room for %d", draft.n_nodes,
@@ -254,12 +448,17 @@ void DrafterObject::propose(const specinfer_draft_request &request, specinfer_dr
       fail(SPECINFER_ERR_PLUGIN, "drafter node %d has parent %d (must be -1 or an earlier node)", i,
            draft.parents[i]);
   }
+  if (draft.has_probs && draft.probs)
+    for (int32_t i = 0; i < draft.n_nodes; ++i)
+      check_draft_probs(draft.probs + static_cast<size_t>(i) * draft.vocab_size, draft.vocab_size,
+                        i, draft.tokens[i]);
 }
 
 void DrafterObject::commit(const int32_t *tokens, size_t n) {
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry_.run([&] { rc = vtable_->commit(self_, tokens, n, &err); });
+  registry_.run(
+      [&] { rc = call_plugin(err, [&] { return vtable_->commit(self_, tokens, n, &err); }); });
   check_plugin(rc, err, "drafter commit");
 }
 
@@ -281,8 +480,11 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
   const specinfer_target_vtable *vt = nullptr;
   auto err = fresh_error();
   specinfer_status rc = SPECINFER_OK;
-  registry.run(
-      [&] { rc = p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err); });
+  registry.run([&] {
+    rc = call_plugin(err, [&] {
+      return p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err);
+    });
+  });
   check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
   auto t = std::make_unique<specinfer_target>(registry, &p, self, vt);
   if (t->can_share()) {
@@ -315,7 +517,10 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
   specinfer_model_info info = target.info();
   specinfer_status rc = SPECINFER_OK;
   registry.run([&] {
-    rc = p.drafter_factory->create(registry.host(), config.c_str(), &info, &ht, &self, &vt, &err);
+    rc = call_plugin(err, [&] {
+      return p.drafter_factory->create(registry.host(), config.c_str(), &info, &ht, &self, &vt,
+                                       &err);
+    });
   });
   check_plugin(rc, err, ("opening drafter '" + plugin + "'").c_str());
   return new specinfer_drafter(registry, &p, self, vt, &target);
@@ -323,8 +528,13 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
 
 void train_drafter(Registry &registry, const std::string &plugin, TargetObject &target,
                    const specinfer_train_params &params) {
-  if (target.in_session)
+  // The trainer runs the target: no session may start meanwhile (nor be running).
+  if (target.in_session.exchange(true))
     fail(SPECINFER_ERR_STATE, "the target is used by a session; training needs it alone");
+  struct Release {
+    TargetObject &t;
+    ~Release() { t.in_session = false; }
+  } release{target};
   LoadedPlugin &p = registry.find(plugin);
   if (!p.drafter_factory)
     fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no drafter", plugin.c_str());
@@ -336,9 +546,10 @@ void train_drafter(Registry &registry, const std::string &plugin, TargetObject &
   specinfer_host_target ht{target.self(), target.vtable(), &target};
   specinfer_model_info info = target.info();
   specinfer_status rc = SPECINFER_OK;
-  target.in_session = true;  // the trainer runs the target: no session may start meanwhile
-  registry.run([&] { rc = p.drafter_factory->train(registry.host(), &params, &info, &ht, &err); });
-  target.in_session = false;
+  registry.run([&] {
+    rc = call_plugin(
+        err, [&] { return p.drafter_factory->train(registry.host(), &params, &info, &ht, &err); });
+  });
   check_plugin(rc, err, ("training drafter '" + plugin + "'").c_str());
 }
 

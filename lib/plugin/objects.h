@@ -2,6 +2,7 @@
 // kept loaded, plugin errors turned into specinfer::Error, and calls run on the registry's threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ class TargetObject {
   const specinfer_model_info &info() const { return info_; }
   std::vector<int32_t> tokenize(const char *text, size_t len, bool add_special, bool parse_special);
   std::string token_bytes(int32_t token);
+  // Runs the plugin's forward and checks its result: the cache grew by batch.n_tokens, and no
+  // logit is NaN or +inf nor a row all -inf. On any failure the cache is cut back to what it held.
   void forward(const specinfer_forward_batch &batch);
   int32_t kv_size();
   void kv_truncate(int32_t n_keep);
@@ -47,8 +50,10 @@ class TargetObject {
   const specinfer_target_vtable *vtable() const { return vtable_; }
 
   std::string last_error;
-  int users = 0;  // sessions and drafters that borrow it
-  bool in_session = false;
+  // Atomic: sessions on other targets, and the application's threads, read and change them while
+  // this target's session runs (claiming is an exchange, so two sessions never both get it).
+  std::atomic<int> users{0};  // sessions and drafters that borrow it
+  std::atomic<bool> in_session{false};
 
  private:
   Registry &registry_;
@@ -60,6 +65,9 @@ class TargetObject {
   std::vector<int32_t> eog_;  // info_.eog_tokens: checked, sorted, unique
   std::string key_;           // plugin and config it was opened with ("" = not offered for sharing)
   TargetObject *share_locked();  // share() with the registry's targets_mu held
+  template <typename Pass>
+  static void forward_checked(TargetObject *const *targets, const specinfer_forward_batch *batches,
+                              int32_t n, Pass &&pass, const char *what);
   friend TargetObject *open_target_object(Registry &, const std::string &, const std::string &);
 };
 
@@ -72,12 +80,15 @@ class DrafterObject {
   DrafterObject &operator=(const DrafterObject &) = delete;
 
   void begin(const int32_t *context, size_t n);
+  // Runs the plugin's propose and checks what it wrote: node count within the capacity, tokens
+  // inside the vocabulary, parents earlier nodes, and with has_probs each q row a distribution
+  // (finite, >= 0, summing to 1) that gives its node's token a positive probability.
   void propose(const specinfer_draft_request &request, specinfer_draft &draft);
   void commit(const int32_t *tokens, size_t n);
 
   TargetObject *target() const { return target_; }
   std::string last_error;
-  bool in_session = false;
+  std::atomic<bool> in_session{false};  // claimed by exchange, as TargetObject::in_session
 
  private:
   Registry &registry_;

@@ -62,9 +62,6 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   check_sampling_params(sampling_);
   if (drafter_ && drafter_->target() != &target_)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "the drafter was opened for another target");
-  if (target_.in_session) fail(SPECINFER_ERR_STATE, "the target is already used by a session");
-  if (drafter_ && drafter_->in_session)
-    fail(SPECINFER_ERR_STATE, "the drafter is already used by a session");
 
   if (!coupler_) {
     owned_coupler_ = make_coupler(params_.temperature == 0.0f ? "greedy" : "rejection");
@@ -89,10 +86,20 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
     verify_hidden_.resize(rows * hidden_size_);
     pass_cost_.resize(rows);
   }
-  target_.kv_truncate(0);
-  target_.in_session = true;
+  // Claimed by exchange: of two threads creating sessions on one target at once, one gets it.
+  if (target_.in_session.exchange(true))
+    fail(SPECINFER_ERR_STATE, "the target is already used by a session");
+  if (drafter_ && drafter_->in_session.exchange(true)) {
+    target_.in_session = false;
+    fail(SPECINFER_ERR_STATE, "the drafter is already used by a session");
+  }
   target_.users++;
-  if (drafter_) drafter_->in_session = true;
+  try {
+    target_.kv_truncate(0);
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 Session::~Session() {
