@@ -17,8 +17,10 @@
  *  - No C++ exception crosses this boundary and no function aborts on bad input.
  *  - Thread safety: a registry may be used from several threads at once. A target, a drafter and a
  *    session are used by one thread at a time; different sessions run concurrently, also when
- *    their targets share one loaded model (specinfer_target_share). Couplers and
- *    sketchers are immutable after creation and may be shared freely.
+ *    their targets share one loaded model (specinfer_target_share). Creating a session claims
+ *    its target and drafter atomically: of several threads creating sessions on one target at
+ *    once, one succeeds and the others get STATE. Couplers and sketchers are immutable after
+ *    creation and may be shared freely. Checked under ThreadSanitizer (docs/RELIABILITY.md).
  */
 #ifndef SPECINFER_H
 #define SPECINFER_H

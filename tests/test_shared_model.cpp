@@ -35,6 +35,9 @@ namespace {
 
 std::string g_model;
 int g_tokens = 24;
+// ThreadSanitizer (SPECINFER_TSAN=1, scripts/test --tsan) keeps shadow memory for every byte the
+// process touches, so resident memory no longer shows what sharing saves: not checked then.
+bool g_tsan = false;
 
 const auto &kPrompts = kCodePrompts;
 
@@ -145,7 +148,7 @@ void test_sessions_on_shared_targets(void **) {
       "resident: %lld MiB with one target, %lld MiB with four sharing it (model file %lld "
       "MiB)\n",
       before >> 20, shared >> 20, model >> 20);
-  assert_true(shared - before < model / 4);
+  if (!g_tsan) assert_true(shared - before < model / 4);
   for (specinfer_drafter *d : drafters) specinfer_drafter_destroy(d);
 
   // A draft-model drafter per session: the second one's draft model is the first one's.
@@ -155,7 +158,7 @@ void test_sessions_on_shared_targets(void **) {
   const long long two_drafts = resident_bytes();
   std::printf("resident: %lld MiB with one draft-model drafter, %lld MiB with two\n",
               one_draft >> 20, two_drafts >> 20);
-  assert_true(two_drafts - one_draft < model / 4);
+  if (!g_tsan) assert_true(two_drafts - one_draft < model / 4);
   Job a{t[1], d1, kPrompts[0], {}, {}}, b{t[2], d2, kPrompts[2], {}, {}};
   std::thread ta([&a] { a.run(); }), tb([&b] { b.run(); });
   ta.join();
@@ -344,6 +347,7 @@ int main(void) {
   if (is_regular_file(path.c_str())) g_model = path;
   const char *san = std::getenv("SPECINFER_SANITIZED");
   if (san && std::strcmp(san, "1") == 0) g_tokens = 8;
+  g_tsan = std::getenv("SPECINFER_TSAN") != nullptr;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_sessions_on_shared_targets),
                                      cmocka_unit_test(test_step_many_equals_lone_sessions)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);

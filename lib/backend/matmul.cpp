@@ -124,12 +124,22 @@ void blas_single_thread() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
+// Held around every OpenBLAS call. Which libopenblas.so.0 the process gets is the system's choice
+// (Debian's alternatives: pthread, openmp or serial builds); the serial one and builds without
+// USE_LOCKING share buffers between concurrent calls. Sessions on other threads may prefill at
+// once, so the calls are serialized; only F32 weights at kBlasMinTokens tokens or more get here.
+std::mutex &blas_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 void run_blas(const MatmulArgs &a) {
   blas_single_thread();
   const int n_cols = static_cast<int>(a.n_cols);
   if (a.wtype == SPECINFER_WTYPE_F32) {
     // No conversion needed: one call straight on the weights.
     const auto *wp = reinterpret_cast<const float *>(a.w);
+    std::lock_guard<std::mutex> lock(blas_mutex());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
                 static_cast<int>(a.n_rows), n_cols, 1.0f, a.x, n_cols, wp, n_cols, 0.0f, a.y,
                 static_cast<int>(a.n_rows));
@@ -149,6 +159,7 @@ void run_blas(const MatmulArgs &a) {
             dequantize_row(a.wtype, a.w + static_cast<size_t>(row) * a.row_bytes,
                            buf.data() + static_cast<size_t>(row - p0) * a.n_cols, a.n_cols);
         });
+    std::lock_guard<std::mutex> lock(blas_mutex());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.n_tok),
                 static_cast<int>(p1 - p0), n_cols, 1.0f, a.x, n_cols, buf.data(), n_cols, 0.0f,
                 a.y + p0, static_cast<int>(a.n_rows));

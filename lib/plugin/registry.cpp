@@ -11,6 +11,10 @@
 #include <cstring>
 #include <thread>
 
+#if defined(__SANITIZE_THREAD__)
+#include <tbb/global_control.h>
+#endif
+
 #include "plugin/host_services.h"
 #include "util/error.h"
 
@@ -70,6 +74,10 @@ Registry::Registry(const specinfer_registry_params &params)
       log_fn_(params.log),
       log_user_(params.log_user),
       log_level_(params.log_level) {
+#if defined(__SANITIZE_THREAD__)
+  // No oneTBB worker threads under ThreadSanitizer: see run() in registry.h.
+  static tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+#endif
   std::string path;
   if (const char *env = std::getenv("SPECINFER_PLUGIN_PATH"); env && *env) path = env;
   std::string lib = library_dir();

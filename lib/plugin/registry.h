@@ -54,7 +54,15 @@ class Registry {
   // Runs fn on the registry's threads (so kernels inside parallelize over n_threads).
   template <typename F>
   void run(F &&fn) {
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer builds: on the calling thread, and oneTBB is held to one thread
+    // (registry.cpp). libtbb is not instrumented, so TSan cannot see its hand-offs between threads
+    // and would report every task as a race; this way each application thread's work stays on it
+    // and the races TSan reports are between the application's threads (docs/RELIABILITY.md).
+    fn();
+#else
     arena_.execute(std::forward<F>(fn));
+#endif
   }
 
   void log(specinfer_log_level level, const std::string &message) const;
