@@ -4,15 +4,28 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace specinfer {
 
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// F16C (CPUID leaf 1, ECX bit 29), read directly: clang before 16 has no "f16c" for
+// __builtin_cpu_supports.
+bool has_f16c() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+}
+#endif
 
 Isa detect() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+                    has_f16c() && __builtin_cpu_supports("bmi2");
   if (!avx2) return Isa::scalar;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
