@@ -48,7 +48,17 @@ specinfer_status call_plugin(specinfer_plugin_error &err, F &&fn) noexcept {
   const char *why = "an exception of unknown type";
   std::string what;
   try {
-    return fn();
+    // A status outside the enum is read as an int: loading it as specinfer_status would be
+    // undefined (UBSan's enum check stops the process on it).
+    const specinfer_status r = fn();
+    int v;
+    static_assert(sizeof v == sizeof r);
+    std::memcpy(&v, &r, sizeof v);
+    if (v >= SPECINFER_OK && v <= SPECINFER_ERR_INTERNAL) return static_cast<specinfer_status>(v);
+    const std::string own(err.message, strnlen(err.message, sizeof(err.message)));
+    snprintf(err.message, sizeof(err.message), "the plugin returned unknown status %d%s%s", v,
+             own.empty() ? "" : ": ", own.c_str());
+    return SPECINFER_ERR_PLUGIN;
   } catch (const std::exception &e) {
     try {
       what = e.what();
