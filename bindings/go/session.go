@@ -62,7 +62,7 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	if err != nil {
 		return nil, err
 	}
-	info, err := target.Info()
+	eog, err := target.EndOfGeneration()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	}
 	live.Add(1)
 	s := &Session{ptr: out, target: target, drafter: drafter, coupler: coupler,
-		stops: stopSet(info.EOG), maxEmit: params.MaxDraft + 1}
+		stops: stopSet(eog), maxEmit: params.MaxDraft + 1}
 	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
 	return s, nil
 }
@@ -260,8 +260,11 @@ type StepResult struct {
 	// Tokens the round emitted: 1 to MaxDraft+1, or none while the session's prompt is still
 	// scored in chunks (StepParams.PrefillChunk).
 	Tokens []int32
-	// Done is true when the round emitted the end-of-text token.
+	// Done is true when the round emitted an end-of-generation token.
 	Done bool
+	// Text is the tokens' text: whole UTF-8 characters (one split between rounds comes whole with
+	// the later round), nothing for end-of-generation tokens.
+	Text string
 	// Err is this session's error (nil when its round succeeded); it did not stop the others.
 	Err error
 }
@@ -365,6 +368,13 @@ func StepManyWith(sessions []*Session, params StepParams) ([]StepResult, error) 
 		out[i].Tokens = make([]int32, int(res.n_tokens))
 		copy(out[i].Tokens, unsafe.Slice((*int32)(unsafe.Pointer(res.tokens)), int(res.n_tokens)))
 		out[i].Done = res.done != 0
+		var text *C.char
+		var n C.size_t
+		if err := sessions[i].check(C.specinfer_session_step_text(ptrs[i], &text, &n)); err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Text = C.GoStringN(text, C.int(n))
 	}
 	return out, first
 }
@@ -424,10 +434,10 @@ func (s Stats) String() string {
 		s.NGenerated, s.NRounds, s.AcceptanceRate, s.MeanAccepted)
 }
 
-func stopSet(eog []int) map[int32]bool {
+func stopSet(eog []int32) map[int32]bool {
 	m := make(map[int32]bool, len(eog))
 	for _, id := range eog {
-		m[int32(id)] = true
+		m[id] = true
 	}
 	return m
 }

@@ -49,6 +49,9 @@ func TestSharedTargetsRunSessionsConcurrently(t *testing.T) {
 	if a, b := must(root.Info()), must(shares[0].Info()); a != b {
 		t.Fatalf("a share describes another model: %+v != %+v", b, a)
 	}
+	if eog := must(root.EndOfGeneration()); len(eog) != 0 { // kgram has no end tokens
+		t.Fatalf("kgram's end-of-generation tokens: %v", eog)
+	}
 	noErr(t, root.Close()) // the shares keep the model
 	want := make([][]int32, len(shares))
 	for i := range want {
@@ -121,6 +124,7 @@ func TestStepManyEqualsLoneSessions(t *testing.T) {
 			noErr(t, sessions[i].FeedText(sharedPrompts[i]))
 		}
 		got := make([][]int32, 3)
+		texts := make([]string, 3)
 		for calls := 0; slices.ContainsFunc(got, func(g []int32) bool { return len(g) < n }); calls++ {
 			if calls > 10*n {
 				t.Fatal("StepMany makes no progress")
@@ -132,9 +136,18 @@ func TestStepManyEqualsLoneSessions(t *testing.T) {
 					t.Fatalf("session %d: %+v", i, sr)
 				}
 				got[i] = append(got[i], sr.Tokens...)
+				texts[i] += sr.Text
 			}
 		}
 		for i := range got {
+			// kgram's tokens are bytes: each round's text is its tokens' bytes.
+			bytes := make([]byte, len(got[i]))
+			for k, tok := range got[i] {
+				bytes[k] = byte(tok)
+			}
+			if texts[i] != string(bytes) {
+				t.Fatalf("prefill chunk %d, session %d: text %q != %q", chunk, i, texts[i], bytes)
+			}
 			if !slices.Equal(got[i][:n], want[i]) {
 				t.Fatalf("prefill chunk %d, session %d: %q != %q", chunk, i, got[i][:n], want[i])
 			}

@@ -27,6 +27,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -256,27 +257,14 @@ type ModelInfo struct {
 	BOS, EOS, EOT               int // -1 when none
 	AddBOS                      bool
 	Name, Arch                  string
-	EOG                         []int // every token that ends generation, EOS and EOT among them
 }
 
 func modelInfo(i *C.specinfer_model_info) ModelInfo {
 	return ModelInfo{
 		VocabSize: int(i.vocab_size), NCtx: int(i.n_ctx), HiddenSize: int(i.hidden_size),
 		BOS: int(i.bos_token), EOS: int(i.eos_token), EOT: int(i.eot_token), AddBOS: i.add_bos != 0,
-		Name: C.GoString(i.name), Arch: C.GoString(i.arch), EOG: eogTokens(i),
+		Name: C.GoString(i.name), Arch: C.GoString(i.arch),
 	}
-}
-
-func eogTokens(i *C.specinfer_model_info) []int {
-	if i.eog_tokens == nil || i.n_eog_tokens <= 0 {
-		return nil
-	}
-	ids := unsafe.Slice((*int32)(unsafe.Pointer(i.eog_tokens)), int(i.n_eog_tokens))
-	out := make([]int, len(ids))
-	for k, id := range ids {
-		out[k] = int(id)
-	}
-	return out
 }
 
 // Target is a model whose text we want: a loaded model (weights, shared with the targets made by
@@ -365,6 +353,25 @@ func (t *Target) Info() (ModelInfo, error) {
 		return ModelInfo{}, err
 	}
 	return modelInfo(&i), nil
+}
+
+// EndOfGeneration returns every token that ends generation (EOS and EOT among them), in
+// increasing order. (Not in ModelInfo, which stays comparable with ==.)
+func (t *Target) EndOfGeneration() ([]int32, error) {
+	p, err := t.raw()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(t)
+	var i C.specinfer_model_info
+	C.specinfer_model_info_init(&i)
+	if err := checkWith(C.specinfer_target_info(p, &i), C.specinfer_target_errmsg(p)); err != nil {
+		return nil, err
+	}
+	if i.eog_tokens == nil || i.n_eog_tokens <= 0 {
+		return nil, nil
+	}
+	return slices.Clone(unsafe.Slice((*int32)(unsafe.Pointer(i.eog_tokens)), int(i.n_eog_tokens))), nil
 }
 
 // Tokenize turns text into token ids.

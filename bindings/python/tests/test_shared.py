@@ -64,13 +64,17 @@ def test_step_many_equals_lone_sessions(registry, chunk):
         s.feed_text(PROMPTS[i])
         sessions.append(s)
     got = [[] for _ in sessions]
+    texts = ["" for _ in sessions]
     calls = 0
     while any(len(g) < n for g in got):
-        for g, r in zip(got, specinfer.step_many(sessions, prefill_chunk=chunk)):
+        for i, r in enumerate(specinfer.step_many(sessions, prefill_chunk=chunk)):
             assert r.error is None and not r.done, r
-            g.extend(r.tokens)
+            got[i].extend(r.tokens)
+            texts[i] += r.text
         calls += 1
         assert calls < 10 * n, "step_many makes no progress"
+    # kgram's tokens are bytes: each round's text is its tokens' bytes.
+    assert [t.encode() for t in texts] == [bytes(g) for g in got]
     assert [g[:n] for g in got] == want
     for s in sessions:
         s.close()

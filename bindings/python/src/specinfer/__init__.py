@@ -590,11 +590,14 @@ class Session(_Handle):
 @dataclass(frozen=True)
 class StepResult:
     """One session's part of step_many: the tokens its round emitted (none while its prompt is
-    still scored in chunks), whether it reached end of text, and its error (a SpecinferError, or
-    None when the round succeeded)."""
+    still scored in chunks), whether it reached an end-of-generation token, its error (a
+    SpecinferError, or None when the round succeeded), and the tokens' text (whole UTF-8
+    characters: one split between rounds comes whole with the later round; nothing for
+    end-of-generation tokens)."""
     tokens: List[int]
     done: bool
     error: Optional[SpecinferError] = None
+    text: str = ""
 
 
 def step_many(sessions, prefill_chunk=None):
@@ -648,7 +651,10 @@ def step_many(sessions, prefill_chunk=None):
             m = (s._errmsg() or b"").decode("utf-8", "replace") or lib.specinfer_status_str(r.status).decode()
             out.append(StepResult([], False, SpecinferError(r.status, m)))
         else:
-            out.append(StepResult(list(b[:r.n_tokens]), bool(r.done)))
+            text, n = c_void_p(), c_size_t()
+            _check_with(lib.specinfer_session_step_text(s._raw(), byref(text), byref(n)), s._errmsg)
+            out.append(StepResult(list(b[:r.n_tokens]), bool(r.done), None,
+                                  ctypes.string_at(text.value, n.value).decode("utf-8", "replace") if n.value else ""))
     return out
 
 

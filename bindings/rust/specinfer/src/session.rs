@@ -79,8 +79,11 @@ pub struct Step {
     /// The tokens the round emitted: between 1 and max_draft + 1, or none while the session's
     /// prompt is still being scored in chunks ([`StepParams::prefill_chunk`]).
     pub tokens: Vec<i32>,
-    /// The round emitted the end-of-text token.
+    /// The round emitted an end-of-generation token.
     pub done: bool,
+    /// The text of the tokens: whole UTF-8 characters (one split between rounds comes whole with
+    /// the later round), nothing for end-of-generation tokens.
+    pub text: String,
 }
 
 /// How [`Session::step_many_with`] runs. `Default` is the library's default.
@@ -286,7 +289,15 @@ impl<'a> Session<'a> {
             .map(|((r, mut buf), s)| {
                 s.check(r.status)?;
                 buf.truncate(r.n_tokens);
-                Ok(Step { tokens: buf, done: r.done != 0 })
+                let mut p: *const c_char = ptr::null();
+                let mut n = 0usize;
+                s.check(unsafe { sys::specinfer_session_step_text(s.ptr, &mut p, &mut n) })?;
+                let text = if n == 0 {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }).into_owned()
+                };
+                Ok(Step { tokens: buf, done: r.done != 0, text })
             })
             .collect())
     }

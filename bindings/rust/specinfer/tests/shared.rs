@@ -77,17 +77,24 @@ fn step_many_equals_lone_sessions() {
             })
             .collect();
         let mut got: Vec<Vec<i32>> = vec![Vec::new(); 3];
+        let mut texts: Vec<String> = vec![String::new(); 3];
         let mut calls = 0;
         while got.iter().any(|g| g.len() < N) {
             let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
             let steps = Session::step_many_with(&mut refs, &StepParams { prefill_chunk: chunk }).unwrap();
-            for (g, st) in got.iter_mut().zip(steps) {
-                let Step { tokens, done } = st.unwrap();
-                assert!(!done, "kgram has no end-of-text token");
+            for ((g, text), st) in got.iter_mut().zip(texts.iter_mut()).zip(steps) {
+                let Step { tokens, done, text: round } = st.unwrap();
+                assert!(!done, "kgram has no end-of-generation token");
                 g.extend(tokens);
+                text.push_str(&round);
             }
             calls += 1;
             assert!(calls < 10 * N, "step_many makes no progress");
+        }
+        // kgram's tokens are bytes: each round's text is its tokens' bytes.
+        for (g, text) in got.iter().zip(&texts) {
+            let bytes: Vec<u8> = g.iter().map(|t| *t as u8).collect();
+            assert_eq!(text.as_bytes(), &bytes[..], "prefill_chunk {chunk}");
         }
         for (g, w) in got.iter_mut().zip(&want) {
             g.truncate(N);
