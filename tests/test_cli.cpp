@@ -14,42 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_run.h"
 #include "support/cmocka_setup.h"
 
 namespace {
 
 std::string g_dir;  // a temporary directory for this run's files
 
-struct Result {
-  int status = -1;  // the exit code, or -1 if the command did not exit normally
-  std::string out, err;
-};
-
-std::string read_all(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string &s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using Result = CliResult;
 
 // Runs `specinfer args...` with stdout and stderr caught.
 Result run(const std::vector<std::string> &args) {
-  const std::string out = g_dir + "/stdout", err = g_dir + "/stderr";
-  std::string cmd = quote(SPECINFER_CLI);
-  for (const std::string &a : args) cmd.append(" ").append(quote(a));
-  cmd.append(" >").append(quote(out)).append(" 2>").append(quote(err));
-  const int st = std::system(cmd.c_str());
-  Result r;
-  r.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = read_all(out);
-  r.err = read_all(err);
-  return r;
+  return run_cli(SPECINFER_CLI, g_dir, args);
 }
 
 std::string args_str(const std::vector<std::string> &args) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli_options.h"
+#include "clock_text.h"
 #include "commands.h"
 #include "specinfer.h"
 
@@ -139,17 +140,6 @@ void add_kl_row(const float *logits, int32_t vocab, const RowNorm &norm, const u
   ++t->count;
 }
 
-std::string clock_text(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  return buf;
-}
-
 // Chunks done, tokens per second, time left and the running perplexity: one line rewritten in
 // place on a terminal, a line every ten seconds otherwise.
 struct Progress {
@@ -172,7 +162,7 @@ struct Progress {
     char buf[160];
     std::snprintf(buf, sizeof buf, "  chunks [%s] %d/%d  %.0f tok/s  ppl %.4f  %s left",
                   bar.c_str(), done, total, elapsed > 0 ? double(tokens) / elapsed : 0.0, ppl,
-                  clock_text(done > 0 ? elapsed * (1 - frac) / frac : NAN).c_str());
+                  cli::clock_text(done > 0 ? elapsed * (1 - frac) / frac : NAN).c_str());
     std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", buf);
     open = tty;
     if (end && open) {

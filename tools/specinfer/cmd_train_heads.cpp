@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli_options.h"
+#include "clock_text.h"
 #include "commands.h"
 #include "specinfer.h"
 
@@ -93,17 +94,6 @@ std::string default_out(const std::string &target_spec) {
   return path + ".medusa.gguf";
 }
 
-std::string clock_text(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  return buf;
-}
-
 // Draws the progress: one line rewritten in place on a terminal, a line every few seconds
 // otherwise (logs, CI).
 struct ProgressBar {
@@ -157,7 +147,7 @@ struct ProgressBar {
         line += buf;
       }
     }
-    line += "  " + clock_text(elapsed) + " elapsed, ETA " + clock_text(eta);
+    line += "  " + cli::clock_text(elapsed) + " elapsed, ETA " + cli::clock_text(eta);
     if (tty) {
       std::fprintf(stderr, "\r%s\033[K", line.c_str());
       line_open = true;
@@ -267,7 +257,7 @@ int cmd_train_heads(int argc, char **argv) {
       std::fprintf(stderr, "specinfer train-heads: %s: %s\n", specinfer_status_str(s),
                    err ? err : "");
     } else {
-      std::printf("wrote %s in %s\n", o.out.c_str(), clock_text(secs).c_str());
+      std::printf("wrote %s in %s\n", o.out.c_str(), cli::clock_text(secs).c_str());
       rc = 0;
     }
   }
