@@ -187,8 +187,10 @@ struct PreparedCache {
   std::map<std::string, std::weak_ptr<const Prepared>> by_key;
 };
 PreparedCache &prepared_cache() {
-  static PreparedCache *cache = new PreparedCache;  // never destroyed: drafters may outlive statics
-  return *cache;
+  // Destroyed when the plugin is unloaded, which the registry allows only once no drafter of it is
+  // open; the map holds weak references, so a drafter alive at process exit is unaffected.
+  static PreparedCache cache;
+  return cache;
 }
 
 // A decayed rate: hits / trials over recent rounds, pulled toward a prior while little is seen.
