@@ -520,26 +520,29 @@ SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *
 typedef int (*specinfer_token_fn)(void *user, const int32_t *tokens, size_t n_tokens,
                                   const char *text, size_t text_len);
 
-/* Generates up to `max_tokens` tokens (or until an end-of-generation token,
- * specinfer_model_info.eog_tokens), calling `on_tokens` (may be NULL) after each round. Errors:
+/* Generates up to `max_tokens` tokens, or until the text ends (an end-of-generation token,
+ * specinfer_model_info.eog_tokens, or a stop string), calling `on_tokens` (may be NULL) after each
+ * round. The last call's text includes what was held back for the stop strings. Errors:
  * INVALID_ARGUMENT, STATE (nothing fed yet), CONTEXT_FULL, CANCELLED, PLUGIN. */
 SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
                                                           int32_t max_tokens,
                                                           specinfer_token_fn on_tokens, void *user);
 
 /* Runs one speculate -> verify -> commit round and writes the tokens it emitted (between 1 and
- * k+1) to `tokens` (cap must be at least max_draft + 1). *done is set to 1 when the round emitted
- * an end-of-generation token. */
+ * k+1) to `tokens`. The round emits at most `cap` tokens (it drafts fewer when cap is below
+ * max_draft + 1: a caller with a token budget passes what is left of it); cap 0 is
+ * BUFFER_TOO_SMALL. *done is set to 1 when the round ended the text: an end-of-generation token,
+ * or the token that completes a stop string (the last token written; nothing after it is kept). */
 SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session, int32_t *tokens,
                                                       size_t cap, size_t *n_tokens, int32_t *done);
 
 /* One session's part of specinfer_session_step_many. */
 typedef struct specinfer_step_result {
   uint32_t struct_size; /* sizeof(specinfer_step_result) */
-  int32_t *tokens;      /* in: room for `cap` tokens, at least the session's max_draft + 1 */
+  int32_t *tokens;      /* in: room for `cap` tokens; the round emits at most cap (>= 1) */
   size_t cap;
   size_t n_tokens;         /* out: tokens the round emitted */
-  int32_t done;            /* out: 1 when the round emitted an end-of-generation token */
+  int32_t done;            /* out: 1 when the round ended the text (as specinfer_session_step) */
   specinfer_status status; /* out: this session's status (message: specinfer_session_errmsg) */
 } specinfer_step_result;
 
@@ -573,12 +576,35 @@ SPECINFER_API specinfer_status specinfer_session_step_many(specinfer_session *co
                                                            specinfer_step_result *results, size_t n,
                                                            const specinfer_step_params *params);
 
-/* The text of the tokens the session's last specinfer_session_step_many call emitted, as
+/* The text of the tokens the session's last specinfer_session_step or step_many call emitted, as
  * specinfer_session_generate's callback gets it: whole UTF-8 characters (a character split
- * between calls comes whole with the later one), no text for end-of-generation tokens. Owned by the
- * session, valid until its next call. Errors: INVALID_ARGUMENT (NULL). */
+ * between calls comes whole with the later one), no text for end-of-generation tokens, and with
+ * stop strings set, no text that may begin one until it is known not to (see
+ * specinfer_session_set_stop_strings). Owned by the session, valid until its next call. Errors:
+ * INVALID_ARGUMENT (NULL). */
 SPECINFER_API specinfer_status specinfer_session_step_text(const specinfer_session *session,
                                                            const char **text, size_t *len);
+
+/* Stop strings: the generated text ends right before the first occurrence of any of them (in the
+ * text generated since the last feed, across token boundaries). The round whose token completes
+ * one sets done, keeps that token as the session's last and emits no text from the stop string on;
+ * the stop string itself is never part of the text. Until the text shows that a tail of it cannot
+ * begin a stop string, that tail is held back (step_text and the generate callback leave it out).
+ * When the text ends otherwise, the held text is released: by generate's last callback, by the
+ * round that emits an end-of-generation token, or by specinfer_session_end_text when the caller
+ * ends it (for example at its token budget). Feeding or resetting forgets held text. `n` strings
+ * (at most 64, each at most 1024 bytes, NUL-terminated; empty ones are ignored) replace the
+ * previous set; n = 0 clears it. Errors: INVALID_ARGUMENT (NULL session or string, too many or too
+ * long). */
+SPECINFER_API specinfer_status specinfer_session_set_stop_strings(specinfer_session *session,
+                                                                  const char *const *stops,
+                                                                  size_t n);
+
+/* Ends the text where the caller ends it (a token budget reached): returns the text held back for
+ * the stop strings (possibly empty) and forgets it. Owned by the session, valid until its next
+ * call. Errors: INVALID_ARGUMENT (NULL). */
+SPECINFER_API specinfer_status specinfer_session_end_text(specinfer_session *session,
+                                                          const char **text, size_t *len);
 
 typedef struct specinfer_session_stats {
   uint32_t struct_size;

@@ -180,6 +180,30 @@ void test_option_forms(void **) {
   assert_true(file.out == spaced.out);
 }
 
+void test_generate_stop(void **) {
+  // --stop ends the printed text right before the first of its strings; escapes are read.
+  const std::vector<std::string> base = {"generate", "--target", kgram(4), "--drafter", kgram(2),
+                                         "--prompt", "The ",     "-n",     "60"};
+  const Result whole = run(base);
+  assert_int_equal(whole.status, 0);
+  const std::string text = whole.out;
+  const size_t at = text.find(" The");
+  assert_true(at != std::string::npos && at > 0 && at < 50);
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--stop", "\\n\\n", "--stop", " The"});
+  const Result cut = run(args);
+  assert_int_equal(cut.status, 0);
+  assert_string_equal(cut.out.c_str(), (text.substr(0, at) + "\n").c_str());
+  // A newline written as an escape is a newline.
+  std::string lines;
+  for (int i = 0; i < 40; ++i) lines += "line one\nline two\n";
+  write_file(g_dir + "/lines.txt", lines);
+  const Result line = run({"generate", "--target", "kgram:path=" + g_dir + "/lines.txt,k=4",
+                           "--prompt", "line", "-n", "40", "--stop", "\\n"});
+  assert_int_equal(line.status, 0);
+  assert_string_equal(line.out.c_str(), " one\n");
+}
+
 void test_bench_prompt_files(void **) {
   const std::string bad = g_dir + "/bad.jsonl", good = g_dir + "/good.jsonl",
                     chart = g_dir + "/chart.png";
@@ -250,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_help),
       cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_option_forms),
+      cmocka_unit_test(test_generate_stop),
       cmocka_unit_test(test_bench_prompt_files),
       cmocka_unit_test(test_sketch_eval_synthetic),
   };

@@ -312,8 +312,8 @@ void test_step_many_equals_lone_sessions(void **) {
   assert_int_equal(specinfer_session_step_many(twice, r, 2, nullptr),
                    SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(std::strstr(specinfer_session_errmsg(s[0]), "twice"));
-  specinfer_session *pair[2] = {s[1], s[0]};  // s[1] drafts: it needs room for max_draft + 1
-  r[0].cap = 1;
+  specinfer_session *pair[2] = {s[1], s[0]};
+  r[0].cap = 0;  // no room for a token
   assert_int_equal(specinfer_session_step_many(pair, r, 2, nullptr),
                    SPECINFER_ERR_BUFFER_TOO_SMALL);
   assert_int_equal(r[0].status, SPECINFER_ERR_BUFFER_TOO_SMALL);

@@ -473,12 +473,11 @@ SPECINFER_API specinfer_status specinfer_session_step(specinfer_session *session
   return guard(&session->impl->last_error, nullptr, [&] {
     if (!tokens || !n_tokens)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "tokens and n_tokens must not be NULL");
-    if (cap < session->impl->max_emit())
-      fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "cap %zu is below max_draft + 1 = %zu", cap,
-           session->impl->max_emit());
+    if (cap == 0) fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "cap is 0: no room for a token");
     std::vector<int32_t> out;
     bool finished = false;
-    session->impl->step(out, finished);
+    session->impl->step(static_cast<int32_t>(std::min(cap, session->impl->max_emit())), out,
+                        finished);
     std::memcpy(tokens, out.data(), out.size() * sizeof(int32_t));
     *n_tokens = out.size();
     if (done) *done = finished;
@@ -491,6 +490,7 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
                            size_t n, int32_t prefill_chunk) {
   std::vector<specinfer::Session *> ready;
   std::vector<size_t> index;
+  std::vector<int32_t> max_emits;
   for (size_t i = 0; i < n; ++i) {
     specinfer_step_result &r = results[i];
     r.n_tokens = 0;
@@ -503,20 +503,19 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
     }
     r.status = guard(&s->impl->last_error, nullptr, [&] {
       if (!r.tokens) fail(SPECINFER_ERR_INVALID_ARGUMENT, "result %zu: tokens is NULL", i);
-      if (r.cap < s->impl->max_emit())
-        fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "result %zu: cap %zu is below max_draft + 1 = %zu", i,
-             r.cap, s->impl->max_emit());
+      if (r.cap == 0) fail(SPECINFER_ERR_BUFFER_TOO_SMALL, "result %zu: cap is 0", i);
     });
     if (r.status == SPECINFER_OK) {
       ready.push_back(s->impl.get());
       index.push_back(i);
+      max_emits.push_back(static_cast<int32_t>(std::min(r.cap, s->impl->max_emit())));
     }
   }
   std::vector<std::vector<int32_t>> outs(ready.size());
   std::unique_ptr<bool[]> dones(new bool[ready.size()]());
   std::vector<std::exception_ptr> errors(ready.size());
-  specinfer::Session::step_many(ready.data(), ready.size(), prefill_chunk, outs.data(), dones.get(),
-                                errors.data());
+  specinfer::Session::step_many(ready.data(), ready.size(), max_emits.data(), prefill_chunk,
+                                outs.data(), dones.get(), errors.data());
   for (size_t k = 0; k < ready.size(); ++k) {
     specinfer_step_result &r = results[index[k]];
     specinfer_session *s = sessions[index[k]];
@@ -526,7 +525,6 @@ specinfer_status step_many(specinfer_session *const *sessions, specinfer_step_re
         std::memcpy(r.tokens, outs[k].data(), outs[k].size() * sizeof(int32_t));
       r.n_tokens = outs[k].size();
       r.done = dones[k] ? 1 : 0;
-      s->impl->step_text(outs[k]);
     });
   }
   for (size_t i = 0; i < n; ++i)
@@ -579,6 +577,38 @@ SPECINFER_API specinfer_status specinfer_session_step_text(const specinfer_sessi
   *text = t.data();
   *len = t.size();
   return SPECINFER_OK;
+}
+
+SPECINFER_API specinfer_status specinfer_session_set_stop_strings(specinfer_session *session,
+                                                                  const char *const *stops,
+                                                                  size_t n) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] {
+    constexpr size_t kMaxStops = 64, kMaxStopBytes = 1024;
+    if (n > 0 && !stops) fail(SPECINFER_ERR_INVALID_ARGUMENT, "stops is NULL");
+    if (n > kMaxStops)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "%zu stop strings: at most %zu", n, kMaxStops);
+    std::vector<std::string> list;
+    for (size_t i = 0; i < n; ++i) {
+      if (!stops[i]) fail(SPECINFER_ERR_INVALID_ARGUMENT, "stop string %zu is NULL", i);
+      const size_t len = std::strlen(stops[i]);
+      if (len > kMaxStopBytes)
+        fail(SPECINFER_ERR_INVALID_ARGUMENT, "stop string %zu is %zu bytes: at most %zu", i, len,
+             kMaxStopBytes);
+      list.emplace_back(stops[i], len);
+    }
+    session->impl->set_stop_strings(std::move(list));
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_session_end_text(specinfer_session *session,
+                                                          const char **text, size_t *len) {
+  if (!session || !text || !len) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] {
+    const std::string &t = session->impl->end_text();
+    *text = t.data();
+    *len = t.size();
+  });
 }
 
 SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats) {

@@ -140,6 +140,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
          n_ctx_);
   tokens_.insert(tokens_.end(), tokens, tokens + n);
   n_prompt_ += static_cast<int64_t>(n);
+  stops_.clear();
 }
 
 // One round of speculative decoding: draft -> score -> couple -> commit.
@@ -176,6 +177,7 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
                         int32_t pass_fixed, double pass_draft_ms, std::vector<int32_t> &out,
                         bool &done) {
   done = false;
+  round_text_.clear();
   if (prefilling_) {  // a chunk of the prompt: nothing to couple yet
     prefill_done(verify_batch_);
     t_prefill_ += pass_ms;
@@ -196,14 +198,18 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
                        !draft_.chain);
 }
 
-void Session::step_many(Session *const *sessions, size_t n, int32_t prefill_chunk,
-                        std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors) {
+void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_emits,
+                        int32_t prefill_chunk, std::vector<int32_t> *outs, bool *dones,
+                        std::exception_ptr *errors) {
   std::vector<const specinfer_forward_batch *> batches(n, nullptr);
   std::vector<Clock::time_point> begun(n);
   for (size_t i = 0; i < n; ++i) {
     begun[i] = Clock::now();
     try {
-      batches[i] = &sessions[i]->begin_round(sessions[i]->params_.max_draft + 1, prefill_chunk);
+      Session &s = *sessions[i];
+      const int32_t most = s.params_.max_draft + 1;
+      batches[i] =
+          &s.begin_round(max_emits ? std::clamp(max_emits[i], 1, most) : most, prefill_chunk);
     } catch (...) {
       errors[i] = std::current_exception();
       sessions[i]->t_total_ += ms_since(begun[i]);
@@ -459,14 +465,7 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
   const size_t first = out.size();
   for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[accepted_path_[i]]);
   out.push_back(v.token);
-  done = false;
-  for (size_t i = first; i < out.size(); ++i) {
-    if (is_stop(out[i])) {  // what was drafted past an end-of-text token is not emitted
-      out.resize(i + 1);
-      done = true;
-      break;
-    }
-  }
+  done = end_text_at_stop(out, first);
   const size_t emitted = out.size() - first;
   // Cached: everything before the last token, the last token, then the accepted nodes that are
   // followed by another emitted token.
@@ -499,19 +498,39 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
   return emitted;
 }
 
-void Session::step(std::vector<int32_t> &out, bool &done) {
-  timed_round(params_.max_draft + 1, out, done);
+// Turns the tokens out[first..] into round_text_ and cuts them after the token that ends the
+// text: an end-of-generation token (no text of its own; what was held back for the stop strings
+// is released) or the token that completes a stop string (its text ends before the stop string).
+// What was drafted past that token is not emitted. Returns whether the text ended.
+bool Session::end_text_at_stop(std::vector<int32_t> &out, size_t first) {
+  for (size_t i = first; i < out.size(); ++i) {
+    if (is_stop(out[i])) {
+      out.resize(i + 1);
+      stops_.flush(round_text_);
+      return true;
+    }
+    utf8_pending_ += target_.token_bytes(out[i]);
+    const size_t n = utf8_complete_prefix(utf8_pending_);
+    if (n == 0) continue;
+    const bool stopped = stops_.push(utf8_pending_.substr(0, n), round_text_);
+    utf8_pending_.erase(0, n);
+    if (stopped) {
+      out.resize(i + 1);
+      utf8_pending_.clear();
+      return true;
+    }
+  }
+  return false;
 }
 
-std::string Session::take_text(const std::vector<int32_t> &toks) {
-  for (int32_t t : toks) {
-    if (is_stop(t)) continue;  // end markers are not text
-    utf8_pending_ += target_.token_bytes(t);
-  }
-  size_t n = utf8_complete_prefix(utf8_pending_);
-  std::string text = utf8_pending_.substr(0, n);
-  utf8_pending_.erase(0, n);
-  return text;
+void Session::step(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
+  timed_round(std::clamp(max_emit, 1, params_.max_draft + 1), out, done);
+}
+
+const std::string &Session::end_text() {
+  end_text_.clear();
+  stops_.flush(end_text_);
+  return end_text_;
 }
 
 void Session::generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *user) {
@@ -524,11 +543,10 @@ void Session::generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *u
     bool done = false;
     timed_round(left, out, done);
     left -= static_cast<int32_t>(out.size());
-    if (on_tokens) {
-      std::string text = take_text(out);
-      if (on_tokens(user, out.data(), out.size(), text.data(), text.size()) != 0)
-        fail(SPECINFER_ERR_CANCELLED, "generation stopped by the callback");
-    }
+    if (left <= 0 && !done) stops_.flush(round_text_);  // the text ends here
+    if (on_tokens &&
+        on_tokens(user, out.data(), out.size(), round_text_.data(), round_text_.size()) != 0)
+      fail(SPECINFER_ERR_CANCELLED, "generation stopped by the callback");
     if (done) break;
   }
 }
@@ -537,6 +555,8 @@ void Session::reset() {
   // The KV cache is kept: the next prompt reuses the prefix it shares with this text.
   tokens_.clear();
   utf8_pending_.clear();
+  stops_.clear();
+  round_text_.clear();
   drafter_begun_ = false;
   drafter_known_ = 0;
   lookahead_.reset();

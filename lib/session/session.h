@@ -12,6 +12,7 @@
 #include "plugin/objects.h"
 #include "sampling/sampler.h"
 #include "session/lookahead.h"
+#include "session/stop_strings.h"
 #include "specinfer.h"
 #include "util/page_buffer.h"
 
@@ -31,20 +32,27 @@ class Session {
   Session(const Session &) = delete;
   Session &operator=(const Session &) = delete;
 
+  // Feeding forgets text held back for the stop strings: what follows is prompt.
   void feed_text(const char *text, size_t len);
   void feed_tokens(const int32_t *tokens, size_t n);
+  // The strings that end the generated text (see StopStrings); replaces the previous ones.
+  void set_stop_strings(std::vector<std::string> stops) { stops_.set(std::move(stops)); }
 
-  // One round. Appends the emitted tokens to `out`; sets done when eos/eot was emitted.
-  void step(std::vector<int32_t> &out, bool &done);
+  // One round emitting at most max_emit tokens (clamped to 1 .. max_draft + 1). Appends them to
+  // `out`; sets done when the round ended the text (an end-of-generation token or a stop string).
+  void step(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   // One round of each of n distinct sessions, as step() would run it, with one target pass for
-  // the sessions whose targets share a loaded model (TargetObject::forward_many). Appends session
-  // i's tokens to outs[i], sets dones[i]; a session that fails gets its error in errors[i] and
-  // the others go on. prefill_chunk > 0: a session whose cache is behind its text scores at most
-  // that many of the missing tokens in this pass instead of a round (and emits nothing), so that
-  // a long prompt does not stall the others; 0: it catches up alone first, as step() does.
-  static void step_many(Session *const *sessions, size_t n, int32_t prefill_chunk,
-                        std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors);
-  // Rounds until max_tokens, eos/eot, or the callback asks to stop (throws CANCELLED).
+  // the sessions whose targets share a loaded model (TargetObject::forward_many). max_emits[i]
+  // (nullptr: all max_draft + 1) bounds session i's tokens. Appends session i's tokens to outs[i],
+  // sets dones[i]; a session that fails gets its error in errors[i] and the others go on.
+  // prefill_chunk > 0: a session whose cache is behind its text scores at most that many of the
+  // missing tokens in this pass instead of a round (and emits nothing), so that a long prompt does
+  // not stall the others; 0: it catches up alone first, as step() does.
+  static void step_many(Session *const *sessions, size_t n, const int32_t *max_emits,
+                        int32_t prefill_chunk, std::vector<int32_t> *outs, bool *dones,
+                        std::exception_ptr *errors);
+  // Rounds until max_tokens, the end of the text, or the callback asks to stop (throws
+  // CANCELLED). The last callback's text includes what was held back for the stop strings.
   void generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *user);
   void reset();
 
@@ -53,9 +61,12 @@ class Session {
   // Most tokens one round can emit.
   size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
 
-  // Keeps the text of the tokens a step emitted (take_text) for last_step_text.
-  void step_text(const std::vector<int32_t> &tokens) { step_text_ = take_text(tokens); }
-  const std::string &last_step_text() const { return step_text_; }
+  // The text of the last round's tokens: whole UTF-8 characters, none of an end-of-generation
+  // token, nothing that may begin a stop string (held back until it is known not to) and nothing
+  // from a stop string on.
+  const std::string &last_step_text() const { return round_text_; }
+  // Ends the text where the caller ends it: returns what was held back for the stop strings.
+  const std::string &end_text();
 
   std::string last_error;
 
@@ -89,7 +100,7 @@ class Session {
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
 
-  std::string take_text(const std::vector<int32_t> &tokens);
+  bool end_text_at_stop(std::vector<int32_t> &out, size_t first);
   bool is_stop(int32_t token) const;
   void release();
 
@@ -109,7 +120,9 @@ class Session {
   size_t drafter_known_ = 0;        // tokens committed to the drafter
   bool drafter_begun_ = false;
   std::string utf8_pending_;  // bytes of an unfinished UTF-8 character
-  std::string step_text_;     // step_text's last result
+  StopStrings stops_;
+  std::string round_text_;  // the text of the last round's tokens
+  std::string end_text_;    // end_text's last result
 
   // Rows for the longest draft; a row's pages become resident when a draft first reaches it.
   PageBuffer<float> logits_;       // [k+1][vocab]: after the last token, then after each node

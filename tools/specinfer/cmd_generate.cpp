@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "cli_options.h"
 #include "commands.h"
@@ -15,6 +16,7 @@ namespace {
 struct Options {
   cli::RunOptions run;
   std::string drafter, coupler, prompt;
+  std::vector<std::string> stops;
   bool compare = false, quiet = false;
 };
 
@@ -31,6 +33,22 @@ int stream_text(void *user, const int32_t *, size_t, const char *text, size_t le
   std::fflush(stdout);
   out->at_line_start = text[len - 1] == '\n';
   return 0;
+}
+
+// A stop string as typed: \n, \t and \\ become newline, tab and backslash; any other
+// backslash stays as it is.
+std::string unescape(const std::string &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char next = i + 1 < s.size() ? s[i + 1] : '\0';
+    if (s[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
+      out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 // Runs one generation; returns 0 and fills stats, or prints the error and returns 1.
@@ -63,7 +81,10 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
       std::fprintf(stderr, "specinfer: cannot create session: %s\n", err);
       break;
     }
-    if (specinfer_session_feed_text(session, o.prompt.data(), o.prompt.size())) {
+    std::vector<const char *> stops;
+    for (const std::string &x : o.stops) stops.push_back(x.c_str());
+    if (specinfer_session_set_stop_strings(session, stops.data(), stops.size()) ||
+        specinfer_session_feed_text(session, o.prompt.data(), o.prompt.size())) {
       std::fprintf(stderr, "specinfer: %s\n", specinfer_session_errmsg(session));
       break;
     }
@@ -131,6 +152,10 @@ int cmd_generate(int argc, char **argv) {
   app.add_option("--prompt", o.prompt, "the prompt");
   app.add_option("--prompt-file", prompt_file, "read the prompt from FILE (instead of --prompt)")
       ->type_name("FILE");
+  app.add_option("--stop", o.stops,
+                 "end the text right before this string (repeatable; \\n, \\t and \\\\ are "
+                 "read as newline, tab and backslash); the string itself is not printed")
+      ->type_name("TEXT");
   app.add_flag("--compare-plain", o.compare,
                "also decode without the drafter and print the speedup");
   app.add_flag("--quiet", o.quiet, "do not print the text, only the statistics");
@@ -138,6 +163,7 @@ int cmd_generate(int argc, char **argv) {
   if (!app.count("--prompt") && prompt_file.empty())
     return cli::usage_error(app, "--prompt or --prompt-file is required");
   if (o.drafter == "none") o.drafter.clear();
+  for (std::string &x : o.stops) x = unescape(x);
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) {

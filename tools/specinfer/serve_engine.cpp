@@ -138,6 +138,15 @@ bool Worker::start(Slot &slot, Job job) {
     specinfer_free(err);
     return false;
   }
+  std::vector<const char *> stops;
+  for (const std::string &x : p.stop) stops.push_back(x.c_str());
+  if (specinfer_session_set_stop_strings(slot.session, stops.data(), stops.size()) !=
+      SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kBadRequest, specinfer_session_errmsg(slot.session));
+    specinfer_session_destroy(slot.session);
+    slot.session = nullptr;
+    return false;
+  }
   if (specinfer_session_feed_text(slot.session, p.prompt.data(), p.prompt.size()) != SPECINFER_OK) {
     result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(slot.session));
     specinfer_session_destroy(slot.session);
@@ -237,7 +246,9 @@ void Worker::loop() {
       r = specinfer_step_result{};
       r.struct_size = sizeof r;
       r.tokens = s.room.data();
-      r.cap = s.room.size();
+      // A round emits no more than the request has left.
+      const int32_t left = s.job.params.max_tokens - s.result.completion_tokens;
+      r.cap = std::min(s.room.size(), static_cast<size_t>(std::max(left, 1)));
     }
     specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
     for (size_t i = 0; i < active.size(); ++i) {
@@ -255,32 +266,21 @@ void Worker::loop() {
         continue;
       }
       if (r.n_tokens == 0) continue;  // the prompt is still being scored
-      // Tokens past max_tokens are not the request's: a round may emit several.
-      const int32_t left = s.job.params.max_tokens - result.completion_tokens;
-      size_t n = std::min(r.n_tokens, static_cast<size_t>(std::max(left, 0)));
       const char *round_text = nullptr;
       size_t round_len = 0;
       specinfer_session_step_text(s.session, &round_text, &round_len);
       std::string text(round_text ? round_text : "", round_len);
-      size_t n_text = 0;  // tokens before an end-of-generation one
-      while (n_text < n &&
-             !std::binary_search(info_.eog_tokens, info_.eog_tokens + info_.n_eog_tokens,
-                                 r.tokens[n_text]))
-        ++n_text;
-      const bool ended = n_text < n;
-      if (n < r.n_tokens) {
-        // The text of the first tokens only (the request ends here).
-        std::vector<char> buf(n_text * 64 + 64);
-        size_t nb = 0;
-        text.clear();
-        if (n_text > 0 && specinfer_target_detokenize(s.target, r.tokens, n_text, buf.data(),
-                                                      buf.size(), &nb) == SPECINFER_OK)
-          text.assign(buf.data(), nb);
+      result.completion_tokens += static_cast<int32_t>(r.n_tokens);
+      const bool full = !r.done && result.completion_tokens >= s.job.params.max_tokens;
+      if (full) {  // the text ends here: what was held back for the stop strings is the request's
+        const char *tail = nullptr;
+        size_t tail_len = 0;
+        if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
+          text.append(tail, tail_len);
       }
-      result.completion_tokens += static_cast<int32_t>(n);
-      const bool more = s.job.callbacks.on_text(text, static_cast<int32_t>(n));
-      if (ended || !more || result.completion_tokens >= s.job.params.max_tokens) {
-        result.finish_reason = ended || !more ? "stop" : "length";
+      const bool more = s.job.callbacks.on_text(text, static_cast<int32_t>(r.n_tokens));
+      if (r.done || !more || full) {
+        result.finish_reason = full && more ? "length" : "stop";
         finish(s);
       }
     }

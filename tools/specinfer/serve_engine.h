@@ -25,6 +25,7 @@ struct GenParams {
   float temperature = 0;
   float top_p = 1;
   uint64_t seed = 0;
+  std::vector<std::string> stop;  // stop strings (specinfer_session_set_stop_strings)
 };
 
 // How a request ended.
@@ -32,15 +33,18 @@ struct GenResult {
   enum class Kind { kOk, kBadRequest, kCancelled, kFailed };
   Kind kind = Kind::kOk;
   std::string message;        // why, for kBadRequest and kFailed
-  std::string finish_reason;  // kOk: "stop" (end of text, or the callback stopped) or "length"
+  std::string finish_reason;  // kOk: "stop" (end of text, a stop string, or the callback stopped)
+                              // or "length"
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
 };
 
 // Called on the engine's thread, in this order: on_start once when the prompt is accepted (not
 // for a request refused or cancelled before it starts), on_text after every round with the new
-// text (whole UTF-8 characters, the end-of-text token's own text left out), on_done exactly once.
-// on_text returns false to end the request (finish_reason "stop"), e.g. at a stop string.
+// text (the session's step text: whole UTF-8 characters, the end-of-text token's own text and
+// everything from a stop string on left out) and once more with the text held back for the stop
+// strings when the request reaches max_tokens, on_done exactly once. on_text returns false to end
+// the request (finish_reason "stop").
 struct GenCallbacks {
   std::function<void(int32_t prompt_tokens)> on_start;
   std::function<bool(const std::string &text, int32_t n_tokens)> on_text;

@@ -13,8 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "serve_stop.h"
-
 namespace serve {
 
 using nlohmann::json;
@@ -150,10 +148,8 @@ struct Exchange {
   bool started = false, done = false;
   int32_t prompt_tokens = 0;
   GenResult result;
-  std::string pending;  // released text not yet sent (streaming) or the whole text
-  StopMatcher stop;
+  std::string pending;  // text not yet sent (streaming) or the whole text
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
-  explicit Exchange(std::vector<std::string> stops) : stop(std::move(stops)) {}
 };
 
 GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
@@ -166,13 +162,12 @@ GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
   };
   cb.on_text = [x](const std::string &piece, int32_t) {
     std::lock_guard<std::mutex> lock(x->m);
-    x->pending += x->stop.push(piece);
+    x->pending += piece;
     x->cv.notify_all();
-    return !x->stop.stopped();
+    return true;
   };
   cb.on_done = [x](const GenResult &r) {
     std::lock_guard<std::mutex> lock(x->m);
-    if (r.kind == GenResult::Kind::kOk) x->pending += x->stop.flush();
     x->result = r;
     x->done = true;
     x->cv.notify_all();
@@ -409,7 +404,8 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
       return send_error(res, bad_param("prompt", "prompt must not be empty"));
   }
 
-  auto x = std::make_shared<Exchange>(s.stop);
+  params.stop = s.stop;
+  auto x = std::make_shared<Exchange>();
   const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
   if (st != SubmitStatus::kQueued) {
     ApiError e;
