@@ -88,6 +88,13 @@ typedef struct specinfer_attention_args {
   const uint8_t *mask;
   float scale; /* usually 1/sqrt(head_dim) */
   float *out;  /* [n_q][n_head][head_dim] */
+  /* Added after out (read only if struct_size covers them; a host reads them only if its kernel
+   * table has kv_store). How k and v are stored: SPECINFER_WTYPE_F32 (0, the layout above),
+   * _F16, _Q8_0 or _Q4_0 (the last two need head_dim a multiple of 32). For a type other than F32
+   * the pointer (cast to const float *) holds [n_kv][n_head_kv] rows of row_size(type, head_dim)
+   * bytes each, as kv_store writes them. */
+  int32_t k_type;
+  int32_t v_type;
 } specinfer_attention_args;
 
 /* Opaque: a weight matrix prepared by pack_weight. */
@@ -146,6 +153,14 @@ typedef struct specinfer_kernels {
    * owns; 0 when it refers to the matrix given to pack_weight. A caller that gets a copy may let go
    * of the original (free it, or drop its mapped pages). NULL pw gives 0. */
   size_t (*packed_bytes)(const specinfer_packed_weight *pw);
+
+  /* Added after packed_bytes (check struct_size; may be NULL): writes n floats (a multiple of the
+   * type's block size) as row_size(wtype, n) bytes of a KV cache type that attention reads
+   * (k_type, v_type): SPECINFER_WTYPE_F32 (a copy), _F16 (round to nearest even), _Q8_0 (per 32
+   * values d = amax / 127) or _Q4_0 (as quantize_row). UNSUPPORTED for any other type,
+   * INVALID_ARGUMENT for a bad n, NULL, or (block types) inf / NaN in the input. Fast enough to
+   * run on every new key and value. A host whose table has this entry reads k_type and v_type. */
+  specinfer_status (*kv_store)(int32_t wtype, const float *src, void *dst, int64_t n);
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

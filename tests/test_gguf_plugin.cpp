@@ -91,6 +91,9 @@ void test_config_errors(void **state) {
   assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q5_0", &self, &vt, &err),
                    SPECINFER_ERR_CONFIG);
   assert_non_null(std::strstr(err.message, "requant"));
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",kv_type=q5_1", &self, &vt, &err),
+                   SPECINFER_ERR_CONFIG);
+  assert_non_null(std::strstr(err.message, "kv_type"));
   // A valid requant on the tiny model loads (its F32 matrices become Q4_0) and runs a forward.
   assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err),
                    SPECINFER_OK);

@@ -10,7 +10,7 @@
 //    that is not a prefix of the node order, then the next token: its logits, and the tree passes'
 //    logits along the kept paths, equal bit for bit those of plain decoding of the same text
 //    (prompt in one batch, then one token per pass). Tree attention computes each node as plain
-//    decoding does (lib/backend/ops.cpp), so no tolerance is needed.
+//    decoding does (lib/backend/attention.cpp), so no tolerance is needed.
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) one prompt and fewer tokens.
 #include <sys/stat.h>
 #include <algorithm>

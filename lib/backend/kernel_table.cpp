@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "backend/attention.h"
 #include "backend/isa.h"
 #include "backend/matmul.h"
 #include "backend/ops.h"
@@ -106,6 +107,10 @@ size_t k_packed_bytes(const specinfer_packed_weight *pw) {
   return p.owned ? p.row_bytes * size_t(p.rows) : 0;
 }
 
+specinfer_status k_kv_store(int32_t wtype, const float *src, void *dst, int64_t n) {
+  return guarded([&] { kv_store(wtype, src, dst, n); });
+}
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
@@ -125,7 +130,8 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_matmul_packed,
                                           k_free_packed,
                                           k_quantize_row,
-                                          k_packed_bytes};
+                                          k_packed_bytes,
+                                          k_kv_store};
   return &table;
 }
 

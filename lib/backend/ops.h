@@ -1,4 +1,5 @@
-// Element-wise and attention kernels: rmsnorm, rope, softmax, attention, silu_mul, add. Each
+// Element-wise kernels and the attention entry point: rmsnorm, rope, softmax, attention, silu_mul,
+// add. Each
 // dispatches once per call to the active instruction set (isa.h); the scalar versions are the
 // reference.
 #pragma once
@@ -18,17 +19,6 @@ struct VecOps {
   float (*exp_sub_sum)(float *x, float m, int64_t n);  // x = exp(x - m), returns the sum
   void (*silu_mul)(float *gate, const float *up, int64_t n);
   void (*add)(float *y, const float *x, int64_t n);
-  // Attention over the g query heads that share one kv head (grouped-query attention); each key
-  // and value row is loaded once for all g heads.
-  // scores: out[h * out_stride + j] = dot(q + h * q_stride, k + j * stride) * scale, h < g, j < n
-  // (hd values each). A key's score is computed the same way whatever n and g are (batch
-  // invariance).
-  void (*scores)(const float *q, int64_t q_stride, int64_t g, const float *k, int64_t stride,
-                 int64_t n, int64_t hd, float scale, float *out, int64_t out_stride);
-  // out[h * q_stride + 0..hd) = sum_j p[h * p_stride + j] * v[j * stride ..], j ascending, skipping
-  // p == 0 (masked keys), for h < g.
-  void (*weighted_sum)(const float *p, int64_t p_stride, int64_t g, const float *v, int64_t stride,
-                       int64_t n, int64_t hd, float *out, int64_t q_stride);
 };
 
 const VecOps &vec_ops_scalar() noexcept;
@@ -49,11 +39,13 @@ void softmax(float *x, int64_t n) noexcept;
 void silu_mul(float *gate, const float *up, int64_t n) noexcept;
 // y[i] += x[i].
 void add(float *y, const float *x, int64_t n) noexcept;
-// Grouped-query scaled dot-product attention (see specinfer_attention_args). Parallel over
-// (query, head) on oneTBB. A query that may attend no position gets a zero output. A query's
-// result is bit for bit that of a causal call for it alone over the keys it may attend, gathered
-// in order: a batch, or a token tree under a mask, computes each token as plain decoding does.
-// Throws specinfer::Error(INVALID_ARGUMENT) on bad arguments.
+// Grouped-query scaled dot-product attention (see specinfer_attention_args) over a KV cache of any
+// type kv_store writes, in backend/attention.cpp: a streaming softmax over blocks of keys, parallel
+// on oneTBB over (query, kv head) and, for batches of up to 32 queries, over chunks of the keys.
+// A query that may attend no position gets a zero output. A query's result is bit for bit that of
+// a causal call for it alone over the keys it may attend, gathered in order: a batch, or a token
+// tree under a mask, computes each token as plain decoding does. Throws specinfer::Error
+// (INVALID_ARGUMENT on bad arguments, UNSUPPORTED for a KV type it does not read).
 void attention(const specinfer_attention_args &args);
 
 }  // namespace specinfer

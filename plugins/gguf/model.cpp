@@ -179,6 +179,18 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     pack(output);
   }
 
+  kv_type = opt.kv_type;
+  if (kv_type != SPECINFER_WTYPE_F32 && kv_type != SPECINFER_WTYPE_F16 &&
+      kv_type != SPECINFER_WTYPE_Q8_0 && kv_type != SPECINFER_WTYPE_Q4_0)
+    fail(SPECINFER_ERR_CONFIG, "gguf: KV cache type %d is not one of f32, f16, q8_0, q4_0",
+         kv_type);
+  if (kv_type != SPECINFER_WTYPE_F32 &&
+      k->struct_size < offsetof(specinfer_kernels, kv_store) + sizeof(k->kv_store))
+    fail(SPECINFER_ERR_CONFIG, "gguf: the host's kernels store no KV cache other than f32");
+  kv_head_bytes = k->row_size(kv_type, hp.head_dim);
+  if (kv_head_bytes == 0)
+    fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
+         hp.head_dim, kv_type);
   if (ctx <= 0) ctx = std::min<int32_t>(hp.n_ctx_train, 4096);
   if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
   n_ctx = ctx;
@@ -352,7 +364,7 @@ void Model::ensure_capacity(int32_t n_pos) {
   if (n_pos <= capacity_) return;
   int32_t cap = std::max<int32_t>(capacity_ * 2, 256);
   cap = std::min(std::max(cap, n_pos), w_->n_ctx);
-  const size_t row = size_t(w_->hp.n_head_kv) * size_t(w_->hp.head_dim);
+  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   for (Cache &c : cache_) {
     c.k.resize(size_t(cap) * row);
     c.v.resize(size_t(cap) * row);
@@ -513,6 +525,8 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     a.q = q + off[size_t(s)] * QD;
     a.scale = hp.attn_scale;
     a.out = att + off[size_t(s)] * QD;
+    a.k_type = W.kv_type;
+    a.v_type = W.kv_type;
   }
 
   for (size_t li = 0; li < W.layers.size(); li++) {
@@ -540,14 +554,21 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       // The new keys and values into the sequence's cache, after the positions it holds.
       Model &m = *seqs[s];
       Cache &c = m.cache_[li];
-      const size_t at = size_t(m.n_cached_) * size_t(KV), rows = size_t(b.n) * size_t(KV);
-      std::memcpy(c.k.data() + at, kn + off[size_t(s)] * KV, rows * sizeof(float));
-      std::memcpy(c.v.data() + at, vn + off[size_t(s)] * KV, rows * sizeof(float));
-      if (m.qk_observer_)
-        m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, c.k.data() + at, b.n);
+      const size_t at = size_t(m.n_cached_) * size_t(Hkv) * W.kv_head_bytes;
+      const float *kb = kn + off[size_t(s)] * KV, *vb = vn + off[size_t(s)] * KV;
+      if (W.kv_type == SPECINFER_WTYPE_F32) {
+        std::memcpy(c.k.data() + at, kb, size_t(b.n) * size_t(KV) * sizeof(float));
+        std::memcpy(c.v.data() + at, vb, size_t(b.n) * size_t(KV) * sizeof(float));
+      } else {
+        check_status(k->kv_store(W.kv_type, kb, c.k.data() + at, int64_t(b.n) * KV), "kv_store");
+        check_status(k->kv_store(W.kv_type, vb, c.v.data() + at, int64_t(b.n) * KV), "kv_store");
+      }
+      if (m.qk_observer_) m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, kb, b.n);
       specinfer_attention_args &a = args[size_t(s)];
-      a.k = c.k.data();
-      a.v = c.v.data();
+      // The cache's bytes, read in their own type (k_type, v_type); the ABI types the pointers as
+      // floats.
+      a.k = reinterpret_cast<const float *>(c.k.data());
+      a.v = reinterpret_cast<const float *>(c.v.data());
       a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
       check_status(k->attention(&a), "attention");
     }
@@ -680,13 +701,13 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
            "base %d)",
            j, idx[j], n_cached_ - base, base);
   }
-  const size_t row = size_t(w_->hp.n_head_kv) * size_t(w_->hp.head_dim);
+  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   for (Cache &c : cache_) {
     for (int32_t j = 0; j < n; j++) {
       if (idx[j] == j) continue;
       size_t dst = size_t(base + j) * row, src = size_t(base + idx[j]) * row;
-      std::memmove(c.k.data() + dst, c.k.data() + src, row * sizeof(float));
-      std::memmove(c.v.data() + dst, c.v.data() + src, row * sizeof(float));
+      std::memmove(c.k.data() + dst, c.k.data() + src, row);
+      std::memmove(c.v.data() + dst, c.v.data() + src, row);
     }
   }
   for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];

@@ -57,6 +57,9 @@ struct ModelOptions {
   bool pack = true;         // hand every matrix to the host's pack_weight
   int32_t vocab_limit = 0;  // logits only for token ids below it; 0 = all
   int32_t requant = -1;     // SPECINFER_WTYPE_Q4_0 or _Q8_0: re-quantize wider matrices; -1 = keep
+  // How every sequence stores its keys and values: SPECINFER_WTYPE_F32, _F16, _Q8_0 or _Q4_0 (the
+  // host's kv_store writes them, its attention reads them directly).
+  int32_t kv_type = SPECINFER_WTYPE_F32;
 };
 
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
@@ -76,7 +79,9 @@ class Weights {
   // all. requant (a draft model's cheaper copy): every matrix stored with more bits per weight than
   // that type (and a multiple of 32 columns) is decoded and re-quantized to it in memory (the file
   // is not touched): for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per
-  // token. Lossy: the draft's proposals change, the target's output does not.
+  // token. Lossy: the draft's proposals change, the target's output does not. kv_type: CONFIG
+  // error for a type the cache cannot hold, a head_dim that is not whole blocks of it, or (other
+  // than F32) a host without kv_store.
   Weights(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt);
   Weights(const Weights &) = delete;
   Weights &operator=(const Weights &) = delete;
@@ -98,6 +103,8 @@ class Weights {
   const specinfer_kernels *k = nullptr;
   Hparams hp;
   int32_t n_ctx = 0;
+  int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type (ModelOptions::kv_type)
+  size_t kv_head_bytes = 0;               // one head's key (or value) row in that type
   Weight tok_embd, output;
   int32_t n_out = 0;   // output rows computed (n_vocab, or the vocab limit)
   Weight output_file;  // with a vocabulary limit: the file's output matrix, all rows
@@ -200,7 +207,8 @@ class Model {
   int32_t n_cached_ = 0;
   int32_t capacity_ = 0;  // positions the caches hold room for
   struct Cache {
-    std::vector<float> k, v;  // [capacity][n_head_kv * head_dim]
+    // [capacity][n_head_kv] rows of Weights::kv_head_bytes, in Weights::kv_type
+    std::vector<uint8_t> k, v;
   };
   std::vector<Cache> cache_;       // per layer
   std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)

@@ -49,6 +49,7 @@ struct Config {
   bool pack = true;         // repack weights at load for the faster kernels
   int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
   int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
+  int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type
 };
 
 std::string_view trim(std::string_view s) {
@@ -98,14 +99,27 @@ Config parse_config(const char *text) {
       else
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'requant' needs q4_0, q8_0 or none, got '%s'",
              value.c_str());
+    } else if (key == "kv_type") {
+      if (value == "f32")
+        cfg.kv_type = SPECINFER_WTYPE_F32;
+      else if (value == "f16")
+        cfg.kv_type = SPECINFER_WTYPE_F16;
+      else if (value == "q8_0")
+        cfg.kv_type = SPECINFER_WTYPE_Q8_0;
+      else if (value == "q4_0")
+        cfg.kv_type = SPECINFER_WTYPE_Q4_0;
+      else
+        fail(SPECINFER_ERR_CONFIG,
+             "gguf: config key 'kv_type' needs f32, f16, q8_0 or q4_0, got '%s'", value.c_str());
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
       cfg.pack = value == "1";
     } else {
-      fail(SPECINFER_ERR_CONFIG,
-           "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant)",
-           key.c_str());
+      fail(
+          SPECINFER_ERR_CONFIG,
+          "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type)",
+          key.c_str());
     }
   }
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
@@ -283,6 +297,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     opt.pack = cfg.pack;
     opt.vocab_limit = cfg.vocab_limit;
     opt.requant = cfg.requant;
+    opt.kv_type = cfg.kv_type;
     l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
     l->tokenizer = Tokenizer::from_gguf(*l->file);
     const Hparams &hp = l->weights->hp;

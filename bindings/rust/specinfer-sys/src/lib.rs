@@ -292,6 +292,8 @@ pub struct specinfer_attention_args {
     pub mask: *const u8,
     pub scale: f32,
     pub out: *mut f32,
+    pub k_type: i32,
+    pub v_type: i32,
 }
 
 #[repr(C)]
@@ -343,6 +345,8 @@ pub struct specinfer_kernels {
     pub quantize_row:
         Option<unsafe extern "C" fn(wtype: i32, src: *const f32, dst: *mut c_void, n: i64) -> specinfer_status>,
     pub packed_bytes: Option<unsafe extern "C" fn(pw: *const specinfer_packed_weight) -> usize>,
+    pub kv_store:
+        Option<unsafe extern "C" fn(wtype: i32, src: *const f32, dst: *mut c_void, n: i64) -> specinfer_status>,
 }
 
 // Opaque: a weight matrix prepared by `pack_weight`.
@@ -807,6 +811,16 @@ extern "C" {
     ) -> specinfer_status;
     pub fn specinfer_session_step_text(
         session: *const specinfer_session,
+        text: *mut *const c_char,
+        len: *mut usize,
+    ) -> specinfer_status;
+    pub fn specinfer_session_set_stop_strings(
+        session: *mut specinfer_session,
+        stops: *const *const c_char,
+        n: usize,
+    ) -> specinfer_status;
+    pub fn specinfer_session_end_text(
+        session: *mut specinfer_session,
         text: *mut *const c_char,
         len: *mut usize,
     ) -> specinfer_status;

@@ -1,0 +1,377 @@
+// The attention driver (streaming softmax over key blocks, split-K chunks merged in key order),
+// the scalar kernels it is checked against, and kv_store.
+#include "backend/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "backend/ops.h"
+#include "backend/quant.h"
+#include "util/error.h"
+
+namespace specinfer {
+
+namespace {
+
+// ---- scalar kernels ------------------------------------------------------------------------
+
+// Row j's hd values as floats.
+void load_row(int32_t type, const uint8_t *row, int64_t hd, float *out) {
+  switch (type) {
+    case SPECINFER_WTYPE_F32:
+      std::memcpy(out, row, size_t(hd) * sizeof(float));
+      return;
+    case SPECINFER_WTYPE_F16:
+      for (int64_t i = 0; i < hd; ++i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = fp16_to_fp32(h);
+      }
+      return;
+    case SPECINFER_WTYPE_Q8_0:
+      for (int64_t b = 0; b < hd / kQK; ++b) {
+        BlockQ8_0 blk;
+        std::memcpy(&blk, row + size_t(b) * sizeof blk, sizeof blk);
+        const float d = fp16_to_fp32(blk.d);
+        for (int i = 0; i < kQK; ++i) out[b * kQK + i] = d * static_cast<float>(blk.qs[i]);
+      }
+      return;
+    default:  // Q4_0 (the driver admits nothing else)
+      for (int64_t b = 0; b < hd / kQK; ++b) {
+        BlockQ4_0 blk;
+        std::memcpy(&blk, row + size_t(b) * sizeof blk, sizeof blk);
+        const float d = fp16_to_fp32(blk.d);
+        for (int i = 0; i < kQK / 2; ++i) {
+          out[b * kQK + i] = d * static_cast<float>((blk.qs[i] & 0x0F) - 8);
+          out[b * kQK + i + kQK / 2] = d * static_cast<float>((blk.qs[i] >> 4) - 8);
+        }
+      }
+      return;
+  }
+}
+
+void scores_s(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
+              int64_t hd, float scale, float *s, int64_t s_stride) {
+  std::vector<float> x(static_cast<size_t>(hd));
+  for (int64_t j = 0; j < n; ++j) {
+    load_row(type, rows[j], hd, x.data());
+    for (int64_t h = 0; h < g; ++h) {
+      double acc = 0.0;
+      for (int64_t d = 0; d < hd; ++d) acc += static_cast<double>(q[h * hd + d]) * x[size_t(d)];
+      s[h * s_stride + j] = static_cast<float>(acc) * scale;
+    }
+  }
+}
+
+void accumulate_s(int32_t type, const float *p, int64_t p_stride, int64_t g,
+                  const uint8_t *const *rows, int64_t n, int64_t hd, float *o) {
+  std::vector<float> x(static_cast<size_t>(hd));
+  for (int64_t j = 0; j < n; ++j) {
+    load_row(type, rows[j], hd, x.data());
+    for (int64_t h = 0; h < g; ++h) {
+      const float pj = p[h * p_stride + j];
+      for (int64_t d = 0; d < hd; ++d) o[h * hd + d] += pj * x[size_t(d)];
+    }
+  }
+}
+
+// ---- the driver ----------------------------------------------------------------------------
+
+// The keys one query sees, in order: a run of consecutive slots [first, first + run) and then the
+// slots listed in tail (a tree's nodes, or any other mask's scattered keys).
+struct View {
+  int64_t first = 0, run = 0;
+  const int32_t *tail = nullptr;
+  int64_t n_tail = 0;
+  int64_t size() const { return run + n_tail; }
+  int64_t slot(int64_t t) const { return t < run ? first + t : tail[t - run]; }
+};
+
+// Everything one call shares between its tasks.
+struct Call {
+  const specinfer_attention_args *a;
+  const VecOps *vec;
+  const AttnKernels *kern;
+  int32_t k_type, v_type;
+  int64_t hd, g, hkv;
+  size_t k_head_bytes, v_head_bytes;  // one head's row
+  const uint8_t *k, *v;
+  std::vector<View> views;  // per query
+};
+
+// A partial result over some keys for the g heads of one kv head: running max m, sum l of
+// exp(score - m), and o = sum exp(score - m) * value.
+struct State {
+  float *m, *l, *o;
+};
+
+size_t state_floats(const Call &c) {
+  return size_t(c.g) * size_t(c.hd + 2);
+}
+State state_at(const Call &c, float *p) {
+  return State{p, p + c.g, p + 2 * c.g};
+}
+
+// The fresh state of query qi, kv head kvh over its visible keys [t0, t1).
+void run_chunk(const Call &c, int64_t qi, int64_t kvh, int64_t t0, int64_t t1, State st) {
+  const specinfer_attention_args &a = *c.a;
+  const int64_t g = c.g, hd = c.hd;
+  const float *q = a.q + (qi * a.n_head + kvh * g) * hd;
+  const View &view = c.views[size_t(qi)];
+  const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
+  const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
+  const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
+  float s[8 * kAttnBlock];
+  std::vector<float> s_big;
+  float *sp = s;
+  if (g > 8) {
+    s_big.resize(size_t(g * kAttnBlock));
+    sp = s_big.data();
+  }
+  for (int64_t h = 0; h < g; ++h) {
+    st.m[h] = -std::numeric_limits<float>::infinity();
+    st.l[h] = 0.0f;
+  }
+  std::fill(st.o, st.o + g * hd, 0.0f);
+  for (int64_t b0 = t0; b0 < t1; b0 += kAttnBlock) {
+    const int64_t nb = std::min(kAttnBlock, t1 - b0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const auto slot = size_t(view.slot(b0 + j));
+      krows[j] = kb + slot * k_pos;
+      vrows[j] = vb + slot * v_pos;
+    }
+    c.kern->scores(c.k_type, q, g, krows, nb, hd, a.scale, sp, kAttnBlock);
+    for (int64_t h = 0; h < g; ++h) {
+      float *sh = sp + h * kAttnBlock;
+      float mb = st.m[h];
+      for (int64_t j = 0; j < nb; ++j) mb = sh[j] > mb ? sh[j] : mb;
+      if (mb == -std::numeric_limits<float>::infinity()) {  // nothing finite yet
+        std::fill(sh, sh + nb, 0.0f);
+        continue;
+      }
+      const float sum = c.vec->exp_sub_sum(sh, mb, nb);
+      if (mb != st.m[h]) {
+        const float r = std::exp(st.m[h] - mb);  // 0 for the first finite block
+        st.l[h] *= r;
+        c.vec->scale(st.o + h * hd, r, hd);
+        st.m[h] = mb;
+      }
+      st.l[h] += sum;
+    }
+    c.kern->accumulate(c.v_type, sp, kAttnBlock, g, vrows, nb, hd, st.o);
+  }
+}
+
+// into = into ⊕ from (from's keys follow into's).
+void merge(const Call &c, State into, State from) {
+  for (int64_t h = 0; h < c.g; ++h) {
+    const float m = std::max(into.m[h], from.m[h]);
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    const float ra = std::exp(into.m[h] - m), rb = std::exp(from.m[h] - m);
+    into.l[h] = into.l[h] * ra + from.l[h] * rb;
+    float *o = into.o + h * c.hd;
+    const float *p = from.o + h * c.hd;
+    for (int64_t d = 0; d < c.hd; ++d) o[d] = o[d] * ra + p[d] * rb;
+    into.m[h] = m;
+  }
+}
+
+void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
+  const specinfer_attention_args &a = *c.a;
+  float *out = a.out + (qi * a.n_head + kvh * c.g) * c.hd;
+  for (int64_t h = 0; h < c.g; ++h) {
+    const bool any = st.m[h] != -std::numeric_limits<float>::infinity() && st.l[h] > 0.0f;
+    const float inv = any ? 1.0f / st.l[h] : 0.0f;
+    for (int64_t d = 0; d < c.hd; ++d) out[h * c.hd + d] = any ? st.o[h * c.hd + d] * inv : 0.0f;
+  }
+}
+
+int64_t n_chunks(int64_t n_vis) {
+  return (n_vis + kAttnChunk - 1) / kAttnChunk;
+}
+
+// Batches up to this many queries split their keys over tasks; larger ones have queries enough.
+constexpr int32_t kSplitMaxQueries = 32;
+
+}  // namespace
+
+const AttnKernels &attn_kernels_scalar() noexcept {
+  static const AttnKernels k = {scores_s, accumulate_s};
+  return k;
+}
+
+const AttnKernels &attn_kernels(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx512:
+      return attn_kernels_avx512();
+    case Isa::avx2:
+      return attn_kernels_avx2();
+    default:
+      return attn_kernels_scalar();
+  }
+}
+
+bool kv_type_supported(int32_t type) noexcept {
+  return type == SPECINFER_WTYPE_F32 || type == SPECINFER_WTYPE_F16 ||
+         type == SPECINFER_WTYPE_Q8_0 || type == SPECINFER_WTYPE_Q4_0;
+}
+
+void kv_store(int32_t type, const float *src, void *dst, int64_t n) {
+  if (!kv_type_supported(type))
+    fail(SPECINFER_ERR_UNSUPPORTED, "kv_store: type %d is not a KV cache type", type);
+  if (src == nullptr || dst == nullptr || n <= 0 || n % wtype_block_size(type) != 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "kv_store: NULL, or %lld values not whole blocks",
+         (long long)n);
+  if (type == SPECINFER_WTYPE_F32) {
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+  } else if (type == SPECINFER_WTYPE_F16) {
+    auto *h = static_cast<uint8_t *>(dst);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t v = fp32_to_fp16(src[i]);
+      std::memcpy(h + 2 * i, &v, 2);
+    }
+  } else {
+    quantize_row_ref(type, src, dst, n);
+  }
+}
+
+void attention(const specinfer_attention_args &a) {
+  if (a.struct_size < offsetof(specinfer_attention_args, k_type))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: struct_size %u too small", a.struct_size);
+  if (a.n_q <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.n_kv <= 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: sizes must be positive");
+  if (a.n_head % a.n_head_kv != 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: %d heads not a multiple of %d kv heads",
+         a.n_head, a.n_head_kv);
+  if (a.mask == nullptr && a.n_kv < a.n_q)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: causal mask needs n_kv (%d) >= n_q (%d)",
+         a.n_kv, a.n_q);
+  if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: NULL q, k, v or out");
+  if (!std::isfinite(a.scale)) fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: scale not finite");
+  const bool typed = a.struct_size >= offsetof(specinfer_attention_args, v_type) + sizeof a.v_type;
+  Call c;
+  c.a = &a;
+  c.k_type = typed ? a.k_type : SPECINFER_WTYPE_F32;
+  c.v_type = typed ? a.v_type : SPECINFER_WTYPE_F32;
+  for (const int32_t t : {c.k_type, c.v_type}) {
+    if (!kv_type_supported(t))
+      fail(SPECINFER_ERR_UNSUPPORTED,
+           "attention: KV type %d (%s) not supported (f32, f16, q8_0, "
+           "q4_0)",
+           t, wtype_name(t));
+    if (a.head_dim % wtype_block_size(t) != 0)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: head_dim %d is not a multiple of %s's %lld",
+           a.head_dim, wtype_name(t), (long long)wtype_block_size(t));
+  }
+  const Isa isa = active_isa();
+  c.vec = &vec_ops(isa);
+  c.kern = a.head_dim % 32 == 0 ? &attn_kernels(isa) : &attn_kernels_scalar();
+  c.hd = a.head_dim;
+  c.g = a.n_head / a.n_head_kv;
+  c.hkv = a.n_head_kv;
+  c.k_head_bytes = wtype_row_size(c.k_type, c.hd);
+  c.v_head_bytes = wtype_row_size(c.v_type, c.hd);
+  c.k = reinterpret_cast<const uint8_t *>(a.k);
+  c.v = reinterpret_cast<const uint8_t *>(a.v);
+
+  // Each query's visible keys. Causal: the prefix up to the query. A mask: the first run of
+  // visible keys and then the rest listed, so that a tree node sees its cached prefix as one run
+  // and its ancestors listed: the same keys in the same order as plain decoding of its path, whose
+  // result it then equals bit for bit.
+  const int64_t n_q = a.n_q, n_kv = a.n_kv;
+  c.views.resize(size_t(n_q));
+  std::vector<int32_t> tails;
+  std::vector<int64_t> tail_at(size_t(n_q), 0);
+  for (int64_t qi = 0; qi < n_q; ++qi) {
+    View &vw = c.views[size_t(qi)];
+    if (a.mask == nullptr) {
+      vw.run = n_kv - n_q + qi + 1;
+      continue;
+    }
+    const uint8_t *mq = a.mask + qi * n_kv;
+    int64_t j = 0;
+    while (j < n_kv && mq[j] == 0) ++j;
+    vw.first = j;
+    while (j < n_kv && mq[j] != 0) ++j;
+    vw.run = j - vw.first;
+    tail_at[size_t(qi)] = int64_t(tails.size());
+    for (; j < n_kv; ++j)
+      if (mq[j] != 0) tails.push_back(int32_t(j));
+    vw.n_tail = int64_t(tails.size()) - tail_at[size_t(qi)];
+  }
+  for (int64_t qi = 0; qi < n_q; ++qi)
+    if (c.views[size_t(qi)].n_tail > 0)
+      c.views[size_t(qi)].tail = tails.data() + tail_at[size_t(qi)];
+
+  const int64_t hkv = c.hkv, items = n_q * hkv;
+  const size_t sf = state_floats(c);
+  if (n_q <= kSplitMaxQueries) {
+    // Tasks over (query, kv head, chunk); every chunk's partial kept, then merged in order.
+    std::vector<int64_t> first_task(size_t(items) + 1, 0);
+    for (int64_t it = 0; it < items; ++it)
+      first_task[size_t(it) + 1] =
+          first_task[size_t(it)] + n_chunks(c.views[size_t(it / hkv)].size());
+    const int64_t n_tasks = first_task.back();
+    std::vector<float> part(size_t(n_tasks) * sf);
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, items),
+                      [&](const tbb::blocked_range<int64_t> &r) {
+                        for (int64_t it = r.begin(); it < r.end(); ++it) {
+                          const int64_t qi = it / hkv, kvh = it % hkv,
+                                        nc = first_task[size_t(it) + 1] - first_task[size_t(it)];
+                          const int64_t n_vis = c.views[size_t(qi)].size();
+                          tbb::parallel_for(int64_t(0), nc, [&](int64_t ch) {
+                            float *p = part.data() + size_t(first_task[size_t(it)] + ch) * sf;
+                            run_chunk(c, qi, kvh, ch * kAttnChunk,
+                                      std::min(n_vis, (ch + 1) * kAttnChunk), state_at(c, p));
+                          });
+                        }
+                      });
+    tbb::parallel_for(int64_t(0), items, [&](int64_t it) {
+      const int64_t qi = it / hkv, kvh = it % hkv, t0 = first_task[size_t(it)];
+      const int64_t nc = first_task[size_t(it) + 1] - t0;
+      std::vector<float> empty;
+      State acc{};
+      if (nc == 0) {
+        empty.assign(sf, 0.0f);
+        acc = state_at(c, empty.data());
+        for (int64_t h = 0; h < c.g; ++h) acc.m[h] = -std::numeric_limits<float>::infinity();
+      } else {
+        acc = state_at(c, part.data() + size_t(t0) * sf);
+        for (int64_t ch = 1; ch < nc; ++ch)
+          merge(c, acc, state_at(c, part.data() + size_t(t0 + ch) * sf));
+      }
+      finish(c, qi, kvh, acc);
+    });
+    return;
+  }
+  // Queries enough to keep every thread busy: a task per (query, kv head), its chunks in turn,
+  // merged as above.
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, items), [&](const tbb::blocked_range<int64_t> &r) {
+        std::vector<float> buf(2 * sf);
+        const State acc = state_at(c, buf.data()), cur = state_at(c, buf.data() + sf);
+        for (int64_t it = r.begin(); it < r.end(); ++it) {
+          const int64_t qi = it / hkv, kvh = it % hkv, n_vis = c.views[size_t(qi)].size();
+          for (int64_t h = 0; h < c.g; ++h) {
+            acc.m[h] = -std::numeric_limits<float>::infinity();
+            acc.l[h] = 0.0f;
+          }
+          for (int64_t ch = 0; ch < n_chunks(n_vis); ++ch) {
+            const int64_t t0 = ch * kAttnChunk, t1 = std::min(n_vis, t0 + kAttnChunk);
+            run_chunk(c, qi, kvh, t0, t1, ch == 0 ? acc : cur);
+            if (ch > 0) merge(c, acc, cur);
+          }
+          finish(c, qi, kvh, acc);
+        }
+      });
+}
+
+}  // namespace specinfer

@@ -1,0 +1,225 @@
+// AVX-512 attention kernels over f32, f16, q8_0 and q4_0 rows (head_dim a multiple of 32): as the
+// AVX2 ones (attention_avx2.cpp) with 16 lanes, each 32-value block of a row decoded once into two
+// registers and applied to up to eight query heads.
+// Everything is file-local and calls no shared inline function (see matmul_avx2.cpp).
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own "undefined" placeholder vectors
+// (in the conversion intrinsics): a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "backend/attention.h"
+#include "specinfer_plugin.h"
+
+namespace specinfer {
+
+namespace {
+
+constexpr int kF32 = SPECINFER_WTYPE_F32, kF16 = SPECINFER_WTYPE_F16, kQ8 = SPECINFER_WTYPE_Q8_0,
+              kQ4 = SPECINFER_WTYPE_Q4_0;
+
+inline float half_at(const uint8_t *p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 32 values of block b of a row, as two vectors.
+template <int T>
+inline void load32(const uint8_t *row, int64_t b, __m512 x[2]) {
+  if constexpr (T == kF32) {
+    const float *f = reinterpret_cast<const float *>(row) + b * 32;
+    x[0] = _mm512_loadu_ps(f);
+    x[1] = _mm512_loadu_ps(f + 16);
+  } else if constexpr (T == kF16) {
+    const uint8_t *h = row + b * 64;
+    x[0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h)));
+    x[1] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + 32)));
+  } else if constexpr (T == kQ8) {
+    const uint8_t *blk = row + b * 34;
+    const __m512 d = _mm512_set1_ps(half_at(blk));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 18));
+    x[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    x[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  } else {  // Q4_0: byte i holds value i (low nibble) and i + 16 (high), each q - 8
+    const uint8_t *blk = row + b * 18;
+    const __m512 d = _mm512_set1_ps(half_at(blk));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2));
+    const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m), eight);
+    x[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d);
+    x[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d);
+  }
+}
+
+// Lane h of the result = the sum of a[h]'s lanes.
+inline __m256 reduce8(const __m512 a[8]) {
+  __m256 v[8];
+  for (int h = 0; h < 8; ++h)
+    v[h] = _mm256_add_ps(_mm512_castps512_ps256(a[h]),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[h]), 1)));
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+template <int T, int G>
+void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd, float scale,
+               float *s, int64_t s_stride) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 acc[8];
+    for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      __m512 x[2];
+      load32<T>(rows[j], b, x);
+      for (int h = 0; h < G; ++h) {
+        const float *qh = q + h * hd + b * 32;
+        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh), x[0], acc[h]);
+        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16), x[1], acc[h]);
+      }
+    }
+    alignas(32) float r[8];
+    _mm256_store_ps(r, _mm256_mul_ps(reduce8(acc), vs));
+    for (int h = 0; h < G; ++h) s[h * s_stride + j] = r[h];
+  }
+}
+
+template <int T, int G>
+void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
+                   int64_t hd, float *o) {
+  for (int64_t b = 0; b < hd / 32; ++b) {
+    const int64_t col = b * 32;
+    __m512 acc[G][2];
+    for (int h = 0; h < G; ++h) {
+      acc[h][0] = _mm512_loadu_ps(o + h * hd + col);
+      acc[h][1] = _mm512_loadu_ps(o + h * hd + col + 16);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      __m512 x[2];
+      load32<T>(rows[j], b, x);
+      for (int h = 0; h < G; ++h) {
+        const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
+        acc[h][0] = _mm512_fmadd_ps(pj, x[0], acc[h][0]);
+        acc[h][1] = _mm512_fmadd_ps(pj, x[1], acc[h][1]);
+      }
+    }
+    for (int h = 0; h < G; ++h) {
+      _mm512_storeu_ps(o + h * hd + col, acc[h][0]);
+      _mm512_storeu_ps(o + h * hd + col + 16, acc[h][1]);
+    }
+  }
+}
+
+template <int T>
+void scores_t(const float *q, int64_t g, const uint8_t *const *rows, int64_t n, int64_t hd,
+              float scale, float *s, int64_t s_stride) {
+  for (int64_t h0 = 0; h0 < g; h0 += 8) {
+    const float *qh = q + h0 * hd;
+    float *sh = s + h0 * s_stride;
+    switch (g - h0 < 8 ? g - h0 : 8) {
+      case 1:
+        scores_tg<T, 1>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 2:
+        scores_tg<T, 2>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 3:
+        scores_tg<T, 3>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 4:
+        scores_tg<T, 4>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 5:
+        scores_tg<T, 5>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 6:
+        scores_tg<T, 6>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      case 7:
+        scores_tg<T, 7>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+      default:
+        scores_tg<T, 8>(qh, rows, n, hd, scale, sh, s_stride);
+        break;
+    }
+  }
+}
+
+template <int T>
+void accumulate_t(const float *p, int64_t p_stride, int64_t g, const uint8_t *const *rows,
+                  int64_t n, int64_t hd, float *o) {
+  // Eight heads' accumulators (16 registers) plus a block's 32 values and the weights.
+  for (int64_t h0 = 0; h0 < g; h0 += 8) {
+    const float *ph = p + h0 * p_stride;
+    float *oh = o + h0 * hd;
+    switch (g - h0 < 8 ? g - h0 : 8) {
+      case 1:
+        accumulate_tg<T, 1>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 2:
+        accumulate_tg<T, 2>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 3:
+        accumulate_tg<T, 3>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 4:
+        accumulate_tg<T, 4>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 5:
+        accumulate_tg<T, 5>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 6:
+        accumulate_tg<T, 6>(ph, p_stride, rows, n, hd, oh);
+        break;
+      case 7:
+        accumulate_tg<T, 7>(ph, p_stride, rows, n, hd, oh);
+        break;
+      default:
+        accumulate_tg<T, 8>(ph, p_stride, rows, n, hd, oh);
+        break;
+    }
+  }
+}
+
+void scores_x(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
+              int64_t hd, float scale, float *s, int64_t s_stride) {
+  switch (type) {
+    case kF32:
+      return scores_t<kF32>(q, g, rows, n, hd, scale, s, s_stride);
+    case kF16:
+      return scores_t<kF16>(q, g, rows, n, hd, scale, s, s_stride);
+    case kQ8:
+      return scores_t<kQ8>(q, g, rows, n, hd, scale, s, s_stride);
+    default:
+      return scores_t<kQ4>(q, g, rows, n, hd, scale, s, s_stride);
+  }
+}
+
+void accumulate_x(int32_t type, const float *p, int64_t p_stride, int64_t g,
+                  const uint8_t *const *rows, int64_t n, int64_t hd, float *o) {
+  switch (type) {
+    case kF32:
+      return accumulate_t<kF32>(p, p_stride, g, rows, n, hd, o);
+    case kF16:
+      return accumulate_t<kF16>(p, p_stride, g, rows, n, hd, o);
+    case kQ8:
+      return accumulate_t<kQ8>(p, p_stride, g, rows, n, hd, o);
+    default:
+      return accumulate_t<kQ4>(p, p_stride, g, rows, n, hd, o);
+  }
+}
+
+}  // namespace
+
+const AttnKernels &attn_kernels_avx512() noexcept {
+  static const AttnKernels k = {scores_x, accumulate_x};
+  return k;
+}
+
+}  // namespace specinfer
