@@ -7,11 +7,11 @@ package specinfer
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"iter"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"unsafe"
 )
 
@@ -50,8 +50,7 @@ type Session struct {
 	target  *Target
 	drafter *DrafterHandle
 	coupler *Coupler
-	stops   map[int32]bool
-	maxEmit int // room a round needs: MaxDraft + 1 tokens
+	maxEmit int // the most tokens a round emits: MaxDraft + 1
 }
 
 // NewSession makes a session on target, drafting with drafter (nil: plain decoding) and
@@ -59,10 +58,6 @@ type Session struct {
 // session keeps all three reachable until it is closed.
 func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params SessionParams) (*Session, error) {
 	tp, err := target.raw()
-	if err != nil {
-		return nil, err
-	}
-	eog, err := target.EndOfGeneration()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +91,7 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	}
 	live.Add(1)
 	s := &Session{ptr: out, target: target, drafter: drafter, coupler: coupler,
-		stops: stopSet(eog), maxEmit: params.MaxDraft + 1}
+		maxEmit: params.MaxDraft + 1}
 	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
 	return s, nil
 }
@@ -204,55 +199,107 @@ func (s *Session) Generate(maxTokens int) (string, error) {
 }
 
 // Stream yields the generated text one chunk per round (whole UTF-8 characters), up to
-// maxTokens tokens in all or the end-of-text token; after an error it yields ("", err) once
-// and stops. Each step runs one round, so breaking out of the loop stops generating.
+// maxTokens tokens in all or the end of the text (an end-of-generation token or a stop string);
+// after an error it yields ("", err) once and stops. Each step runs one round, so breaking out of
+// the loop stops generating.
 func (s *Session) Stream(maxTokens int) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		left := maxTokens
 		for left > 0 {
-			var chunk []byte
-			emitted, stop := 0, false
-			err := s.GenerateFunc(left, func(toks []int32, t string) bool {
-				chunk = append(chunk, t...)
-				emitted += len(toks)
-				for _, tok := range toks {
-					if s.stops[tok] {
-						stop = true
-					}
-				}
-				return false // one round per step
-			})
-			var e *Error
-			if err != nil && !(errors.As(err, &e) && e.Code == Cancelled && emitted > 0) {
+			toks, done, err := s.Step(left)
+			var text, tail string
+			if err == nil {
+				left -= len(toks)
+				text, err = s.StepText()
+			}
+			if err == nil && !done && left <= 0 {
+				tail, err = s.EndText()
+			}
+			if err != nil {
 				yield("", err)
 				return
 			}
-			left -= emitted
-			if len(chunk) > 0 && !yield(string(chunk), nil) {
+			if chunk := text + tail; len(chunk) > 0 && !yield(chunk, nil) {
 				return
 			}
-			if stop || emitted == 0 {
+			if done {
 				return
 			}
 		}
 	}
 }
 
-// Step runs one speculate -> verify -> commit round with room for maxDraft+1 tokens and returns
-// the tokens emitted and whether the end-of-text token was reached.
-func (s *Session) Step(maxDraft int) ([]int32, bool, error) {
+// Step runs one speculate -> verify -> commit round emitting at most limit tokens (0 is an
+// error with code BufferTooSmall) and returns them and whether the text ended (an
+// end-of-generation token or a stop string). Their text: StepText.
+func (s *Session) Step(limit int) ([]int32, bool, error) {
 	p, err := s.raw()
 	if err != nil {
 		return nil, false, err
 	}
 	defer runtime.KeepAlive(s)
-	buf := make([]int32, maxDraft+1)
+	buf := make([]int32, max(min(limit, s.maxEmit), 1))
 	var n C.size_t
 	var done C.int32_t
-	if err := s.check(C.specinfer_session_step(p, int32Ptr(buf), C.size_t(len(buf)), &n, &done)); err != nil {
+	if err := s.check(C.specinfer_session_step(p, int32Ptr(buf), C.size_t(max(min(limit, s.maxEmit), 0)), &n, &done)); err != nil {
 		return nil, false, err
 	}
 	return buf[:n], done != 0, nil
+}
+
+// SetStopStrings sets the strings that end the text: it ends right before the first of them,
+// across token and round boundaries, and none of one is ever returned (text that may begin one is
+// held back until it cannot). Replaces the previous ones; none clears them. At most 64 strings of
+// at most 1024 bytes, without NUL bytes.
+func (s *Session) SetStopStrings(stops []string) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	cs := make([]*C.char, len(stops)+1) // +1: a valid pointer for an empty list
+	for i, x := range stops {
+		if strings.IndexByte(x, 0) >= 0 {
+			return &Error{Code: InvalidArgument, Message: fmt.Sprintf("stop string %d holds a NUL byte", i)}
+		}
+	}
+	for i, x := range stops {
+		cs[i] = C.CString(x)
+		defer C.free(unsafe.Pointer(cs[i]))
+	}
+	return s.check(C.specinfer_session_set_stop_strings(p, &cs[0], C.size_t(len(stops))))
+}
+
+// StepText is the text of the last Step's (or StepMany's) tokens: whole UTF-8 characters, nothing
+// of end-of-generation tokens or of what may begin a stop string.
+func (s *Session) StepText() (string, error) {
+	p, err := s.raw()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(s)
+	var text *C.char
+	var n C.size_t
+	if err := s.check(C.specinfer_session_step_text(p, &text, &n)); err != nil {
+		return "", err
+	}
+	return C.GoStringN(text, C.int(n)), nil
+}
+
+// EndText ends the text where the caller ends it (its own token budget): it returns the tail held
+// back because it could begin a stop string ("" when none).
+func (s *Session) EndText() (string, error) {
+	p, err := s.raw()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(s)
+	var text *C.char
+	var n C.size_t
+	if err := s.check(C.specinfer_session_end_text(p, &text, &n)); err != nil {
+		return "", err
+	}
+	return C.GoStringN(text, C.int(n)), nil
 }
 
 // StepResult is one session's part of StepMany.
@@ -260,10 +307,11 @@ type StepResult struct {
 	// Tokens the round emitted: 1 to MaxDraft+1, or none while the session's prompt is still
 	// scored in chunks (StepParams.PrefillChunk).
 	Tokens []int32
-	// Done is true when the round emitted an end-of-generation token.
+	// Done is true when the text ended: an end-of-generation token or a stop string.
 	Done bool
 	// Text is the tokens' text: whole UTF-8 characters (one split between rounds comes whole with
-	// the later round), nothing for end-of-generation tokens.
+	// the later round), nothing for end-of-generation tokens nor for what may begin a stop string
+	// (SetStopStrings).
 	Text string
 	// Err is this session's error (nil when its round succeeded); it did not stop the others.
 	Err error
@@ -368,13 +416,12 @@ func StepManyWith(sessions []*Session, params StepParams) ([]StepResult, error) 
 		out[i].Tokens = make([]int32, int(res.n_tokens))
 		copy(out[i].Tokens, unsafe.Slice((*int32)(unsafe.Pointer(res.tokens)), int(res.n_tokens)))
 		out[i].Done = res.done != 0
-		var text *C.char
-		var n C.size_t
-		if err := sessions[i].check(C.specinfer_session_step_text(ptrs[i], &text, &n)); err != nil {
+		text, err := sessions[i].StepText()
+		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		out[i].Text = C.GoStringN(text, C.int(n))
+		out[i].Text = text
 	}
 	return out, first
 }
@@ -432,12 +479,4 @@ func (s *Session) Tokens() ([]int32, error) {
 func (s Stats) String() string {
 	return fmt.Sprintf("%d tokens in %d rounds, acceptance %.2f, %.2f tokens per target pass",
 		s.NGenerated, s.NRounds, s.AcceptanceRate, s.MeanAccepted)
-}
-
-func stopSet(eog []int32) map[int32]bool {
-	m := make(map[int32]bool, len(eog))
-	for _, id := range eog {
-		m[id] = true
-	}
-	return m
 }

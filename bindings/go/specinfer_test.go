@@ -330,6 +330,63 @@ func TestStreamYieldsTheGeneratedText(t *testing.T) {
 	}
 }
 
+func TestStopStringsEndTheTextBeforeThem(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	whole, _ := generate(t, tg, nil, nil, 120)
+	stop := whole[40:46]
+	cut := strings.Index(whole, stop)
+	d := must(r.OpenDrafter("ngram", "", tg))
+	defer d.Close()
+	p := DefaultSessionParams()
+	p.MaxDraft = 6
+	s := must(NewSession(tg, d, nil, p))
+	defer s.Close()
+	noErr(t, s.SetStopStrings([]string{stop, "\x01never"}))
+	noErr(t, s.FeedText(prompt))
+	var text strings.Builder
+	for chunk, err := range s.Stream(120) {
+		noErr(t, err)
+		text.WriteString(chunk)
+	}
+	if text.String() != whole[:cut] {
+		t.Fatalf("stopped text %q, want %q", text.String(), whole[:cut])
+	}
+	st := must(s.Stats())
+	if toks := must(s.Tokens()); int64(len(toks)) != st.NPromptTokens+int64(cut+len(stop)) {
+		t.Fatalf("%d tokens, want %d", len(toks), st.NPromptTokens+int64(cut+len(stop)))
+	}
+	// Held back while it may begin a stop string; EndText releases it at the caller's budget.
+	noErr(t, s.Reset())
+	noErr(t, s.SetStopStrings([]string{whole[29:30] + "\x01"}))
+	noErr(t, s.FeedText(prompt))
+	var held strings.Builder
+	for i := 0; i < 30; i++ {
+		toks, done, err := s.Step(1)
+		noErr(t, err)
+		if len(toks) != 1 || done {
+			t.Fatalf("round %d: %d tokens, done %v", i, len(toks), done)
+		}
+		held.WriteString(must(s.StepText()))
+	}
+	if held.String() != whole[:29] || must(s.EndText()) != whole[29:30] {
+		t.Fatalf("held-back text: %q", held.String())
+	}
+	var e *Error
+	if err := s.SetStopStrings(make([]string, 65)); !errors.As(err, &e) || e.Code != InvalidArgument {
+		t.Fatalf("65 stop strings: %v", err)
+	}
+	if err := s.SetStopStrings([]string{"a\x00b"}); !errors.As(err, &e) || e.Code != InvalidArgument {
+		t.Fatalf("a NUL byte: %v", err)
+	}
+	if _, _, err := s.Step(0); !errors.As(err, &e) || e.Code != BufferTooSmall {
+		t.Fatalf("Step(0): %v", err)
+	}
+	noErr(t, s.SetStopStrings(nil))
+}
+
 func TestBadInputGivesErrorsWithTheLibraryMessage(t *testing.T) {
 	r := must(NewRegistry(2))
 	defer r.Close()

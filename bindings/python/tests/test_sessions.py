@@ -108,6 +108,55 @@ def test_stream_yields_the_generated_text(registry):
         assert s.stats().n_rounds == 1
 
 
+@pytest.mark.parametrize("how", ["generate", "stream", "step_many"])
+def test_stop_strings_end_the_text_before_them(registry, how):
+    target = kgram(registry)
+    whole, _ = generate(target, max_tokens=120)
+    stop = whole[40:46]  # six characters: the text ends at their first occurrence
+    cut = whole.index(stop)
+    drafter = registry.open_drafter("ngram", "", target)
+    with specinfer.Session(target, drafter, max_draft=6, stop=[stop, "\x01never"]) as s:
+        s.feed_text(PROMPT)
+        if how == "generate":
+            text = s.generate(120)
+        elif how == "stream":
+            text = "".join(s.stream(120))
+        else:
+            parts = []
+            while True:
+                (r,) = specinfer.step_many([s])
+                assert r.error is None
+                parts.append(r.text)
+                if r.done:
+                    break
+            text = "".join(parts)
+        assert text == whole[:cut]
+        # The session's text ends with the token that completed the stop string (kgram: a byte).
+        assert len(s.tokens()) == s.stats().n_prompt_tokens + cut + len(stop)
+
+
+def test_stop_strings_hold_back_only_what_may_begin_one(registry):
+    target = kgram(registry)
+    whole, _ = generate(target, max_tokens=60)
+    with specinfer.Session(target, max_draft=6) as s:
+        s.set_stop_strings(whole[29] + "\x01")  # begins at the 30th character, never completes
+        s.feed_text(PROMPT)
+        parts = []
+        for _ in range(30):
+            toks, done = s.step(1)
+            assert len(toks) == 1 and not done
+            parts.append(s.step_text())
+        assert "".join(parts) == whole[:29]
+        assert s.end_text() == whole[29]
+        assert s.end_text() == ""
+        with pytest.raises(SpecinferError) as e:
+            s.set_stop_strings(["x"] * 65)
+        assert e.value.code == Code.INVALID_ARGUMENT and "at most 64" in str(e.value)
+        with pytest.raises(SpecinferError):
+            s.set_stop_strings("a\0b")
+        s.set_stop_strings([])
+
+
 def test_bad_input_raises_with_the_library_message(registry):
     with pytest.raises(SpecinferError) as e:
         registry.open_target("no-such-plugin", "")

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import traceback
-from ctypes import POINTER, byref, c_double, c_float, c_int32, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int32, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -481,23 +481,23 @@ class Session(_Handle):
     coupler (None: greedy at temperature 0, else rejection sampling)."""
 
     def __init__(self, target, drafter=None, coupler=None, *, max_draft=None, adaptive_draft=None,
-                 temperature=None, top_k=None, top_p=None, min_p=None, seed=None):
+                 temperature=None, top_k=None, top_p=None, min_p=None, seed=None, stop=None):
         p = _lib.SessionParamsC()
         lib.specinfer_session_params_init(byref(p))
         for k, v in dict(max_draft=max_draft, adaptive_draft=adaptive_draft, temperature=temperature,
                          top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).items():
             if v is not None:
                 setattr(p, k, int(v) if k == "adaptive_draft" else v)
-        info = target.info()
-        self._stops = set(info.eog_tokens)
         out, msg = c_void_p(), c_void_p()
         _check_msg(lib.specinfer_session_create(target._raw(), drafter._raw() if drafter else None,
                                                 coupler._raw() if coupler else None, byref(p), byref(out),
                                                 byref(msg)), msg)
         self._ptr = out.value
         self.target, self.drafter, self.coupler = target, drafter, coupler
-        self._max_emit = p.max_draft + 1  # room a round needs
+        self._max_emit = p.max_draft + 1  # the most tokens a round emits
         _count(1)
+        if stop:
+            self.set_stop_strings(stop)
 
     def close(self):
         if self._ptr:
@@ -515,6 +515,33 @@ class Session(_Handle):
     def feed_tokens(self, tokens):
         arr, n = _ints(tokens)
         _check_with(lib.specinfer_session_feed_tokens(self._raw(), arr, n), self._errmsg)
+
+    def set_stop_strings(self, stops):
+        """The text ends right before the first of these strings (a str or a list of str; empty
+        ones are ignored), across token and round boundaries; none of one is ever returned.
+        Replaces the previous ones; [] clears them."""
+        if isinstance(stops, (str, bytes)):
+            stops = [stops]
+        enc = [x.encode() if isinstance(x, str) else bytes(x) for x in stops]
+        for i, b in enumerate(enc):
+            if b"\0" in b:
+                raise SpecinferError(Code.INVALID_ARGUMENT, f"stop string {i} holds a NUL character")
+        arr = (c_char_p * max(len(enc), 1))(*enc)
+        _check_with(lib.specinfer_session_set_stop_strings(self._raw(), arr, len(enc)), self._errmsg)
+
+    def step_text(self):
+        """The text of the last step's (or step_many's) tokens: whole UTF-8 characters, without
+        end-of-generation tokens and without anything that may begin a stop string yet."""
+        text, n = c_void_p(), c_size_t()
+        _check_with(lib.specinfer_session_step_text(self._raw(), byref(text), byref(n)), self._errmsg)
+        return ctypes.string_at(text.value, n.value).decode("utf-8", "replace") if n.value else ""
+
+    def end_text(self):
+        """Ends the text where the caller ends it (its own token budget): returns the tail held
+        back because it could begin a stop string ("" when none)."""
+        text, n = c_void_p(), c_size_t()
+        _check_with(lib.specinfer_session_end_text(self._raw(), byref(text), byref(n)), self._errmsg)
+        return ctypes.string_at(text.value, n.value).decode("utf-8", "replace") if n.value else ""
 
     def generate_with(self, max_tokens, fn):
         """Generates up to max_tokens tokens, calling fn(tokens, text) after each round; a false
@@ -543,33 +570,27 @@ class Session(_Handle):
 
     def stream(self, max_tokens):
         """A generator of the generated text, one chunk (whole characters) per round, up to
-        max_tokens tokens or the end-of-text token. Each step runs one round."""
+        max_tokens tokens or the end of the text (an end-of-generation token or a stop string).
+        Each step runs one round."""
         left = max_tokens
         while left > 0:
-            chunk, emitted, stop = [], [0], [False]
-
-            def one_round(toks, text):
-                chunk.append(text)
-                emitted[0] += len(toks)
-                stop[0] = any(t in self._stops for t in toks)
-                return False
-
-            try:
-                self.generate_with(left, one_round)
-            except SpecinferError as e:
-                if not (e.code == Code.CANCELLED and emitted[0] > 0):
-                    raise
-            left -= emitted[0]
-            text = "".join(chunk)
+            toks, done = self.step(left)
+            left -= len(toks)
+            text = self.step_text()
+            if done or left <= 0:
+                text += "" if done else self.end_text()
             if text:
                 yield text
-            if stop[0] or emitted[0] == 0:
+            if done:
                 return
 
-    def step(self, max_draft=8):
-        """One speculate -> verify -> commit round: (tokens emitted, reached end of text)."""
-        buf, n, done = (c_int32 * (max_draft + 1))(), c_size_t(), c_int32()
-        _check_with(lib.specinfer_session_step(self._raw(), buf, max_draft + 1, byref(n), byref(done)), self._errmsg)
+    def step(self, cap=None):
+        """One speculate -> verify -> commit round emitting at most cap tokens (None: as many as
+        the session's max_draft allows): (tokens emitted, the text ended: an end-of-generation
+        token or a stop string). The round's text: step_text()."""
+        cap = self._max_emit if cap is None else min(cap, self._max_emit)
+        buf, n, done = (c_int32 * max(cap, 1))(), c_size_t(), c_int32()
+        _check_with(lib.specinfer_session_step(self._raw(), buf, cap, byref(n), byref(done)), self._errmsg)
         return list(buf[:n.value]), bool(done.value)
 
     def stats(self):
@@ -590,10 +611,11 @@ class Session(_Handle):
 @dataclass(frozen=True)
 class StepResult:
     """One session's part of step_many: the tokens its round emitted (none while its prompt is
-    still scored in chunks), whether it reached an end-of-generation token, its error (a
+    still scored in chunks), whether the text ended (an end-of-generation token or a stop
+    string), its error (a
     SpecinferError, or None when the round succeeded), and the tokens' text (whole UTF-8
     characters: one split between rounds comes whole with the later round; nothing for
-    end-of-generation tokens)."""
+    end-of-generation tokens, nor anything that may begin a stop string yet)."""
     tokens: List[int]
     done: bool
     error: Optional[SpecinferError] = None

@@ -223,6 +223,8 @@ _fn("specinfer_session_get_stats", c_int, P, POINTER(SessionStats))
 _fn("specinfer_session_reset", c_int, P)
 _fn("specinfer_session_tokens", c_int, P, POINTER(POINTER(c_int32)), POINTER(c_size_t))
 _fn("specinfer_session_step_text", c_int, P, POINTER(c_void_p), POINTER(c_size_t))
+_fn("specinfer_session_set_stop_strings", c_int, P, POINTER(c_char_p), c_size_t)
+_fn("specinfer_session_end_text", c_int, P, POINTER(c_void_p), POINTER(c_size_t))
 _fn("specinfer_sketcher_create", c_int, c_char_p, c_int64, c_int64, c_uint64, c_char_p, POINTER(P),
     POINTER(c_void_p))
 _fn("specinfer_sketcher_destroy", None, P)

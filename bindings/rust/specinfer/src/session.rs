@@ -1,3 +1,4 @@
+use std::ffi::CString;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -79,10 +80,11 @@ pub struct Step {
     /// The tokens the round emitted: between 1 and max_draft + 1, or none while the session's
     /// prompt is still being scored in chunks ([`StepParams::prefill_chunk`]).
     pub tokens: Vec<i32>,
-    /// The round emitted an end-of-generation token.
+    /// The text ended: an end-of-generation token or a stop string.
     pub done: bool,
     /// The text of the tokens: whole UTF-8 characters (one split between rounds comes whole with
-    /// the later round), nothing for end-of-generation tokens.
+    /// the later round), nothing for end-of-generation tokens nor for what may begin a stop
+    /// string ([`Session::set_stop_strings`]).
     pub text: String,
 }
 
@@ -107,8 +109,7 @@ impl Default for StepParams {
 /// for its whole life.
 pub struct Session<'a> {
     ptr: *mut sys::specinfer_session,
-    stops: Vec<i32>,
-    /// Room a round needs: max_draft + 1 tokens.
+    /// The most tokens a round emits: max_draft + 1.
     max_emit: usize,
     _borrows: PhantomData<(&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>)>,
 }
@@ -153,7 +154,6 @@ impl<'a> Session<'a> {
         coupler: Option<&'a Coupler>,
         params: &SessionParams,
     ) -> Result<Session<'a>> {
-        let info = target.info()?;
         let p = params.raw();
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
@@ -171,12 +171,7 @@ impl<'a> Session<'a> {
             )?;
         }
         live_inc();
-        Ok(Session {
-            ptr: out,
-            stops: info.eog_tokens,
-            max_emit: params.max_draft.max(0) as usize + 1,
-            _borrows: PhantomData,
-        })
+        Ok(Session { ptr: out, max_emit: params.max_draft.max(0) as usize + 1, _borrows: PhantomData })
     }
 
     fn errmsg(&self) -> String {
@@ -222,16 +217,54 @@ impl<'a> Session<'a> {
         Ok(text)
     }
 
+    /// Stop strings: the text ends right before the first of them, across token and round
+    /// boundaries, and none of one is ever returned (text that may begin one is held back until
+    /// it cannot). Replaces the previous ones; an empty slice clears them. At most 64 strings of
+    /// at most 1024 bytes; a string with a NUL byte is [`Code::InvalidArgument`].
+    pub fn set_stop_strings(&mut self, stops: &[&str]) -> Result<()> {
+        let owned = stops
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                CString::new(*s)
+                    .map_err(|_| Error::new(Code::InvalidArgument, format!("stop string {i} holds a NUL byte")))
+            })
+            .collect::<Result<Vec<CString>>>()?;
+        let ptrs: Vec<*const c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        let st = unsafe { sys::specinfer_session_set_stop_strings(self.ptr, ptrs.as_ptr(), ptrs.len()) };
+        self.check(st)
+    }
+
+    /// The text of the last [`Session::step`]'s (or `step_many`'s) tokens: whole UTF-8
+    /// characters, nothing of end-of-generation tokens or of what may begin a stop string.
+    pub fn step_text(&self) -> Result<String> {
+        let mut p: *const c_char = ptr::null();
+        let mut n = 0usize;
+        self.check(unsafe { sys::specinfer_session_step_text(self.ptr, &mut p, &mut n) })?;
+        Ok(lossy(p, n))
+    }
+
+    /// Ends the text where the caller ends it (its own token budget): the tail held back because
+    /// it could begin a stop string (empty when none).
+    pub fn end_text(&mut self) -> Result<String> {
+        let mut p: *const c_char = ptr::null();
+        let mut n = 0usize;
+        self.check(unsafe { sys::specinfer_session_end_text(self.ptr, &mut p, &mut n) })?;
+        Ok(lossy(p, n))
+    }
+
     /// An iterator over the generated text, one chunk (whole UTF-8 characters) per round, up to
-    /// `max_tokens` tokens in all or the end-of-text token. Each `next()` runs one round.
+    /// `max_tokens` tokens in all or the end of the text (an end-of-generation token or a stop
+    /// string). Each `next()` runs one round.
     pub fn stream(&mut self, max_tokens: i32) -> TextStream<'_, 'a> {
         TextStream { session: self, left: max_tokens.max(0), finished: false }
     }
 
-    /// Runs one speculate -> verify -> commit round; returns the tokens it emitted and whether
-    /// generation reached the end-of-text token.
-    pub fn step(&mut self, max_draft: i32) -> Result<(Vec<i32>, bool)> {
-        let mut buf = vec![0i32; max_draft.max(0) as usize + 1];
+    /// Runs one speculate -> verify -> commit round emitting at most `cap` tokens (0 is
+    /// [`Code::BufferTooSmall`]); returns them and whether the text ended (an end-of-generation
+    /// token or a stop string). Their text: [`Session::step_text`].
+    pub fn step(&mut self, cap: usize) -> Result<(Vec<i32>, bool)> {
+        let mut buf = vec![0i32; cap.min(self.max_emit)];
         let mut n = 0usize;
         let mut done = 0i32;
         let st = unsafe { sys::specinfer_session_step(self.ptr, buf.as_mut_ptr(), buf.len(), &mut n, &mut done) };
@@ -289,15 +322,7 @@ impl<'a> Session<'a> {
             .map(|((r, mut buf), s)| {
                 s.check(r.status)?;
                 buf.truncate(r.n_tokens);
-                let mut p: *const c_char = ptr::null();
-                let mut n = 0usize;
-                s.check(unsafe { sys::specinfer_session_step_text(s.ptr, &mut p, &mut n) })?;
-                let text = if n == 0 {
-                    String::new()
-                } else {
-                    String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }).into_owned()
-                };
-                Ok(Step { tokens: buf, done: r.done != 0, text })
+                Ok(Step { tokens: buf, done: r.done != 0, text: s.step_text()? })
             })
             .collect())
     }
@@ -359,35 +384,34 @@ impl Iterator for TextStream<'_, '_> {
     type Item = Result<String>;
 
     fn next(&mut self) -> Option<Result<String>> {
-        // Runs generate for one round at a time (the callback stops it after the first), so
-        // the chunks and the token limit are exactly those of one generate(max_tokens) call.
         while !self.finished && self.left > 0 {
-            let mut chunk = String::new();
-            let mut emitted = 0i32;
-            let mut stop = false;
-            let stops = self.session.stops.clone();
-            let r = self.session.generate_with(self.left, |toks, text| {
-                chunk.push_str(text);
-                emitted += toks.len() as i32;
-                stop = toks.iter().any(|t| stops.binary_search(t).is_ok());
-                false
+            let round = self.session.step(self.left as usize).and_then(|(toks, done)| {
+                self.left -= toks.len() as i32;
+                self.finished = done;
+                let mut text = self.session.step_text()?;
+                if !done && self.left <= 0 {
+                    text.push_str(&self.session.end_text()?);
+                }
+                Ok(text)
             });
-            match r {
-                Err(e) if e.code() == Code::Cancelled && emitted > 0 => {}
-                Ok(()) => {}
+            match round {
                 Err(e) => {
                     self.finished = true;
                     return Some(Err(e));
                 }
-            }
-            self.left -= emitted;
-            if stop || emitted == 0 {
-                self.finished = true;
-            }
-            if !chunk.is_empty() {
-                return Some(Ok(chunk));
+                Ok(text) if !text.is_empty() => return Some(Ok(text)),
+                Ok(_) => {}
             }
         }
         None
+    }
+}
+
+/// `n` bytes at `p` as text (invalid UTF-8 replaced; the library hands over whole characters).
+fn lossy(p: *const c_char, n: usize) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }).into_owned()
     }
 }

@@ -143,6 +143,45 @@ fn draft_rejects_bad_tokens() {
 }
 
 #[test]
+fn stop_strings_end_the_text_before_them() {
+    let reg = registry();
+    let mut target = kgram(&reg, 6);
+    let (whole, _) = generate(&mut target, None, None, 120);
+    let stop = &whole[40..46];
+    let cut = whole.find(stop).unwrap();
+    let mut drafter = reg.open_drafter("ngram", "", &target).unwrap();
+    let mut s =
+        Session::new(&mut target, Some(&mut drafter), None, &SessionParams { max_draft: 6, ..Default::default() })
+            .unwrap();
+    s.set_stop_strings(&[stop, "\u{1}never"]).unwrap();
+    s.feed_text(PROMPT).unwrap();
+    let text: String = s.stream(120).map(|c| c.unwrap()).collect();
+    assert_eq!(text, whole[..cut]);
+    let st = s.stats().unwrap();
+    assert_eq!(s.tokens().unwrap().len() as i64, st.n_prompt_tokens + (cut + stop.len()) as i64);
+    // Held back while it may begin a stop string; end_text releases it at the caller's budget.
+    s.reset().unwrap();
+    let held = whole[29..30].to_string() + "\u{1}";
+    s.set_stop_strings(&[held.as_str()]).unwrap();
+    s.feed_text(PROMPT).unwrap();
+    let mut text = String::new();
+    for _ in 0..30 {
+        let (toks, done) = s.step(1).unwrap();
+        assert_eq!(toks.len(), 1);
+        assert!(!done);
+        text.push_str(&s.step_text().unwrap());
+    }
+    assert_eq!(text, whole[..29]);
+    assert_eq!(s.end_text().unwrap(), whole[29..30]);
+    let e = s.set_stop_strings(&["a\0b"]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let many = vec!["x"; 65];
+    let e = s.set_stop_strings(&many).unwrap_err();
+    assert!(e.message().contains("at most 64"), "{e}");
+    assert_eq!(s.step(0).unwrap_err().code(), Code::BufferTooSmall);
+}
+
+#[test]
 fn stream_yields_the_generated_text() {
     let reg = registry();
     let mut target = kgram(&reg, 6);
