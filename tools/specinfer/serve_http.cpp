@@ -13,30 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "serve_request.h"
+
 namespace serve {
 
 using nlohmann::json;
 
 namespace {
-
-constexpr int kMaxDepth = 64;  // most nesting of a request body
-
-// An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;  // "" -> null
-  std::string code;   // "" -> null
-};
-
-json error_body(const ApiError &e) {
-  return {{"error",
-           {{"message", e.message},
-            {"type", e.type},
-            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
-}
 
 // JSON text that never throws on invalid UTF-8 (replaced by U+FFFD).
 std::string dump(const json &j) {
@@ -50,95 +33,6 @@ void send_json(httplib::Response &res, int status, const json &body) {
 
 void send_error(httplib::Response &res, const ApiError &e) {
   send_json(res, e.status, error_body(e));
-}
-
-ApiError bad_param(const std::string &param, const std::string &message) {
-  ApiError e;
-  e.message = message;
-  e.param = param;
-  e.code = "invalid_value";
-  return e;
-}
-
-// The fields both completion endpoints take, checked.
-struct Sampling {
-  int32_t max_tokens = 0;
-  float temperature = 0, top_p = 1;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-};
-
-std::optional<ApiError> read_sampling(const json &body, const ServerConfig &cfg, bool chat,
-                                      Sampling *s) {
-  s->max_tokens = cfg.max_tokens;
-  s->temperature = cfg.temperature;
-  s->top_p = cfg.top_p;
-  s->seed = cfg.seed;
-  for (const char *key : {"max_tokens", "max_completion_tokens"}) {
-    if (!chat && std::string(key) == "max_completion_tokens") continue;
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) continue;
-    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (1 << 24))
-      return bad_param(key, std::string(key) + " must be an integer from 1 to 16777216");
-    s->max_tokens = static_cast<int32_t>(it->get<int64_t>());
-  }
-  if (const auto it = body.find("temperature"); it != body.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= 2))
-      return bad_param("temperature", "temperature must be a number from 0 to 2");
-    s->temperature = it->get<float>();
-  }
-  if (const auto it = body.find("top_p"); it != body.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 1))
-      return bad_param("top_p", "top_p must be a number greater than 0 and at most 1");
-    s->top_p = it->get<float>();
-  }
-  if (const auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer()) return bad_param("seed", "seed must be an integer");
-    s->seed =
-        it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
-  }
-  if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
-      s->stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= 16) {
-      for (const json &x : *it) {
-        if (!x.is_string()) return bad_param("stop", "stop must be a string or a list of strings");
-        s->stop.push_back(x.get<std::string>());
-      }
-    } else {
-      return bad_param("stop", "stop must be a string or a list of at most 16 strings");
-    }
-  }
-  if (const auto it = body.find("stream"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return bad_param("stream", "stream must be true or false");
-    s->stream = it->get<bool>();
-  }
-  if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return bad_param("stream_options", "stream_options must be an object");
-    const auto u = it->find("include_usage");
-    if (u != it->end() && !u->is_null()) {
-      if (!u->is_boolean())
-        return bad_param("stream_options", "stream_options.include_usage must be true or false");
-      s->include_usage = u->get<bool>();
-    }
-  }
-  // Features this server does not have: refused rather than silently ignored.
-  for (const char *key : {"echo", "logprobs", "best_of", "suffix", "tools", "functions"}) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) continue;
-    const bool off = (it->is_boolean() && !it->get<bool>()) ||
-                     (it->is_number_integer() && it->get<int64_t>() == (key[0] == 'b' ? 1 : 0)) ||
-                     (it->is_string() && it->get<std::string>().empty()) ||
-                     (it->is_array() && it->empty());
-    if (!off) return bad_param(key, std::string(key) + " is not supported by this server");
-  }
-  if (const auto it = body.find("n"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() != 1)
-      return bad_param("n", "only n = 1 is supported");
-  }
-  return std::nullopt;
 }
 
 // What a running request shares between the engine's thread (the callbacks) and the HTTP thread.
@@ -201,7 +95,13 @@ ApiError error_of(const GenResult &r) {
 
 class Routes {
  public:
-  explicit Routes(const ServerConfig &cfg) : cfg_(cfg), started_(std::time(nullptr)) {}
+  explicit Routes(const ServerConfig &cfg) : cfg_(cfg), started_(std::time(nullptr)) {
+    for (const ModelEntry &m : cfg_.models) names_.push_back(m.name);
+    defaults_.max_tokens = cfg_.max_tokens;
+    defaults_.temperature = cfg_.temperature;
+    defaults_.top_p = cfg_.top_p;
+    defaults_.seed = cfg_.seed;
+  }
 
   void install(httplib::Server &srv);
 
@@ -210,12 +110,10 @@ class Routes {
   std::string metrics_text();
   void count(const httplib::Request &req, const httplib::Response &res);
   json model_object(const ModelEntry &m) const;
-  // The model a request's `model` field names; an error when it names none, or leaves it out
-  // while several are served.
-  std::optional<ApiError> pick_model(const json &body, const ModelEntry **out) const;
-  std::string names() const;
 
   ServerConfig cfg_;
+  std::vector<std::string> names_;  // the served models' names, in cfg_.models' order
+  RequestDefaults defaults_;
   std::time_t started_;
   std::atomic<uint64_t> next_id_{1};
   std::mutex count_mutex_;
@@ -232,9 +130,10 @@ void Routes::install(httplib::Server &srv) {
     send_json(res, 200, {{"object", "list"}, {"data", data}});
   });
   srv.Get("/v1/models/(.+)", [this](const httplib::Request &req, httplib::Response &res) {
-    const ModelEntry *m = nullptr;
-    if (auto e = pick_model({{"model", req.matches[1].str()}}, &m)) return send_error(res, *e);
-    send_json(res, 200, model_object(*m));
+    size_t m = 0;
+    if (auto e = pick_model({{"model", req.matches[1].str()}}, names_, &m))
+      return send_error(res, *e);
+    send_json(res, 200, model_object(cfg_.models[m]));
   });
   srv.Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
     completion(req, res, false);
@@ -291,95 +190,13 @@ json Routes::model_object(const ModelEntry &m) const {
   return {{"id", m.name}, {"object", "model"}, {"created", started_}, {"owned_by", "specinfer"}};
 }
 
-std::string Routes::names() const {
-  std::string out;
-  for (const ModelEntry &m : cfg_.models) out += (out.empty() ? "'" : ", '") + m.name + "'";
-  return out;
-}
-
-std::optional<ApiError> Routes::pick_model(const json &body, const ModelEntry **out) const {
-  const auto it = body.find("model");
-  if (it == body.end() || it->is_null()) {
-    if (cfg_.models.size() == 1) {
-      *out = &cfg_.models[0];
-      return std::nullopt;
-    }
-    ApiError e;
-    e.message = "you must give a model: this server has " + names();
-    e.param = "model";
-    return e;
-  }
-  if (!it->is_string()) return bad_param("model", "model must be a string");
-  for (const ModelEntry &m : cfg_.models)
-    if (m.name == it->get<std::string>()) {
-      *out = &m;
-      return std::nullopt;
-    }
-  ApiError e;
-  e.status = 404;
-  e.message = "the model '" + it->get<std::string>() + "' does not exist; this server has " +
-              (cfg_.models.size() == 1 ? "" : "the models ") + names();
-  e.param = "model";
-  e.code = "model_not_found";
-  return e;
-}
-
 void Routes::completion(const httplib::Request &req, httplib::Response &res, bool chat) {
-  // Nesting deeper than kMaxDepth is refused while parsing (the parser itself does not recurse):
-  // later steps (dump, the template engine) walk values recursively.
-  bool too_deep = false;
-  json body = json::parse(
-      req.body,
-      [&too_deep](int depth, json::parse_event_t, json &) {
-        if (depth > kMaxDepth) too_deep = true;
-        return !too_deep;
-      },
-      false);
-  if (too_deep || body.is_discarded() || !body.is_object()) {
-    ApiError e;
-    e.message = too_deep              ? "the body is nested too deeply"
-                : body.is_discarded() ? "the body is not valid JSON"
-                                      : "the body must be a JSON object";
-    e.code = "invalid_json";
-    return send_error(res, e);
-  }
-  const ModelEntry *mp = nullptr;
-  if (auto e = pick_model(body, &mp)) return send_error(res, *e);
-  const ModelEntry &model_entry = *mp;
-  Sampling s;
-  if (auto e = read_sampling(body, cfg_, chat, &s)) return send_error(res, *e);
-
-  GenParams params;
-  params.max_tokens = s.max_tokens;
-  params.temperature = s.temperature;
-  params.top_p = s.top_p;
-  params.seed = s.seed;
+  CompletionRequest r;
+  if (auto e = parse_completion_request(req.body, chat, names_, defaults_, &r))
+    return send_error(res, *e);
+  const ModelEntry &model_entry = cfg_.models[r.model];
+  GenParams params = std::move(r.params);
   if (chat) {
-    const auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty())
-      return send_error(res, bad_param("messages", "messages must be a non-empty list"));
-    json messages = json::array();
-    for (const json &m : *it) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        return send_error(res, bad_param("messages", "each message must be an object with a role"));
-      json msg = m;
-      const json content = m.value("content", json(nullptr));
-      if (content.is_array()) {  // content parts: the text ones, joined
-        std::string text;
-        for (const json &part : content) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-              !part["text"].is_string())
-            return send_error(res, bad_param("messages", "only text content parts are supported"));
-          text += part["text"].get<std::string>();
-        }
-        msg["content"] = text;
-      } else if (content.is_null()) {
-        msg["content"] = "";
-      } else if (!content.is_string()) {
-        return send_error(res, bad_param("messages", "a message's content must be a string"));
-      }
-      messages.push_back(std::move(msg));
-    }
     if (model_entry.chat.source.empty()) {
       ApiError e;
       e.message = model_entry.chat_unavailable;
@@ -388,23 +205,12 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
     }
     std::string error;
     std::string rendered;
-    if (!model_entry.chat.render(messages, &rendered, &error))
+    if (!model_entry.chat.render(r.messages, &rendered, &error))
       return send_error(res, bad_param("messages", error));
     params.prompt = model_entry.chat.prompt_of(std::move(rendered));
-  } else {
-    const auto it = body.find("prompt");
-    if (it != body.end() && it->is_string()) {
-      params.prompt = it->get<std::string>();
-    } else if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      params.prompt = (*it)[0].get<std::string>();
-    } else {
-      return send_error(res, bad_param("prompt", "prompt must be a string (or a list of one)"));
-    }
-    if (params.prompt.empty())
-      return send_error(res, bad_param("prompt", "prompt must not be empty"));
   }
 
-  params.stop = s.stop;
+  params.stop = std::move(r.stop);
   auto x = std::make_shared<Exchange>();
   const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
   if (st != SubmitStatus::kQueued) {
@@ -451,7 +257,7 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
                 {"choices", json::array({choice})},
                 {"usage", usage(result)}};
   };
-  if (!s.stream) {
+  if (!r.stream) {
     {
       std::lock_guard<std::mutex> lock(x->m);
       if (x->done) {
@@ -510,7 +316,7 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
     return sink.write(event.data(), event.size());
   };
   auto first = std::make_shared<bool>(true);
-  const bool include_usage = s.include_usage;
+  const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
