@@ -10,7 +10,8 @@
 //  - specinfer_session_step_many: sessions on shared targets stepped together (one target pass
 //    per round) emit what each emits alone, greedy and Gumbel-sampled, with and without a
 //    drafter, with prompts scored whole or in chunks alongside the others' rounds; bad calls
-//    are refused per session.
+//    are refused per session;
+//  - a pass's activations are allocated once per loaded model, not once per target.
 #include <stdint.h>
 
 #include <algorithm>
@@ -342,6 +343,45 @@ void test_step_many_equals_lone_sessions(void **) {
 
 }  // namespace
 
+// A pass's activations come from a pool on the loaded model, not from each target: the first
+// prefill on a model allocates them, prefills of the same length on its shares allocate only
+// their own KV caches.
+void test_pass_scratch_is_shared(void **) {
+  if (g_model.empty()) {
+    std::printf("skipped: qwen2.5-coder-0.5b.gguf is not in %s\n", models_dir());
+    return;
+  }
+  if (allocated_bytes() == 0) {
+    std::printf("skipped: malloc statistics are not the allocator's (sanitizer build)\n");
+    return;
+  }
+  RealTarget env;
+  assert_true(env.open(g_model));
+  specinfer_target *t[3] = {env.target, nullptr, nullptr};
+  assert_int_equal(specinfer_target_share(t[0], &t[1], nullptr), SPECINFER_OK);
+  assert_int_equal(specinfer_target_share(t[0], &t[2], nullptr), SPECINFER_OK);
+  std::string prompt;
+  for (int i = 0; i < 6; ++i) prompt += kPrompts[1];  // about 240 tokens
+  long long delta[3];
+  for (int i = 0; i < 3; ++i) {
+    specinfer_session *s = new_session(t[i], nullptr, nullptr, 0.0f, prompt.c_str());
+    const long long before = allocated_bytes();
+    int32_t out[1];
+    size_t n = 0;
+    int32_t done = 0;
+    assert_int_equal(specinfer_session_step(s, out, 1, &n, &done), SPECINFER_OK);
+    delta[i] = allocated_bytes() - before;
+    specinfer_session_destroy(s);
+  }
+  std::printf("allocated by a prefill: %.1f MiB on the first target, %.1f and %.1f on its shares\n",
+              delta[0] / 1048576.0, delta[1] / 1048576.0, delta[2] / 1048576.0);
+  // The 0.5B's activations are 54 KiB a token (13 MiB for 240 tokens); its KV cache 12 KiB.
+  for (int i = 1; i < 3; ++i) assert_true(delta[i] + (4 << 20) < delta[0]);
+  specinfer_target_destroy(t[1]);
+  specinfer_target_destroy(t[2]);
+  env.close();
+}
+
 int main(void) {
   const std::string path = std::string(models_dir()) + "/qwen2.5-coder-0.5b.gguf";
   if (is_regular_file(path.c_str())) g_model = path;
@@ -349,6 +389,7 @@ int main(void) {
   if (san && std::strcmp(san, "1") == 0) g_tokens = 8;
   g_tsan = std::getenv("SPECINFER_TSAN") != nullptr;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_sessions_on_shared_targets),
-                                     cmocka_unit_test(test_step_many_equals_lone_sessions)};
+                                     cmocka_unit_test(test_step_many_equals_lone_sessions),
+                                     cmocka_unit_test(test_pass_scratch_is_shared)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -373,21 +373,21 @@ void Model::ensure_capacity(int32_t n_pos) {
   capacity_ = cap;
 }
 
-void Model::ensure_scratch(int32_t n) {
-  const Hparams &hp = w_->hp;
-  const size_t E = size_t(hp.n_embd), QD = size_t(hp.n_head) * size_t(hp.head_dim),
-               KV = size_t(hp.n_head_kv) * size_t(hp.head_dim), F = size_t(hp.n_ff), N = size_t(n);
-  auto grow = [](auto &v, size_t size) {
-    if (v.size() < size) v.resize(size);
-  };
-  grow(x_, N * E);
-  grow(h_, N * E);
-  grow(q_, N * QD);
-  grow(att_, N * QD);
-  grow(gate_, N * F);
-  grow(up_, N * F);
-  grow(kn_, N * KV);
-  grow(vn_, N * KV);
+Weights::ScratchLease::ScratchLease(const Weights &w) : w_(w) {
+  std::lock_guard<std::mutex> lock(w.scratch_mu_);
+  if (!w.scratch_free_.empty()) {
+    s_ = std::move(w.scratch_free_.back());
+    w.scratch_free_.pop_back();
+  }
+  if (!s_) s_ = std::make_unique<Scratch>();
+}
+
+Weights::ScratchLease::~ScratchLease() {
+  std::lock_guard<std::mutex> lock(w_.scratch_mu_);
+  try {
+    w_.scratch_free_.push_back(std::move(s_));
+  } catch (...) {  // no room to keep it: it is freed instead
+  }
 }
 
 void Model::check(const Batch &b) const {
@@ -490,15 +490,21 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
   // computed from now on (before anything changes, so that a failure leaves the cache as it was).
   for (int32_t s = 0; s < n_seq; s++) seqs[s]->add_output_ids(batches[s].tokens, batches[s].n);
 
-  Model &lead = *seqs[0];  // its scratch holds the pass's activations
   for (int32_t s = 0; s < n_seq; s++) seqs[s]->ensure_capacity(seqs[s]->n_cached_ + batches[s].n);
-  lead.ensure_scratch(N);
 
   const int64_t E = hp.n_embd, hd = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
   const int64_t QD = H * hd, KV = Hkv * hd, F = hp.n_ff;
   const float eps = hp.norm_eps;
-  float *x = lead.x_.data(), *h = lead.h_.data(), *q = lead.q_.data(), *att = lead.att_.data();
-  float *g = lead.gate_.data(), *u = lead.up_.data(), *kn = lead.kn_.data(), *vn = lead.vn_.data();
+  const Weights::ScratchLease lease(W);
+  Weights::Scratch &sc = *lease;
+  auto grow = [](std::vector<float> &v, int64_t size) {
+    if (v.size() < size_t(size)) v.resize(size_t(size));
+    return v.data();
+  };
+  float *x = grow(sc.x, N * E), *h = grow(sc.h, N * E), *q = grow(sc.q, N * QD),
+        *att = grow(sc.att, N * QD);
+  float *g = grow(sc.gate, N * F), *u = grow(sc.up, N * F), *kn = grow(sc.kn, N * KV),
+        *vn = grow(sc.vn, N * KV);
 
   std::vector<const uint8_t *> mask(static_cast<size_t>(n_seq)),
       swa_mask(static_cast<size_t>(n_seq));
@@ -613,14 +619,13 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     } else {
       // One pass over the output matrix for every sequence's rows, then each its own.
       const size_t V = size_t(hp.n_vocab);
-      if (lead.lg_.size() < size_t(n_rows) * V) lead.lg_.resize(size_t(n_rows) * V);
-      W.matmul(W.output, h, n_rows, lead.lg_.data());
+      float *lg = grow(sc.lg, n_rows * int64_t(V));
+      W.matmul(W.output, h, n_rows, lg);
       row = 0;
       for (int32_t s = 0; s < n_seq; s++) {
         const Batch &b = batches[s];
         if (b.n_logits > 0)
-          std::memcpy(b.logits, lead.lg_.data() + size_t(row) * V,
-                      size_t(b.n_logits) * V * sizeof(float));
+          std::memcpy(b.logits, lg + size_t(row) * V, size_t(b.n_logits) * V * sizeof(float));
         row += b.n_logits;
       }
     }

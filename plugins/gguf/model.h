@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,26 @@ class Weights {
 
   void matmul(const Weight &w, const float *x, int64_t n_tok, float *y) const;
 
+  // Activations of every token of one pass and the logits of a shared pass's rows. A pass borrows
+  // one from its Weights' pool for its duration, so the sequences of a model hold only as many as
+  // passes ever ran at once (one per thread), not one each: eight server slots stepped together
+  // by one thread use one.
+  struct Scratch {
+    std::vector<float> x, h, q, att, gate, up, kn, vn, lg;
+  };
+  class ScratchLease {
+   public:
+    explicit ScratchLease(const Weights &w);
+    ~ScratchLease();
+    ScratchLease(const ScratchLease &) = delete;
+    ScratchLease &operator=(const ScratchLease &) = delete;
+    Scratch &operator*() const { return *s_; }
+
+   private:
+    const Weights &w_;
+    std::unique_ptr<Scratch> s_;
+  };
+
  private:
   Weight weight(const std::string &name, int64_t rows, int64_t cols) const;
   std::vector<float> vec(const std::string &name, int64_t n, bool required) const;
@@ -120,6 +141,8 @@ class Weights {
   void requant(Weight &w, int32_t wtype);
   std::vector<std::unique_ptr<specinfer_packed_weight, PackedFree>> packed_;
   std::vector<std::unique_ptr<uint8_t, void (*)(void *)>> owned_;  // re-quantized matrices
+  mutable std::mutex scratch_mu_;
+  mutable std::vector<std::unique_ptr<Scratch>> scratch_free_;  // scratch no pass holds
 };
 
 // One batch of a forward pass (see Model::forward).
@@ -194,7 +217,6 @@ class Model {
 
   void check(const Batch &b) const;
   void ensure_capacity(int32_t n_pos);
-  void ensure_scratch(int32_t n);
   // Sets slot positions of the batch's cache slots and builds its attention masks (mask, and for
   // sliding-window layers swa_mask: NULL = causal).
   void prepare_masks(const Batch &b, const uint8_t **mask, const uint8_t **swa_mask);
@@ -226,10 +248,8 @@ class Model {
   PackedPtr extra_packed_{nullptr, Weights::PackedFree{nullptr}};
   QkObserver qk_observer_;
 
-  // Scratch, grown as needed, never shrunk: activations of every token in a pass (this
-  // sequence's scratch serves a forward_many it leads), the new keys and values before they are
-  // copied to each sequence's cache, masks.
-  std::vector<float> x_, h_, q_, att_, gate_, up_, kn_, vn_, lg_;
+  // This sequence's attention masks, grown as needed (a pass's activations are in the Weights'
+  // scratch pool).
   std::vector<uint8_t> mask_, swa_mask_;
 };
 
