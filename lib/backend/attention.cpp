@@ -58,14 +58,16 @@ void load_row(int32_t type, const uint8_t *row, int64_t hd, float *out) {
 }
 
 void scores_s(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
-              int64_t hd, float scale, float *s, int64_t s_stride) {
+              int64_t hd, float scale, float *s, int64_t s_stride, float *s_max) {
   std::vector<float> x(static_cast<size_t>(hd));
+  for (int64_t h = 0; h < g; ++h) s_max[h] = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
     load_row(type, rows[j], hd, x.data());
     for (int64_t h = 0; h < g; ++h) {
       double acc = 0.0;
       for (int64_t d = 0; d < hd; ++d) acc += static_cast<double>(q[h * hd + d]) * x[size_t(d)];
       s[h * s_stride + j] = static_cast<float>(acc) * scale;
+      s_max[h] = std::max(s_max[h], s[h * s_stride + j]);
     }
   }
 }
@@ -128,12 +130,13 @@ void run_chunk(const Call &c, int64_t qi, int64_t kvh, int64_t t0, int64_t t1, S
   const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
-  float s[8 * kAttnBlock];
+  float s[8 * kAttnBlock], s_max[8];
   std::vector<float> s_big;
-  float *sp = s;
+  float *sp = s, *mp = s_max;
   if (g > 8) {
-    s_big.resize(size_t(g * kAttnBlock));
+    s_big.resize(size_t(g * (kAttnBlock + 1)));
     sp = s_big.data();
+    mp = sp + g * kAttnBlock;
   }
   for (int64_t h = 0; h < g; ++h) {
     st.m[h] = -std::numeric_limits<float>::infinity();
@@ -147,11 +150,10 @@ void run_chunk(const Call &c, int64_t qi, int64_t kvh, int64_t t0, int64_t t1, S
       krows[j] = kb + slot * k_pos;
       vrows[j] = vb + slot * v_pos;
     }
-    c.kern->scores(c.k_type, q, g, krows, nb, hd, a.scale, sp, kAttnBlock);
+    c.kern->scores(c.k_type, q, g, krows, nb, hd, a.scale, sp, kAttnBlock, mp);
     for (int64_t h = 0; h < g; ++h) {
       float *sh = sp + h * kAttnBlock;
-      float mb = st.m[h];
-      for (int64_t j = 0; j < nb; ++j) mb = sh[j] > mb ? sh[j] : mb;
+      const float mb = std::max(st.m[h], mp[h]);
       if (mb == -std::numeric_limits<float>::infinity()) {  // nothing finite yet
         std::fill(sh, sh + nb, 0.0f);
         continue;

@@ -23,10 +23,10 @@ constexpr int64_t kAttnChunk = 512;  // keys per split-K partial (a multiple of 
 // SIMD sets need hd % 32 == 0 (the driver uses the scalar set otherwise); rows[j] is the j-th key
 // in order, anywhere in memory, so that a tree's gathered keys take the path of contiguous ones.
 struct AttnKernels {
-  // s[h * s_stride + j] = dot(q + h * hd, row j) * scale, for h < g, j < n. A key's score never
-  // depends on n, g or the other rows.
+  // s[h * s_stride + j] = dot(q + h * hd, row j) * scale, for h < g, j < n, and s_max[h] = the
+  // largest of head h's n scores. A key's score never depends on n, g or the other rows.
   void (*scores)(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
-                 int64_t hd, float scale, float *s, int64_t s_stride);
+                 int64_t hd, float scale, float *s, int64_t s_stride, float *s_max);
   // o[h * hd + d] += sum_j p[h * p_stride + j] * row_j[d], keys in order, for h < g.
   void (*accumulate)(int32_t type, const float *p, int64_t p_stride, int64_t g,
                      const uint8_t *const *rows, int64_t n, int64_t hd, float *o);

@@ -5,6 +5,7 @@
 // Everything is file-local and calls no shared inline function (see matmul_avx2.cpp).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/attention.h"
@@ -21,6 +22,22 @@ inline float half_at(const uint8_t *p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// Rows are read one after another from scattered addresses (every kv head's row of a position is
+// next to the others'); the hardware prefetchers alone leave the loads waiting on memory, so
+// each kernel asks for the row kAhead keys ahead.
+constexpr int64_t kAhead = 6;
+
+template <int T>
+inline void prefetch_row(const uint8_t *row, int64_t hd) {
+  const int64_t bytes = T == kF32   ? hd * 4
+                        : T == kF16 ? hd * 2
+                        : T == kQ8  ? hd / 32 * 34
+                                    : hd / 32 * 18;
+  for (int64_t off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char *>(row + off), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char *>(row + bytes - 1), _MM_HINT_T0);
 }
 
 // Values 16 * half .. 16 * half + 15 of 32-value block b of a row, as two vectors.
@@ -61,9 +78,11 @@ inline __m256 reduce8(const __m256 a[8]) {
 
 template <int T, int G>
 void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd, float scale,
-               float *s, int64_t s_stride) {
+               float *s, int64_t s_stride, float *s_max) {
   const __m256 vs = _mm256_set1_ps(scale);
+  __m256 mx = _mm256_set1_ps(-INFINITY);
   for (int64_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
     __m256 acc[8];
     for (int h = 0; h < 8; ++h) acc[h] = _mm256_setzero_ps();
     for (int64_t b = 0; b < hd / 32; ++b) {
@@ -77,9 +96,14 @@ void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd
       }
     }
     alignas(32) float r[8];
-    _mm256_store_ps(r, _mm256_mul_ps(reduce8(acc), vs));
+    const __m256 sc = _mm256_mul_ps(reduce8(acc), vs);
+    mx = _mm256_max_ps(sc, mx);
+    _mm256_store_ps(r, sc);
     for (int h = 0; h < G; ++h) s[h * s_stride + j] = r[h];
   }
+  alignas(32) float m[8];
+  _mm256_store_ps(m, mx);
+  for (int h = 0; h < G; ++h) s_max[h] = m[h];
 }
 
 template <int T, int G>
@@ -94,6 +118,7 @@ void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows,
         acc[h][1] = _mm256_loadu_ps(o + h * hd + col + 8);
       }
       for (int64_t j = 0; j < n; ++j) {
+        if (b == 0 && half == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
         __m256 x[2];
         load16<T>(rows[j], b, half, x);
         for (int h = 0; h < G; ++h) {
@@ -111,34 +136,34 @@ void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows,
 
 template <int T>
 void scores_t(const float *q, int64_t g, const uint8_t *const *rows, int64_t n, int64_t hd,
-              float scale, float *s, int64_t s_stride) {
+              float scale, float *s, int64_t s_stride, float *s_max) {
   for (int64_t h0 = 0; h0 < g; h0 += 8) {
     const float *qh = q + h0 * hd;
     float *sh = s + h0 * s_stride;
     switch (g - h0 < 8 ? g - h0 : 8) {
       case 1:
-        scores_tg<T, 1>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 1>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 2:
-        scores_tg<T, 2>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 2>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 3:
-        scores_tg<T, 3>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 3>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 4:
-        scores_tg<T, 4>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 4>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 5:
-        scores_tg<T, 5>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 5>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 6:
-        scores_tg<T, 6>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 6>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 7:
-        scores_tg<T, 7>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 7>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       default:
-        scores_tg<T, 8>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 8>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
     }
   }
@@ -175,16 +200,16 @@ void accumulate_t(const float *p, int64_t p_stride, int64_t g, const uint8_t *co
 }
 
 void scores_a(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
-              int64_t hd, float scale, float *s, int64_t s_stride) {
+              int64_t hd, float scale, float *s, int64_t s_stride, float *s_max) {
   switch (type) {
     case kF32:
-      return scores_t<kF32>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kF32>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     case kF16:
-      return scores_t<kF16>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kF16>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     case kQ8:
-      return scores_t<kQ8>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kQ8>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     default:
-      return scores_t<kQ4>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kQ4>(q, g, rows, n, hd, scale, s, s_stride, s_max);
   }
 }
 

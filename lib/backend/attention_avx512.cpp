@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/attention.h"
@@ -24,6 +25,22 @@ inline float half_at(const uint8_t *p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// Rows are read one after another from scattered addresses (every kv head's row of a position is
+// next to the others'); the hardware prefetchers alone leave the loads waiting on memory, so
+// each kernel asks for the row kAhead keys ahead.
+constexpr int64_t kAhead = 6;
+
+template <int T>
+inline void prefetch_row(const uint8_t *row, int64_t hd) {
+  const int64_t bytes = T == kF32   ? hd * 4
+                        : T == kF16 ? hd * 2
+                        : T == kQ8  ? hd / 32 * 34
+                                    : hd / 32 * 18;
+  for (int64_t off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char *>(row + off), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char *>(row + bytes - 1), _MM_HINT_T0);
 }
 
 // The 32 values of block b of a row, as two vectors.
@@ -68,84 +85,116 @@ inline __m256 reduce8(const __m512 a[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-template <int T, int G>
-void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd, float scale,
-               float *s, int64_t s_stride) {
-  const __m256 vs = _mm256_set1_ps(scale);
-  for (int64_t j = 0; j < n; ++j) {
-    __m512 acc[8];
-    for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < hd / 32; ++b) {
-      __m512 x[2];
-      load32<T>(rows[j], b, x);
-      for (int h = 0; h < G; ++h) {
-        const float *qh = q + h * hd + b * 32;
-        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh), x[0], acc[h]);
-        acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16), x[1], acc[h]);
+// Scores of K keys (rows r[0..K)) for G heads: each query load serves all K keys. A key's sums
+// are the same whatever K is.
+template <int T, int G, int K>
+inline void score_keys(const float *q, const uint8_t *const *r, int64_t hd, __m256 out[K]) {
+  __m512 acc[K][8];
+  for (int i = 0; i < K; ++i)
+    for (int h = 0; h < 8; ++h) acc[i][h] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < hd / 32; ++b) {
+    __m512 x[K][2];
+    for (int i = 0; i < K; ++i) load32<T>(r[i], b, x[i]);
+    for (int h = 0; h < G; ++h) {
+      const __m512 q0 = _mm512_loadu_ps(q + h * hd + b * 32),
+                   q1 = _mm512_loadu_ps(q + h * hd + b * 32 + 16);
+      for (int i = 0; i < K; ++i) {
+        acc[i][h] = _mm512_fmadd_ps(q0, x[i][0], acc[i][h]);
+        acc[i][h] = _mm512_fmadd_ps(q1, x[i][1], acc[i][h]);
       }
     }
-    alignas(32) float r[8];
-    _mm256_store_ps(r, _mm256_mul_ps(reduce8(acc), vs));
-    for (int h = 0; h < G; ++h) s[h * s_stride + j] = r[h];
+  }
+  for (int i = 0; i < K; ++i) out[i] = reduce8(acc[i]);
+}
+
+template <int T, int G>
+void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd, float scale,
+               float *s, int64_t s_stride, float *s_max) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  alignas(32) float r[2][8];
+  for (int64_t j = 0; j < n; j += 2) {
+    for (int64_t a = j + kAhead; a < j + kAhead + 2 && a < n; ++a) prefetch_row<T>(rows[a], hd);
+    __m256 sc[2];
+    const int k = j + 2 <= n ? 2 : 1;
+    if (k == 2)
+      score_keys<T, G, 2>(q, rows + j, hd, sc);
+    else
+      score_keys<T, G, 1>(q, rows + j, hd, sc);
+    for (int i = 0; i < k; ++i) {
+      sc[i] = _mm256_mul_ps(sc[i], vs);
+      mx = _mm256_max_ps(sc[i], mx);
+      _mm256_store_ps(r[i], sc[i]);
+      for (int h = 0; h < G; ++h) s[h * s_stride + j + i] = r[i][h];
+    }
+  }
+  alignas(32) float m[8];
+  _mm256_store_ps(m, mx);
+  for (int h = 0; h < G; ++h) s_max[h] = m[h];
+}
+
+// NB blocks of 32 columns per pass over the keys: each weight broadcast serves 2 * NB registers.
+template <int T, int G, int NB>
+void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
+                   int64_t hd, float *o) {
+  for (int64_t b = 0; b < hd / 32; b += NB) {
+    __m512 acc[G][2 * NB];
+    for (int h = 0; h < G; ++h)
+      for (int i = 0; i < 2 * NB; ++i) acc[h][i] = _mm512_loadu_ps(o + h * hd + b * 32 + 16 * i);
+    for (int64_t j = 0; j < n; ++j) {
+      if (b == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
+      __m512 x[2 * NB];
+      for (int i = 0; i < NB; ++i) load32<T>(rows[j], b + i, x + 2 * i);
+      for (int h = 0; h < G; ++h) {
+        const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
+        for (int i = 0; i < 2 * NB; ++i) acc[h][i] = _mm512_fmadd_ps(pj, x[i], acc[h][i]);
+      }
+    }
+    for (int h = 0; h < G; ++h)
+      for (int i = 0; i < 2 * NB; ++i) _mm512_storeu_ps(o + h * hd + b * 32 + 16 * i, acc[h][i]);
   }
 }
 
 template <int T, int G>
 void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
                    int64_t hd, float *o) {
-  for (int64_t b = 0; b < hd / 32; ++b) {
-    const int64_t col = b * 32;
-    __m512 acc[G][2];
-    for (int h = 0; h < G; ++h) {
-      acc[h][0] = _mm512_loadu_ps(o + h * hd + col);
-      acc[h][1] = _mm512_loadu_ps(o + h * hd + col + 16);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      __m512 x[2];
-      load32<T>(rows[j], b, x);
-      for (int h = 0; h < G; ++h) {
-        const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
-        acc[h][0] = _mm512_fmadd_ps(pj, x[0], acc[h][0]);
-        acc[h][1] = _mm512_fmadd_ps(pj, x[1], acc[h][1]);
-      }
-    }
-    for (int h = 0; h < G; ++h) {
-      _mm512_storeu_ps(o + h * hd + col, acc[h][0]);
-      _mm512_storeu_ps(o + h * hd + col + 16, acc[h][1]);
-    }
-  }
+  // Up to six heads take 64 columns a pass (24 accumulators); more heads take 32.
+  if (G <= 6 && hd % 64 == 0)
+    accumulate_tg<T, G, 2>(p, p_stride, rows, n, hd, o);
+  else
+    accumulate_tg<T, G, 1>(p, p_stride, rows, n, hd, o);
 }
 
 template <int T>
 void scores_t(const float *q, int64_t g, const uint8_t *const *rows, int64_t n, int64_t hd,
-              float scale, float *s, int64_t s_stride) {
+              float scale, float *s, int64_t s_stride, float *s_max) {
   for (int64_t h0 = 0; h0 < g; h0 += 8) {
     const float *qh = q + h0 * hd;
     float *sh = s + h0 * s_stride;
     switch (g - h0 < 8 ? g - h0 : 8) {
       case 1:
-        scores_tg<T, 1>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 1>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 2:
-        scores_tg<T, 2>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 2>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 3:
-        scores_tg<T, 3>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 3>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 4:
-        scores_tg<T, 4>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 4>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 5:
-        scores_tg<T, 5>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 5>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 6:
-        scores_tg<T, 6>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 6>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       case 7:
-        scores_tg<T, 7>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 7>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
       default:
-        scores_tg<T, 8>(qh, rows, n, hd, scale, sh, s_stride);
+        scores_tg<T, 8>(qh, rows, n, hd, scale, sh, s_stride, s_max + h0);
         break;
     }
   }
@@ -188,16 +237,16 @@ void accumulate_t(const float *p, int64_t p_stride, int64_t g, const uint8_t *co
 }
 
 void scores_x(int32_t type, const float *q, int64_t g, const uint8_t *const *rows, int64_t n,
-              int64_t hd, float scale, float *s, int64_t s_stride) {
+              int64_t hd, float scale, float *s, int64_t s_stride, float *s_max) {
   switch (type) {
     case kF32:
-      return scores_t<kF32>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kF32>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     case kF16:
-      return scores_t<kF16>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kF16>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     case kQ8:
-      return scores_t<kQ8>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kQ8>(q, g, rows, n, hd, scale, s, s_stride, s_max);
     default:
-      return scores_t<kQ4>(q, g, rows, n, hd, scale, s, s_stride);
+      return scores_t<kQ4>(q, g, rows, n, hd, scale, s, s_stride, s_max);
   }
 }
 
