@@ -192,6 +192,38 @@ void test_truncate_refeed(void **) {
   assert_true(max_abs(la, orig) > 1e-2);
 }
 
+// The KV cache reserves the whole context but is resident only where positions were written, and
+// a cut far back hands the pages back.
+void test_kv_cache_resident_as_used(void **) {
+  TinyConfig c;
+  c.n_ctx = 4096;
+  auto A = load(c);
+  Model &m = *A->model;
+  assert_int_equal(m.n_ctx(), 4096);
+  assert_int_equal(m.kv_resident_bytes(), 0);
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t row = size_t(c.n_head_kv) * size_t(c.n_embd / c.n_head) * sizeof(float);
+  const size_t regions = size_t(c.n_layer) * 2;  // each layer's keys and values
+  auto pages_for = [&](size_t positions) { return (positions * row + page - 1) / page * page; };
+  std::vector<float> lg(size_t(c.n_vocab));
+  for (int n : {100, 1900}) {
+    std::vector<int32_t> toks = random_tokens(n, c.n_vocab, uint32_t(n)),
+                         pos = iota_pos(n, m.kv_size());
+    m.forward(toks.data(), pos.data(), n, nullptr, 1, lg.data(), nullptr);
+    const size_t want = regions * pages_for(size_t(m.kv_size()));
+    print_message("  %d positions: %zu bytes resident, %zu expected, %zu for the whole context\n",
+                  m.kv_size(), m.kv_resident_bytes(), want, regions * pages_for(4096));
+    assert_int_equal(m.kv_resident_bytes(), want);
+  }
+  m.kv_truncate(1990);  // a draft's worth: pages kept
+  assert_int_equal(m.kv_resident_bytes(), regions * pages_for(2000));
+  m.kv_truncate(10);  // a new prompt: pages handed back
+  assert_true(m.kv_resident_bytes() <= regions * pages_for(10) + regions * page);
+  std::vector<int32_t> toks = random_tokens(5, c.n_vocab, 3), pos = iota_pos(5, 10);
+  m.forward(toks.data(), pos.data(), 5, nullptr, 1, lg.data(), nullptr);
+  assert_int_equal(m.kv_size(), 15);
+}
+
 // A token tree after a prefix: each node's logits equal those of a chain forward of its path.
 //          prefix ... -> a(0) -> b(1) -> c(3)
 //                          \ -> d(2) -> e(4)
@@ -369,6 +401,7 @@ int main(void) {
       cmocka_unit_test(test_batched_equals_single),
       cmocka_unit_test(test_truncate_refeed),
       cmocka_unit_test(test_tree_mask),
+      cmocka_unit_test(test_kv_cache_resident_as_used),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_bad_models),
   };

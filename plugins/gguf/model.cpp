@@ -361,16 +361,15 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
 }
 
 void Model::ensure_capacity(int32_t n_pos) {
-  if (n_pos <= capacity_) return;
-  int32_t cap = std::max<int32_t>(capacity_ * 2, 256);
-  cap = std::min(std::max(cap, n_pos), w_->n_ctx);
-  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
-  for (Cache &c : cache_) {
-    c.k.resize(size_t(cap) * row);
-    c.v.resize(size_t(cap) * row);
+  if (kv_.data() || n_pos <= 0) return;
+  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes, page = PageArray::page_size();
+  kv_region_ = (size_t(w_->n_ctx) * row + page - 1) / page * page;
+  kv_ = PageArray(kv_region_ * 2 * cache_.size());
+  for (size_t li = 0; li < cache_.size(); li++) {
+    cache_[li].k = kv_.data() + (2 * li) * kv_region_;
+    cache_[li].v = kv_.data() + (2 * li + 1) * kv_region_;
   }
-  slot_pos_.resize(size_t(cap));
-  capacity_ = cap;
+  slot_pos_.resize(size_t(w_->n_ctx));
 }
 
 Weights::ScratchLease::ScratchLease(const Weights &w) : w_(w) {
@@ -563,18 +562,18 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       const size_t at = size_t(m.n_cached_) * size_t(Hkv) * W.kv_head_bytes;
       const float *kb = kn + off[size_t(s)] * KV, *vb = vn + off[size_t(s)] * KV;
       if (W.kv_type == SPECINFER_WTYPE_F32) {
-        std::memcpy(c.k.data() + at, kb, size_t(b.n) * size_t(KV) * sizeof(float));
-        std::memcpy(c.v.data() + at, vb, size_t(b.n) * size_t(KV) * sizeof(float));
+        std::memcpy(c.k + at, kb, size_t(b.n) * size_t(KV) * sizeof(float));
+        std::memcpy(c.v + at, vb, size_t(b.n) * size_t(KV) * sizeof(float));
       } else {
-        check_status(k->kv_store(W.kv_type, kb, c.k.data() + at, int64_t(b.n) * KV), "kv_store");
-        check_status(k->kv_store(W.kv_type, vb, c.v.data() + at, int64_t(b.n) * KV), "kv_store");
+        check_status(k->kv_store(W.kv_type, kb, c.k + at, int64_t(b.n) * KV), "kv_store");
+        check_status(k->kv_store(W.kv_type, vb, c.v + at, int64_t(b.n) * KV), "kv_store");
       }
       if (m.qk_observer_) m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, kb, b.n);
       specinfer_attention_args &a = args[size_t(s)];
       // The cache's bytes, read in their own type (k_type, v_type); the ABI types the pointers as
       // floats.
-      a.k = reinterpret_cast<const float *>(c.k.data());
-      a.v = reinterpret_cast<const float *>(c.v.data());
+      a.k = reinterpret_cast<const float *>(c.k);
+      a.v = reinterpret_cast<const float *>(c.v);
       a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
       check_status(k->attention(&a), "attention");
     }
@@ -630,7 +629,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       }
     }
   }
-  for (int32_t s = 0; s < n_seq; s++) seqs[s]->n_cached_ += batches[s].n;
+  for (int32_t s = 0; s < n_seq; s++) {
+    seqs[s]->n_cached_ += batches[s].n;
+    seqs[s]->used_ = std::max(seqs[s]->used_, seqs[s]->n_cached_);
+  }
 }
 
 void Model::limited_logits(const Batch &b, const float *h) {
@@ -676,6 +678,17 @@ void Model::limited_logits(const Batch &b, const float *h) {
 void Model::kv_truncate(int32_t n_keep) {
   if (n_keep < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_truncate(%d): negative", n_keep);
   if (n_keep < n_cached_) n_cached_ = n_keep;
+  // A cache cut far back (a new prompt) hands its pages back; the small cuts of rejected drafts
+  // (16 positions are 16 KiB of a layer's keys on a 1.5B model) keep them for the next round.
+  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
+  if (size_t(used_ - n_cached_) * row >= (size_t(64) << 10)) {
+    for (const Cache &c : cache_) {
+      const size_t k0 = size_t(c.k - kv_.data()), v0 = size_t(c.v - kv_.data());
+      kv_.release(k0 + size_t(n_cached_) * row, k0 + size_t(used_) * row);
+      kv_.release(v0 + size_t(n_cached_) * row, v0 + size_t(used_) * row);
+    }
+    used_ = n_cached_;
+  }
 }
 
 void Model::output_rows(const int32_t *ids, int32_t n, float *out) const {
@@ -711,8 +724,8 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
     for (int32_t j = 0; j < n; j++) {
       if (idx[j] == j) continue;
       size_t dst = size_t(base + j) * row, src = size_t(base + idx[j]) * row;
-      std::memmove(c.k.data() + dst, c.k.data() + src, row);
-      std::memmove(c.v.data() + dst, c.v.data() + src, row);
+      std::memmove(c.k + dst, c.k + src, row);
+      std::memmove(c.v + dst, c.v + src, row);
     }
   }
   for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];

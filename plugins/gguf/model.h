@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf_file.h"
+#include "page_array.h"
 #include "specinfer_plugin.h"
 
 namespace specinfer::gguf {
@@ -207,10 +208,14 @@ class Model {
   // Throws INVALID_ARGUMENT for an id outside the vocabulary. Touches no cache.
   void output_rows(const int32_t *ids, int32_t n, float *out) const;
 
-  // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op).
+  // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op); their pages go back to
+  // the system when that frees 64 KiB or more of a layer's keys.
   void kv_truncate(int32_t n_keep);
   // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+  // Bytes of the KV cache resident now: the cache reserves the whole context but holds pages only
+  // where positions were written, and hands them back when it is cut back by 64 KiB or more.
+  size_t kv_resident_bytes() const { return kv_.resident(); }
 
  private:
   using PackedPtr = std::unique_ptr<specinfer_packed_weight, Weights::PackedFree>;
@@ -227,12 +232,16 @@ class Model {
   std::shared_ptr<const Weights> w_;
   const specinfer_kernels *k_;
   int32_t n_cached_ = 0;
-  int32_t capacity_ = 0;  // positions the caches hold room for
+  int32_t used_ = 0;  // positions written since the cache's pages were last handed back
+  // Every layer's keys and values, reserved for the whole context at the first pass and resident
+  // as far as positions were written.
+  PageArray kv_;
   struct Cache {
-    // [capacity][n_head_kv] rows of Weights::kv_head_bytes, in Weights::kv_type
-    std::vector<uint8_t> k, v;
+    // [n_ctx][n_head_kv] rows of Weights::kv_head_bytes, in Weights::kv_type (inside kv_)
+    uint8_t *k = nullptr, *v = nullptr;
   };
   std::vector<Cache> cache_;       // per layer
+  size_t kv_region_ = 0;           // bytes of one layer's keys (or values), whole pages
   std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
   std::vector<float> out_rows_;    // scratch for limited logits
   // With a vocabulary limit, the rows of ids above it that are computed too: their rows in the
