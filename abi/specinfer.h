@@ -8,8 +8,9 @@
  * Conventions (they hold for every function below unless its comment says otherwise):
  *  - Every call that can fail returns a specinfer_status. SPECINFER_OK is 0.
  *  - Functions that create an object take an optional `char **errmsg`. On failure, when errmsg is
- *    not NULL, *errmsg receives a message that the caller frees with specinfer_free(). On success
- *    *errmsg is set to NULL. Once an object exists, its last error is read with *_errmsg(handle).
+ *    not NULL, *errmsg receives a message that the caller frees with specinfer_free() (or NULL
+ *    when the memory for the message itself is refused). On success *errmsg is set to NULL.
+ *    Once an object exists, its last error is read with *_errmsg(handle).
  *  - The caller owns what it passes in; objects the library creates are freed by their *_destroy,
  *    and destroying NULL is a no-op.
  *  - Parameter and result structs carry their size as the first field and have an initializer;

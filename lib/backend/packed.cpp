@@ -13,6 +13,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include "../../common/fault_point.h"
 #include "backend/matmul.h"
 #include "util/error.h"
 
@@ -478,7 +479,9 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
     return pw;
   }
   const size_t bytes = pw->row_bytes * static_cast<size_t>(n_rows);
-  auto *mem = static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  auto *mem = fault_injected(FAULT_ALLOC)
+                  ? nullptr
+                  : static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
   if (mem == nullptr)
     fail(SPECINFER_ERR_OUT_OF_MEMORY, "pack_weight: cannot allocate %zu bytes", bytes);
   pw->owned.reset(mem);

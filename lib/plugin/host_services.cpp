@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "../../common/fault_point.h"
 #include "api/handles.h"
 #include "backend/kernel_table.h"
 #include "plugin/host.h"
@@ -32,7 +33,7 @@ void *host_alloc(size_t size, size_t align) {
   if (align < sizeof(void *) || (align & (align - 1)) != 0) return nullptr;
   if (size == 0) size = align;
   size_t rounded = (size + align - 1) / align * align;
-  if (rounded < size) return nullptr;
+  if (rounded < size || fault_injected(FAULT_ALLOC)) return nullptr;
   return std::aligned_alloc(align, rounded);
 }
 

@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 
 #include "api/handles.h"
 #include "plugin/registry.h"
@@ -78,6 +79,19 @@ void destroy_quietly(void (*destroy)(void *), void *self) noexcept {
     destroy(self);
   } catch (...) {
   }
+}
+
+// The object that takes over a plugin instance, made by `make` with `new (std::nothrow)`: when
+// its memory is refused the instance is destroyed here instead of leaking (a constructor that
+// throws destroys the instance itself).
+template <typename Make>
+auto adopt(void *self, void (*destroy)(void *), Make &&make) {
+  auto *o = make();
+  if (!o) {
+    destroy_quietly(destroy, self);
+    throw std::bad_alloc();
+  }
+  return std::unique_ptr<std::remove_pointer_t<decltype(o)>>(o);
 }
 
 // Checks n_rows rows of vocab logits: a NaN or +inf logit, or a row with no finite logit, is the
@@ -175,6 +189,18 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
          "eos %d, eot %d)",
          bad, v, info.n_ctx, info.hidden_size, info.bos_token, info.eos_token, info.eot_token);
   }
+  try {
+    copy_info(info);
+  } catch (...) {  // out of memory: the instance is not taken over
+    if (vtable_) destroy_quietly(vtable_->destroy, self_);
+    vtable_ = nullptr;
+    throw;
+  }
+  if (plugin_) plugin_->open_objects++;  // last: a constructor that throws must not count
+}
+
+// The rest of the constructor: the model info's strings and end-of-generation list, kept.
+void TargetObject::copy_info(specinfer_model_info &info) {
   name_ = info.name ? info.name : "";
   arch_ = info.arch ? info.arch : "";
   info.name = name_.c_str();
@@ -203,7 +229,6 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
   info.eog_tokens = eog_.empty() ? nullptr : eog_.data();
   info.n_eog_tokens = static_cast<int32_t>(eog_.size());
   info_ = info;
-  if (plugin_) plugin_->open_objects++;  // last: a constructor that throws must not count
 }
 
 TargetObject::~TargetObject() {
@@ -380,10 +405,15 @@ TargetObject *TargetObject::share_locked() {
   if (other == nullptr) fail(SPECINFER_ERR_PLUGIN, "share: the plugin returned no instance");
   if (other == self_)  // two owners of one instance: it would be destroyed twice
     fail(SPECINFER_ERR_PLUGIN, "share: the plugin returned the instance it was asked to share");
-  auto t = std::make_unique<specinfer_target>(registry_, plugin_, other, vtable_);
+  auto t = adopt(other, vtable_->destroy, [&] {
+    return new (std::nothrow) specinfer_target(registry_, plugin_, other, vtable_);
+  });
   if (!key_.empty()) {
-    registry_.shareable_targets.emplace_back(key_, t.get());
-    t->key_ = key_;  // only once listed: the destructor unlists what has a key
+    // Listed, then given its key without a step that can fail in between: the destructor
+    // unlists what has a key (and a target listed without one would be left behind, dangling).
+    std::string key = key_;
+    registry_.shareable_targets.emplace_back(key, t.get());
+    t->key_ = std::move(key);
   }
   return t.release();
 }
@@ -498,8 +528,10 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
       return p.target_factory->create(registry.host(), config.c_str(), &self, &vt, &err);
     });
   });
-  check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
-  auto t = std::make_unique<specinfer_target>(registry, &p, self, vt);
+  // The message only on failure: building it could fail too, and leave the new instance behind.
+  if (rc != SPECINFER_OK) check_plugin(rc, err, ("opening target '" + plugin + "'").c_str());
+  auto t = adopt(self, vt ? vt->destroy : nullptr,
+                 [&] { return new (std::nothrow) specinfer_target(registry, &p, self, vt); });
   if (t->can_share()) {
     std::lock_guard<std::mutex> lock(registry.targets_mu);
     // Another thread may have loaded the same model meanwhile: the key names one loaded model,
@@ -512,7 +544,7 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
         break;
       }
     registry.shareable_targets.emplace_back(key, t.get());
-    t->key_ = key;
+    t->key_ = std::move(key);  // cannot fail: listed and keyed together
   }
   return t.release();
 }
@@ -535,8 +567,12 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
                                        &err);
     });
   });
-  check_plugin(rc, err, ("opening drafter '" + plugin + "'").c_str());
-  return new specinfer_drafter(registry, &p, self, vt, &target);
+  // The message only on failure: building it could fail too, and leave the new instance behind.
+  if (rc != SPECINFER_OK) check_plugin(rc, err, ("opening drafter '" + plugin + "'").c_str());
+  return adopt(
+             self, vt ? vt->destroy : nullptr,
+             [&] { return new (std::nothrow) specinfer_drafter(registry, &p, self, vt, &target); })
+      .release();
 }
 
 void train_drafter(Registry &registry, const std::string &plugin, TargetObject &target,

@@ -56,6 +56,7 @@ class TargetObject {
   std::atomic<bool> in_session{false};
 
  private:
+  void copy_info(specinfer_model_info &info);
   Registry &registry_;
   LoadedPlugin *plugin_;
   void *self_;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #if defined(__SANITIZE_THREAD__)
@@ -162,13 +163,19 @@ void Registry::add(const specinfer_plugin_descriptor *d, const std::string &path
          SPECINFER_TARGET_FACTORY_ID, SPECINFER_DRAFTER_FACTORY_ID);
   plugin->target_factory = tf;
   plugin->drafter_factory = df;
+  // Nothing may fail once init has run: the caller would close a plugin that is listed, or one
+  // whose deinit is never called.
+  plugins_.reserve(plugins_.size() + 1);
   if (d->init) {
     int32_t rc = d->init(&host_);
     if (rc != 0) fail(SPECINFER_ERR_PLUGIN, "plugin '%s': init failed (returned %d)", d->name, rc);
   }
   plugin->dl_handle = dl;
   plugins_.push_back(std::move(plugin));
-  log(SPECINFER_LOG_DEBUG, format("loaded plugin '%s' from %s", d->name, where.c_str()));
+  try {
+    log(SPECINFER_LOG_DEBUG, format("loaded plugin '%s' from %s", d->name, where.c_str()));
+  } catch (const std::bad_alloc &) {  // the plugin is loaded; only the line is lost
+  }
 }
 
 void Registry::load_file(const std::string &path) {

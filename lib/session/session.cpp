@@ -291,7 +291,11 @@ size_t Session::trim_cache() {
       hidden_size_ > 0 && want > 0 &&
       (hidden_pos_ != static_cast<int64_t>(want) - 1 || static_cast<size_t>(hidden_pos_) >= keep);
   if (hidden_stale && keep == want) keep = want - 1;
-  if (keep < kv_tokens_.size()) {
+  // A round that failed after its pass (out of memory while coupling or committing) leaves the
+  // target holding positions that kv_tokens_ does not list: those are cut too.
+  const auto cached = static_cast<size_t>(target_.kv_size());
+  keep = std::min(keep, cached);
+  if (keep < kv_tokens_.size() || keep < cached) {
     target_.kv_truncate(static_cast<int32_t>(keep));
     kv_tokens_.resize(keep);
   }
@@ -330,10 +334,16 @@ void Session::prefill_done(const specinfer_forward_batch &b) {
 // The drafter hears of tokens fed since it last heard (the prompt, at first).
 void Session::tell_drafter() {
   if (!drafter_ || (drafter_begun_ && drafter_known_ >= tokens_.size())) return;
-  if (!drafter_begun_)
+  if (!drafter_begun_) {
     drafter_->begin(tokens_.data(), tokens_.size());
-  else
-    drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+  } else {
+    try {
+      drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+    } catch (...) {
+      drafter_begun_ = false;  // it may have heard part: the next try starts it again
+      throw;
+    }
+  }
   drafter_begun_ = true;
   drafter_known_ = tokens_.size();
 }
@@ -462,38 +472,67 @@ VerifyResult Session::couple(const Draft &d) {
 // new tokens now.
 size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out,
                        bool &done) {
+  // All or nothing: the room every step below needs is taken first, and a step that fails (a
+  // plugin's token_bytes or kv_keep, memory for the text) puts the text's state back as it was,
+  // so that the session goes on from where it stood (the next round cuts what the target holds
+  // beyond kv_tokens_).
   const size_t first = out.size();
-  for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[accepted_path_[i]]);
-  out.push_back(v.token);
-  done = end_text_at_stop(out, first);
-  const size_t emitted = out.size() - first;
-  // Cached: everything before the last token, the last token, then the accepted nodes that are
-  // followed by another emitted token.
-  const int32_t kept_nodes = static_cast<int32_t>(emitted) - 1;
+  const size_t most = static_cast<size_t>(v.n_accepted) + 1;
+  out.reserve(first + most);
+  kv_tokens_.reserve(kv_tokens_.size() + most);
+  tokens_.reserve(tokens_.size() + most);
+  keep_idx_.reserve(most);
+  std::string pending = utf8_pending_, held = stops_.held();
+  const size_t text_before = round_text_.size();
   const int32_t base = static_cast<int32_t>(kv_tokens_.size());
-  kv_tokens_.push_back(tokens_.back());
-  for (int32_t i = 0; i < kept_nodes; ++i) kv_tokens_.push_back(draft_tokens_[accepted_path_[i]]);
-  bool prefix = true;  // nodes 0 .. kept_nodes-1 in order: a truncation is enough
-  for (int32_t i = 0; i < kept_nodes; ++i) prefix = prefix && accepted_path_[i] == i;
-  if (prefix) {
-    if (kept_nodes < d.n) target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
-  } else {
-    keep_idx_.resize(static_cast<size_t>(kept_nodes) + 1);
-    keep_idx_[0] = 0;  // the last token
-    for (int32_t i = 0; i < kept_nodes; ++i) keep_idx_[i + 1] = accepted_path_[i] + 1;
-    target_.kv_keep(base, keep_idx_.data(), kept_nodes + 1);
+  size_t emitted = 0;
+  try {
+    for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[accepted_path_[i]]);
+    out.push_back(v.token);
+    done = end_text_at_stop(out, first);
+    emitted = out.size() - first;
+    // Cached: everything before the last token, the last token, then the accepted nodes that
+    // are followed by another emitted token.
+    const int32_t kept_nodes = static_cast<int32_t>(emitted) - 1;
+    kv_tokens_.push_back(tokens_.back());
+    for (int32_t i = 0; i < kept_nodes; ++i) kv_tokens_.push_back(draft_tokens_[accepted_path_[i]]);
+    bool prefix = true;  // nodes 0 .. kept_nodes-1 in order: a truncation is enough
+    for (int32_t i = 0; i < kept_nodes; ++i) prefix = prefix && accepted_path_[i] == i;
+    if (prefix) {
+      if (kept_nodes < d.n) target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
+    } else {
+      keep_idx_.resize(static_cast<size_t>(kept_nodes) + 1);
+      keep_idx_[0] = 0;  // the last token
+      for (int32_t i = 0; i < kept_nodes; ++i) keep_idx_[i + 1] = accepted_path_[i] + 1;
+      target_.kv_keep(base, keep_idx_.data(), kept_nodes + 1);
+    }
+  } catch (...) {
+    out.resize(first);
+    kv_tokens_.resize(static_cast<size_t>(base));
+    utf8_pending_.swap(pending);
+    stops_.restore(std::move(held));
+    round_text_.resize(text_before);
+    done = false;
+    throw;
   }
 
   tokens_.insert(tokens_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
   if (hidden_size_ > 0) {  // the row whose logits chose the last emitted token
+    const int32_t kept_nodes = static_cast<int32_t>(emitted) - 1;
     const int32_t row = kept_nodes == 0 ? 0 : accepted_path_[kept_nodes - 1] + 1;
     std::copy_n(verify_hidden_.begin() + static_cast<std::ptrdiff_t>(row) * hidden_size_,
                 hidden_size_, hidden_.begin());
     hidden_pos_ = static_cast<int64_t>(tokens_.size()) - 2;
   }
   if (drafter_) {
-    drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
-    drafter_known_ = tokens_.size();
+    // The text is committed: a drafter that fails to hear of it starts again from the whole
+    // text at the next round (begin), where a failure is reported before anything changes.
+    try {
+      drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
+      drafter_known_ = tokens_.size();
+    } catch (...) {
+      drafter_begun_ = false;
+    }
   }
   return emitted;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specinfer {
@@ -23,6 +24,9 @@ class StopStrings {
   void flush(std::string &out);
   // Forgets the held-back text (a new prompt begins).
   void clear() { held_.clear(); }
+  // The held-back text, and putting it back: a caller whose round fails after push() undoes it.
+  const std::string &held() const { return held_; }
+  void restore(std::string held) noexcept { held_ = std::move(held); }
 
  private:
   std::vector<std::string> stops_;

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../../common/fault_point.h"
 #include "util/error.h"
 
 namespace specinfer {
@@ -41,8 +42,9 @@ class PageBuffer {
     if (n == 0) return;
     if (n > static_cast<size_t>(-1) / sizeof(T))
       fail(SPECINFER_ERR_OUT_OF_MEMORY, "cannot allocate %zu values of %zu bytes", n, sizeof(T));
-    void *p =
-        mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = fault_injected(FAULT_ALLOC) ? MAP_FAILED
+                                          : mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       fail(SPECINFER_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", n * sizeof(T));
     p_ = static_cast<T *>(p);

@@ -13,6 +13,8 @@
 #include <limits>
 #include <unordered_set>
 
+#include "../../common/fault_point.h"
+
 namespace specinfer::gguf {
 
 namespace {
@@ -303,14 +305,17 @@ double decode_float(ValueType t, const uint8_t *p, std::string_view key) {
 // ---------------------------------------------------------------------------------------------
 
 std::unique_ptr<File> File::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Each system call below can be made to fail by a fault-injection test (common/fault_point.h),
+  // with the errno the system gives for an unreadable file.
+  int fd =
+      fault_injected(FAULT_READ) ? (errno = EIO, -1) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
     fail(e == ENOENT ? SPECINFER_ERR_NOT_FOUND : SPECINFER_ERR_IO, "gguf: cannot open '%s': %s",
          path.c_str(), std::strerror(e));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (fault_injected(FAULT_READ) ? (errno = EIO, true) : fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
     fail(SPECINFER_ERR_IO, "gguf: cannot stat '%s': %s", path.c_str(), std::strerror(e));
@@ -324,12 +329,21 @@ std::unique_ptr<File> File::open(const std::string &path) {
     fail(SPECINFER_ERR_FORMAT, "gguf: '%s' is too small (%lld bytes) to be a GGUF file",
          path.c_str(), (long long)st.st_size);
   }
-  void *m = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  // The File exists before the mapping, so that the mapping is never without its owner.
+  std::unique_ptr<File> f;
+  try {
+    f.reset(new File());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  void *m = fault_injected(FAULT_READ)
+                ? (errno = ENOMEM, MAP_FAILED)
+                : mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
   ::close(fd);
   if (m == MAP_FAILED)
     fail(SPECINFER_ERR_IO, "gguf: cannot map '%s': %s", path.c_str(), std::strerror(e));
-  std::unique_ptr<File> f(new File());
   f->map_ = m;
   f->base_ = static_cast<const uint8_t *>(m);
   f->size_ = uint64_t(st.st_size);

@@ -243,7 +243,8 @@ std::vector<float> Weights::vec(const std::string &name, int64_t n, bool require
 void Weights::pack(Weight &w) {
   specinfer_packed_weight *p = nullptr;
   check_status(k->pack_weight(w.type, w.data, w.rows, w.cols, &p), "pack_weight");
-  packed_.emplace_back(p, PackedFree{k});
+  std::unique_ptr<specinfer_packed_weight, PackedFree> owned(p, PackedFree{k});  // if push fails
+  packed_.push_back(std::move(owned));
   w.packed = p;
   // A packed copy replaces the matrix: give back its pages (the file's) or its buffer (requant's).
   // Embedding lookups and vocab-limited output rows still read the file; its pages come back.
@@ -362,6 +363,7 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
 
 void Model::ensure_capacity(int32_t n_pos) {
   if (kv_.data() || n_pos <= 0) return;
+  slot_pos_.resize(size_t(w_->n_ctx));  // first: once kv_ exists, this is not done again
   const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes, page = PageArray::page_size();
   kv_region_ = (size_t(w_->n_ctx) * row + page - 1) / page * page;
   kv_ = PageArray(kv_region_ * 2 * cache_.size());
@@ -369,7 +371,6 @@ void Model::ensure_capacity(int32_t n_pos) {
     cache_[li].k = kv_.data() + (2 * li) * kv_region_;
     cache_[li].v = kv_.data() + (2 * li + 1) * kv_region_;
   }
-  slot_pos_.resize(size_t(w_->n_ctx));
 }
 
 Weights::ScratchLease::ScratchLease(const Weights &w) : w_(w) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../common/fault_point.h"
 #include "gguf_error.h"
 
 namespace specinfer::gguf {
@@ -22,8 +23,10 @@ class PageArray {
   // Reserves `bytes` (zero-filled on first touch). Throws OUT_OF_MEMORY when the mapping fails.
   explicit PageArray(size_t bytes) : size_(bytes) {
     if (bytes == 0) return;
-    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = fault_injected(FAULT_ALLOC)
+                  ? MAP_FAILED
+                  : mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) fail(SPECINFER_ERR_OUT_OF_MEMORY, "gguf: cannot reserve %zu bytes", bytes);
     data_ = static_cast<uint8_t *>(p);
   }

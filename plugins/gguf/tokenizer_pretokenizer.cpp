@@ -100,6 +100,7 @@ struct PreTokenizer::Compiled {
 
 PreTokenizer::PreTokenizer(std::vector<std::string> patterns) : patterns_(std::move(patterns)) {
   try {
+    compiled_.reserve(patterns_.size());  // so that push_back cannot fail and drop c
     for (const std::string &p : patterns_) {
       auto *c = new Compiled;
       compiled_.push_back(c);

@@ -1,5 +1,6 @@
 #include "kgram_model.h"
 
+#include "../../common/fault_point.h"
 #include "../common/plugin_error.h"
 
 #include <algorithm>
@@ -12,12 +13,14 @@ namespace specinfer_kgram {
 
 Model::Model(const std::string &path, int order, double smoothing)
     : order_(order), smoothing_(smoothing) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in;
+  if (!specinfer::fault_injected(specinfer::FAULT_READ)) in.open(path, std::ios::binary);
   if (!in)
     throw specinfer_plugin::Failure(SPECINFER_ERR_NOT_FOUND,
                                     "cannot open training text '" + path + "'");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error("cannot read training text '" + path + "'");
+  if (in.bad() || specinfer::fault_injected(specinfer::FAULT_READ))
+    throw specinfer_plugin::Failure(SPECINFER_ERR_IO, "cannot read training text '" + path + "'");
   if (text.empty()) throw std::runtime_error("training text '" + path + "' is empty");
   train(text);
 }

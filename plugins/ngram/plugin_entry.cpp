@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/fault_point.h"
 #include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
 #include "ngram_index.h"
@@ -127,9 +128,13 @@ const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_de
 std::vector<int32_t> tokenize_corpus(const std::string &path, const specinfer_host_target *target) {
   if (!target || !target->vtable || !target->vtable->tokenize)
     throw ConfigError("ngram: static=... needs the target's tokenizer");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in;
+  if (!specinfer::fault_injected(specinfer::FAULT_READ)) in.open(path, std::ios::binary);
   if (!in) throw ConfigError("ngram: cannot read the static corpus '" + path + "'");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad() || specinfer::fault_injected(specinfer::FAULT_READ))
+    throw specinfer_plugin::Failure(SPECINFER_ERR_IO,
+                                    "ngram: cannot read the static corpus '" + path + "'");
   if (text.size() > (size_t{256} << 20))
     throw ConfigError("ngram: the static corpus exceeds 256 MiB");
   std::vector<int32_t> all, buf;
@@ -150,8 +155,9 @@ std::vector<int32_t> tokenize_corpus(const std::string &path, const specinfer_ho
       rc = target->vtable->tokenize(target->self, text.data() + pos, end - pos, 0, 0, buf.data(),
                                     buf.size(), &n, &e);
     }
-    if (rc != SPECINFER_OK)
-      throw ConfigError(std::string("ngram: tokenizing the static corpus failed: ") + e.message);
+    if (rc != SPECINFER_OK)  // the target's status (out of memory, say), not a config error
+      throw specinfer_plugin::Failure(
+          rc, std::string("ngram: tokenizing the static corpus failed: ") + e.message);
     all.insert(all.end(), buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n));
     pos = end;
   }
