@@ -225,11 +225,31 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
       for (size_t j = i + 1; j < n; ++j)
         if (batches[j] && !scored[j] && sessions[j]->target_.model_key() == t.model_key())
           group.push_back(j);
+    // The group's logit rows go to one arena, in the pass's row order, instead of each session's
+    // own rows: a pass's rows are then resident once per thread, not once per session, and a
+    // target can write them with one matrix product.
+    size_t rows = 0;
+    for (size_t j : group) rows += static_cast<size_t>(batches[j]->n_logits);
+    static thread_local PageBuffer<float> arena;
+    const size_t vocab = static_cast<size_t>(sessions[i]->vocab_);
+    try {
+      if (arena.size() < rows * vocab) arena.assign_zero(rows * vocab);
+    } catch (...) {
+      for (size_t j : group) {
+        errors[j] = std::current_exception();
+        sessions[j]->t_total_ += ms_since(begun[j]);
+      }
+      continue;
+    }
     std::vector<TargetObject *> targets;
     std::vector<specinfer_forward_batch> bs;
     int32_t pass_tokens = 0, pass_rounds = 0, pass_fixed = 0;
     double pass_draft_ms = 0;
+    size_t row = 0;
     for (size_t j : group) {
+      specinfer_forward_batch &b = sessions[j]->verify_batch_;
+      if (b.n_logits > 0) b.logits = arena.data() + row * vocab;
+      row += static_cast<size_t>(b.n_logits);
       targets.push_back(&sessions[j]->target_);
       bs.push_back(*batches[j]);
       pass_tokens += batches[j]->n_tokens;
@@ -448,11 +468,11 @@ const specinfer_forward_batch &Session::score_batch(const Draft &d) {
 // the argmax (greedy), on the sampler's distributions otherwise.
 VerifyResult Session::couple(const Draft &d) {
   const auto t0 = Clock::now();
-  const float *p = logits_.data();
+  const float *p = verify_batch_.logits;  // the session's rows, or step_many's arena
   const float *q = d.has_probs && !greedy_ ? draft_probs_.data() : nullptr;
   if (!greedy_) {
     for (int32_t i = 0; i <= d.n; ++i)
-      logits_to_probs(&logits_[static_cast<size_t>(i) * vocab_], vocab_, sampling_,
+      logits_to_probs(verify_batch_.logits + static_cast<size_t>(i) * vocab_, vocab_, sampling_,
                       &probs_[static_cast<size_t>(i) * vocab_]);
     p = probs_.data();
   }

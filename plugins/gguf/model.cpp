@@ -614,11 +614,23 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     row += b.n_logits;
   }
   if (W.n_out == hp.n_vocab && n_rows > 0) {
-    if (n_seq == 1) {
-      W.matmul(W.output, h, n_rows, batches[0].logits);
+    // Rows the caller laid out one after another in the pass's order (a session step_many's
+    // arena) take the product directly; otherwise it goes through the scratch and is copied out.
+    const size_t V = size_t(hp.n_vocab);
+    float *first = nullptr;
+    bool in_order = true;
+    int64_t before = 0;
+    for (int32_t s = 0; s < n_seq; s++) {
+      const Batch &b = batches[s];
+      if (b.n_logits == 0) continue;
+      if (!first) first = b.logits - size_t(before) * V;
+      in_order = in_order && b.logits == first + size_t(before) * V;
+      before += b.n_logits;
+    }
+    if (in_order) {
+      W.matmul(W.output, h, n_rows, first);
     } else {
       // One pass over the output matrix for every sequence's rows, then each its own.
-      const size_t V = size_t(hp.n_vocab);
       float *lg = grow(sc.lg, n_rows * int64_t(V));
       W.matmul(W.output, h, n_rows, lg);
       row = 0;
