@@ -2,6 +2,7 @@
 // double-precision reference (F32, F16 and Q8_0 weights; Qwen2 and Llama layouts), batched ==
 // token-by-token, truncate + re-forward == fresh, tree mask == separate chains, kv_keep, and
 // errors on bad input.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -224,6 +225,66 @@ void test_kv_cache_resident_as_used(void **) {
   assert_int_equal(m.kv_size(), 15);
 }
 
+// A packed output matrix's file pages were handed back when it was packed; output_rows reads rows
+// from the file and hands those pages back again, so a drafter reading many rows (Medusa) leaves
+// no second copy of the matrix resident.
+void test_output_rows_leave_no_file_pages(void **) {
+  TinyConfig c;
+  c.wtype = 8;       // Q8_0: packed where the AVX-512 kernels run
+  c.n_vocab = 4096;  // an output matrix of 4096 rows x 68 bytes: 68 pages
+  c.tied = false;
+  TinyWeights w;
+  const std::vector<uint8_t> bytes = make_tiny_model(c, &w);
+  char path[] = "/tmp/specinfer-output-rows-XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, bytes.data(), bytes.size()), ssize_t(bytes.size()));
+  close(fd);
+  auto file = File::open(path);
+  Model m(*file, specinfer::default_host(), 0);
+  const specinfer::gguf::Weight &out = m.weights()->output;
+  if (!out.packed) {
+    print_message("  skipped: the output matrix is not packed on this machine\n");
+  } else {
+    // Pages of the file mapped into this process (smaps' Rss of its mapping; mincore would tell
+    // the page cache's, not the process's).
+    auto resident_pages = [&] {
+      FILE *f = std::fopen("/proc/self/smaps", "r");
+      assert_non_null(f);
+      char line[4096];
+      bool ours = false;
+      size_t kib = 0;
+      while (std::fgets(line, sizeof line, f)) {
+        if (std::strchr(line, '-') && std::strstr(line, " ") && line[0] != ' ' &&
+            std::strchr("0123456789abcdef", line[0]) && std::strstr(line, ":") &&
+            !std::strstr(line, "kB"))
+          ours = std::strstr(line, path) != nullptr;
+        else if (ours && std::strncmp(line, "Rss:", 4) == 0)
+          kib += size_t(std::atol(line + 4));
+      }
+      std::fclose(f);
+      return kib * 1024 / size_t(sysconf(_SC_PAGESIZE));
+    };
+    const size_t after_load = resident_pages();
+    std::vector<int32_t> ids(size_t(c.n_vocab));
+    for (int32_t i = 0; i < c.n_vocab; i++) ids[size_t(i)] = i;
+    std::vector<float> rows(ids.size() * size_t(c.n_embd));
+    m.output_rows(ids.data(), c.n_vocab, rows.data());
+    const size_t after_rows = resident_pages();
+    print_message(
+        "  output matrix: %zu file pages resident after loading, %zu after reading every "
+        "row\n",
+        after_load, after_rows);
+    // Reading every row faults the matrix's 68 pages in; they go back (but for the two it shares
+    // with its neighbours).
+    assert_true(after_rows <= after_load + 2);
+    // The rows are the matrix's, dequantized.
+    assert_true(std::fabs(rows[size_t(7) * size_t(c.n_embd) + 3]) > 0);
+  }
+  file.reset();
+  unlink(path);
+}
+
 // A token tree after a prefix: each node's logits equal those of a chain forward of its path.
 //          prefix ... -> a(0) -> b(1) -> c(3)
 //                          \ -> d(2) -> e(4)
@@ -402,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_truncate_refeed),
       cmocka_unit_test(test_tree_mask),
       cmocka_unit_test(test_kv_cache_resident_as_used),
+      cmocka_unit_test(test_output_rows_leave_no_file_pages),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_bad_models),
   };

@@ -709,6 +709,10 @@ void Model::output_rows(const int32_t *ids, int32_t n, float *out) const {
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: output_rows: NULL ids or out, or n %d < 0", n);
   const Weights &W = *w_;
   const int64_t E = W.hp.n_embd;
+  // A packed matrix's rows are read from the file, whose pages of it were handed back once the
+  // packed copy was made: they go back again afterwards, so that a drafter asking for many rows
+  // (Medusa's heads' vocabulary) does not leave a second copy of the matrix resident.
+  int32_t lo = W.hp.n_vocab, hi = -1;
   for (int32_t i = 0; i < n; i++) {
     const int32_t id = ids[i];
     if (id < 0 || id >= W.hp.n_vocab)
@@ -718,6 +722,15 @@ void Model::output_rows(const int32_t *ids, int32_t n, float *out) const {
     const Weight &w = id < W.n_out ? W.output : W.output_file;
     const auto *row = static_cast<const uint8_t *>(w.data) + size_t(id) * w.row_bytes;
     check_status(k_->dequantize_row(w.type, row, out + size_t(i) * size_t(E), E), "output row");
+    if (&w == &W.output && w.packed) {
+      lo = std::min(lo, id);
+      hi = std::max(hi, id);
+    }
+  }
+  if (hi >= lo) {
+    const Weight &w = W.output;
+    W.file.release(static_cast<const uint8_t *>(w.data) + size_t(lo) * w.row_bytes,
+                   size_t(hi - lo + 1) * w.row_bytes);
   }
 }
 
