@@ -1,6 +1,7 @@
 // Whole-model forward passes through the gguf plugin: the time of one batched forward of n tokens
 // (the verification pass of speculative decoding scores n tokens at once and needs logits for all
-// of them) after a fixed cached context, and prefill of 512 tokens.
+// of them) after a fixed cached context, prefill of 512 tokens, and decode at a long context for
+// each KV cache type (BM_LongContext).
 //
 //   SPECINFER_PLUGIN_PATH=<build>/plugins SPECINFER_BENCH_MODEL=<file.gguf>
 //     ./bench_forward --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -13,7 +14,11 @@
 #include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -343,5 +348,186 @@ void BM_Prefill(benchmark::State &state) {
 BENCHMARK(BM_Prefill)->Arg(512)->ArgName("tok")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
+
+// Decode at a long context against decode at a short one, for each KV cache type, in one run:
+// per type a target (config + ",kv_type=T") whose cache holds SPECINFER_BENCH_DEPTH tokens
+// (default 16000) of real text, and a target shared from it holding 64. Every round times one
+// decode step of each at every type in turn (the bandwidth of a shared machine swings within
+// minutes; interleaving lets every ratio see the same conditions). Counters per type: median
+// milliseconds at depth and at 64, their ratio (the long context's fraction of short-context
+// speed), the speed-up over f32 at depth, and prefill tokens/s of the long context (512-token
+// batches). Environment:
+//   SPECINFER_BENCH_DEPTH     context tokens (required: without it the benchmark is skipped)
+//   SPECINFER_BENCH_TEXT      the text file they come from (default: the .py files of
+//                             /usr/lib/python3.11 in name order, concatenated)
+//   SPECINFER_BENCH_KV_TYPES  comma-separated (default "f32,f16,q8_0")
+//   SPECINFER_BENCH_ROUNDS    rounds of timed steps (default 15)
+// Run alone: --benchmark_filter=LongContext (prefilling 16k tokens takes minutes per type).
+// A depth of 64 or less, or beyond the text, is an error.
+std::string env_or(const char *name, const char *dflt) {
+  const char *v = std::getenv(name);
+  return v && *v ? v : dflt;
+}
+
+std::string context_text() {
+  std::string file = env_or("SPECINFER_BENCH_TEXT", "");
+  std::string text;
+  std::vector<std::string> files;
+  if (!file.empty()) {
+    files.push_back(file);
+  } else {
+    // The standard library's own sources, in a fixed order.
+    if (FILE *ls = popen("ls /usr/lib/python3.11/*.py 2>/dev/null", "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, ls)) {
+        std::string f(line);
+        while (!f.empty() && (f.back() == '\n' || f.back() == '\r')) f.pop_back();
+        files.push_back(f);
+      }
+      pclose(ls);
+    }
+  }
+  for (const std::string &f : files) {
+    std::ifstream in(f, std::ios::binary);
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (text.size() > 400000) break;  // ~100k tokens: more than any depth wanted here
+  }
+  return text;
+}
+
+void BM_LongContext(benchmark::State &state) {
+  const std::string path = model_path();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    state.SkipWithError(("no model file " + path).c_str());
+    return;
+  }
+  if (env_or("SPECINFER_BENCH_DEPTH", "").empty()) {
+    state.SkipWithError("set SPECINFER_BENCH_DEPTH (e.g. 16000) to run");
+    return;
+  }
+  const int32_t depth = std::atoi(env_or("SPECINFER_BENCH_DEPTH", "").c_str()), shallow = 64;
+  if (depth <= shallow) {
+    state.SkipWithError("SPECINFER_BENCH_DEPTH must be above 64");
+    return;
+  }
+  const int rounds = std::max(1, std::atoi(env_or("SPECINFER_BENCH_ROUNDS", "15").c_str()));
+  std::vector<std::string> types;
+  {
+    std::stringstream ss(env_or("SPECINFER_BENCH_KV_TYPES", "f32,f16,q8_0"));
+    for (std::string t; std::getline(ss, t, ',');)
+      if (!t.empty()) types.push_back(t);
+  }
+  specinfer_registry_params params;
+  specinfer_registry_params_init(&params);
+  params.n_threads = bench_threads();
+  specinfer_registry *reg = nullptr;
+  char *msg = nullptr;
+  if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
+    state.SkipWithError(msg ? msg : "registry_create failed");
+    specinfer_free(msg);
+    return;
+  }
+  struct PerType {
+    specinfer_target *deep = nullptr, *shallow = nullptr;
+    double prefill_tps = 0;
+    std::vector<double> deep_ms, shallow_ms;
+  };
+  std::vector<PerType> per(types.size());
+  std::string error;
+  std::vector<int32_t> text;
+  int32_t vocab = 0;
+  std::string extra = env_or("SPECINFER_BENCH_CONFIG", "");
+  for (size_t i = 0; i < types.size() && error.empty(); ++i) {
+    const std::string config = "path=" + path + ",n_ctx=" + std::to_string(depth + shallow) +
+                               ",kv_type=" + types[i] + (extra.empty() ? "" : "," + extra);
+    if (specinfer_target_open(reg, "gguf", config.c_str(), &per[i].deep, &msg) != SPECINFER_OK ||
+        specinfer_target_share(per[i].deep, &per[i].shallow, &msg) != SPECINFER_OK) {
+      error = msg ? msg : "target_open failed";
+      specinfer_free(msg);
+      break;
+    }
+    if (text.empty()) {
+      specinfer_model_info info;
+      specinfer_model_info_init(&info);
+      specinfer_target_info(per[i].deep, &info);
+      vocab = info.vocab_size;
+      const std::string t = context_text();
+      text = static_cast<specinfer::TargetObject *>(per[i].deep)
+                 ->tokenize(t.c_str(), t.size(), false, false);
+      if (static_cast<int32_t>(text.size()) < depth + 1) {
+        error = "the text has " + std::to_string(text.size()) + " tokens, fewer than the depth";
+        break;
+      }
+    }
+    const auto prefill = [&](specinfer_target *tg, int32_t n) {
+      auto *t = static_cast<specinfer::TargetObject *>(tg);
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      std::vector<int32_t> pos(static_cast<size_t>(n));
+      for (int32_t p = 0; p < n; ++p) pos[static_cast<size_t>(p)] = p;
+      for (int32_t p = 0; p < n; p += 512) {
+        specinfer_forward_batch b{};
+        b.struct_size = sizeof b;
+        b.n_tokens = std::min(512, n - p);
+        b.tokens = text.data() + p;
+        b.positions = pos.data() + p;
+        b.n_logits = p + b.n_tokens == n ? 1 : 0;
+        b.logits = logits.data();
+        t->forward(b);
+      }
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    prefill(per[i].deep, depth);
+    per[i].prefill_tps =
+        depth / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    prefill(per[i].shallow, shallow);
+  }
+  const auto step_ms = [&](specinfer_target *tg, int32_t at) {
+    auto *t = static_cast<specinfer::TargetObject *>(tg);
+    t->kv_truncate(at);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = 1;
+    b.tokens = text.data() + at;
+    b.positions = &at;
+    b.n_logits = 1;
+    b.logits = logits.data();
+    const auto t0 = std::chrono::steady_clock::now();
+    t->forward(b);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  for (auto _ : state) {
+    if (!error.empty()) break;
+    for (int r = 0; r < rounds; ++r)
+      for (PerType &p : per) {
+        p.deep_ms.push_back(step_ms(p.deep, depth));
+        p.shallow_ms.push_back(step_ms(p.shallow, shallow));
+      }
+  }
+  if (error.empty()) {
+    const double f32_ms = types[0] == "f32" ? median(per[0].deep_ms) : 0.0;
+    for (size_t i = 0; i < types.size(); ++i) {
+      const double d = median(per[i].deep_ms), sh = median(per[i].shallow_ms);
+      state.counters[types[i] + "_deep_ms"] = d;
+      state.counters[types[i] + "_short_ms"] = sh;
+      state.counters[types[i] + "_of_short"] = sh / d;
+      if (f32_ms > 0) state.counters[types[i] + "_vs_f32"] = f32_ms / d;
+      state.counters[types[i] + "_prefill_tps"] = per[i].prefill_tps;
+    }
+    state.SetLabel("depth " + std::to_string(depth));
+  }
+  for (PerType &p : per) {
+    if (p.shallow) specinfer_target_destroy(p.shallow);
+    if (p.deep) specinfer_target_destroy(p.deep);
+  }
+  specinfer_registry_destroy(reg);
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

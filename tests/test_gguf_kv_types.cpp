@@ -96,10 +96,11 @@ void test_types_against_f32(void **) {
   std::unique_ptr<File> file = File::open(path);
   auto tok = specinfer::gguf::Tokenizer::from_gguf(*file);
   std::vector<int32_t> prompt = tok->encode(kCode, false, false);
-  const size_t want = g_sanitized ? 96 : 400;
+  const size_t want = g_sanitized ? 64 : 400;
   while (prompt.size() < want) prompt.insert(prompt.end(), prompt.begin(), prompt.end());
   prompt.resize(want);
-  const int32_t n = int32_t(prompt.size()), n_gen = g_sanitized ? 6 : 24, n_tail = 64;
+  const int32_t n = int32_t(prompt.size()), n_gen = g_sanitized ? 4 : 24,
+                n_tail = g_sanitized ? 32 : 64;
   std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), 0);
 
