@@ -273,22 +273,21 @@ func (s *Session) SetStopStrings(stops []string) error {
 // StepText is the text of the last Step's (or StepMany's) tokens: whole UTF-8 characters, nothing
 // of end-of-generation tokens or of what may begin a stop string.
 func (s *Session) StepText() (string, error) {
-	p, err := s.raw()
-	if err != nil {
-		return "", err
-	}
-	defer runtime.KeepAlive(s)
-	var text *C.char
-	var n C.size_t
-	if err := s.check(C.specinfer_session_step_text(p, &text, &n)); err != nil {
-		return "", err
-	}
-	return C.GoStringN(text, C.int(n)), nil
+	return s.text(func(p *C.specinfer_session, t **C.char, n *C.size_t) C.specinfer_status {
+		return C.specinfer_session_step_text(p, t, n)
+	})
 }
 
 // EndText ends the text where the caller ends it (its own token budget): it returns the tail held
 // back because it could begin a stop string ("" when none).
 func (s *Session) EndText() (string, error) {
+	return s.text(func(p *C.specinfer_session, t **C.char, n *C.size_t) C.specinfer_status {
+		return C.specinfer_session_end_text(p, t, n)
+	})
+}
+
+// text copies out the session-owned text that call points to.
+func (s *Session) text(call func(*C.specinfer_session, **C.char, *C.size_t) C.specinfer_status) (string, error) {
 	p, err := s.raw()
 	if err != nil {
 		return "", err
@@ -296,7 +295,7 @@ func (s *Session) EndText() (string, error) {
 	defer runtime.KeepAlive(s)
 	var text *C.char
 	var n C.size_t
-	if err := s.check(C.specinfer_session_end_text(p, &text, &n)); err != nil {
+	if err := s.check(call(p, &text, &n)); err != nil {
 		return "", err
 	}
 	return C.GoStringN(text, C.int(n)), nil
