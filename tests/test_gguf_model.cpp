@@ -35,12 +35,16 @@ struct Loaded {
   std::unique_ptr<Model> model;
 };
 
-std::unique_ptr<Loaded> load(const TinyConfig &c) {
+// The cache in f32 unless told otherwise: the references are f32 arithmetic (the other cache types
+// are checked against f32 in test_gguf_kv_types).
+std::unique_ptr<Loaded> load(const TinyConfig &c, int32_t kv_type = SPECINFER_WTYPE_F32) {
   auto L = std::make_unique<Loaded>();
   L->cfg = c;
   std::vector<uint8_t> bytes = make_tiny_model(c, &L->w);
   L->file = File::from_memory(bytes.data(), bytes.size());
-  L->model = std::make_unique<Model>(*L->file, specinfer::default_host(), 0);
+  specinfer::gguf::ModelOptions opt;
+  opt.kv_type = kv_type;
+  L->model = std::make_unique<Model>(*L->file, specinfer::default_host(), 0, opt);
   return L;
 }
 
@@ -191,6 +195,22 @@ void test_truncate_refeed(void **) {
   // And the refed logits must differ from the original continuation's (the test can fail).
   std::vector<float> orig(lg.end() - long(la.size()), lg.end());
   assert_true(max_abs(la, orig) > 1e-2);
+}
+
+// By default a sequence's context is the model's trained one and its cache is f16; loading makes
+// none of the cache resident.
+void test_defaults(void **) {
+  TinyConfig c;
+  c.n_ctx = 32768;
+  auto A = load(c, -1);
+  assert_int_equal(A->model->n_ctx(), 32768);
+  assert_int_equal(A->model->weights()->kv_type, SPECINFER_WTYPE_F16);
+  assert_int_equal(A->model->kv_resident_bytes(), 0);
+  std::vector<float> lg(size_t(c.n_vocab));
+  const std::vector<int32_t> toks = random_tokens(8, c.n_vocab, 1), pos = iota_pos(8);
+  A->model->forward(toks.data(), pos.data(), 8, nullptr, 1, lg.data(), nullptr);
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  assert_int_equal(A->model->kv_resident_bytes(), size_t(c.n_layer) * 2 * page);
 }
 
 // The KV cache reserves the whole context but is resident only where positions were written, and
@@ -462,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_batched_equals_single),
       cmocka_unit_test(test_truncate_refeed),
       cmocka_unit_test(test_tree_mask),
+      cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_kv_cache_resident_as_used),
       cmocka_unit_test(test_output_rows_leave_no_file_pages),
       cmocka_unit_test(test_bad_input),

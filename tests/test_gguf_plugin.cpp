@@ -122,8 +122,10 @@ void test_target(void **state) {
   void *self = nullptr;
   const specinfer_target_vtable *vt = nullptr;
   specinfer_plugin_error err;
-  assert_int_equal(create(fx, " path = " + fx->model_path + " , n_ctx=32", &self, &vt, &err),
-                   SPECINFER_OK);
+  // An f32 cache: the reference below is f32 arithmetic.
+  assert_int_equal(
+      create(fx, " path = " + fx->model_path + " , n_ctx=32 ,kv_type=f32", &self, &vt, &err),
+      SPECINFER_OK);
   assert_non_null(self);
   assert_true(vt->struct_size >= sizeof(specinfer_target_vtable));
 

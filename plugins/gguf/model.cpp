@@ -179,19 +179,22 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     pack(output);
   }
 
-  kv_type = opt.kv_type;
+  const bool has_kv_store =
+      k->struct_size >= offsetof(specinfer_kernels, kv_store) + sizeof(k->kv_store) && k->kv_store;
+  kv_type = opt.kv_type >= 0 ? opt.kv_type
+            : has_kv_store   ? SPECINFER_WTYPE_F16
+                             : SPECINFER_WTYPE_F32;
   if (kv_type != SPECINFER_WTYPE_F32 && kv_type != SPECINFER_WTYPE_F16 &&
       kv_type != SPECINFER_WTYPE_Q8_0 && kv_type != SPECINFER_WTYPE_Q4_0)
     fail(SPECINFER_ERR_CONFIG, "gguf: KV cache type %d is not one of f32, f16, q8_0, q4_0",
          kv_type);
-  if (kv_type != SPECINFER_WTYPE_F32 &&
-      k->struct_size < offsetof(specinfer_kernels, kv_store) + sizeof(k->kv_store))
+  if (kv_type != SPECINFER_WTYPE_F32 && !has_kv_store)
     fail(SPECINFER_ERR_CONFIG, "gguf: the host's kernels store no KV cache other than f32");
   kv_head_bytes = k->row_size(kv_type, hp.head_dim);
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
          hp.head_dim, kv_type);
-  if (ctx <= 0) ctx = std::min<int32_t>(hp.n_ctx_train, 4096);
+  if (ctx <= 0) ctx = hp.n_ctx_train;
   if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
   n_ctx = ctx;
 }

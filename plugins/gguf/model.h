@@ -60,8 +60,9 @@ struct ModelOptions {
   int32_t vocab_limit = 0;  // logits only for token ids below it; 0 = all
   int32_t requant = -1;     // SPECINFER_WTYPE_Q4_0 or _Q8_0: re-quantize wider matrices; -1 = keep
   // How every sequence stores its keys and values: SPECINFER_WTYPE_F32, _F16, _Q8_0 or _Q4_0 (the
-  // host's kv_store writes them, its attention reads them directly).
-  int32_t kv_type = SPECINFER_WTYPE_F32;
+  // host's kv_store writes them, its attention reads them directly); -1: F16, or F32 on a host
+  // without kv_store.
+  int32_t kv_type = -1;
 };
 
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
@@ -69,21 +70,22 @@ struct ModelOptions {
 // once.
 class Weights {
  public:
-  // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks min(context_length,
-  // 4096). The File must outlive the Weights. Throws gguf::Error (UNSUPPORTED for an unknown
-  // architecture or a weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG
-  // for a bad n_ctx). pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K,
-  // Q6_K and Q4_0 matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts),
-  // if the host has it. vocab_limit in (0, n_vocab): compute logits only for token ids below it,
-  // for every token a sequence has been fed and for ids given to its add_output_ids, and write -inf
-  // for the rest (a cheaper output matrix for draft models: ids are roughly in frequency order in
-  // BPE vocabularies, and the rarer tokens a continuation needs are mostly in its context); 0 =
-  // all. requant (a draft model's cheaper copy): every matrix stored with more bits per weight than
-  // that type (and a multiple of 32 columns) is decoded and re-quantized to it in memory (the file
-  // is not touched): for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per
-  // token. Lossy: the draft's proposals change, the target's output does not. kv_type: CONFIG
-  // error for a type the cache cannot hold, a head_dim that is not whole blocks of it, or (other
-  // than F32) a host without kv_store.
+  // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks the trained
+  // context_length (each sequence's cache only reserves address space for it: see Model). The File
+  // must outlive the Weights. Throws gguf::Error (UNSUPPORTED for an unknown architecture or a
+  // weight type the kernels lack, FORMAT for missing or misshapen tensors, CONFIG for a bad n_ctx).
+  // pack: hand every matrix to the host's pack_weight once (faster kernels; Q4_K, Q6_K and Q4_0
+  // matrices, and with AVX-512 Q5_0 and Q8_0 ones, are copied into packed layouts), if the host has
+  // it. vocab_limit in (0, n_vocab): compute logits only for token ids below it, for every token a
+  // sequence has been fed and for ids given to its add_output_ids, and write -inf for the rest (a
+  // cheaper output matrix for draft models: ids are roughly in frequency order in BPE vocabularies,
+  // and the rarer tokens a continuation needs are mostly in its context); 0 = all. requant (a draft
+  // model's cheaper copy): every matrix stored with more bits per weight than that type (and a
+  // multiple of 32 columns) is decoded and re-quantized to it in memory (the file is not touched):
+  // for the Qwen2.5 0.5B draft, Q5_0 / Q8_0 -> Q4_0 is 491 -> 278 MB read per token. Lossy: the
+  // draft's proposals change, the target's output does not. kv_type: CONFIG error for a type the
+  // cache cannot hold, a head_dim that is not whole blocks of it, or (other than F32) a host
+  // without kv_store.
   Weights(const File &file, const specinfer_host *host, int32_t n_ctx, const ModelOptions &opt);
   Weights(const Weights &) = delete;
   Weights &operator=(const Weights &) = delete;

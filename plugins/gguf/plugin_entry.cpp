@@ -45,11 +45,11 @@ std::unique_ptr<Target> new_sequence(std::shared_ptr<const Loaded> loaded) {
 
 struct Config {
   std::string path;
-  int32_t n_ctx = 0;        // 0 = min(model context, 4096)
+  int32_t n_ctx = 0;        // 0 = the model's trained context
   bool pack = true;         // repack weights at load for the faster kernels
   int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
   int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
-  int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type
+  int32_t kv_type = -1;     // the KV cache's storage type; -1 = f16 (f32 without kv_store)
 };
 
 std::string_view trim(std::string_view s) {
