@@ -161,6 +161,13 @@ typedef struct specinfer_kernels {
    * INVALID_ARGUMENT for a bad n, NULL, or (block types) inf / NaN in the input. Fast enough to
    * run on every new key and value. A host whose table has this entry reads k_type and v_type. */
   specinfer_status (*kv_store)(int32_t wtype, const float *src, void *dst, int64_t n);
+
+  /* Added after kv_store (check struct_size; may be NULL): rope with a frequency per pair, for
+   * scaled RoPE (linear, YaRN, Llama 3's per-pair factors). Pair i (as rope numbers them) turns by
+   * the angle pos * inv_freq[i]; inv_freq holds n_rot / 2 values. Both rotated values are then
+   * multiplied by mscale (YaRN's attention factor; 1 for none). */
+  void (*rope_freqs)(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+                     const double *inv_freq, float mscale, int32_t neox);
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

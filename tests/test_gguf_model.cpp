@@ -70,9 +70,11 @@ double max_abs(const std::vector<float> &a, const std::vector<float> &b) {
 
 // Model logits for all n tokens in one batch vs the reference; returns the max abs difference
 // relative to max(1, max |reference logit|).
-double compare_with_reference(const TinyConfig &c, int n, double *abs_err = nullptr) {
+double compare_with_reference(const TinyConfig &c, int n, double *abs_err = nullptr,
+                              int first_pos = 0) {
   auto L = load(c);
-  std::vector<int32_t> toks = random_tokens(n, c.n_vocab, c.seed + 100), pos = iota_pos(n);
+  std::vector<int32_t> toks = random_tokens(n, c.n_vocab, c.seed + 100),
+                       pos = iota_pos(n, first_pos);
   std::vector<float> logits(size_t(n) * size_t(c.n_vocab)), hidden(size_t(n) * size_t(c.n_embd));
   L->model->forward(toks.data(), pos.data(), n, nullptr, n, logits.data(), hidden.data());
   std::vector<double> ref, ref_h;
@@ -140,6 +142,53 @@ void test_reference_q8_0(void **) {
 }
 
 // n tokens in one forward == the same tokens one forward at a time.
+// Scaled RoPE against the reference's own formulas, at positions far past the tiny model's
+// trained context (where scaling matters): linear, YaRN (its ramp inside the head's pairs),
+// Llama 3's per-pair factors (rope_freqs.weight), and Gemma 3, whose sliding-window layers stay
+// unscaled.
+void test_rope_scaling(void **) {
+  TinyConfig lin;
+  lin.rope_scaling = "linear";
+  lin.rope_factor = 4.0f;
+  assert_true(compare_with_reference(lin, 10, nullptr, 900) < 1e-4);
+  TinyConfig yarn = lin;
+  yarn.rope_scaling = "yarn";
+  yarn.rope_orig_ctx = 4096;  // with head_dim 16 and base 1e4: a ramp from pair 2 to pair 6
+  assert_true(compare_with_reference(yarn, 10, nullptr, 900) < 1e-4);
+  TinyConfig l3;
+  l3.arch = "llama";
+  for (int i = 0; i < l3.head_dim() / 2; i++) l3.rope_freq_factors.push_back(1.0f + float(i % 5));
+  assert_true(compare_with_reference(l3, 10, nullptr, 900) < 1e-4);
+  TinyConfig g;
+  g.arch = "gemma3";
+  g.tied = true;
+  g.n_layer = 6;
+  g.n_head_kv = 1;
+  g.swa = 4;
+  g.rope_base = 1e6f;
+  g.rope_scaling = "yarn";
+  g.rope_factor = 8.0f;
+  g.rope_orig_ctx = 512;
+  assert_true(compare_with_reference(g, 12, nullptr, 700) < 1e-4);
+
+  // Independently of any formula: linear scaling by 2 at positions 0, 2, 4, ... is the unscaled
+  // model at 0, 1, 2, ...
+  TinyConfig two;
+  two.rope_scaling = "linear";
+  two.rope_factor = 2.0f;
+  auto A = load(two), B = load(TinyConfig{});
+  const int n = 9;
+  const std::vector<int32_t> toks = random_tokens(n, two.n_vocab, 7);
+  std::vector<int32_t> even;
+  for (int i = 0; i < n; i++) even.push_back(2 * i);
+  const std::vector<int32_t> pos = iota_pos(n);
+  std::vector<float> la(size_t(n) * size_t(two.n_vocab)), lb(la.size());
+  A->model->forward(toks.data(), even.data(), n, nullptr, n, la.data(), nullptr);
+  B->model->forward(toks.data(), pos.data(), n, nullptr, n, lb.data(), nullptr);
+  print_message("  linear x2 at even positions vs unscaled: max abs diff %.3g\n", max_abs(la, lb));
+  assert_true(max_abs(la, lb) < 1e-4);
+}
+
 void test_batched_equals_single(void **) {
   for (uint32_t wt : {0u, 8u, 100u}) {
     TinyConfig c;
@@ -469,6 +518,29 @@ void test_bad_models(void **) {
     z.kv_u32("qwen2.attention.head_count_kv", 3);
     try_model(z, SPECINFER_ERR_FORMAT, "head_count_kv");
   }
+  {  // RoPE scaling the plugin does not know, or out of range
+    TinyConfig r;
+    r.rope_scaling = "longrope";
+    r.rope_factor = 4.0f;
+    Writer x;
+    make_tiny_model(r, nullptr, &x);
+    try_model(x, SPECINFER_ERR_UNSUPPORTED, "longrope");
+    r.rope_scaling = "linear";
+    r.rope_factor = 0.5f;
+    Writer y;
+    make_tiny_model(r, nullptr, &y);
+    try_model(y, SPECINFER_ERR_FORMAT, "factor 0.5");
+    TinyConfig f;
+    f.rope_freq_factors = {1.0f, 2.0f};  // not one per pair
+    Writer z;
+    make_tiny_model(f, nullptr, &z);
+    try_model(z, SPECINFER_ERR_FORMAT, "rope_freqs.weight");
+    f.rope_freq_factors.assign(size_t(f.head_dim() / 2), 1.0f);
+    f.rope_freq_factors[3] = -1.0f;
+    Writer u;
+    make_tiny_model(f, nullptr, &u);
+    try_model(u, SPECINFER_ERR_FORMAT, "positive");
+  }
 }
 
 }  // namespace
@@ -479,6 +551,7 @@ int main(void) {
       cmocka_unit_test(test_reference_f16),
       cmocka_unit_test(test_reference_q8_0),
       cmocka_unit_test(test_reference_qwen3_gemma3),
+      cmocka_unit_test(test_rope_scaling),
       cmocka_unit_test(test_batched_equals_single),
       cmocka_unit_test(test_truncate_refeed),
       cmocka_unit_test(test_tree_mask),

@@ -55,6 +55,11 @@ void k_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t 
   rope(x, n_heads, head_dim, n_rot, pos, freq_base, neox);
 }
 
+void k_rope_freqs(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+                  const double *inv_freq, float mscale, int32_t neox) {
+  rope_freqs(x, n_heads, head_dim, n_rot, pos, inv_freq, mscale, neox);
+}
+
 void k_softmax(float *x, int64_t n) {
   softmax(x, n);
 }
@@ -131,7 +136,8 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_free_packed,
                                           k_quantize_row,
                                           k_packed_bytes,
-                                          k_kv_store};
+                                          k_kv_store,
+                                          k_rope_freqs};
   return &table;
 }
 

@@ -53,30 +53,11 @@ void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) noe
   v.mul_scaled(x, w, s, y, n);
 }
 
-void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
-          int32_t neox) noexcept {
-  if (x == nullptr || n_heads <= 0 || head_dim <= 0 || n_rot <= 0) return;
-  if (n_rot > head_dim) n_rot = head_dim;
-  n_rot &= ~int64_t{1};
-  const int64_t half = n_rot / 2;
-  if (half == 0) return;
-  // Angles once for all heads, in double for accuracy at large positions.
-  float cs[512], sn[512];
-  std::vector<float> big_c, big_s;
-  float *c = cs, *s = sn;
-  if (half > 512) {
-    big_c.resize(static_cast<size_t>(half));
-    big_s.resize(static_cast<size_t>(half));
-    c = big_c.data();
-    s = big_s.data();
-  }
-  for (int64_t i = 0; i < half; ++i) {
-    const double theta = static_cast<double>(pos) *
-                         std::pow(static_cast<double>(freq_base),
-                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-    c[i] = static_cast<float>(std::cos(theta));
-    s[i] = static_cast<float>(std::sin(theta));
-  }
+namespace {
+
+// Turns pair i of each head by the angle whose cosine and sine are c[i], s[i].
+void rotate_pairs(float *x, int64_t n_heads, int64_t head_dim, int64_t half, const float *c,
+                  const float *s, int32_t neox) noexcept {
   for (int64_t h = 0; h < n_heads; ++h) {
     float *xh = x + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
@@ -87,6 +68,50 @@ void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t po
       xh[i1] = a * s[i] + b * c[i];
     }
   }
+}
+
+// Angles for every pair (in double for accuracy at large positions), then the rotation.
+template <typename Theta>
+void rope_with(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, float mscale,
+               int32_t neox, Theta theta) noexcept {
+  if (x == nullptr || n_heads <= 0 || head_dim <= 0 || n_rot <= 0) return;
+  if (n_rot > head_dim) n_rot = head_dim;
+  n_rot &= ~int64_t{1};
+  const int64_t half = n_rot / 2;
+  if (half == 0) return;
+  float cs[512], sn[512];
+  std::vector<float> big_c, big_s;
+  float *c = cs, *s = sn;
+  if (half > 512) {
+    big_c.resize(static_cast<size_t>(half));
+    big_s.resize(static_cast<size_t>(half));
+    c = big_c.data();
+    s = big_s.data();
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const double t = theta(i, n_rot);
+    c[i] = static_cast<float>(std::cos(t) * mscale);
+    s[i] = static_cast<float>(std::sin(t) * mscale);
+  }
+  rotate_pairs(x, n_heads, head_dim, half, c, s, neox);
+}
+
+}  // namespace
+
+void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
+          int32_t neox) noexcept {
+  rope_with(x, n_heads, head_dim, n_rot, 1.0f, neox, [&](int64_t i, int64_t nr) {
+    return static_cast<double>(pos) *
+           std::pow(static_cast<double>(freq_base),
+                    -2.0 * static_cast<double>(i) / static_cast<double>(nr));
+  });
+}
+
+void rope_freqs(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+                const double *inv_freq, float mscale, int32_t neox) noexcept {
+  if (inv_freq == nullptr) return;
+  rope_with(x, n_heads, head_dim, n_rot, mscale, neox,
+            [&](int64_t i, int64_t) { return static_cast<double>(pos) * inv_freq[i]; });
 }
 
 void softmax(float *x, int64_t n) noexcept {

@@ -33,6 +33,11 @@ void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) noe
 // n_rot is rounded down to even and capped at head_dim; bad sizes do nothing.
 void rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos, float freq_base,
           int32_t neox) noexcept;
+// The same with a frequency per pair (scaled RoPE: linear, YaRN, per-pair factors): pair i turns
+// by pos * inv_freq[i] (inv_freq holds n_rot / 2 values), and both rotated values are multiplied
+// by mscale. Bad sizes or NULL do nothing.
+void rope_freqs(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
+                const double *inv_freq, float mscale, int32_t neox) noexcept;
 // In-place softmax; if every value is -inf the result is uniform. n <= 0: nothing.
 void softmax(float *x, int64_t n) noexcept;
 // gate[i] = silu(gate[i]) * up[i].

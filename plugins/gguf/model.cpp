@@ -95,11 +95,30 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   if (!(hp.norm_eps > 0.0f) || !(hp.rope_base > 0.0f) || !std::isfinite(hp.rope_base))
     fail(SPECINFER_ERR_FORMAT, "gguf: bad rms epsilon %g or rope base %g", double(hp.norm_eps),
          double(hp.rope_base));
-  if (std::optional<std::string> st = file.get_string(a + "rope.scaling.type");
-      st && *st != "none" && *st != "linear")
-    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope scaling '%s' is not supported", st->c_str());
-  if (double f = file.get_float(a + "rope.scaling.factor").value_or(1.0); f != 1.0 && f != 0.0)
-    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: rope scaling factor %g is not supported", f);
+  hp.rope_scaling = file.get_string(a + "rope.scaling.type").value_or("none");
+  hp.rope_factor = file.get_float(a + "rope.scaling.factor").value_or(0.0);
+  if (hp.rope_factor == 0.0) {
+    // The older key of linear scaling: a factor with no type.
+    hp.rope_factor = file.get_float(a + "rope.scale_linear").value_or(1.0);
+    if (hp.rope_factor != 1.0 && hp.rope_scaling == "none") hp.rope_scaling = "linear";
+  }
+  if (hp.rope_scaling != "none" && hp.rope_scaling != "linear" && hp.rope_scaling != "yarn")
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "gguf: rope scaling '%s' is not supported (supported: none, linear, yarn)",
+         hp.rope_scaling.c_str());
+  if (!(hp.rope_factor >= 1.0 && hp.rope_factor <= 1024.0))
+    fail(SPECINFER_ERR_FORMAT, "gguf: rope scaling factor %g is not in [1, 1024]", hp.rope_factor);
+  if (hp.rope_factor == 1.0) hp.rope_scaling = "none";
+  hp.rope_orig_ctx =
+      checked_int(file, a + "rope.scaling.original_context_length", 1, 1 << 24, hp.n_ctx_train);
+  hp.yarn_ext_factor = file.get_float(a + "rope.scaling.yarn_ext_factor").value_or(1.0);
+  hp.yarn_beta_fast = file.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0);
+  hp.yarn_beta_slow = file.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0);
+  hp.rope_attn_factor = file.get_float(a + "rope.scaling.yarn_attn_factor")
+                            .value_or(file.get_float(a + "rope.scaling.attn_factor").value_or(1.0));
+  for (double v : {hp.yarn_ext_factor, hp.yarn_beta_fast, hp.yarn_beta_slow, hp.rope_attn_factor})
+    if (!std::isfinite(v) || v < 0.0 || v > 1e6)
+      fail(SPECINFER_ERR_FORMAT, "gguf: YaRN parameter %g is out of range", v);
   hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
   if (hp.gemma) {
     hp.embd_scale = std::sqrt(float(hp.n_embd));
@@ -109,9 +128,17 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     if (file.has(a + "final_logit_softcapping") || file.has(a + "attn_logit_softcapping"))
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: logit soft-capping is not supported");
   }
+  std::vector<float> freq_factors;
   if (file.find_tensor("rope_freqs.weight"))
-    fail(SPECINFER_ERR_UNSUPPORTED,
-         "gguf: rope frequency factors (rope_freqs.weight) are not supported");
+    freq_factors = vec("rope_freqs.weight", hp.n_rot / 2, true);
+  for (float f : freq_factors)
+    if (!(f > 0.0f) || !std::isfinite(f))
+      fail(SPECINFER_ERR_FORMAT, "gguf: rope_freqs.weight holds %g (factors must be positive)",
+           double(f));
+  const bool scaled = hp.rope_scaling != "none" || !freq_factors.empty();
+  if (scaled && (k->struct_size < offsetof(specinfer_kernels, rope_freqs) + sizeof(k->rope_freqs) ||
+                 !k->rope_freqs))
+    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: the host's kernels have no scaled rope (rope_freqs)");
 
   const TensorInfo *emb = file.find_tensor("token_embd.weight");
   if (!emb) fail(SPECINFER_ERR_FORMAT, "gguf: tensor 'token_embd.weight' is missing");
@@ -150,6 +177,10 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
       L.swa = hp.swa_window > 0 && (i + 1) % hp.swa_pattern != 0;
     }
     L.rope_base = L.swa ? hp.rope_base_swa : hp.rope_base;
+    // Sliding-window layers (Gemma 3) keep their own base and no scaling, as llama.cpp does.
+    if (scaled && !L.swa)
+      L.rope =
+          rope_freqs_for(hp, L.rope_base, freq_factors.empty() ? nullptr : freq_factors.data());
     if (file.find_tensor(p + "attn_output.bias"))
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
@@ -197,6 +228,37 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   if (ctx <= 0) ctx = hp.n_ctx_train;
   if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
   n_ctx = ctx;
+}
+
+RopeFreqs rope_freqs_for(const Hparams &hp, double base, const float *freq_factors) {
+  RopeFreqs r;
+  const int32_t n = hp.n_rot, half = n / 2;
+  r.inv_freq.resize(size_t(half));
+  const bool yarn = hp.rope_scaling == "yarn" && hp.yarn_ext_factor != 0.0;
+  const double scale = hp.rope_scaling == "none" ? 1.0 : 1.0 / hp.rope_factor;
+  // YaRN's ramp runs between the pairs that turn beta_fast and beta_slow times over the original
+  // context: pair i turns orig_ctx * base^(-2i/n) / (2 pi) times.
+  auto corr_dim = [&](double turns) {
+    return n * std::log(hp.rope_orig_ctx / (turns * 2.0 * M_PI)) / (2.0 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(corr_dim(hp.yarn_beta_fast)));
+  const double high = std::min(double(n - 1), std::ceil(corr_dim(hp.yarn_beta_slow)));
+  for (int32_t i = 0; i < half; i++) {
+    double extrap = std::pow(base, -2.0 * i / double(n));
+    if (freq_factors) extrap /= double(freq_factors[i]);
+    const double interp = extrap * scale;
+    double f = interp;
+    if (yarn) {
+      const double y = (i - low) / std::max(0.001, high - low);
+      const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * hp.yarn_ext_factor;
+      f = interp * (1.0 - mix) + extrap * mix;
+    }
+    r.inv_freq[size_t(i)] = f;
+  }
+  double mscale = hp.rope_scaling == "none" ? 1.0 : hp.rope_attn_factor;
+  if (yarn) mscale *= 1.0 + 0.1 * std::log(hp.rope_factor);
+  r.mscale = float(mscale);
+  return r;
 }
 
 Weight Weights::weight(const std::string &name, int64_t rows, int64_t cols) const {
@@ -557,8 +619,15 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
         if (!L.k_norm.empty())
           for (int64_t j = 0; j < Hkv; j++)
             k->rmsnorm(kn + i * KV + j * hd, L.k_norm.data(), hd, eps, kn + i * KV + j * hd);
-        k->rope(q + i * QD, H, hd, hp.n_rot, b.positions[t], L.rope_base, hp.rope_neox ? 1 : 0);
-        k->rope(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[t], L.rope_base, hp.rope_neox ? 1 : 0);
+        const int32_t neox = hp.rope_neox ? 1 : 0;
+        if (L.rope.inv_freq.empty()) {
+          k->rope(q + i * QD, H, hd, hp.n_rot, b.positions[t], L.rope_base, neox);
+          k->rope(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[t], L.rope_base, neox);
+        } else {
+          const double *f = L.rope.inv_freq.data();
+          k->rope_freqs(q + i * QD, H, hd, hp.n_rot, b.positions[t], f, L.rope.mscale, neox);
+          k->rope_freqs(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[t], f, L.rope.mscale, neox);
+        }
       }
       // The new keys and values into the sequence's cache, after the positions it holds.
       Model &m = *seqs[s];

@@ -43,7 +43,25 @@ struct Hparams {
   int32_t swa_window = 0;          // 0 = no sliding window
   int32_t swa_pattern = 0;         // layer il is global iff (il + 1) % swa_pattern == 0
   float rope_base_swa = 10000.0f;  // rope base of the sliding-window layers
+  // Scaled RoPE (rope.scaling.*) of the layers that use rope_base: "none", "linear" (positions
+  // divided by rope_factor) or "yarn" (YaRN: low-frequency pairs interpolated, high-frequency ones
+  // kept, a ramp between the pairs that turn yarn_beta_slow and yarn_beta_fast times over
+  // rope_orig_ctx positions; rotated values scaled by rope_attn_factor * (1 + 0.1 ln factor)).
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  int32_t rope_orig_ctx = 0;  // rope.scaling.original_context_length, default n_ctx_train
+  double yarn_ext_factor = 1.0, yarn_beta_fast = 32.0, yarn_beta_slow = 1.0;
+  double rope_attn_factor = 1.0;
 };
+
+// The per-pair frequencies (n_rot / 2 of them) and the rotation's scale for a layer of rope base
+// `base` under hp's scaling, divided by freq_factors[i] when given (rope_freqs.weight: Llama 3's
+// long-context factors). Same formulas as llama.cpp's ggml rope.
+struct RopeFreqs {
+  std::vector<double> inv_freq;
+  float mscale = 1.0f;
+};
+RopeFreqs rope_freqs_for(const Hparams &hp, double base, const float *freq_factors);
 
 // A weight matrix: rows of cols values of a (possibly quantized) type, in the mapping.
 struct Weight {
@@ -95,6 +113,7 @@ class Weights {
         post_ffn_norm;
     bool swa = false;  // sliding-window layer
     float rope_base = 0.0f;
+    RopeFreqs rope;  // empty inv_freq: plain rope at rope_base (the kernels' rope)
     Weight wq, wk, wv, wo, gate, up, down;
   };
   struct PackedFree {

@@ -27,6 +27,12 @@ struct TinyConfig {
   uint32_t wtype = 0;  // 0 = F32, 1 = F16, 8 = Q8_0 for the 2-D weight matrices
   bool tied = false;   // no output.weight: logits use token_embd.weight
   uint32_t seed = 1;
+  // Scaled RoPE: rope.scaling.type ("" writes no scaling keys), .factor, .original_context_length
+  // (0: not written), and per-pair factors written as rope_freqs.weight (empty: none).
+  std::string rope_scaling;
+  float rope_factor = 1.0f;
+  int rope_orig_ctx = 0;
+  std::vector<float> rope_freq_factors;
   int head_dim() const { return n_embd / n_head; }
 };
 
@@ -88,6 +94,14 @@ inline std::vector<uint8_t> make_tiny_model(const TinyConfig &c, TinyWeights *w_
   w.kv_f32(a + "attention.layer_norm_rms_epsilon", c.eps);
   w.kv_f32(a + "rope.freq_base", c.rope_base);
   if (c.arch == "gemma3") w.kv_u32(a + "attention.sliding_window", uint32_t(c.swa));
+  if (!c.rope_scaling.empty()) {
+    w.kv_str(a + "rope.scaling.type", c.rope_scaling);
+    w.kv_f32(a + "rope.scaling.factor", c.rope_factor);
+  }
+  if (c.rope_orig_ctx > 0)
+    w.kv_u32(a + "rope.scaling.original_context_length", uint32_t(c.rope_orig_ctx));
+  if (!c.rope_freq_factors.empty())
+    w.tensor_f32("rope_freqs.weight", {uint64_t(c.rope_freq_factors.size())}, c.rope_freq_factors);
   // A minimal byte-level BPE vocabulary so that the plugin's tokenizer can load the file.
   std::vector<std::string> toks;
   std::vector<int32_t> types;
@@ -194,12 +208,33 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
     return y;
   };
   const bool neox = c.arch != "llama", gemma = c.arch == "gemma3";
-  auto rope = [&](std::vector<double> &v, int n_heads, int pos, double base) {
+  // Scaled RoPE in the form of the papers (not the plugin's per-pair frequency table): linear
+  // divides the position by the factor; YaRN (Peng et al. 2023) mixes the interpolated and the
+  // original angle of each pair by a ramp over the pairs that turn between beta_slow = 1 and
+  // beta_fast = 32 times in the original context, and scales cos and sin by 0.1 ln(s) + 1; per-pair
+  // factors divide each pair's frequency.
+  auto rope = [&](std::vector<double> &v, int n_heads, int pos, double base, bool scaled) {
+    const std::string type = scaled ? c.rope_scaling : "";
+    const double s = type.empty() ? 1.0 : double(c.rope_factor);
+    const double orig = c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx;
+    auto pair_at = [&](double turns) {  // the (fractional) pair index turning `turns` times
+      return hd * std::log(orig / (turns * 2 * M_PI)) / (2 * std::log(base));
+    };
+    const double lo = std::max(0.0, std::floor(pair_at(32))),
+                 hi = std::min(hd - 1.0, std::ceil(pair_at(1)));
     for (int h = 0; h < n_heads; h++) {
       double *x = v.data() + size_t(h) * size_t(hd);
       for (int i = 0; i < hd / 2; i++) {
-        double theta = double(pos) * std::pow(base, -2.0 * i / double(hd));
-        double cs = std::cos(theta), sn = std::sin(theta);
+        double freq = std::pow(base, -2.0 * i / double(hd));
+        if (scaled && !c.rope_freq_factors.empty()) freq /= double(c.rope_freq_factors[size_t(i)]);
+        double theta = double(pos) * freq, mag = 1.0;
+        if (type == "linear") theta = double(pos) / s * freq;
+        if (type == "yarn") {
+          const double keep = 1.0 - std::clamp((i - lo) / std::max(hi - lo, 0.001), 0.0, 1.0);
+          theta = double(pos) * freq / s * (1.0 - keep) + double(pos) * freq * keep;
+          mag = 0.1 * std::log(s) + 1.0;
+        }
+        double cs = std::cos(theta) * mag, sn = std::sin(theta) * mag;
         int i0 = neox ? i : 2 * i, i1 = neox ? i + hd / 2 : 2 * i + 1;
         double x0 = x[i0], x1 = x[i1];
         x[i0] = x0 * cs - x1 * sn;
@@ -245,8 +280,8 @@ inline void reference_forward(const TinyConfig &c, const TinyWeights &w,
         head_norm(q[size_t(i)], H, L.q_norm);
         head_norm(k[size_t(i)], Hkv, L.k_norm);
       }
-      rope(q[size_t(i)], H, positions[size_t(i)], base);
-      rope(k[size_t(i)], Hkv, positions[size_t(i)], base);
+      rope(q[size_t(i)], H, positions[size_t(i)], base, !swa);
+      rope(k[size_t(i)], Hkv, positions[size_t(i)], base, !swa);
     }
     std::vector<std::vector<double>> nx = x;
     for (int i = 0; i < n; i++) {
