@@ -15,25 +15,15 @@
 #include "backend/isa.h"
 #include "backend/ops.h"
 
+#include "support/backend_util.h"
 #include "support/cmocka_setup.h"
 
 using namespace specinfer;
 
 namespace {
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (int i = 0; i <= 2; ++i)
-    if (isa_available(static_cast<Isa>(i))) v.push_back(static_cast<Isa>(i));
-  return v;
-}
-
-std::vector<float> randn(size_t n, std::mt19937 &rng, float sd) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto &x : v) x = nd(rng);
-  return v;
-}
+using specinfer_test::isas;
+using specinfer_test::randn;
 
 struct Shape {
   int n_head, n_head_kv, head_dim;

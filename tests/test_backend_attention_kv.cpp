@@ -23,28 +23,18 @@
 #include "backend/kernel_table.h"
 #include "backend/quant.h"
 
+#include "support/backend_util.h"
 #include "support/cmocka_setup.h"
 
 using namespace specinfer;
 
 namespace {
 
+using specinfer_test::isas;
+using specinfer_test::randn;
+
 const int32_t kTypes[] = {SPECINFER_WTYPE_F32, SPECINFER_WTYPE_F16, SPECINFER_WTYPE_Q8_0,
                           SPECINFER_WTYPE_Q4_0};
-
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (int i = 0; i <= 2; ++i)
-    if (isa_available(static_cast<Isa>(i))) v.push_back(static_cast<Isa>(i));
-  return v;
-}
-
-std::vector<float> randn(size_t n, std::mt19937 &rng, float sd) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto &x : v) x = nd(rng);
-  return v;
-}
 
 // A KV tensor [n][n_head_kv][hd] in a storage type, and its values decoded back to floats.
 struct Stored {

@@ -13,25 +13,15 @@
 #include "backend/ops.h"
 #include "util/error.h"
 
+#include "support/backend_util.h"
 #include "support/cmocka_setup.h"
 
 using namespace specinfer;
 
 namespace {
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (int i = 0; i <= 2; ++i)
-    if (isa_available(static_cast<Isa>(i))) v.push_back(static_cast<Isa>(i));
-  return v;
-}
-
-std::vector<float> randn(size_t n, std::mt19937 &rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto &x : v) x = nd(rng);
-  return v;
-}
+using specinfer_test::isas;
+using specinfer_test::randn;
 
 bool close(double got, double want, double rel, double abs_tol) {
   return std::fabs(got - want) <= rel * std::fabs(want) + abs_tol;
@@ -91,6 +81,34 @@ void test_rope(void **) {
       }
     }
   }
+}
+
+// rope_freqs with the plain frequencies is rope bit for bit; its scale multiplies the rotated pairs
+// only; a NULL table does nothing.
+void test_rope_freqs(void **) {
+  std::mt19937 rng(12);
+  const int64_t heads = 2, hd = 64;
+  for (int neox = 0; neox <= 1; ++neox)
+    for (int64_t n_rot : {64, 32}) {
+      std::vector<double> f(static_cast<size_t>(n_rot / 2));
+      for (int64_t i = 0; i < n_rot / 2; ++i)
+        f[static_cast<size_t>(i)] =
+            std::pow(1e6, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+      for (int64_t pos : {0, 3, 30000}) {
+        const auto x = randn(static_cast<size_t>(heads * hd), rng);
+        auto a = x, b = x, c = x, d = x;
+        rope(a.data(), heads, hd, n_rot, pos, 1e6f, neox);
+        rope_freqs(b.data(), heads, hd, n_rot, pos, f.data(), 1.0f, neox);
+        assert_memory_equal(a.data(), b.data(), a.size() * sizeof(float));
+        rope_freqs(c.data(), heads, hd, n_rot, pos, f.data(), 1.5f, neox);
+        for (size_t j = 0; j < c.size(); ++j) {
+          const bool rotated = static_cast<int64_t>(j) % hd < n_rot;
+          assert_true(close(c[j], rotated ? 1.5 * a[j] : a[j], 1e-6, 1e-6));
+        }
+        rope_freqs(d.data(), heads, hd, n_rot, pos, nullptr, 1.0f, neox);
+        assert_memory_equal(d.data(), x.data(), x.size() * sizeof(float));
+      }
+    }
 }
 
 void test_softmax(void **) {
@@ -248,9 +266,10 @@ void test_attention_errors(void **) {
 
 int main() {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_rope),
-      cmocka_unit_test(test_softmax),   cmocka_unit_test(test_silu_mul_add),
-      cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_errors),
+      cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_rope),
+      cmocka_unit_test(test_rope_freqs),       cmocka_unit_test(test_softmax),
+      cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_attention_errors),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
