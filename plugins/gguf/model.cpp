@@ -119,6 +119,9 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   for (double v : {hp.yarn_ext_factor, hp.yarn_beta_fast, hp.yarn_beta_slow, hp.rope_attn_factor})
     if (!std::isfinite(v) || v < 0.0 || v > 1e6)
       fail(SPECINFER_ERR_FORMAT, "gguf: YaRN parameter %g is out of range", v);
+  if (!(hp.yarn_beta_fast > 0.0 && hp.yarn_beta_slow > 0.0))
+    fail(SPECINFER_ERR_FORMAT, "gguf: YaRN betas must be positive (fast %g, slow %g)",
+         hp.yarn_beta_fast, hp.yarn_beta_slow);
   hp.attn_scale = 1.0f / std::sqrt(float(hp.head_dim));
   if (hp.gemma) {
     hp.embd_scale = std::sqrt(float(hp.n_embd));
