@@ -344,8 +344,9 @@ void test_output_rows_leave_no_file_pages(void **) {
         "row\n",
         after_load, after_rows);
     // Reading every row faults the matrix's 68 pages in; they go back (but for the two it shares
-    // with its neighbours).
-    assert_true(after_rows <= after_load + 2);
+    // with its neighbours, and now and then a page the fault brings in around them: the bound
+    // leaves room for a few, far below the 68 kept without the release).
+    assert_true(after_rows <= after_load + 8);
     // The rows are the matrix's, dequantized.
     assert_true(std::fabs(rows[size_t(7) * size_t(c.n_embd) + 3]) > 0);
   }
