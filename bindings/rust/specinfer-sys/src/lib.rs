@@ -347,6 +347,18 @@ pub struct specinfer_kernels {
     pub packed_bytes: Option<unsafe extern "C" fn(pw: *const specinfer_packed_weight) -> usize>,
     pub kv_store:
         Option<unsafe extern "C" fn(wtype: i32, src: *const f32, dst: *mut c_void, n: i64) -> specinfer_status>,
+    pub rope_freqs: Option<
+        unsafe extern "C" fn(
+            x: *mut f32,
+            n_heads: i64,
+            head_dim: i64,
+            n_rot: i64,
+            pos: i64,
+            inv_freq: *const f64,
+            mscale: f32,
+            neox: i32,
+        ),
+    >,
 }
 
 // Opaque: a weight matrix prepared by `pack_weight`.
