@@ -95,6 +95,20 @@ typedef struct specinfer_attention_args {
    * bytes each, as kv_store writes them. */
   int32_t k_type;
   int32_t v_type;
+  /* Added after v_type (read only if struct_size covers them; a host reads them only if its kernel
+   * table has key_sketch). Sketched attention, lossy and opt-in: k_sketch NULL = exact attention.
+   * Otherwise k_sketch holds [n_kv][n_head_kv] key sketches as key_sketch writes them (rows of
+   * 4 + sketch_bits / 8 bytes, sketch_bits a multiple of 32 in 32..1024). A query that sees more
+   * than n_sink + n_select + n_window keys attends exactly to its first n_sink visible keys, its
+   * last n_window, and the n_select others whose 1-bit QJL estimate of q.k is largest (the
+   * largest over the query heads that share a key head); a query that sees fewer attends to all.
+   * The choice depends only on the keys the query sees, in order, so a tree node still equals
+   * plain decoding of its path. */
+  const uint8_t *k_sketch;
+  int32_t sketch_bits;
+  int32_t n_select;
+  int32_t n_window;
+  int32_t n_sink;
 } specinfer_attention_args;
 
 /* Opaque: a weight matrix prepared by pack_weight. */
@@ -168,6 +182,15 @@ typedef struct specinfer_kernels {
    * multiplied by mscale (YaRN's attention factor; 1 for none). */
   void (*rope_freqs)(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int64_t pos,
                      const double *inv_freq, float mscale, int32_t neox);
+
+  /* Added after rope_freqs (check struct_size; may be NULL): the key sketches of sketched
+   * attention (specinfer_attention_args.k_sketch). Writes n_rows rows of head_dim floats (keys
+   * after RoPE) as n_rows sketches of 4 + bits / 8 bytes each: the key's norm (float32), then the
+   * signs of a fixed random Gaussian projection to `bits` dimensions (the library's qjl
+   * sketcher), bit r of byte r / 8 set when coordinate r is >= 0. INVALID_ARGUMENT for NULL,
+   * bits not a multiple of 32 in 32..1024, a bad size, or inf / NaN in the input. */
+  specinfer_status (*key_sketch)(const float *k, int64_t n_rows, int64_t head_dim, int32_t bits,
+                                 void *dst);
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Whole-model forward passes through the gguf plugin: the time of one batched forward of n tokens
 // (the verification pass of speculative decoding scores n tokens at once and needs logits for all
 // of them) after a fixed cached context, prefill of 512 tokens, and decode at a long context for
-// each KV cache type (BM_LongContext).
+// each KV cache type (BM_LongContext), and sketched attention's agreement with exact attention
+// and speed there (BM_SketchedQuality).
 //
 //   SPECINFER_PLUGIN_PATH=<build>/plugins SPECINFER_BENCH_MODEL=<file.gguf>
 //     ./bench_forward --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -529,5 +531,150 @@ void BM_LongContext(benchmark::State &state) {
   if (!error.empty()) state.SkipWithError(error.c_str());
 }
 BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Sketched attention against exact attention at a long context: both targets (the same model
+// and cache type) prefill the same SPECINFER_BENCH_DEPTH tokens, then the exact one decodes
+// SPECINFER_BENCH_GEN tokens (default 512) greedily and both are fed each of them. Counters: how
+// often the sketched target's top-1 token is the exact one's, the mean KL divergence of its
+// next-token distribution from the exact one's, each side's median decode step and prefill speed.
+//   SPECINFER_BENCH_KV_TYPES   the cache type (the first listed; default q8_0)
+//   SPECINFER_BENCH_QJL        the sketched target's extra config (default "attn=qjl")
+// Run alone: --benchmark_filter=SketchedQuality (it prefills the depth twice).
+void BM_SketchedQuality(benchmark::State &state) {
+  const std::string path = model_path();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    state.SkipWithError(("no model file " + path).c_str());
+    return;
+  }
+  if (env_or("SPECINFER_BENCH_DEPTH", "").empty()) {
+    state.SkipWithError("set SPECINFER_BENCH_DEPTH (e.g. 16000) to run");
+    return;
+  }
+  const int32_t depth = std::atoi(env_or("SPECINFER_BENCH_DEPTH", "").c_str());
+  const int32_t gen = std::max(1, std::atoi(env_or("SPECINFER_BENCH_GEN", "512").c_str()));
+  if (depth < 1) {
+    state.SkipWithError("SPECINFER_BENCH_DEPTH must be positive");
+    return;
+  }
+  std::string type = env_or("SPECINFER_BENCH_KV_TYPES", "q8_0");
+  type = type.substr(0, type.find(','));
+  specinfer_registry_params params;
+  specinfer_registry_params_init(&params);
+  params.n_threads = bench_threads();
+  specinfer_registry *reg = nullptr;
+  char *msg = nullptr;
+  if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
+    state.SkipWithError(msg ? msg : "registry_create failed");
+    specinfer_free(msg);
+    return;
+  }
+  const std::string base =
+      "path=" + path + ",n_ctx=" + std::to_string(depth + gen + 8) + ",kv_type=" + type;
+  specinfer_target *tg[2] = {nullptr, nullptr};
+  std::string error;
+  for (int i = 0; i < 2 && error.empty(); ++i) {
+    const std::string config =
+        i == 0 ? base : base + "," + env_or("SPECINFER_BENCH_QJL", "attn=qjl");
+    if (specinfer_target_open(reg, "gguf", config.c_str(), &tg[i], &msg) != SPECINFER_OK) {
+      error = msg ? msg : "target_open failed";
+      specinfer_free(msg);
+    }
+  }
+  std::vector<int32_t> text;
+  int32_t vocab = 0;
+  double prefill_tps[2] = {0, 0};
+  std::vector<double> step_ms[2];
+  int agree = 0;
+  double kl_sum = 0;
+  if (error.empty()) {
+    specinfer_model_info info;
+    specinfer_model_info_init(&info);
+    specinfer_target_info(tg[0], &info);
+    vocab = info.vocab_size;
+    const std::string t = context_text();
+    text =
+        static_cast<specinfer::TargetObject *>(tg[0])->tokenize(t.c_str(), t.size(), false, false);
+    if (static_cast<int32_t>(text.size()) < depth)
+      error = "the text has " + std::to_string(text.size()) + " tokens, fewer than the depth";
+  }
+  std::vector<float> logits[2];
+  for (auto _ : state) {
+    if (!error.empty()) break;
+    for (int i = 0; i < 2; ++i) {
+      auto *t = static_cast<specinfer::TargetObject *>(tg[i]);
+      logits[i].assign(static_cast<size_t>(vocab), 0.0f);
+      std::vector<int32_t> pos(static_cast<size_t>(depth));
+      for (int32_t p = 0; p < depth; ++p) pos[static_cast<size_t>(p)] = p;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int32_t p = 0; p < depth; p += 512) {
+        specinfer_forward_batch b{};
+        b.struct_size = sizeof b;
+        b.n_tokens = std::min(512, depth - p);
+        b.tokens = text.data() + p;
+        b.positions = pos.data() + p;
+        b.n_logits = p + b.n_tokens == depth ? 1 : 0;
+        b.logits = logits[i].data();
+        t->forward(b);
+      }
+      prefill_tps[i] =
+          depth / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    const auto argmax = [&](const std::vector<float> &x) {
+      return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+    };
+    for (int32_t s = 0; s < gen; ++s) {
+      const int32_t a = argmax(logits[0]), b = argmax(logits[1]);
+      agree += a == b;
+      // KL(exact || sketched) of the softmax distributions.
+      const double m0 = logits[0][static_cast<size_t>(a)], m1 = logits[1][static_cast<size_t>(b)];
+      double z0 = 0, z1 = 0;
+      for (int32_t v = 0; v < vocab; ++v) {
+        z0 += std::exp(logits[0][static_cast<size_t>(v)] - m0);
+        z1 += std::exp(logits[1][static_cast<size_t>(v)] - m1);
+      }
+      double kl = 0;
+      for (int32_t v = 0; v < vocab; ++v) {
+        const double l0 = logits[0][static_cast<size_t>(v)] - m0 - std::log(z0),
+                     l1 = logits[1][static_cast<size_t>(v)] - m1 - std::log(z1);
+        kl += std::exp(l0) * (l0 - l1);
+      }
+      kl_sum += kl;
+      const int32_t pos = depth + s;
+      for (int i = 0; i < 2; ++i) {
+        specinfer_forward_batch fb{};
+        fb.struct_size = sizeof fb;
+        fb.n_tokens = 1;
+        fb.tokens = &a;
+        fb.positions = &pos;
+        fb.n_logits = 1;
+        fb.logits = logits[i].data();
+        const auto t0 = std::chrono::steady_clock::now();
+        static_cast<specinfer::TargetObject *>(tg[i])->forward(fb);
+        step_ms[i].push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+    }
+  }
+  if (error.empty()) {
+    for (auto &v : step_ms) std::sort(v.begin(), v.end());
+    const double e = step_ms[0][step_ms[0].size() / 2], q = step_ms[1][step_ms[1].size() / 2];
+    state.counters["top1_agree_pct"] = 100.0 * agree / gen;
+    state.counters["kl_mean"] = kl_sum / gen;
+    state.counters["exact_ms"] = e;
+    state.counters["qjl_ms"] = q;
+    state.counters["qjl_speedup"] = e / q;
+    state.counters["exact_prefill_tps"] = prefill_tps[0];
+    state.counters["qjl_prefill_tps"] = prefill_tps[1];
+    state.SetLabel("depth " + std::to_string(depth) + ", " + std::to_string(gen) + " tokens, " +
+                   type);
+  }
+  for (specinfer_target *t : tg)
+    if (t) specinfer_target_destroy(t);
+  specinfer_registry_destroy(reg);
+  if (!error.empty()) state.SkipWithError(error.c_str());
+}
+BENCHMARK(BM_SketchedQuality)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

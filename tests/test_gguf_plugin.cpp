@@ -94,6 +94,14 @@ void test_config_errors(void **state) {
   assert_int_equal(create(fx, "path=" + fx->model_path + ",kv_type=q5_1", &self, &vt, &err),
                    SPECINFER_ERR_CONFIG);
   assert_non_null(std::strstr(err.message, "kv_type"));
+  for (const char *bad :
+       {",attn=sparse", ",attn=qjl,attn_bits=48", ",attn=qjl,attn_bits=2048",
+        ",attn=qjl,attn_keys=0", ",attn=qjl,attn_window=-1", ",attn=qjl,attn_sink=x"}) {
+    assert_int_equal(create(fx, "path=" + fx->model_path + bad, &self, &vt, &err),
+                     SPECINFER_ERR_CONFIG);
+    assert_non_null(std::strstr(err.message, "attn"));
+    assert_null(self);
+  }
   // A valid requant on the tiny model loads (its F32 matrices become Q4_0) and runs a forward.
   assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err),
                    SPECINFER_OK);

@@ -2,10 +2,13 @@
 // the scalar kernels it is checked against, and kv_store.
 #include "backend/attention.h"
 
+#include "backend/attention_sketch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -106,7 +109,19 @@ struct Call {
   size_t k_head_bytes, v_head_bytes;  // one head's row
   const uint8_t *k, *v;
   std::vector<View> views;  // per query
+  // Sketched attention: the key sketches, and per (query, kv head) the keys picked (item_views,
+  // their slots in picked); empty item_views = exact attention, every view per query.
+  const uint8_t *ks = nullptr;
+  size_t ks_row = 0;
+  int32_t bits = 0;
+  int64_t n_select = 0, n_window = 0, n_sink = 0;
+  std::vector<View> item_views;
+  std::vector<int32_t> picked;
 };
+
+const View &view_of(const Call &c, int64_t qi, int64_t kvh) {
+  return c.item_views.empty() ? c.views[size_t(qi)] : c.item_views[size_t(qi * c.hkv + kvh)];
+}
 
 // A partial result over some keys for the g heads of one kv head: running max m, sum l of
 // exp(score - m), and o = sum exp(score - m) * value.
@@ -126,7 +141,7 @@ void run_chunk(const Call &c, int64_t qi, int64_t kvh, int64_t t0, int64_t t1, S
   const specinfer_attention_args &a = *c.a;
   const int64_t g = c.g, hd = c.hd;
   const float *q = a.q + (qi * a.n_head + kvh * g) * hd;
-  const View &view = c.views[size_t(qi)];
+  const View &view = view_of(c, qi, kvh);
   const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
@@ -193,6 +208,51 @@ void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
     const float inv = any ? 1.0f / st.l[h] : 0.0f;
     for (int64_t d = 0; d < c.hd; ++d) out[h * c.hd + d] = any ? st.o[h * c.hd + d] * inv : 0.0f;
   }
+}
+
+// Picks the keys query qi attends to through kv head kvh (sketched attention): its first n_sink
+// and last n_window visible keys, and the n_select others of largest estimated score, in the
+// order the query sees them. Ties at the threshold go to the earlier keys.
+void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
+  const specinfer_attention_args &a = *c.a;
+  const View &vw = c.views[size_t(qi)];
+  View &out = c.item_views[size_t(qi * c.hkv + kvh)];
+  const int64_t n_vis = vw.size(), total = c.n_sink + c.n_select + c.n_window;
+  if (n_vis <= total) {
+    out = vw;
+    return;
+  }
+  std::vector<float> tables(size_t(c.g) * size_t(c.bits) * 4);
+  sketch_query_tables(a.q + (qi * a.n_head + kvh * c.g) * c.hd, c.g, c.hd, c.bits, tables.data());
+  const int64_t t0 = c.n_sink, t1 = n_vis - c.n_window;
+  std::vector<float> s(size_t(t1 - t0));
+  const size_t stride = c.ks_row * size_t(c.hkv);
+  const uint8_t *kb = c.ks + size_t(kvh) * c.ks_row;
+  const int64_t run_end = std::min(t1, vw.run);
+  if (run_end > t0)
+    score(tables.data(), c.g, c.bits, kb + size_t(vw.first + t0) * stride, stride, run_end - t0,
+          s.data());
+  for (int64_t t = std::max(t0, vw.run); t < t1; ++t)
+    score(tables.data(), c.g, c.bits, kb + size_t(vw.slot(t)) * stride, stride, 1,
+          s.data() + (t - t0));
+  std::vector<float> sorted(s);
+  std::nth_element(sorted.begin(), sorted.begin() + (c.n_select - 1), sorted.end(),
+                   std::greater<float>());
+  const float thr = sorted[size_t(c.n_select - 1)];
+  int64_t above = 0;
+  for (const float x : s) above += x > thr;
+  int64_t ties = c.n_select - above;
+  int32_t *list = c.picked.data() + (qi * c.hkv + kvh) * total;
+  int64_t n = 0;
+  for (int64_t t = 0; t < t0; ++t) list[n++] = int32_t(vw.slot(t));
+  for (int64_t t = t0; t < t1; ++t) {
+    const float x = s[size_t(t - t0)];
+    if (x > thr || (x == thr && ties-- > 0)) list[n++] = int32_t(vw.slot(t));
+  }
+  for (int64_t t = t1; t < n_vis; ++t) list[n++] = int32_t(vw.slot(t));
+  out = View{};
+  out.tail = list;
+  out.n_tail = n;
 }
 
 int64_t n_chunks(int64_t n_vis) {
@@ -283,6 +343,27 @@ void attention(const specinfer_attention_args &a) {
   c.v_head_bytes = wtype_row_size(c.v_type, c.hd);
   c.k = reinterpret_cast<const uint8_t *>(a.k);
   c.v = reinterpret_cast<const uint8_t *>(a.v);
+  if (a.struct_size >= offsetof(specinfer_attention_args, n_sink) + sizeof a.n_sink &&
+      a.k_sketch != nullptr) {
+    if (!sketch_bits_valid(a.sketch_bits))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "attention: sketch_bits %d (expected a multiple of 32 in 32..1024)", a.sketch_bits);
+    if (a.n_select < 1 || a.n_window < 0 || a.n_sink < 0 ||
+        int64_t(a.n_select) + a.n_window + a.n_sink > (int64_t{1} << 30))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "attention: sketched attention needs n_select >= 1, n_window >= 0, n_sink >= 0 "
+           "(got %d, %d, %d)",
+           a.n_select, a.n_window, a.n_sink);
+    if (int64_t(a.n_head_kv) * int64_t(key_sketch_bytes(a.sketch_bits)) * 16 > INT32_MAX)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: %d kv heads too many for sketches",
+           a.n_head_kv);
+    c.ks = a.k_sketch;
+    c.ks_row = key_sketch_bytes(a.sketch_bits);
+    c.bits = a.sketch_bits;
+    c.n_select = a.n_select;
+    c.n_window = a.n_window;
+    c.n_sink = a.n_sink;
+  }
 
   // Each query's visible keys. Causal: the prefix up to the query. A mask: the first run of
   // visible keys and then the rest listed, so that a tree node sees its cached prefix as one run
@@ -314,13 +395,21 @@ void attention(const specinfer_attention_args &a) {
       c.views[size_t(qi)].tail = tails.data() + tail_at[size_t(qi)];
 
   const int64_t hkv = c.hkv, items = n_q * hkv;
+  if (c.ks) {
+    const int64_t total = c.n_sink + c.n_select + c.n_window;
+    c.item_views.resize(size_t(items));
+    c.picked.resize(size_t(items * total));
+    const SketchScoreFn score = sketch_scorer(isa);
+    tbb::parallel_for(int64_t(0), items,
+                      [&](int64_t it) { pick_keys(c, it / hkv, it % hkv, score); });
+  }
   const size_t sf = state_floats(c);
   if (n_q <= kSplitMaxQueries) {
     // Tasks over (query, kv head, chunk); every chunk's partial kept, then merged in order.
     std::vector<int64_t> first_task(size_t(items) + 1, 0);
     for (int64_t it = 0; it < items; ++it)
       first_task[size_t(it) + 1] =
-          first_task[size_t(it)] + n_chunks(c.views[size_t(it / hkv)].size());
+          first_task[size_t(it)] + n_chunks(view_of(c, it / hkv, it % hkv).size());
     const int64_t n_tasks = first_task.back();
     std::vector<float> part(size_t(n_tasks) * sf);
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, items),
@@ -328,7 +417,7 @@ void attention(const specinfer_attention_args &a) {
                         for (int64_t it = r.begin(); it < r.end(); ++it) {
                           const int64_t qi = it / hkv, kvh = it % hkv,
                                         nc = first_task[size_t(it) + 1] - first_task[size_t(it)];
-                          const int64_t n_vis = c.views[size_t(qi)].size();
+                          const int64_t n_vis = view_of(c, qi, kvh).size();
                           tbb::parallel_for(int64_t(0), nc, [&](int64_t ch) {
                             float *p = part.data() + size_t(first_task[size_t(it)] + ch) * sf;
                             run_chunk(c, qi, kvh, ch * kAttnChunk,
@@ -361,7 +450,7 @@ void attention(const specinfer_attention_args &a) {
         std::vector<float> buf(2 * sf);
         const State acc = state_at(c, buf.data()), cur = state_at(c, buf.data() + sf);
         for (int64_t it = r.begin(); it < r.end(); ++it) {
-          const int64_t qi = it / hkv, kvh = it % hkv, n_vis = c.views[size_t(qi)].size();
+          const int64_t qi = it / hkv, kvh = it % hkv, n_vis = view_of(c, qi, kvh).size();
           for (int64_t h = 0; h < c.g; ++h) {
             acc.m[h] = -std::numeric_limits<float>::infinity();
             acc.l[h] = 0.0f;

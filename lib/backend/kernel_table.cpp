@@ -3,6 +3,7 @@
 #include <new>
 
 #include "backend/attention.h"
+#include "backend/attention_sketch.h"
 #include "backend/isa.h"
 #include "backend/matmul.h"
 #include "backend/ops.h"
@@ -116,6 +117,11 @@ specinfer_status k_kv_store(int32_t wtype, const float *src, void *dst, int64_t 
   return guarded([&] { kv_store(wtype, src, dst, n); });
 }
 
+specinfer_status k_key_sketch(const float *k, int64_t n_rows, int64_t head_dim, int32_t bits,
+                              void *dst) {
+  return guarded([&] { key_sketch(k, n_rows, head_dim, bits, dst); });
+}
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
@@ -137,7 +143,8 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_quantize_row,
                                           k_packed_bytes,
                                           k_kv_store,
-                                          k_rope_freqs};
+                                          k_rope_freqs,
+                                          k_key_sketch};
   return &table;
 }
 

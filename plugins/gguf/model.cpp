@@ -228,6 +228,21 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
          hp.head_dim, kv_type);
+  attn = opt.attn;
+  if (attn.on) {
+    const bool has_key_sketch =
+        k->struct_size >= offsetof(specinfer_kernels, key_sketch) + sizeof(k->key_sketch) &&
+        k->key_sketch;
+    if (!has_key_sketch)
+      fail(SPECINFER_ERR_CONFIG,
+           "gguf: the host's kernels have no sketched attention (key_sketch)");
+    if (attn.bits < 32 || attn.bits > 1024 || attn.bits % 32 != 0 || attn.keys < 1 ||
+        attn.window < 0 || attn.sink < 0)
+      fail(SPECINFER_ERR_CONFIG,
+           "gguf: sketched attention needs attn_bits a multiple of 32 in 32..1024, attn_keys >= 1, "
+           "attn_window >= 0 and attn_sink >= 0");
+    sketch_head_bytes = 4 + size_t(attn.bits) / 8;
+  }
   if (ctx <= 0) ctx = hp.n_ctx_train;
   if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
   n_ctx = ctx;
@@ -439,6 +454,12 @@ void Model::ensure_capacity(int32_t n_pos) {
     cache_[li].k = kv_.data() + (2 * li) * kv_region_;
     cache_[li].v = kv_.data() + (2 * li + 1) * kv_region_;
   }
+  if (w_->attn.on) {
+    const size_t srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
+    sk_region_ = (size_t(w_->n_ctx) * srow + page - 1) / page * page;
+    sk_ = PageArray(sk_region_ * cache_.size());
+    for (size_t li = 0; li < cache_.size(); li++) cache_[li].s = sk_.data() + li * sk_region_;
+  }
 }
 
 Weights::ScratchLease::ScratchLease(const Weights &w) : w_(w) {
@@ -601,6 +622,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     a.out = att + off[size_t(s)] * QD;
     a.k_type = W.kv_type;
     a.v_type = W.kv_type;
+    a.sketch_bits = W.attn.bits;
+    a.n_select = W.attn.keys;
+    a.n_window = W.attn.window;
+    a.n_sink = W.attn.sink;
   }
 
   for (size_t li = 0; li < W.layers.size(); li++) {
@@ -644,6 +669,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
         check_status(k->kv_store(W.kv_type, kb, c.k + at, int64_t(b.n) * KV), "kv_store");
         check_status(k->kv_store(W.kv_type, vb, c.v + at, int64_t(b.n) * KV), "kv_store");
       }
+      if (c.s)
+        check_status(k->key_sketch(kb, int64_t(b.n) * Hkv, hd, W.attn.bits,
+                                   c.s + size_t(m.n_cached_) * size_t(Hkv) * W.sketch_head_bytes),
+                     "key_sketch");
       if (m.qk_observer_) m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, kb, b.n);
       specinfer_attention_args &a = args[size_t(s)];
       // The cache's bytes, read in their own type (k_type, v_type); the ABI types the pointers as
@@ -651,6 +680,7 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       a.k = reinterpret_cast<const float *>(c.k);
       a.v = reinterpret_cast<const float *>(c.v);
       a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
+      a.k_sketch = c.s;
       check_status(k->attention(&a), "attention");
     }
     W.matmul(L.wo, att, N, h);
@@ -774,6 +804,11 @@ void Model::kv_truncate(int32_t n_keep) {
       const size_t k0 = size_t(c.k - kv_.data()), v0 = size_t(c.v - kv_.data());
       kv_.release(k0 + size_t(n_cached_) * row, k0 + size_t(used_) * row);
       kv_.release(v0 + size_t(n_cached_) * row, v0 + size_t(used_) * row);
+      if (c.s) {
+        const size_t s0 = size_t(c.s - sk_.data()),
+                     srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
+        sk_.release(s0 + size_t(n_cached_) * srow, s0 + size_t(used_) * srow);
+      }
     }
     used_ = n_cached_;
   }
@@ -827,6 +862,10 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
       size_t dst = size_t(base + j) * row, src = size_t(base + idx[j]) * row;
       std::memmove(c.k + dst, c.k + src, row);
       std::memmove(c.v + dst, c.v + src, row);
+      if (c.s) {
+        const size_t srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
+        std::memmove(c.s + size_t(base + j) * srow, c.s + size_t(base + idx[j]) * srow, srow);
+      }
     }
   }
   for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];

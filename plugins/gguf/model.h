@@ -72,6 +72,14 @@ struct Weight {
   const specinfer_packed_weight *packed = nullptr;  // the kernels' packed form (owned by the Model)
 };
 
+// Sketched attention (specinfer_attention_args.k_sketch): every key also kept as a sketch of
+// `bits` sign bits, and a query that sees more than sink + keys + window keys attends exactly to
+// its first `sink`, its last `window` and the `keys` others of largest estimated q.k. Lossy.
+struct SketchedAttention {
+  bool on = false;
+  int32_t bits = 128, keys = 1024, window = 256, sink = 4;
+};
+
 // How to load: see Weights' constructor.
 struct ModelOptions {
   bool pack = true;         // hand every matrix to the host's pack_weight
@@ -81,6 +89,7 @@ struct ModelOptions {
   // host's kv_store writes them, its attention reads them directly); -1: F16, or F32 on a host
   // without kv_store.
   int32_t kv_type = -1;
+  SketchedAttention attn;  // off: exact attention
 };
 
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
@@ -128,6 +137,8 @@ class Weights {
   int32_t n_ctx = 0;
   int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type (ModelOptions::kv_type)
   size_t kv_head_bytes = 0;               // one head's key (or value) row in that type
+  SketchedAttention attn;                 // ModelOptions::attn
+  size_t sketch_head_bytes = 0;           // one head's key sketch (attn.on)
   Weight tok_embd, output;
   int32_t n_out = 0;   // output rows computed (n_vocab, or the vocab limit)
   Weight output_file;  // with a vocabulary limit: the file's output matrix, all rows
@@ -236,7 +247,7 @@ class Model {
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
   // Bytes of the KV cache resident now: the cache reserves the whole context but holds pages only
   // where positions were written, and hands them back when it is cut back by 64 KiB or more.
-  size_t kv_resident_bytes() const { return kv_.resident(); }
+  size_t kv_resident_bytes() const { return kv_.resident() + sk_.resident(); }
 
  private:
   using PackedPtr = std::unique_ptr<specinfer_packed_weight, Weights::PackedFree>;
@@ -260,9 +271,12 @@ class Model {
   struct Cache {
     // [n_ctx][n_head_kv] rows of Weights::kv_head_bytes, in Weights::kv_type (inside kv_)
     uint8_t *k = nullptr, *v = nullptr;
+    uint8_t *s = nullptr;  // [n_ctx][n_head_kv] key sketches (sketched attention), inside sk_
   };
   std::vector<Cache> cache_;       // per layer
   size_t kv_region_ = 0;           // bytes of one layer's keys (or values), whole pages
+  PageArray sk_;                   // every layer's key sketches (sketched attention)
+  size_t sk_region_ = 0;           // bytes of one layer's sketches, whole pages
   std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
   std::vector<float> out_rows_;    // scratch for limited logits
   // With a vocabulary limit, the rows of ids above it that are computed too: their rows in the

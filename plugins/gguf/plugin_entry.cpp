@@ -50,6 +50,7 @@ struct Config {
   int32_t vocab_limit = 0;  // logits only for ids below it (draft models); 0 = all
   int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
   int32_t kv_type = -1;     // the KV cache's storage type; -1 = f16 (f32 without kv_store)
+  SketchedAttention attn;   // attn=qjl and its sizes
 };
 
 std::string_view trim(std::string_view s) {
@@ -111,6 +112,22 @@ Config parse_config(const char *text) {
       else
         fail(SPECINFER_ERR_CONFIG,
              "gguf: config key 'kv_type' needs f32, f16, q8_0 or q4_0, got '%s'", value.c_str());
+    } else if (key == "attn") {
+      if (value != "exact" && value != "qjl")
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'attn' needs exact or qjl, got '%s'",
+             value.c_str());
+      cfg.attn.on = value == "qjl";
+    } else if (key == "attn_bits") {
+      cfg.attn.bits = int_value(key, value, 32, 1024);
+      if (cfg.attn.bits % 32 != 0)
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'attn_bits' needs a multiple of 32, got '%s'",
+             value.c_str());
+    } else if (key == "attn_keys") {
+      cfg.attn.keys = int_value(key, value, 1, 1L << 24);
+    } else if (key == "attn_window") {
+      cfg.attn.window = int_value(key, value, 0, 1L << 24);
+    } else if (key == "attn_sink") {
+      cfg.attn.sink = int_value(key, value, 0, 1L << 24);
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
@@ -118,7 +135,8 @@ Config parse_config(const char *text) {
     } else {
       fail(
           SPECINFER_ERR_CONFIG,
-          "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type)",
+          "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type, "
+          "attn, attn_bits, attn_keys, attn_window, attn_sink)",
           key.c_str());
     }
   }
@@ -298,6 +316,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     opt.vocab_limit = cfg.vocab_limit;
     opt.requant = cfg.requant;
     opt.kv_type = cfg.kv_type;
+    opt.attn = cfg.attn;
     l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
     l->tokenizer = Tokenizer::from_gguf(*l->file);
     const Hparams &hp = l->weights->hp;

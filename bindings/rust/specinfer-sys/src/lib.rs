@@ -294,6 +294,11 @@ pub struct specinfer_attention_args {
     pub out: *mut f32,
     pub k_type: i32,
     pub v_type: i32,
+    pub k_sketch: *const u8,
+    pub sketch_bits: i32,
+    pub n_select: i32,
+    pub n_window: i32,
+    pub n_sink: i32,
 }
 
 #[repr(C)]
@@ -358,6 +363,15 @@ pub struct specinfer_kernels {
             mscale: f32,
             neox: i32,
         ),
+    >,
+    pub key_sketch: Option<
+        unsafe extern "C" fn(
+            k: *const f32,
+            n_rows: i64,
+            head_dim: i64,
+            bits: i32,
+            dst: *mut c_void,
+        ) -> specinfer_status,
     >,
 }
 

@@ -1,0 +1,47 @@
+// The AVX2 scorer of sketched attention: eight keys at a time, each nibble of their signs looked
+// up in its 16-entry table as two 8-entry permutes (vpermps) and a blend on the nibble's high bit.
+// Adds the same entries in the same order as sketch_scores_scalar, lane by lane, so the scores are
+// equal bit for bit.
+#include <immintrin.h>
+
+#include "backend/attention_sketch.h"
+
+namespace specinfer {
+
+void sketch_scores_avx2(const float *tables, int64_t g, int32_t bits, const uint8_t *base,
+                        size_t stride, int64_t n, float *out) {
+  const int32_t nibbles = bits / 4, words = bits / 32;
+  const __m256i offs = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                          _mm256_set1_epi32(int32_t(stride)));
+  const __m256i low4 = _mm256_set1_epi32(15);
+  constexpr int kMaxHeads = 16;
+  int64_t j = 0;
+  for (; j + 8 <= n && g <= kMaxHeads; j += 8) {
+    const uint8_t *blk = base + size_t(j) * stride;
+    __m256 acc[kMaxHeads];
+    for (int h = 0; h < kMaxHeads; ++h) acc[h] = _mm256_setzero_ps();
+    for (int32_t w = 0; w < words; ++w) {
+      const __m256i word =
+          _mm256_i32gather_epi32(reinterpret_cast<const int *>(blk + 4 + 4 * w), offs, 1);
+      for (int i = 0; i < 8; ++i) {
+        const __m256i nib = _mm256_and_si256(_mm256_srli_epi32(word, 4 * i), low4);
+        const __m256 high = _mm256_castsi256_ps(_mm256_slli_epi32(nib, 28));  // bit 3 -> sign
+        const int32_t at = (w * 8 + i) * 16;
+        for (int64_t h = 0; h < g; ++h) {
+          const float *t = tables + h * nibbles * 16 + at;
+          const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), nib);
+          const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), nib);
+          acc[h] = _mm256_add_ps(acc[h], _mm256_blendv_ps(lo, hi, high));
+        }
+      }
+    }
+    __m256 best = acc[0];
+    for (int64_t h = 1; h < g; ++h) best = _mm256_max_ps(best, acc[h]);
+    const __m256 norm = _mm256_i32gather_ps(reinterpret_cast<const float *>(blk), offs, 1);
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(norm, best));
+  }
+  if (j < n)
+    sketch_scores_scalar(tables, g, bits, base + size_t(j) * stride, stride, n - j, out + j);
+}
+
+}  // namespace specinfer
