@@ -162,7 +162,7 @@ void test_against_picked(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   Shape s;
   const int g = s.H / s.Hkv;
-  for (const int n_kv : {50, 60, 61, 700, 1500}) {
+  for (const int n_kv : {50, 60, 61, 700, 1500, 5000}) {
     const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
     auto q = randn(size_t(s.H) * s.hd, rng, 0.3f);
     auto k = randn(nk, rng), v = randn(nk, rng);

@@ -210,6 +210,30 @@ void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
   }
 }
 
+// The k-th largest of s (1 <= k <= s.size()). Many scores, few picked: the scores at a fixed
+// stride give a value that at least k scores reach, and the k-th largest is then the k-th largest
+// of those few.
+float kth_largest(const std::vector<float> &s, int64_t k) {
+  const auto n = int64_t(s.size());
+  std::vector<float> v;
+  if (n > 16 * k && n >= 4096) {
+    const int64_t step = n / 1024, m = n / step;
+    for (int64_t i = 0; i < m; ++i) v.push_back(s[size_t(i * step)]);
+    // Expected k * m / n sampled scores at or above the k-th largest; ask for twice as many.
+    const int64_t r = std::min(m - 1, 2 * k * m / n + 8);
+    std::nth_element(v.begin(), v.begin() + r, v.end(), std::greater<float>());
+    const float lo = v[size_t(r)];
+    v.clear();
+    for (const float x : s)
+      if (x >= lo) v.push_back(x);
+    if (int64_t(v.size()) < k) v = s;  // the sample misled: all of them
+  } else {
+    v = s;
+  }
+  std::nth_element(v.begin(), v.begin() + (k - 1), v.end(), std::greater<float>());
+  return v[size_t(k - 1)];
+}
+
 // Picks the keys query qi attends to through kv head kvh (sketched attention): its first n_sink
 // and last n_window visible keys, and the n_select others of largest estimated score, in the
 // order the query sees them. Ties at the threshold go to the earlier keys.
@@ -235,10 +259,7 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   for (int64_t t = std::max(t0, vw.run); t < t1; ++t)
     score(tables.data(), c.g, c.bits, kb + size_t(vw.slot(t)) * stride, stride, 1,
           s.data() + (t - t0));
-  std::vector<float> sorted(s);
-  std::nth_element(sorted.begin(), sorted.begin() + (c.n_select - 1), sorted.end(),
-                   std::greater<float>());
-  const float thr = sorted[size_t(c.n_select - 1)];
+  const float thr = kth_largest(s, c.n_select);
   int64_t above = 0;
   for (const float x : s) above += x > thr;
   int64_t ties = c.n_select - above;

@@ -18,6 +18,10 @@ void sketch_scores_avx2(const float *tables, int64_t g, int32_t bits, const uint
   int64_t j = 0;
   for (; j + 8 <= n && g <= kMaxHeads; j += 8) {
     const uint8_t *blk = base + size_t(j) * stride;
+    // The gathers wait on memory unless the rows are asked for ahead (64 keys).
+    if (j + 72 <= n)
+      for (size_t off = 0; off < 8 * stride; off += 64)
+        _mm_prefetch(reinterpret_cast<const char *>(blk + 64 * stride + off), _MM_HINT_T0);
     __m256 acc[kMaxHeads];
     for (int h = 0; h < kMaxHeads; ++h) acc[h] = _mm256_setzero_ps();
     for (int32_t w = 0; w < words; ++w) {
