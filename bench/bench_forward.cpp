@@ -532,14 +532,16 @@ void BM_LongContext(benchmark::State &state) {
 }
 BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Sketched attention against exact attention at a long context: both targets (the same model
-// and cache type) prefill the same SPECINFER_BENCH_DEPTH tokens, then the exact one decodes
-// SPECINFER_BENCH_GEN tokens (default 512) greedily and both are fed each of them. Counters: how
-// often the sketched target's top-1 token is the exact one's, the mean KL divergence of its
-// next-token distribution from the exact one's, each side's median decode step and prefill speed.
+// Sketched attention against exact attention at a long context: targets of the same model and
+// cache type, one exact and one per sketched config, prefill the same SPECINFER_BENCH_DEPTH
+// tokens; then the exact one decodes SPECINFER_BENCH_GEN tokens (default 512) greedily and every
+// target is fed each of them. Counters per sketched config i: how often its top-1 token is the
+// exact one's (qjl<i>_top1_pct), the mean KL divergence of its next-token distribution from the
+// exact one's (qjl<i>_kl), its median decode step against the exact one's (qjl<i>_ms, exact_ms)
+// and its prefill speed.
 //   SPECINFER_BENCH_KV_TYPES   the cache type (the first listed; default q8_0)
-//   SPECINFER_BENCH_QJL        the sketched target's extra config (default "attn=qjl")
-// Run alone: --benchmark_filter=SketchedQuality (it prefills the depth twice).
+//   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl")
+// Run alone: --benchmark_filter=SketchedQuality (it prefills the depth once per target).
 void BM_SketchedQuality(benchmark::State &state) {
   const std::string path = model_path();
   struct stat st;
@@ -559,6 +561,13 @@ void BM_SketchedQuality(benchmark::State &state) {
   }
   std::string type = env_or("SPECINFER_BENCH_KV_TYPES", "q8_0");
   type = type.substr(0, type.find(','));
+  std::vector<std::string> configs = {""};
+  {
+    std::stringstream ss(env_or("SPECINFER_BENCH_QJL", "attn=qjl"));
+    for (std::string c; std::getline(ss, c, ';');)
+      if (!c.empty()) configs.push_back(c);
+  }
+  const size_t nt = configs.size();
   specinfer_registry_params params;
   specinfer_registry_params_init(&params);
   params.n_threads = bench_threads();
@@ -571,11 +580,10 @@ void BM_SketchedQuality(benchmark::State &state) {
   }
   const std::string base =
       "path=" + path + ",n_ctx=" + std::to_string(depth + gen + 8) + ",kv_type=" + type;
-  specinfer_target *tg[2] = {nullptr, nullptr};
+  std::vector<specinfer_target *> tg(nt, nullptr);
   std::string error;
-  for (int i = 0; i < 2 && error.empty(); ++i) {
-    const std::string config =
-        i == 0 ? base : base + "," + env_or("SPECINFER_BENCH_QJL", "attn=qjl");
+  for (size_t i = 0; i < nt && error.empty(); ++i) {
+    const std::string config = i == 0 ? base : base + "," + configs[i];
     if (specinfer_target_open(reg, "gguf", config.c_str(), &tg[i], &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";
       specinfer_free(msg);
@@ -583,10 +591,9 @@ void BM_SketchedQuality(benchmark::State &state) {
   }
   std::vector<int32_t> text;
   int32_t vocab = 0;
-  double prefill_tps[2] = {0, 0};
-  std::vector<double> step_ms[2];
-  int agree = 0;
-  double kl_sum = 0;
+  std::vector<double> prefill_tps(nt, 0.0), kl_sum(nt, 0.0);
+  std::vector<std::vector<double>> step_ms(nt);
+  std::vector<int> agree(nt, 0);
   if (error.empty()) {
     specinfer_model_info info;
     specinfer_model_info_init(&info);
@@ -598,10 +605,19 @@ void BM_SketchedQuality(benchmark::State &state) {
     if (static_cast<int32_t>(text.size()) < depth)
       error = "the text has " + std::to_string(text.size()) + " tokens, fewer than the depth";
   }
-  std::vector<float> logits[2];
+  std::vector<std::vector<float>> logits(nt);
+  // Log-softmax of a logit row.
+  const auto log_probs = [&](const std::vector<float> &x) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double z = 0;
+    for (const float v : x) z += std::exp(v - m);
+    std::vector<double> lp(x.size());
+    for (size_t v = 0; v < x.size(); ++v) lp[v] = x[v] - m - std::log(z);
+    return lp;
+  };
   for (auto _ : state) {
     if (!error.empty()) break;
-    for (int i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < nt; ++i) {
       auto *t = static_cast<specinfer::TargetObject *>(tg[i]);
       logits[i].assign(static_cast<size_t>(vocab), 0.0f);
       std::vector<int32_t> pos(static_cast<size_t>(depth));
@@ -619,29 +635,24 @@ void BM_SketchedQuality(benchmark::State &state) {
       }
       prefill_tps[i] =
           depth / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "prefilled %s: %.1f tokens/s\n", i == 0 ? "exact" : configs[i].c_str(),
+                   prefill_tps[i]);
     }
     const auto argmax = [&](const std::vector<float> &x) {
       return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
     };
     for (int32_t s = 0; s < gen; ++s) {
-      const int32_t a = argmax(logits[0]), b = argmax(logits[1]);
-      agree += a == b;
-      // KL(exact || sketched) of the softmax distributions.
-      const double m0 = logits[0][static_cast<size_t>(a)], m1 = logits[1][static_cast<size_t>(b)];
-      double z0 = 0, z1 = 0;
-      for (int32_t v = 0; v < vocab; ++v) {
-        z0 += std::exp(logits[0][static_cast<size_t>(v)] - m0);
-        z1 += std::exp(logits[1][static_cast<size_t>(v)] - m1);
+      const int32_t a = argmax(logits[0]);
+      const std::vector<double> lp0 = log_probs(logits[0]);
+      for (size_t i = 1; i < nt; ++i) {
+        agree[i] += argmax(logits[i]) == a;
+        const std::vector<double> lp = log_probs(logits[i]);
+        double kl = 0;
+        for (size_t v = 0; v < lp.size(); ++v) kl += std::exp(lp0[v]) * (lp0[v] - lp[v]);
+        kl_sum[i] += kl;
       }
-      double kl = 0;
-      for (int32_t v = 0; v < vocab; ++v) {
-        const double l0 = logits[0][static_cast<size_t>(v)] - m0 - std::log(z0),
-                     l1 = logits[1][static_cast<size_t>(v)] - m1 - std::log(z1);
-        kl += std::exp(l0) * (l0 - l1);
-      }
-      kl_sum += kl;
       const int32_t pos = depth + s;
-      for (int i = 0; i < 2; ++i) {
+      for (size_t i = 0; i < nt; ++i) {
         specinfer_forward_batch fb{};
         fb.struct_size = sizeof fb;
         fb.n_tokens = 1;
@@ -658,17 +669,20 @@ void BM_SketchedQuality(benchmark::State &state) {
     }
   }
   if (error.empty()) {
-    for (auto &v : step_ms) std::sort(v.begin(), v.end());
-    const double e = step_ms[0][step_ms[0].size() / 2], q = step_ms[1][step_ms[1].size() / 2];
-    state.counters["top1_agree_pct"] = 100.0 * agree / gen;
-    state.counters["kl_mean"] = kl_sum / gen;
-    state.counters["exact_ms"] = e;
-    state.counters["qjl_ms"] = q;
-    state.counters["qjl_speedup"] = e / q;
-    state.counters["exact_prefill_tps"] = prefill_tps[0];
-    state.counters["qjl_prefill_tps"] = prefill_tps[1];
-    state.SetLabel("depth " + std::to_string(depth) + ", " + std::to_string(gen) + " tokens, " +
-                   type);
+    std::string label =
+        "depth " + std::to_string(depth) + ", " + std::to_string(gen) + " tokens, " + type;
+    for (size_t i = 0; i < nt; ++i) {
+      std::sort(step_ms[i].begin(), step_ms[i].end());
+      const double ms = step_ms[i][step_ms[i].size() / 2];
+      const std::string k = i == 0 ? "exact" : "qjl" + std::to_string(i);
+      state.counters[k + "_ms"] = ms;
+      state.counters[k + "_prefill_tps"] = prefill_tps[i];
+      if (i == 0) continue;
+      state.counters[k + "_top1_pct"] = 100.0 * agree[i] / gen;
+      state.counters[k + "_kl"] = kl_sum[i] / gen;
+      label += "; qjl" + std::to_string(i) + ": " + configs[i];
+    }
+    state.SetLabel(label);
   }
   for (specinfer_target *t : tg)
     if (t) specinfer_target_destroy(t);
