@@ -397,17 +397,46 @@ std::string context_text() {
   return text;
 }
 
-void BM_LongContext(benchmark::State &state) {
+// Feeds the first n tokens of text to a fresh target in passes of 512; the last one's logits go
+// to `logits` (vocabulary-sized). Returns the tokens per second.
+double prefill_text(specinfer_target *tg, const std::vector<int32_t> &text, int32_t n,
+                    float *logits) {
+  auto *t = static_cast<specinfer::TargetObject *>(tg);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int32_t p = 0; p < n; ++p) pos[static_cast<size_t>(p)] = p;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int32_t p = 0; p < n; p += 512) {
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = std::min(512, n - p);
+    b.tokens = text.data() + p;
+    b.positions = pos.data() + p;
+    b.n_logits = p + b.n_tokens == n ? 1 : 0;
+    b.logits = logits;
+    t->forward(b);
+  }
+  return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The model file and SPECINFER_BENCH_DEPTH the long-context benchmarks need: false (and the
+// benchmark skipped with a message) when either is missing.
+bool long_context_ready(benchmark::State &state) {
   const std::string path = model_path();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     state.SkipWithError(("no model file " + path).c_str());
-    return;
+    return false;
   }
   if (env_or("SPECINFER_BENCH_DEPTH", "").empty()) {
     state.SkipWithError("set SPECINFER_BENCH_DEPTH (e.g. 16000) to run");
-    return;
+    return false;
   }
+  return true;
+}
+
+void BM_LongContext(benchmark::State &state) {
+  if (!long_context_ready(state)) return;
+  const std::string path = model_path();
   const int32_t depth = std::atoi(env_or("SPECINFER_BENCH_DEPTH", "").c_str()), shallow = 64;
   if (depth <= shallow) {
     state.SkipWithError("SPECINFER_BENCH_DEPTH must be above 64");
@@ -462,27 +491,9 @@ void BM_LongContext(benchmark::State &state) {
         break;
       }
     }
-    const auto prefill = [&](specinfer_target *tg, int32_t n) {
-      auto *t = static_cast<specinfer::TargetObject *>(tg);
-      std::vector<float> logits(static_cast<size_t>(vocab));
-      std::vector<int32_t> pos(static_cast<size_t>(n));
-      for (int32_t p = 0; p < n; ++p) pos[static_cast<size_t>(p)] = p;
-      for (int32_t p = 0; p < n; p += 512) {
-        specinfer_forward_batch b{};
-        b.struct_size = sizeof b;
-        b.n_tokens = std::min(512, n - p);
-        b.tokens = text.data() + p;
-        b.positions = pos.data() + p;
-        b.n_logits = p + b.n_tokens == n ? 1 : 0;
-        b.logits = logits.data();
-        t->forward(b);
-      }
-    };
-    const auto t0 = std::chrono::steady_clock::now();
-    prefill(per[i].deep, depth);
-    per[i].prefill_tps =
-        depth / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    prefill(per[i].shallow, shallow);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    per[i].prefill_tps = prefill_text(per[i].deep, text, depth, logits.data());
+    prefill_text(per[i].shallow, text, shallow, logits.data());
   }
   const auto step_ms = [&](specinfer_target *tg, int32_t at) {
     auto *t = static_cast<specinfer::TargetObject *>(tg);
@@ -543,16 +554,8 @@ BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseReal
 //   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl")
 // Run alone: --benchmark_filter=SketchedQuality (it prefills the depth once per target).
 void BM_SketchedQuality(benchmark::State &state) {
+  if (!long_context_ready(state)) return;
   const std::string path = model_path();
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    state.SkipWithError(("no model file " + path).c_str());
-    return;
-  }
-  if (env_or("SPECINFER_BENCH_DEPTH", "").empty()) {
-    state.SkipWithError("set SPECINFER_BENCH_DEPTH (e.g. 16000) to run");
-    return;
-  }
   const int32_t depth = std::atoi(env_or("SPECINFER_BENCH_DEPTH", "").c_str());
   const int32_t gen = std::max(1, std::atoi(env_or("SPECINFER_BENCH_GEN", "512").c_str()));
   if (depth < 1) {
@@ -618,23 +621,8 @@ void BM_SketchedQuality(benchmark::State &state) {
   for (auto _ : state) {
     if (!error.empty()) break;
     for (size_t i = 0; i < nt; ++i) {
-      auto *t = static_cast<specinfer::TargetObject *>(tg[i]);
       logits[i].assign(static_cast<size_t>(vocab), 0.0f);
-      std::vector<int32_t> pos(static_cast<size_t>(depth));
-      for (int32_t p = 0; p < depth; ++p) pos[static_cast<size_t>(p)] = p;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int32_t p = 0; p < depth; p += 512) {
-        specinfer_forward_batch b{};
-        b.struct_size = sizeof b;
-        b.n_tokens = std::min(512, depth - p);
-        b.tokens = text.data() + p;
-        b.positions = pos.data() + p;
-        b.n_logits = p + b.n_tokens == depth ? 1 : 0;
-        b.logits = logits[i].data();
-        t->forward(b);
-      }
-      prefill_tps[i] =
-          depth / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      prefill_tps[i] = prefill_text(tg[i], text, depth, logits[i].data());
       std::fprintf(stderr, "prefilled %s: %.1f tokens/s\n", i == 0 ? "exact" : configs[i].c_str(),
                    prefill_tps[i]);
     }
