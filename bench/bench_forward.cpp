@@ -42,6 +42,21 @@ int bench_threads() {
   return n > 0 ? n : 2;
 }
 
+// A registry with the benchmarks' thread count, or nullptr and its error in *error.
+specinfer_registry *open_registry(std::string *error) {
+  specinfer_registry_params params;
+  specinfer_registry_params_init(&params);
+  params.n_threads = bench_threads();
+  specinfer_registry *reg = nullptr;
+  char *msg = nullptr;
+  if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
+    *error = msg ? msg : "registry_create failed";
+    specinfer_free(msg);
+    return nullptr;
+  }
+  return reg;
+}
+
 // One registry and target for the whole run (opened on first use).
 struct Model {
   specinfer_registry *reg = nullptr;
@@ -56,15 +71,9 @@ struct Model {
       error = "no model file " + path + " (set SPECINFER_BENCH_MODEL)";
       return;
     }
-    specinfer_registry_params params;
-    specinfer_registry_params_init(&params);
-    params.n_threads = bench_threads();
+    reg = open_registry(&error);
+    if (reg == nullptr) return;
     char *msg = nullptr;
-    if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
-      error = msg ? msg : "registry_create failed";
-      specinfer_free(msg);
-      return;
-    }
     // SPECINFER_BENCH_CONFIG: extra target config, e.g. "pack=0" to time the unpacked kernels.
     std::string config = "path=" + path;
     if (const char *extra = std::getenv("SPECINFER_BENCH_CONFIG"); extra && *extra)
@@ -449,23 +458,19 @@ void BM_LongContext(benchmark::State &state) {
     for (std::string t; std::getline(ss, t, ',');)
       if (!t.empty()) types.push_back(t);
   }
-  specinfer_registry_params params;
-  specinfer_registry_params_init(&params);
-  params.n_threads = bench_threads();
-  specinfer_registry *reg = nullptr;
-  char *msg = nullptr;
-  if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
-    state.SkipWithError(msg ? msg : "registry_create failed");
-    specinfer_free(msg);
+  std::string error;
+  specinfer_registry *reg = open_registry(&error);
+  if (reg == nullptr) {
+    state.SkipWithError(error.c_str());
     return;
   }
+  char *msg = nullptr;
   struct PerType {
     specinfer_target *deep = nullptr, *shallow = nullptr;
     double prefill_tps = 0;
     std::vector<double> deep_ms, shallow_ms;
   };
   std::vector<PerType> per(types.size());
-  std::string error;
   std::vector<int32_t> text;
   int32_t vocab = 0;
   std::string extra = env_or("SPECINFER_BENCH_CONFIG", "");
@@ -571,20 +576,16 @@ void BM_SketchedQuality(benchmark::State &state) {
       if (!c.empty()) configs.push_back(c);
   }
   const size_t nt = configs.size();
-  specinfer_registry_params params;
-  specinfer_registry_params_init(&params);
-  params.n_threads = bench_threads();
-  specinfer_registry *reg = nullptr;
-  char *msg = nullptr;
-  if (specinfer_registry_create(&params, &reg, &msg) != SPECINFER_OK) {
-    state.SkipWithError(msg ? msg : "registry_create failed");
-    specinfer_free(msg);
+  std::string error;
+  specinfer_registry *reg = open_registry(&error);
+  if (reg == nullptr) {
+    state.SkipWithError(error.c_str());
     return;
   }
+  char *msg = nullptr;
   const std::string base =
       "path=" + path + ",n_ctx=" + std::to_string(depth + gen + 8) + ",kv_type=" + type;
   std::vector<specinfer_target *> tg(nt, nullptr);
-  std::string error;
   for (size_t i = 0; i < nt && error.empty(); ++i) {
     const std::string config = i == 0 ? base : base + "," + configs[i];
     if (specinfer_target_open(reg, "gguf", config.c_str(), &tg[i], &msg) != SPECINFER_OK) {
