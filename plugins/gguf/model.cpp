@@ -241,7 +241,7 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
       fail(SPECINFER_ERR_CONFIG,
            "gguf: sketched attention needs attn_bits a multiple of 32 in 32..1024, attn_keys >= 1, "
            "attn_window >= 0 and attn_sink >= 0");
-    sketch_head_bytes = 4 + size_t(attn.bits) / 8;
+    sketch_pos_bytes = size_t(hp.n_head_kv) * (4 + size_t(attn.bits) / 8);
   }
   if (ctx <= 0) ctx = hp.n_ctx_train;
   if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
@@ -455,8 +455,7 @@ void Model::ensure_capacity(int32_t n_pos) {
     cache_[li].v = kv_.data() + (2 * li + 1) * kv_region_;
   }
   if (w_->attn.on) {
-    const size_t srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
-    sk_region_ = (size_t(w_->n_ctx) * srow + page - 1) / page * page;
+    sk_region_ = (size_t(w_->n_ctx) * w_->sketch_pos_bytes + page - 1) / page * page;
     sk_ = PageArray(sk_region_ * cache_.size());
     for (size_t li = 0; li < cache_.size(); li++) cache_[li].s = sk_.data() + li * sk_region_;
   }
@@ -671,7 +670,7 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       }
       if (c.s)
         check_status(k->key_sketch(kb, int64_t(b.n) * Hkv, hd, W.attn.bits,
-                                   c.s + size_t(m.n_cached_) * size_t(Hkv) * W.sketch_head_bytes),
+                                   c.s + size_t(m.n_cached_) * W.sketch_pos_bytes),
                      "key_sketch");
       if (m.qk_observer_) m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, kb, b.n);
       specinfer_attention_args &a = args[size_t(s)];
@@ -805,8 +804,7 @@ void Model::kv_truncate(int32_t n_keep) {
       kv_.release(k0 + size_t(n_cached_) * row, k0 + size_t(used_) * row);
       kv_.release(v0 + size_t(n_cached_) * row, v0 + size_t(used_) * row);
       if (c.s) {
-        const size_t s0 = size_t(c.s - sk_.data()),
-                     srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
+        const size_t s0 = size_t(c.s - sk_.data()), srow = w_->sketch_pos_bytes;
         sk_.release(s0 + size_t(n_cached_) * srow, s0 + size_t(used_) * srow);
       }
     }
@@ -862,10 +860,9 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
       size_t dst = size_t(base + j) * row, src = size_t(base + idx[j]) * row;
       std::memmove(c.k + dst, c.k + src, row);
       std::memmove(c.v + dst, c.v + src, row);
-      if (c.s) {
-        const size_t srow = size_t(w_->hp.n_head_kv) * w_->sketch_head_bytes;
+      const size_t srow = w_->sketch_pos_bytes;
+      if (c.s)
         std::memmove(c.s + size_t(base + j) * srow, c.s + size_t(base + idx[j]) * srow, srow);
-      }
     }
   }
   for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];

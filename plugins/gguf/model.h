@@ -138,7 +138,7 @@ class Weights {
   int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type (ModelOptions::kv_type)
   size_t kv_head_bytes = 0;               // one head's key (or value) row in that type
   SketchedAttention attn;                 // ModelOptions::attn
-  size_t sketch_head_bytes = 0;           // one head's key sketch (attn.on)
+  size_t sketch_pos_bytes = 0;            // one position's key sketches, every kv head (attn.on)
   Weight tok_embd, output;
   int32_t n_out = 0;   // output rows computed (n_vocab, or the vocab limit)
   Weight output_file;  // with a vocabulary limit: the file's output matrix, all rows
