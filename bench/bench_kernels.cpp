@@ -440,21 +440,22 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// Decode attention over a long cache for one token through all 28 layers of
+// Decode (tok=1) or verify (tok=5) attention over a long cache through all 28 layers of
 // Qwen2.5-Coder-1.5B's shape (12 query heads on 2 kv heads of 128; each layer its own cache, so
 // that they stream from memory as in the model rather than sit in the L3 cache), exact or sketched
 // (attn=qjl's defaults: 128 bits, 1024 keys picked, a window of 256 and 4 sinks), in the cache
-// types the gguf plugin offers. The time is per token:
+// types the gguf plugin offers. The time is per pass (tok tokens):
 //   ./bench_kernels --benchmark_filter=AttentionLong
 void BM_AttentionLong(benchmark::State &state) {
   const int n_kv = static_cast<int>(state.range(0));
   const int32_t type = static_cast<int32_t>(state.range(1));
   const bool sketched = state.range(2) != 0;
+  const int n_q = static_cast<int>(state.range(3));
   const int n_head = 12, n_head_kv = 2, hd = 128, n_layer = 28;
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
-  std::vector<float> q(static_cast<size_t>(n_head * hd)), x(static_cast<size_t>(n_head_kv * hd)),
-      out(q.size());
+  std::vector<float> q(static_cast<size_t>(n_q * n_head * hd)),
+      x(static_cast<size_t>(n_head_kv * hd)), out(q.size());
   for (auto &e : q) e = nd(rng) * 0.3f;
   const size_t row = wtype_row_size(type, hd) * n_head_kv, srow = key_sketch_bytes(128) * n_head_kv;
   const size_t kv_bytes = row * size_t(n_kv), sk_bytes = sketched ? srow * size_t(n_kv) : 0;
@@ -475,7 +476,7 @@ void BM_AttentionLong(benchmark::State &state) {
   std::vector<specinfer_attention_args> args;
   for (int l = 0; l < n_layer; ++l) {
     specinfer_attention_args a =
-        attention_args(1, n_head, n_head_kv, hd, n_kv, q.data(),
+        attention_args(n_q, n_head, n_head_kv, hd, n_kv, q.data(),
                        reinterpret_cast<const float *>(k.data() + l * kv_bytes),
                        reinterpret_cast<const float *>(v.data() + l * kv_bytes), out.data());
     a.k_type = a.v_type = type;
@@ -497,8 +498,8 @@ void BM_AttentionLong(benchmark::State &state) {
   state.SetLabel(std::string(wtype_name(type)) + (sketched ? " qjl" : " exact") + ", 28 layers");
 }
 BENCHMARK(BM_AttentionLong)
-    ->ArgsProduct({{16384, 32768}, {SPECINFER_WTYPE_F16, SPECINFER_WTYPE_Q8_0}, {0, 1}})
-    ->ArgNames({"n_kv", "type", "qjl"})
+    ->ArgsProduct({{16384, 32768}, {SPECINFER_WTYPE_F16, SPECINFER_WTYPE_Q8_0}, {0, 1}, {1, 5}})
+    ->ArgNames({"n_kv", "type", "qjl", "tok"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

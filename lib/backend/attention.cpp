@@ -123,70 +123,116 @@ const View &view_of(const Call &c, int64_t qi, int64_t kvh) {
   return c.item_views.empty() ? c.views[size_t(qi)] : c.item_views[size_t(qi * c.hkv + kvh)];
 }
 
-// A partial result over some keys for the g heads of one kv head: running max m, sum l of
-// exp(score - m), and o = sum exp(score - m) * value.
+// A partial result over some keys for rows of query heads (a query's g heads of one kv head are g
+// rows): running max m, sum l of exp(score - m), and o = sum exp(score - m) * value.
 struct State {
   float *m, *l, *o;
 };
 
-size_t state_floats(const Call &c) {
-  return size_t(c.g) * size_t(c.hd + 2);
+// Up to this many consecutive queries share a task. The key blocks they all see at the same slots
+// are read once for all of them: a verify batch or a prefill chunk streams a long cache once per
+// tile instead of once per query.
+constexpr int64_t kTileQueries = 8;
+
+size_t state_floats(const Call &c, int64_t nq) {
+  return size_t(nq * c.g) * size_t(c.hd + 2);
 }
-State state_at(const Call &c, float *p) {
-  return State{p, p + c.g, p + 2 * c.g};
+State state_at(const Call &c, float *p, int64_t nq) {
+  const int64_t rows = nq * c.g;
+  return State{p, p + rows, p + 2 * rows};
+}
+// Query t's rows of a tile's state.
+State rows_of(const Call &c, State s, int64_t t) {
+  return State{s.m + t * c.g, s.l + t * c.g, s.o + t * c.g * c.hd};
 }
 
-// The fresh state of query qi, kv head kvh over its visible keys [t0, t1).
-void run_chunk(const Call &c, int64_t qi, int64_t kvh, int64_t t0, int64_t t1, State st) {
-  const specinfer_attention_args &a = *c.a;
-  const int64_t g = c.g, hd = c.hd;
-  const float *q = a.q + (qi * a.n_head + kvh * g) * hd;
-  const View &view = view_of(c, qi, kvh);
-  const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
-  const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
-  const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
-  float s[8 * kAttnBlock], s_max[8];
-  std::vector<float> s_big;
-  float *sp = s, *mp = s_max;
-  if (g > 8) {
-    s_big.resize(size_t(g * (kAttnBlock + 1)));
-    sp = s_big.data();
-    mp = sp + g * kAttnBlock;
+// One streaming-softmax step for `rows` rows over a block of nb keys: row r's scores are
+// s[r * kAttnBlock ..], their largest mp[r]; the scores become the weights exp(score - m).
+void absorb(const Call &c, float *s, const float *mp, int64_t rows, int64_t nb, State st) {
+  for (int64_t h = 0; h < rows; ++h) {
+    float *sh = s + h * kAttnBlock;
+    const float mb = std::max(st.m[h], mp[h]);
+    if (mb == -std::numeric_limits<float>::infinity()) {  // nothing finite yet
+      std::fill(sh, sh + nb, 0.0f);
+      continue;
+    }
+    const float sum = c.vec->exp_sub_sum(sh, mb, nb);
+    if (mb != st.m[h]) {
+      const float r = std::exp(st.m[h] - mb);  // 0 for the first finite block
+      st.l[h] *= r;
+      c.vec->scale(st.o + h * c.hd, r, c.hd);
+      st.m[h] = mb;
+    }
+    st.l[h] += sum;
   }
-  for (int64_t h = 0; h < g; ++h) {
+}
+
+// The fresh state of queries q0 .. q0 + nq (nq <= kTileQueries), kv head kvh, over the keys each
+// sees among its visible positions [t0, t0 + kAttnChunk). A block that every query of the tile sees
+// at the same slots is scored and accumulated for all their rows at once; any other block query
+// by query. Either way a query meets the blocks it would meet alone, and the kernels treat each row
+// alike whatever shares the call, so its result is the same bits.
+void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, State st) {
+  const specinfer_attention_args &a = *c.a;
+  const int64_t g = c.g, hd = c.hd, rows = nq * g;
+  const View *views[kTileQueries];
+  int64_t t1[kTileQueries];
+  int64_t t_end = t0, shared = std::numeric_limits<int64_t>::max();
+  for (int64_t t = 0; t < nq; ++t) {
+    views[t] = &view_of(c, q0 + t, kvh);
+    t1[t] = std::min(views[t]->size(), t0 + kAttnChunk);
+    t_end = std::max(t_end, t1[t]);
+    shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
+  }
+  // The tile's query rows, one after another.
+  thread_local std::vector<float> qbuf, sbuf;
+  const float *q = a.q + (q0 * a.n_head + kvh * g) * hd;
+  if (nq > 1 && c.hkv > 1) {
+    qbuf.resize(size_t(rows * hd));
+    for (int64_t t = 0; t < nq; ++t)
+      std::memcpy(qbuf.data() + t * g * hd, q + t * a.n_head * hd, size_t(g * hd) * sizeof(float));
+    q = qbuf.data();
+  }
+  sbuf.resize(size_t(rows * (kAttnBlock + 1)));
+  float *sp = sbuf.data(), *mp = sp + rows * kAttnBlock;
+  for (int64_t h = 0; h < rows; ++h) {
     st.m[h] = -std::numeric_limits<float>::infinity();
     st.l[h] = 0.0f;
   }
-  std::fill(st.o, st.o + g * hd, 0.0f);
-  for (int64_t b0 = t0; b0 < t1; b0 += kAttnBlock) {
-    const int64_t nb = std::min(kAttnBlock, t1 - b0);
-    for (int64_t j = 0; j < nb; ++j) {
-      const auto slot = size_t(view.slot(b0 + j));
-      krows[j] = kb + slot * k_pos;
-      vrows[j] = vb + slot * v_pos;
-    }
-    c.kern->scores(c.k_type, q, g, krows, nb, hd, a.scale, sp, kAttnBlock, mp);
-    for (int64_t h = 0; h < g; ++h) {
-      float *sh = sp + h * kAttnBlock;
-      const float mb = std::max(st.m[h], mp[h]);
-      if (mb == -std::numeric_limits<float>::infinity()) {  // nothing finite yet
-        std::fill(sh, sh + nb, 0.0f);
-        continue;
+  std::fill(st.o, st.o + rows * hd, 0.0f);
+  const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
+  const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
+  const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
+  for (int64_t b0 = t0; b0 < t_end; b0 += kAttnBlock) {
+    const int64_t nb = std::min(kAttnBlock, t_end - b0);
+    if (b0 + nb <= shared) {  // every query sees these keys, at the same slots
+      for (int64_t j = 0; j < nb; ++j) {
+        const auto slot = size_t(views[0]->first + b0 + j);
+        krows[j] = kb + slot * k_pos;
+        vrows[j] = vb + slot * v_pos;
       }
-      const float sum = c.vec->exp_sub_sum(sh, mb, nb);
-      if (mb != st.m[h]) {
-        const float r = std::exp(st.m[h] - mb);  // 0 for the first finite block
-        st.l[h] *= r;
-        c.vec->scale(st.o + h * hd, r, hd);
-        st.m[h] = mb;
-      }
-      st.l[h] += sum;
+      c.kern->scores(c.k_type, q, rows, krows, nb, hd, a.scale, sp, kAttnBlock, mp);
+      absorb(c, sp, mp, rows, nb, st);
+      c.kern->accumulate(c.v_type, sp, kAttnBlock, rows, vrows, nb, hd, st.o);
+      continue;
     }
-    c.kern->accumulate(c.v_type, sp, kAttnBlock, g, vrows, nb, hd, st.o);
+    for (int64_t t = 0; t < nq; ++t) {
+      const int64_t n = std::min(nb, t1[t] - b0);
+      if (n <= 0) continue;
+      for (int64_t j = 0; j < n; ++j) {
+        const auto slot = size_t(views[t]->slot(b0 + j));
+        krows[j] = kb + slot * k_pos;
+        vrows[j] = vb + slot * v_pos;
+      }
+      const State sq = rows_of(c, st, t);
+      c.kern->scores(c.k_type, q + t * g * hd, g, krows, n, hd, a.scale, sp, kAttnBlock, mp);
+      absorb(c, sp, mp, g, n, sq);
+      c.kern->accumulate(c.v_type, sp, kAttnBlock, g, vrows, n, hd, sq.o);
+    }
   }
 }
 
-// into = into ⊕ from (from's keys follow into's).
+// into = into ⊕ from (from's keys follow into's), for one query's g rows.
 void merge(const Call &c, State into, State from) {
   for (int64_t h = 0; h < c.g; ++h) {
     const float m = std::max(into.m[h], from.m[h]);
@@ -200,11 +246,14 @@ void merge(const Call &c, State into, State from) {
   }
 }
 
+// Writes query qi's output for kv head kvh's heads from its state (zeros for a query that sees no
+// key: st.m = NULL).
 void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
   const specinfer_attention_args &a = *c.a;
   float *out = a.out + (qi * a.n_head + kvh * c.g) * c.hd;
   for (int64_t h = 0; h < c.g; ++h) {
-    const bool any = st.m[h] != -std::numeric_limits<float>::infinity() && st.l[h] > 0.0f;
+    const bool any =
+        st.m != nullptr && st.m[h] != -std::numeric_limits<float>::infinity() && st.l[h] > 0.0f;
     const float inv = any ? 1.0f / st.l[h] : 0.0f;
     for (int64_t d = 0; d < c.hd; ++d) out[h * c.hd + d] = any ? st.o[h * c.hd + d] * inv : 0.0f;
   }
@@ -424,64 +473,78 @@ void attention(const specinfer_attention_args &a) {
     tbb::parallel_for(int64_t(0), items,
                       [&](int64_t it) { pick_keys(c, it / hkv, it % hkv, score); });
   }
-  const size_t sf = state_floats(c);
+  // Tasks over (tile of consecutive queries, kv head); a tile's chunks are those of its query that
+  // sees the most keys, and a query's partials merge in key order over its own chunks only.
+  const int64_t n_tiles = (n_q + kTileQueries - 1) / kTileQueries, tasks = n_tiles * hkv;
+  const int64_t tile_q = std::min(n_q, kTileQueries);
+  const size_t sf = state_floats(c, tile_q);
+  auto tile_of = [&](int64_t it, int64_t &q0, int64_t &nq, int64_t &nc) {
+    q0 = it / hkv * kTileQueries;
+    nq = std::min(kTileQueries, n_q - q0);
+    nc = 0;
+    for (int64_t t = 0; t < nq; ++t)
+      nc = std::max(nc, n_chunks(view_of(c, q0 + t, it % hkv).size()));
+  };
   if (n_q <= kSplitMaxQueries) {
-    // Tasks over (query, kv head, chunk); every chunk's partial kept, then merged in order.
-    std::vector<int64_t> first_task(size_t(items) + 1, 0);
-    for (int64_t it = 0; it < items; ++it)
-      first_task[size_t(it) + 1] =
-          first_task[size_t(it)] + n_chunks(view_of(c, it / hkv, it % hkv).size());
-    const int64_t n_tasks = first_task.back();
-    std::vector<float> part(size_t(n_tasks) * sf);
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, items),
+    // Few queries: every chunk is a task of its own, its partial kept, then merged in order.
+    std::vector<int64_t> first_task(size_t(tasks) + 1, 0);
+    for (int64_t it = 0; it < tasks; ++it) {
+      int64_t q0, nq, nc;
+      tile_of(it, q0, nq, nc);
+      first_task[size_t(it) + 1] = first_task[size_t(it)] + nc;
+    }
+    std::vector<float> part(size_t(first_task.back()) * sf);
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, tasks),
                       [&](const tbb::blocked_range<int64_t> &r) {
                         for (int64_t it = r.begin(); it < r.end(); ++it) {
-                          const int64_t qi = it / hkv, kvh = it % hkv,
-                                        nc = first_task[size_t(it) + 1] - first_task[size_t(it)];
-                          const int64_t n_vis = view_of(c, qi, kvh).size();
+                          int64_t q0, nq, nc;
+                          tile_of(it, q0, nq, nc);
                           tbb::parallel_for(int64_t(0), nc, [&](int64_t ch) {
                             float *p = part.data() + size_t(first_task[size_t(it)] + ch) * sf;
-                            run_chunk(c, qi, kvh, ch * kAttnChunk,
-                                      std::min(n_vis, (ch + 1) * kAttnChunk), state_at(c, p));
+                            run_tile(c, q0, nq, it % hkv, ch * kAttnChunk, state_at(c, p, nq));
                           });
                         }
                       });
-    tbb::parallel_for(int64_t(0), items, [&](int64_t it) {
-      const int64_t qi = it / hkv, kvh = it % hkv, t0 = first_task[size_t(it)];
-      const int64_t nc = first_task[size_t(it) + 1] - t0;
-      std::vector<float> empty;
-      State acc{};
-      if (nc == 0) {
-        empty.assign(sf, 0.0f);
-        acc = state_at(c, empty.data());
-        for (int64_t h = 0; h < c.g; ++h) acc.m[h] = -std::numeric_limits<float>::infinity();
-      } else {
-        acc = state_at(c, part.data() + size_t(t0) * sf);
-        for (int64_t ch = 1; ch < nc; ++ch)
-          merge(c, acc, state_at(c, part.data() + size_t(t0 + ch) * sf));
+    tbb::parallel_for(int64_t(0), tasks, [&](int64_t it) {
+      int64_t q0, nq, nc;
+      tile_of(it, q0, nq, nc);
+      const int64_t kvh = it % hkv;
+      auto chunk = [&](int64_t ch) {
+        return state_at(c, part.data() + size_t(first_task[size_t(it)] + ch) * sf, nq);
+      };
+      for (int64_t t = 0; t < nq; ++t) {
+        const int64_t nc_t = n_chunks(view_of(c, q0 + t, kvh).size());
+        if (nc_t == 0) {
+          finish(c, q0 + t, kvh, State{});
+          continue;
+        }
+        const State acc = rows_of(c, chunk(0), t);
+        for (int64_t ch = 1; ch < nc_t; ++ch) merge(c, acc, rows_of(c, chunk(ch), t));
+        finish(c, q0 + t, kvh, acc);
       }
-      finish(c, qi, kvh, acc);
     });
     return;
   }
-  // Queries enough to keep every thread busy: a task per (query, kv head), its chunks in turn,
+  // Queries enough to keep every thread busy: a task per (tile, kv head), its chunks in turn,
   // merged as above.
   tbb::parallel_for(
-      tbb::blocked_range<int64_t>(0, items), [&](const tbb::blocked_range<int64_t> &r) {
+      tbb::blocked_range<int64_t>(0, tasks), [&](const tbb::blocked_range<int64_t> &r) {
         std::vector<float> buf(2 * sf);
-        const State acc = state_at(c, buf.data()), cur = state_at(c, buf.data() + sf);
         for (int64_t it = r.begin(); it < r.end(); ++it) {
-          const int64_t qi = it / hkv, kvh = it % hkv, n_vis = view_of(c, qi, kvh).size();
-          for (int64_t h = 0; h < c.g; ++h) {
-            acc.m[h] = -std::numeric_limits<float>::infinity();
-            acc.l[h] = 0.0f;
+          int64_t q0, nq, nc;
+          tile_of(it, q0, nq, nc);
+          const int64_t kvh = it % hkv;
+          const State acc = state_at(c, buf.data(), nq), cur = state_at(c, buf.data() + sf, nq);
+          for (int64_t ch = 0; ch < nc; ++ch) {
+            run_tile(c, q0, nq, kvh, ch * kAttnChunk, ch == 0 ? acc : cur);
+            if (ch == 0) continue;
+            for (int64_t t = 0; t < nq; ++t)
+              if (ch < n_chunks(view_of(c, q0 + t, kvh).size()))
+                merge(c, rows_of(c, acc, t), rows_of(c, cur, t));
           }
-          for (int64_t ch = 0; ch < n_chunks(n_vis); ++ch) {
-            const int64_t t0 = ch * kAttnChunk, t1 = std::min(n_vis, t0 + kAttnChunk);
-            run_chunk(c, qi, kvh, t0, t1, ch == 0 ? acc : cur);
-            if (ch > 0) merge(c, acc, cur);
-          }
-          finish(c, qi, kvh, acc);
+          for (int64_t t = 0; t < nq; ++t)
+            finish(c, q0 + t, kvh,
+                   n_chunks(view_of(c, q0 + t, kvh).size()) == 0 ? State{} : rows_of(c, acc, t));
         }
       });
 }
