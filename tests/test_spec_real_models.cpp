@@ -1,7 +1,8 @@
 // Speculative decoding end to end on the real GGUF models (scripts/fetch-models): Qwen2.5-Coder
 // 1.5B as the target, 0.5B as the draft model. Skips (with a message) when the models are absent.
-//  - greedy: the text of every drafter (draft-model, ngram, draft-model with prompt lookup) equals
-//    plain greedy decoding token for token, on several prompts;
+//  - greedy: the text of every drafter (draft-model, ngram, draft-model with prompt lookup, a
+//    draft model reading an 8-token window) equals plain greedy decoding token for token, on
+//    several prompts;
 //  - gumbel at a fixed seed, temperatures 0.7 and 1.0: every drafter gives the text of plain
 //    decoding with that seed and coupler;
 //  - KV rollback: after a sampled session with many rejections, the target's logits for the next
@@ -94,7 +95,9 @@ std::vector<std::string> drafter_specs() {
   // (draft-model re-quantizes the draft to Q4_0 unless requant=none: both are covered.)
   return {"draft-model:path=" + g_draft + ",requant=none", "ngram",
           "draft-model:path=" + g_draft + ",lookup=1",
-          "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0"};
+          "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0",
+          // A window of 8 tokens: the draft's cache starts over several times per text.
+          "draft-model:path=" + g_draft + ",window=8"};
 }
 
 // expect_same_tokens with the coupler and the drafter named.
@@ -117,7 +120,7 @@ void test_greedy_equals_plain(void **state) {
   size_t n_prompts = g_sanitized ? 1 : 3;
   std::vector<specinfer_drafter *> ds;
   for (const auto &spec : drafter_specs()) ds.push_back(open_drafter(e, spec));
-  int64_t accepted_model = 0;
+  int64_t accepted_model = 0, accepted_window = 0;
   for (size_t pi = 0; pi < n_prompts; ++pi) {
     std::vector<int32_t> plain = run(e, nullptr, nullptr, 0, 0, kPrompts[pi], g_tokens, nullptr);
     for (size_t di = 0; di < ds.size(); ++di) {
@@ -125,10 +128,12 @@ void test_greedy_equals_plain(void **state) {
       std::vector<int32_t> spec = run(e, ds[di], nullptr, 0, 0, kPrompts[pi], g_tokens, &st);
       expect_same(plain, spec, "greedy", drafter_specs()[di], kPrompts[pi]);
       if (di == 0) accepted_model += st.n_accepted;
+      if (di == ds.size() - 1) accepted_window += st.n_accepted;
     }
   }
-  // The draft model is a real drafter: the target keeps some of its tokens.
+  // The draft model is a real drafter, on a window too: the target keeps some of its tokens.
   assert_true(accepted_model > 0);
+  assert_true(accepted_window > 0);
   for (auto *d : ds) assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
 }
 
@@ -281,6 +286,11 @@ void test_bad_configs(void **state) {
   err = nullptr;
   assert_int_equal(
       specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage=17", e->target, &d, &err),
+      SPECINFER_ERR_CONFIG);
+  specinfer_free(err);
+  err = nullptr;
+  assert_int_equal(
+      specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,window=-1", e->target, &d, &err),
       SPECINFER_ERR_CONFIG);
   specinfer_free(err);
   err = nullptr;

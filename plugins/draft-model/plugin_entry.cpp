@@ -26,6 +26,13 @@
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
 //
+//  - At a long context the draft model reads only the recent text (window=N, 4096 by default):
+//    its cache holds the context from a start `base` on, at positions from 0, and when that grows
+//    past 2N tokens the start moves to N tokens before the end and the window is prefilled again.
+//    So its prefill and its attention cost what N to 2N tokens cost, not the whole context: at 16k
+//    tokens a draft model that read everything would add a quarter of the target's prefill time
+//    before the first token and its own 16k-token attention to every drafted token. What is kept
+//    is only a speed choice: the target checks every token.
 //  - With the gguf plugin the draft's matrices are re-quantized to Q4_0 in memory unless
 //    requant=none (the gguf plugin's requant option): drafting is memory-bound, and for the
 //    Qwen2.5-Coder 0.5B draft this reads 278 instead of 491 MB per token while its acceptance
@@ -39,7 +46,8 @@
 // requant=<..> (q4_0 by default with gguf) passed on to the target, p_min=<0..1> (0.4),
 // max_draft=<1..64> (4; the model's drafts only: prompt-lookup drafts are as long as the session
 // allows), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5), stage=<0..16> (3; 0
-// = off), stage_n_min=<1..16> (2).
+// = off), stage_n_min=<1..16> (2), window=<0..16777216> (4096, at most about half the draft model's
+// n_ctx; 0 = the whole context).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -75,8 +83,10 @@ struct Drafter {
 
   int32_t stage = 3;  // most prompt-lookup tokens checked along in a draft's first forward
   int32_t stage_n_min = 2;
+  int64_t window = 4096;  // recent tokens the draft model reads at least (0: all)
 
-  std::vector<int32_t> kv;     // what the draft model's KV cache holds
+  size_t base = 0;             // the context index of the draft cache's position 0
+  std::vector<int32_t> kv;     // what the draft model's KV cache holds: context[base ..]
   std::vector<float> logits;   // [(stage + 1) x vocab] logits after the last tokens fed
   std::vector<float> scratch;  // [vocab]
   std::vector<int32_t> batch_tokens, batch_pos;
@@ -126,9 +136,24 @@ struct Drafter {
     kv.resize(keep);
   }
 
-  // Brings the cache to ctx[0 .. n) followed by extra[0 .. n_extra), in one batch; logits row i
-  // (0 <= i <= n_extra) is the distribution after ctx and extra[0 .. i).
+  // The window's start for a context of n tokens: kept while the draft reads at most 2 * window
+  // tokens from it; else window tokens before the end.
+  size_t window_start(size_t n) const {
+    if (window <= 0 || n <= static_cast<size_t>(window)) return 0;
+    if (n > base && n - base <= 2 * static_cast<size_t>(window)) return base;
+    return n - static_cast<size_t>(window);
+  }
+
+  // Brings the cache to the window of ctx[0 .. n) followed by extra[0 .. n_extra), in one batch;
+  // logits row i (0 <= i <= n_extra) is the distribution after it and extra[0 .. i).
   void sync(const int32_t *ctx, size_t n, const int32_t *extra = nullptr, size_t n_extra = 0) {
+    const size_t start = window_start(n);
+    if (start != base) {  // a new window: its text is fed from position 0
+      truncate(0);
+      base = start;
+    }
+    ctx += base;
+    n -= base;
     size_t keep = 0, limit = std::min(kv.size(), n - 1);  // at least the last token is re-fed
     while (keep < limit && kv[keep] == ctx[keep]) ++keep;
     truncate(keep);
@@ -190,10 +215,11 @@ struct Drafter {
         return;
       }
     }
-    // The draft model's window: stop drafting where it ends.
+    // The draft model's context window: stop drafting where it ends.
     want = std::min(want, max_draft);
-    want =
-        std::min<int64_t>(want, static_cast<int64_t>(n_ctx) - static_cast<int64_t>(req.n_context));
+    want = std::min<int64_t>(want,
+                             static_cast<int64_t>(n_ctx) -
+                                 static_cast<int64_t>(req.n_context - window_start(req.n_context)));
     if (want <= 0) return;
     // Staged drafting: the tokens prompt lookup predicts ride along in the first forward; while
     // the model's own choice equals them, its next distribution is already computed. The draft
@@ -203,7 +229,7 @@ struct Drafter {
       n_cand =
           lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
     sync(req.context, req.n_context, cand.data(), n_cand);
-    const size_t base = req.n_context;  // cache index of the first drafted token
+    const size_t first = req.n_context - base;  // cache index of the first drafted token
 
     const bool sample = req.temperature > 0 && req.sample != nullptr;
     const int32_t v = std::min(vocab, out.vocab_size);
@@ -241,7 +267,7 @@ struct Drafter {
           row = logits.data() + static_cast<size_t>(k + 1) * static_cast<size_t>(vocab);
           continue;
         }
-        truncate(base + static_cast<size_t>(k));  // drop the staged tokens from here on
+        truncate(first + static_cast<size_t>(k));  // drop the staged tokens from here on
         n_cand = static_cast<size_t>(k);
       }
       feed(&tok, 1);
@@ -265,8 +291,8 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
       if (context[i] < 0 || context[i] >= d->vocab)
         throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
                       "draft-model: a prompt token is outside the draft model's vocabulary");
-    // Prefill the prompt now, so the first draft costs what later drafts cost.
-    if (n > 0 && n <= static_cast<size_t>(d->n_ctx)) d->sync(context, n);
+    // Prefill the prompt (its window) now, so the first draft costs what later drafts cost.
+    if (n > 0 && n - d->window_start(n) <= static_cast<size_t>(d->n_ctx)) d->sync(context, n);
     if (d->lookup) d->index.sync(context, n);
   });
 }
@@ -336,7 +362,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host has no softmax kernel");
     Config cfg(config,
                {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft",
-                "lookup", "lookup_n_min", "lookup_n_max", "stage", "stage_n_min"});
+                "lookup", "lookup_n_min", "lookup_n_max", "stage", "stage_n_min", "window"});
     auto d = std::make_unique<Drafter>();
     d->p_min = static_cast<float>(cfg.get_float("p_min", 0.4, 0.0, 1.0));
     d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 4, 1, 64));
@@ -349,6 +375,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->stage_n_min = static_cast<int32_t>(cfg.get_int("stage_n_min", 2, 1, 16));
     if (d->stage_n_min > d->lookup_n_max)
       throw ConfigError("draft-model: stage_n_min must not exceed lookup_n_max");
+    d->window = cfg.get_int("window", 4096, 0, 1 << 24);
     d->index.configure(d->lookup_n_max);
     std::string plugin = cfg.get("plugin", "gguf");
     if (plugin.empty() || plugin == "draft-model")
@@ -377,6 +404,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     check_vocabulary(*d, info, target_info, target);
     d->vocab = info.vocab_size;
     d->n_ctx = info.n_ctx;
+    // Twice the window, and a draft, must fit the draft model's context.
+    d->window = std::min<int64_t>(d->window, std::max(1, d->n_ctx / 2 - 64));
     d->logits.resize(static_cast<size_t>(d->stage + 1) * static_cast<size_t>(d->vocab));
     d->scratch.resize(static_cast<size_t>(d->vocab));
     *self = d.release();
