@@ -26,11 +26,11 @@
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
 //
-//  - At a long context the draft model reads only the recent text (window=N, 4096 by default):
+//  - At a long context the draft model reads only the recent text (window=N, 2048 by default):
 //    its cache holds the context from a start `base` on, at positions from 0, and when that grows
 //    past 2N tokens the start moves to N tokens before the end and the window is prefilled again.
 //    So its prefill and its attention cost what N to 2N tokens cost, not the whole context: at 16k
-//    tokens a draft model that read everything would add a quarter of the target's prefill time
+//    tokens a draft model that read everything would add a third to the target's prefill time
 //    before the first token and its own 16k-token attention to every drafted token. What is kept
 //    is only a speed choice: the target checks every token.
 //  - With the gguf plugin the draft's matrices are re-quantized to Q4_0 in memory unless
@@ -46,7 +46,7 @@
 // requant=<..> (q4_0 by default with gguf) passed on to the target, p_min=<0..1> (0.4),
 // max_draft=<1..64> (4; the model's drafts only: prompt-lookup drafts are as long as the session
 // allows), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5), stage=<0..16> (3; 0
-// = off), stage_n_min=<1..16> (2), window=<0..16777216> (4096, at most about half the draft model's
+// = off), stage_n_min=<1..16> (2), window=<0..16777216> (2048, at most about half the draft model's
 // n_ctx; 0 = the whole context).
 #include <algorithm>
 #include <cmath>
@@ -83,7 +83,7 @@ struct Drafter {
 
   int32_t stage = 3;  // most prompt-lookup tokens checked along in a draft's first forward
   int32_t stage_n_min = 2;
-  int64_t window = 4096;  // recent tokens the draft model reads at least (0: all)
+  int64_t window = 2048;  // recent tokens the draft model reads at least (0: all)
 
   size_t base = 0;             // the context index of the draft cache's position 0
   std::vector<int32_t> kv;     // what the draft model's KV cache holds: context[base ..]
@@ -375,7 +375,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->stage_n_min = static_cast<int32_t>(cfg.get_int("stage_n_min", 2, 1, 16));
     if (d->stage_n_min > d->lookup_n_max)
       throw ConfigError("draft-model: stage_n_min must not exceed lookup_n_max");
-    d->window = cfg.get_int("window", 4096, 0, 1 << 24);
+    d->window = cfg.get_int("window", 2048, 0, 1 << 24);
     d->index.configure(d->lookup_n_max);
     std::string plugin = cfg.get("plugin", "gguf");
     if (plugin.empty() || plugin == "draft-model")
