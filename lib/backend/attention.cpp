@@ -203,31 +203,27 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
+  // Keys [b0, b0 + n) of view v, scored and accumulated for the nr rows qr into s.
+  const auto step = [&](const View &v, const float *qr, int64_t nr, int64_t b0, int64_t n,
+                        State s) {
+    for (int64_t j = 0; j < n; ++j) {
+      const auto slot = size_t(v.slot(b0 + j));
+      krows[j] = kb + slot * k_pos;
+      vrows[j] = vb + slot * v_pos;
+    }
+    c.kern->scores(c.k_type, qr, nr, krows, n, hd, a.scale, sp, kAttnBlock, mp);
+    absorb(c, sp, mp, nr, n, s);
+    c.kern->accumulate(c.v_type, sp, kAttnBlock, nr, vrows, n, hd, s.o);
+  };
   for (int64_t b0 = t0; b0 < t_end; b0 += kAttnBlock) {
     const int64_t nb = std::min(kAttnBlock, t_end - b0);
     if (b0 + nb <= shared) {  // every query sees these keys, at the same slots
-      for (int64_t j = 0; j < nb; ++j) {
-        const auto slot = size_t(views[0]->first + b0 + j);
-        krows[j] = kb + slot * k_pos;
-        vrows[j] = vb + slot * v_pos;
-      }
-      c.kern->scores(c.k_type, q, rows, krows, nb, hd, a.scale, sp, kAttnBlock, mp);
-      absorb(c, sp, mp, rows, nb, st);
-      c.kern->accumulate(c.v_type, sp, kAttnBlock, rows, vrows, nb, hd, st.o);
+      step(*views[0], q, rows, b0, nb, st);
       continue;
     }
     for (int64_t t = 0; t < nq; ++t) {
       const int64_t n = std::min(nb, t1[t] - b0);
-      if (n <= 0) continue;
-      for (int64_t j = 0; j < n; ++j) {
-        const auto slot = size_t(views[t]->slot(b0 + j));
-        krows[j] = kb + slot * k_pos;
-        vrows[j] = vb + slot * v_pos;
-      }
-      const State sq = rows_of(c, st, t);
-      c.kern->scores(c.k_type, q + t * g * hd, g, krows, n, hd, a.scale, sp, kAttnBlock, mp);
-      absorb(c, sp, mp, g, n, sq);
-      c.kern->accumulate(c.v_type, sp, kAttnBlock, g, vrows, n, hd, sq.o);
+      if (n > 0) step(*views[t], q + t * g * hd, g, b0, n, rows_of(c, st, t));
     }
   }
 }
