@@ -109,7 +109,22 @@ typedef struct specinfer_attention_args {
   int32_t n_select;
   int32_t n_window;
   int32_t n_sink;
+  /* Added after n_sink (read only if struct_size covers them; a host reads them only if its kernel
+   * table's attention_features has SPECINFER_ATTN_STRIDES). Where the rows of k and v are: the row
+   * of position j and kv head h starts j * k_pos_stride + h * k_head_stride bytes into k (v alike
+   * with v_pos_stride and v_head_stride). All four 0 = the layout above, rows back to back by
+   * position. Otherwise each is at least a row's size and no two rows overlap. A head-major cache
+   * ([n_head_kv][capacity] rows: pos_stride = a row's size, head_stride = capacity rows) lets each
+   * kv head's keys stream from memory in order, which long contexts read faster. k_sketch keeps
+   * the layout above. */
+  int64_t k_pos_stride;
+  int64_t k_head_stride;
+  int64_t v_pos_stride;
+  int64_t v_head_stride;
 } specinfer_attention_args;
+
+/* Bits of specinfer_kernels.attention_features. */
+#define SPECINFER_ATTN_STRIDES 1u /* attention reads k_pos_stride .. v_head_stride */
 
 /* Opaque: a weight matrix prepared by pack_weight. */
 typedef struct specinfer_packed_weight specinfer_packed_weight;
@@ -191,6 +206,10 @@ typedef struct specinfer_kernels {
    * bits not a multiple of 32 in 32..1024, a bad size, or inf / NaN in the input. */
   specinfer_status (*key_sketch)(const float *k, int64_t n_rows, int64_t head_dim, int32_t bits,
                                  void *dst);
+
+  /* Added after key_sketch (check struct_size): what attention reads beyond the fields a host
+   * announces through the entries above, as SPECINFER_ATTN_* bits. */
+  uint32_t attention_features;
 } specinfer_kernels;
 
 /* ---------------------------------------------------------------------------------------------

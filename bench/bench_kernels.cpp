@@ -457,16 +457,20 @@ void BM_AttentionLong(benchmark::State &state) {
   std::vector<float> q(static_cast<size_t>(n_q * n_head * hd)),
       x(static_cast<size_t>(n_head_kv * hd)), out(q.size());
   for (auto &e : q) e = nd(rng) * 0.3f;
-  const size_t row = wtype_row_size(type, hd) * n_head_kv, srow = key_sketch_bytes(128) * n_head_kv;
-  const size_t kv_bytes = row * size_t(n_kv), sk_bytes = sketched ? srow * size_t(n_kv) : 0;
+  // Head-major rows, as the gguf plugin keeps them: each kv head's n_kv rows one after another.
+  const size_t row = wtype_row_size(type, hd), head = row * size_t(n_kv),
+               srow = key_sketch_bytes(128) * n_head_kv;
+  const size_t kv_bytes = head * n_head_kv, sk_bytes = sketched ? srow * size_t(n_kv) : 0;
   // Layer 0's cache is filled, then copied to the others (sketching every key is slow).
   std::vector<uint8_t> k(kv_bytes * n_layer), v(k.size()), ks(sk_bytes * n_layer);
   for (int j = 0; j < n_kv; ++j) {
     for (auto &e : x) e = nd(rng);
-    kv_store(type, x.data(), k.data() + size_t(j) * row, int64_t(x.size()));
+    for (int h = 0; h < n_head_kv; ++h)
+      kv_store(type, x.data() + h * hd, k.data() + h * head + size_t(j) * row, hd);
     if (sketched) key_sketch(x.data(), n_head_kv, hd, 128, ks.data() + size_t(j) * srow);
     for (auto &e : x) e = nd(rng);
-    kv_store(type, x.data(), v.data() + size_t(j) * row, int64_t(x.size()));
+    for (int h = 0; h < n_head_kv; ++h)
+      kv_store(type, x.data() + h * hd, v.data() + h * head + size_t(j) * row, hd);
   }
   for (int l = 1; l < n_layer; ++l) {
     std::memcpy(k.data() + l * kv_bytes, k.data(), kv_bytes);
@@ -480,6 +484,8 @@ void BM_AttentionLong(benchmark::State &state) {
                        reinterpret_cast<const float *>(k.data() + l * kv_bytes),
                        reinterpret_cast<const float *>(v.data() + l * kv_bytes), out.data());
     a.k_type = a.v_type = type;
+    a.k_pos_stride = a.v_pos_stride = int64_t(row);
+    a.k_head_stride = a.v_head_stride = int64_t(head);
     if (sketched) {
       a.k_sketch = ks.data() + l * sk_bytes;
       a.sketch_bits = 128;

@@ -10,7 +10,10 @@
 //    many chunks of keys;
 //  - under a tree mask over a long cached prefix a node's result equals, bit for bit, a causal
 //    call over the rows it sees gathered in order (the plain-decoding call), for every type;
-//  - bad types and head sizes are refused with a status.
+//  - the same rows laid out head-major (a region per kv head, room for more positions than the
+//    call reads) or with padding between positions, given by the row strides, give the same bits
+//    as rows back to back, causal and under a tree mask;
+//  - bad types, head sizes and strides are refused with a status.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -244,6 +247,71 @@ void test_tree_mask_compact(void **) {
   set_active_isa(prev);
 }
 
+// Rows [n][Hkv] back to back, copied to position p, head h at p * pos + h * head (bytes) of a
+// buffer of `size` bytes filled with 0x7f elsewhere (NaN-looking f32, huge f16 and scales: a read
+// of a wrong byte would show).
+std::vector<uint8_t> restride(const Stored &s, size_t row, int n, int Hkv, size_t pos, size_t head,
+                              size_t size) {
+  std::vector<uint8_t> out(size, 0x7f);
+  for (int p = 0; p < n; ++p)
+    for (int h = 0; h < Hkv; ++h)
+      std::memcpy(out.data() + size_t(p) * pos + size_t(h) * head,
+                  s.bytes.data() + (size_t(p) * Hkv + size_t(h)) * row, row);
+  return out;
+}
+
+void test_strided_layouts(void **) {
+  std::mt19937 rng(13);
+  const Isa prev = active_isa();
+  const specinfer_kernels *kt = backend_kernel_table();
+  const int H = 12, Hkv = 2, hd = 128, n_prefix = 1200, n_q = 6, n_kv = n_prefix + n_q, cap = 1500;
+  const int parent[n_q] = {-1, 0, 0, 1, 2, 4};
+  std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
+  for (int b = 0; b < n_q; ++b) {
+    std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
+    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
+  }
+  const size_t nk = size_t(n_kv) * Hkv * hd;
+  const auto q = randn(size_t(n_q) * H * hd, rng, 0.5f);
+  const auto k = randn(nk, rng, 1.0f), v = randn(nk, rng, 1.0f);
+  for (const Isa isa : isas()) {
+    set_active_isa(isa);
+    for (const int32_t type : kTypes) {
+      const Stored ks = store(type, k, hd), vs = store(type, v, hd);
+      const size_t row = kt->row_size(type, hd);
+      struct Layout {
+        const char *name;
+        size_t pos, head, size;
+      } layouts[] = {
+          {"head-major", row, cap * row, Hkv * cap * row},
+          {"padded positions", Hkv * row + 40, row, n_kv * (Hkv * row + 40)},
+      };
+      const uint8_t *masks[] = {nullptr, mask.data()};  // causal, then the tree
+      for (const uint8_t *m : masks) {
+        std::vector<float> ref(q.size()), got(q.size());
+        const auto a = typed_args(n_q, H, Hkv, hd, n_kv, q.data(), type, ks, vs, ref.data(), m);
+        assert_int_equal(kt->attention(&a), SPECINFER_OK);
+        for (const Layout &l : layouts) {
+          const auto kb = restride(ks, row, n_kv, Hkv, l.pos, l.head, l.size),
+                     vb = restride(vs, row, n_kv, Hkv, l.pos, l.head, l.size);
+          specinfer_attention_args b = a;
+          b.k = reinterpret_cast<const float *>(kb.data());
+          b.v = reinterpret_cast<const float *>(vb.data());
+          b.k_pos_stride = b.v_pos_stride = int64_t(l.pos);
+          b.k_head_stride = b.v_head_stride = int64_t(l.head);
+          b.out = got.data();
+          assert_int_equal(kt->attention(&b), SPECINFER_OK);
+          if (std::memcmp(ref.data(), got.data(), ref.size() * 4) != 0)
+            print_error("%s %s %s%s: strided rows differ from rows back to back\n", isa_name(isa),
+                        wtype_name(type), l.name, m ? " (tree)" : "");
+          assert_memory_equal(ref.data(), got.data(), ref.size() * 4);
+        }
+      }
+    }
+  }
+  set_active_isa(prev);
+}
+
 void test_errors(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   std::vector<float> buf(4096, 0.5f), out(4096);
@@ -262,6 +330,29 @@ void test_errors(void **) {
   // An f16 cache works with any head_dim (the scalar kernels take the odd sizes).
   a.k_type = a.v_type = SPECINFER_WTYPE_F16;
   assert_int_equal(kt->attention(&a), SPECINFER_OK);
+
+  // Strides: each at least a row, and rows apart (f32 rows of 32 values are 128 bytes; 4
+  // positions, 2 kv heads).
+  a = attention_args(1, 2, 2, 32, 4, buf.data(), buf.data(), buf.data(), out.data());
+  const struct {
+    int64_t kp, kh, vp, vh;
+    specinfer_status want;
+  } strides[] = {
+      {128, 512, 128, 512, SPECINFER_OK},                     // head-major
+      {256, 128, 256, 128, SPECINFER_OK},                     // the default, spelled out
+      {128, 384, 128, 512, SPECINFER_ERR_INVALID_ARGUMENT},   // head 0's 4 rows reach head 1's
+      {200, 128, 256, 128, SPECINFER_ERR_INVALID_ARGUMENT},   // position rows overlap
+      {64, 512, 128, 512, SPECINFER_ERR_INVALID_ARGUMENT},    // less than a row
+      {-128, 512, 128, 512, SPECINFER_ERR_INVALID_ARGUMENT},  // negative
+      {128, 512, 0, 0, SPECINFER_ERR_INVALID_ARGUMENT},       // v's left at 0 with k's set
+  };
+  for (const auto &t : strides) {
+    a.k_pos_stride = t.kp;
+    a.k_head_stride = t.kh;
+    a.v_pos_stride = t.vp;
+    a.v_head_stride = t.vh;
+    assert_int_equal(kt->attention(&a), t.want);
+  }
 
   assert_int_equal(kt->kv_store(SPECINFER_WTYPE_Q4_K, buf.data(), bytes.data(), 256),
                    SPECINFER_ERR_UNSUPPORTED);
@@ -282,6 +373,7 @@ int main(void) {
       cmocka_unit_test(test_types_against_exact),
       cmocka_unit_test(test_split_invariance),
       cmocka_unit_test(test_tree_mask_compact),
+      cmocka_unit_test(test_strided_layouts),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

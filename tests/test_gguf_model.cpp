@@ -257,8 +257,65 @@ void test_defaults(void **) {
   std::vector<float> lg(size_t(c.n_vocab));
   const std::vector<int32_t> toks = random_tokens(8, c.n_vocab, 1), pos = iota_pos(8);
   A->model->forward(toks.data(), pos.data(), 8, nullptr, 1, lg.data(), nullptr);
+  // The library's attention reads row strides, so the cache is head-major: every kv head's rows
+  // of a layer's keys (and values) are a region of their own.
+  assert_true(A->model->weights()->kv_head_major);
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  assert_int_equal(A->model->kv_resident_bytes(), size_t(c.n_layer) * 2 * page);
+  assert_int_equal(A->model->kv_resident_bytes(), size_t(c.n_layer) * 2 * c.n_head_kv * page);
+}
+
+// A host whose attention reads no row strides (a kernel table that ends before
+// attention_features) gets a cache by position instead of head-major. The two layouts hold the
+// same rows, so every logit is the same bits through prefill, a tree, kv_keep, a cut and a refeed.
+void test_cache_layouts(void **) {
+  TinyConfig c;
+  c.n_embd = 128;  // head_dim 32: whole q8_0 blocks
+  specinfer_kernels kernels = *specinfer::default_host()->kernels;
+  kernels.struct_size = offsetof(specinfer_kernels, attention_features);
+  specinfer_host old_host = *specinfer::default_host();
+  old_host.kernels = &kernels;
+  for (const int32_t kv_type : {SPECINFER_WTYPE_F32, SPECINFER_WTYPE_Q8_0}) {
+    TinyWeights w;
+    std::vector<uint8_t> bytes = make_tiny_model(c, &w);
+    auto file = File::from_memory(bytes.data(), bytes.size());
+    specinfer::gguf::ModelOptions opt;
+    opt.kv_type = kv_type;
+    Model a(*file, specinfer::default_host(), 0, opt), b(*file, &old_host, 0, opt);
+    assert_true(a.weights()->kv_head_major);
+    assert_false(b.weights()->kv_head_major);
+    const int V = c.n_vocab, np = 40, nt = 5;
+    const std::vector<int32_t> prefix = random_tokens(np, V, 5), ppos = iota_pos(np);
+    const std::vector<int32_t> tt = {3, 4, 5, 6, 7}, parent = {-1, 0, 0, 1, 3};
+    std::vector<uint8_t> mask(size_t(nt) * nt, 0);
+    std::vector<int32_t> tpos(nt);
+    for (int i = 0; i < nt; i++) {
+      for (int j = i; j >= 0; j = parent[size_t(j)]) mask[size_t(i) * nt + size_t(j)] = 1;
+      tpos[size_t(i)] = parent[size_t(i)] < 0 ? np : tpos[size_t(parent[size_t(i)])] + 1;
+    }
+    const int32_t keep[] = {0, 1, 3};
+    std::vector<float> la(size_t(nt) * V), lb(la.size());
+    auto same = [&](int rows) {
+      return std::memcmp(la.data(), lb.data(), size_t(rows) * V * 4) == 0;
+    };
+    a.forward(prefix.data(), ppos.data(), np, nullptr, 1, la.data(), nullptr);
+    b.forward(prefix.data(), ppos.data(), np, nullptr, 1, lb.data(), nullptr);
+    assert_true(same(1));
+    a.forward(tt.data(), tpos.data(), nt, mask.data(), nt, la.data(), nullptr);
+    b.forward(tt.data(), tpos.data(), nt, mask.data(), nt, lb.data(), nullptr);
+    assert_true(same(nt));
+    a.kv_keep(np, keep, 3);
+    b.kv_keep(np, keep, 3);
+    const int32_t next = 9, next_pos = np + 3;
+    a.forward(&next, &next_pos, 1, nullptr, 1, la.data(), nullptr);
+    b.forward(&next, &next_pos, 1, nullptr, 1, lb.data(), nullptr);
+    assert_true(same(1));
+    a.kv_truncate(20);
+    b.kv_truncate(20);
+    const std::vector<int32_t> more = random_tokens(nt, V, 6), mpos = iota_pos(nt, 20);
+    a.forward(more.data(), mpos.data(), nt, nullptr, nt, la.data(), nullptr);
+    b.forward(more.data(), mpos.data(), nt, nullptr, nt, lb.data(), nullptr);
+    assert_true(same(nt));
+  }
 }
 
 // The KV cache reserves the whole context but is resident only where positions were written, and
@@ -271,8 +328,9 @@ void test_kv_cache_resident_as_used(void **) {
   assert_int_equal(m.n_ctx(), 4096);
   assert_int_equal(m.kv_resident_bytes(), 0);
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  const size_t row = size_t(c.n_head_kv) * size_t(c.n_embd / c.n_head) * sizeof(float);
-  const size_t regions = size_t(c.n_layer) * 2;  // each layer's keys and values
+  // Head-major: a region per layer, keys and values, and kv head.
+  const size_t row = size_t(c.n_embd / c.n_head) * sizeof(float);
+  const size_t regions = size_t(c.n_layer) * 2 * size_t(c.n_head_kv);
   auto pages_for = [&](size_t positions) { return (positions * row + page - 1) / page * page; };
   std::vector<float> lg(size_t(c.n_vocab));
   for (int n : {100, 1900}) {
@@ -556,6 +614,7 @@ int main(void) {
       cmocka_unit_test(test_truncate_refeed),
       cmocka_unit_test(test_tree_mask),
       cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_cache_layouts),
       cmocka_unit_test(test_kv_cache_resident_as_used),
       cmocka_unit_test(test_output_rows_leave_no_file_pages),
       cmocka_unit_test(test_bad_input),

@@ -108,6 +108,9 @@ struct Call {
   int64_t hd, g, hkv;
   size_t k_head_bytes, v_head_bytes;  // one head's row
   const uint8_t *k, *v;
+  // Bytes from a row to the next position's and to the next kv head's (specinfer_attention_args's
+  // strides, or those of rows back to back by position).
+  size_t k_pos, k_head, v_pos, v_head;
   std::vector<View> views;  // per query
   // Sketched attention: the key sketches, and per (query, kv head) the keys picked (item_views,
   // their slots in picked); empty item_views = exact attention, every view per query.
@@ -200,16 +203,15 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
     st.l[h] = 0.0f;
   }
   std::fill(st.o, st.o + rows * hd, 0.0f);
-  const size_t k_pos = c.k_head_bytes * size_t(c.hkv), v_pos = c.v_head_bytes * size_t(c.hkv);
-  const uint8_t *kb = c.k + size_t(kvh) * c.k_head_bytes, *vb = c.v + size_t(kvh) * c.v_head_bytes;
+  const uint8_t *kb = c.k + size_t(kvh) * c.k_head, *vb = c.v + size_t(kvh) * c.v_head;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
   // Keys [b0, b0 + n) of view v, scored and accumulated for the nr rows qr into s.
   const auto step = [&](const View &v, const float *qr, int64_t nr, int64_t b0, int64_t n,
                         State s) {
     for (int64_t j = 0; j < n; ++j) {
       const auto slot = size_t(v.slot(b0 + j));
-      krows[j] = kb + slot * k_pos;
-      vrows[j] = vb + slot * v_pos;
+      krows[j] = kb + slot * c.k_pos;
+      vrows[j] = vb + slot * c.v_pos;
     }
     c.kern->scores(c.k_type, qr, nr, krows, n, hd, a.scale, sp, kAttnBlock, mp);
     absorb(c, sp, mp, nr, n, s);
@@ -328,6 +330,36 @@ int64_t n_chunks(int64_t n_vis) {
 // Batches up to this many queries split their keys over tasks; larger ones have queries enough.
 constexpr int32_t kSplitMaxQueries = 32;
 
+// The rows' strides: the arguments' when struct_size covers them and any is set, else rows back
+// to back by position. Set strides must each hold a row and keep every row apart (the positions'
+// rows of one head inside the distance to the next head's, or the heads' rows inside a position's).
+void set_strides(const specinfer_attention_args &a, Call &c) {
+  c.k_pos = c.k_head_bytes * size_t(c.hkv);
+  c.k_head = c.k_head_bytes;
+  c.v_pos = c.v_head_bytes * size_t(c.hkv);
+  c.v_head = c.v_head_bytes;
+  if (a.struct_size < offsetof(specinfer_attention_args, v_head_stride) + sizeof a.v_head_stride ||
+      (a.k_pos_stride == 0 && a.k_head_stride == 0 && a.v_pos_stride == 0 && a.v_head_stride == 0))
+    return;
+  const auto check = [&](const char *what, int64_t pos, int64_t head, size_t row) {
+    const auto r = int64_t(row), n_kv = int64_t(a.n_kv), hkv = int64_t(c.hkv);
+    const bool fits = pos >= r && head >= r && pos <= (int64_t{1} << 40) &&
+                      head <= (int64_t{1} << 40) &&
+                      (hkv == 1 || head >= n_kv * pos || pos >= hkv * head);
+    if (!fits)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "attention: %s strides (position %lld, head %lld bytes) overlap rows of %zu bytes for "
+           "%d positions and %d kv heads",
+           what, (long long)pos, (long long)head, row, a.n_kv, a.n_head_kv);
+  };
+  check("k", a.k_pos_stride, a.k_head_stride, c.k_head_bytes);
+  check("v", a.v_pos_stride, a.v_head_stride, c.v_head_bytes);
+  c.k_pos = size_t(a.k_pos_stride);
+  c.k_head = size_t(a.k_head_stride);
+  c.v_pos = size_t(a.v_pos_stride);
+  c.v_head = size_t(a.v_head_stride);
+}
+
 }  // namespace
 
 const AttnKernels &attn_kernels_scalar() noexcept {
@@ -409,6 +441,7 @@ void attention(const specinfer_attention_args &a) {
   c.v_head_bytes = wtype_row_size(c.v_type, c.hd);
   c.k = reinterpret_cast<const uint8_t *>(a.k);
   c.v = reinterpret_cast<const uint8_t *>(a.v);
+  set_strides(a, c);
   if (a.struct_size >= offsetof(specinfer_attention_args, n_sink) + sizeof a.n_sink &&
       a.k_sketch != nullptr) {
     if (!sketch_bits_valid(a.sketch_bits))

@@ -144,7 +144,8 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_packed_bytes,
                                           k_kv_store,
                                           k_rope_freqs,
-                                          k_key_sketch};
+                                          k_key_sketch,
+                                          SPECINFER_ATTN_STRIDES};
   return &table;
 }
 

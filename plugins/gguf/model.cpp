@@ -224,6 +224,9 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
          kv_type);
   if (kv_type != SPECINFER_WTYPE_F32 && !has_kv_store)
     fail(SPECINFER_ERR_CONFIG, "gguf: the host's kernels store no KV cache other than f32");
+  kv_head_major = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
+                                        sizeof(k->attention_features) &&
+                  (k->attention_features & SPECINFER_ATTN_STRIDES) != 0;
   kv_head_bytes = k->row_size(kv_type, hp.head_dim);
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
@@ -447,8 +450,19 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
 void Model::ensure_capacity(int32_t n_pos) {
   if (kv_.data() || n_pos <= 0) return;
   slot_pos_.resize(size_t(w_->n_ctx));  // first: once kv_ exists, this is not done again
-  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes, page = PageArray::page_size();
-  kv_region_ = (size_t(w_->n_ctx) * row + page - 1) / page * page;
+  const size_t hkv = size_t(w_->hp.n_head_kv), page = PageArray::page_size();
+  const auto pages = [&](size_t bytes) { return (bytes + page - 1) / page * page; };
+  if (w_->kv_head_major) {
+    pos_stride_ = w_->kv_head_bytes;
+    head_stride_ = pages(size_t(w_->n_ctx) * pos_stride_);
+    kv_units_ = int32_t(hkv);
+    kv_region_ = hkv * head_stride_;
+  } else {
+    pos_stride_ = hkv * w_->kv_head_bytes;
+    head_stride_ = w_->kv_head_bytes;
+    kv_units_ = 1;
+    kv_region_ = pages(size_t(w_->n_ctx) * pos_stride_);
+  }
   kv_ = PageArray(kv_region_ * 2 * cache_.size());
   for (size_t li = 0; li < cache_.size(); li++) {
     cache_[li].k = kv_.data() + (2 * li) * kv_region_;
@@ -659,15 +673,20 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       // The new keys and values into the sequence's cache, after the positions it holds.
       Model &m = *seqs[s];
       Cache &c = m.cache_[li];
-      const size_t at = size_t(m.n_cached_) * size_t(Hkv) * W.kv_head_bytes;
       const float *kb = kn + off[size_t(s)] * KV, *vb = vn + off[size_t(s)] * KV;
-      if (W.kv_type == SPECINFER_WTYPE_F32) {
-        std::memcpy(c.k + at, kb, size_t(b.n) * size_t(KV) * sizeof(float));
-        std::memcpy(c.v + at, vb, size_t(b.n) * size_t(KV) * sizeof(float));
-      } else {
-        check_status(k->kv_store(W.kv_type, kb, c.k + at, int64_t(b.n) * KV), "kv_store");
-        check_status(k->kv_store(W.kv_type, vb, c.v + at, int64_t(b.n) * KV), "kv_store");
-      }
+      for (int32_t t = 0; t < b.n; t++)
+        for (int32_t u = 0; u < m.kv_units_; u++) {
+          // Unit u of position n_cached + t: kv head u's row, or every head's rows.
+          const size_t at = size_t(u) * m.head_stride_ + size_t(m.n_cached_ + t) * m.pos_stride_;
+          const int64_t from = int64_t(t) * KV + int64_t(u) * hd, n = KV / m.kv_units_;
+          if (W.kv_type == SPECINFER_WTYPE_F32) {
+            std::memcpy(c.k + at, kb + from, size_t(n) * sizeof(float));
+            std::memcpy(c.v + at, vb + from, size_t(n) * sizeof(float));
+          } else {
+            check_status(k->kv_store(W.kv_type, kb + from, c.k + at, n), "kv_store");
+            check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
+          }
+        }
       if (c.s)
         check_status(k->key_sketch(kb, int64_t(b.n) * Hkv, hd, W.attn.bits,
                                    c.s + size_t(m.n_cached_) * W.sketch_pos_bytes),
@@ -678,6 +697,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
       // floats.
       a.k = reinterpret_cast<const float *>(c.k);
       a.v = reinterpret_cast<const float *>(c.v);
+      if (W.kv_head_major) {
+        a.k_pos_stride = a.v_pos_stride = int64_t(m.pos_stride_);
+        a.k_head_stride = a.v_head_stride = int64_t(m.head_stride_);
+      }
       a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
       a.k_sketch = c.s;
       check_status(k->attention(&a), "attention");
@@ -800,9 +823,12 @@ void Model::kv_truncate(int32_t n_keep) {
   const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   if (size_t(used_ - n_cached_) * row >= (size_t(64) << 10)) {
     for (const Cache &c : cache_) {
-      const size_t k0 = size_t(c.k - kv_.data()), v0 = size_t(c.v - kv_.data());
-      kv_.release(k0 + size_t(n_cached_) * row, k0 + size_t(used_) * row);
-      kv_.release(v0 + size_t(n_cached_) * row, v0 + size_t(used_) * row);
+      for (int32_t u = 0; u < kv_units_; u++) {
+        const size_t k0 = size_t(c.k - kv_.data()) + size_t(u) * head_stride_,
+                     v0 = size_t(c.v - kv_.data()) + size_t(u) * head_stride_;
+        kv_.release(k0 + size_t(n_cached_) * pos_stride_, k0 + size_t(used_) * pos_stride_);
+        kv_.release(v0 + size_t(n_cached_) * pos_stride_, v0 + size_t(used_) * pos_stride_);
+      }
       if (c.s) {
         const size_t s0 = size_t(c.s - sk_.data()), srow = w_->sketch_pos_bytes;
         sk_.release(s0 + size_t(n_cached_) * srow, s0 + size_t(used_) * srow);
@@ -853,13 +879,15 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
            "base %d)",
            j, idx[j], n_cached_ - base, base);
   }
-  const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   for (Cache &c : cache_) {
     for (int32_t j = 0; j < n; j++) {
       if (idx[j] == j) continue;
-      size_t dst = size_t(base + j) * row, src = size_t(base + idx[j]) * row;
-      std::memmove(c.k + dst, c.k + src, row);
-      std::memmove(c.v + dst, c.v + src, row);
+      for (int32_t u = 0; u < kv_units_; u++) {
+        const size_t dst = size_t(u) * head_stride_ + size_t(base + j) * pos_stride_,
+                     src = size_t(u) * head_stride_ + size_t(base + idx[j]) * pos_stride_;
+        std::memmove(c.k + dst, c.k + src, pos_stride_);
+        std::memmove(c.v + dst, c.v + src, pos_stride_);
+      }
       const size_t srow = w_->sketch_pos_bytes;
       if (c.s)
         std::memmove(c.s + size_t(base + j) * srow, c.s + size_t(base + idx[j]) * srow, srow);

@@ -137,8 +137,11 @@ class Weights {
   int32_t n_ctx = 0;
   int32_t kv_type = SPECINFER_WTYPE_F32;  // the KV cache's storage type (ModelOptions::kv_type)
   size_t kv_head_bytes = 0;               // one head's key (or value) row in that type
-  SketchedAttention attn;                 // ModelOptions::attn
-  size_t sketch_pos_bytes = 0;            // one position's key sketches, every kv head (attn.on)
+  // Caches are head-major (each kv head's rows of a layer one after another) when the host's
+  // attention reads row strides; else rows back to back by position (the attention ABI's default).
+  bool kv_head_major = false;
+  SketchedAttention attn;       // ModelOptions::attn
+  size_t sketch_pos_bytes = 0;  // one position's key sketches, every kv head (attn.on)
   Weight tok_embd, output;
   int32_t n_out = 0;   // output rows computed (n_vocab, or the vocab limit)
   Weight output_file;  // with a vocabulary limit: the file's output matrix, all rows
@@ -269,12 +272,19 @@ class Model {
   // as far as positions were written.
   PageArray kv_;
   struct Cache {
-    // [n_ctx][n_head_kv] rows of Weights::kv_head_bytes, in Weights::kv_type (inside kv_)
+    // Rows of Weights::kv_head_bytes in Weights::kv_type (inside kv_): position p's row of kv
+    // head h at p * pos_stride_ + h * head_stride_.
     uint8_t *k = nullptr, *v = nullptr;
     uint8_t *s = nullptr;  // [n_ctx][n_head_kv] key sketches (sketched attention), inside sk_
   };
-  std::vector<Cache> cache_;       // per layer
-  size_t kv_region_ = 0;           // bytes of one layer's keys (or values), whole pages
+  std::vector<Cache> cache_;  // per layer
+  size_t kv_region_ = 0;      // bytes of one layer's keys (or values), whole pages
+  // Head-major: a row apart, and n_ctx rows rounded up to whole pages apart; by position: a
+  // position's rows of every head apart, and a row apart.
+  size_t pos_stride_ = 0, head_stride_ = 0;
+  // Where position p's rows start in each unit u < kv_units_ of a layer's keys (or values):
+  // u * head_stride_ + p * pos_stride_, pos_stride_ bytes long (a head's row, or all heads' rows).
+  int32_t kv_units_ = 1;
   PageArray sk_;                   // every layer's key sketches (sketched attention)
   size_t sk_region_ = 0;           // bytes of one layer's sketches, whole pages
   std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)

@@ -299,6 +299,10 @@ pub struct specinfer_attention_args {
     pub n_select: i32,
     pub n_window: i32,
     pub n_sink: i32,
+    pub k_pos_stride: i64,
+    pub k_head_stride: i64,
+    pub v_pos_stride: i64,
+    pub v_head_stride: i64,
 }
 
 #[repr(C)]
@@ -373,7 +377,11 @@ pub struct specinfer_kernels {
             dst: *mut c_void,
         ) -> specinfer_status,
     >,
+    pub attention_features: u32,
 }
+
+/// Bit of `specinfer_kernels::attention_features`: attention reads the row strides.
+pub const SPECINFER_ATTN_STRIDES: u32 = 1;
 
 // Opaque: a weight matrix prepared by `pack_weight`.
 opaque!(specinfer_packed_weight);
