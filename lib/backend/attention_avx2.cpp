@@ -24,9 +24,9 @@ inline float half_at(const uint8_t *p) {
   return _cvtsh_ss(h);
 }
 
-// Rows are read one after another from scattered addresses (every kv head's row of a position is
-// next to the others'); the hardware prefetchers alone leave the loads waiting on memory, so
-// each kernel asks for the row kAhead keys ahead.
+// Rows may come from scattered addresses (a tree's gathered keys, or a cache whose positions
+// hold every kv head's row side by side), where the hardware prefetchers alone leave the loads
+// waiting on memory, so each kernel asks for the row kAhead keys ahead.
 constexpr int64_t kAhead = 6;
 
 template <int T>
