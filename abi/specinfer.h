@@ -253,6 +253,10 @@ typedef struct specinfer_model_info {
    * unset gets {eos_token, eot_token}. */
   const int32_t *eog_tokens;
   int32_t n_eog_tokens;
+  /* Added after n_eog_tokens (check struct_size): the model's chat template (Jinja source, as
+   * Hugging Face transformers renders it; a GGUF's tokenizer.chat_template), NULL when it has
+   * none. Valid while the target is open. */
+  const char *chat_template;
 } specinfer_model_info;
 
 /* Fills `info` (its struct_size set by the caller, or by specinfer_model_info_init). */
@@ -274,6 +278,25 @@ SPECINFER_API specinfer_status specinfer_target_detokenize(specinfer_target *tar
                                                            const int32_t *tokens, size_t n,
                                                            char *text, size_t cap, size_t *n_bytes);
 
+/* One layer's queries and keys during a pass, as attention reads them (after bias, norm and RoPE):
+ * what an attention observer receives (specinfer_eval_params.qk_observer), valid during the call
+ * only. */
+typedef struct specinfer_qk_view {
+  uint32_t struct_size;
+  int32_t layer; /* 0 .. n_layer - 1 */
+  int32_t n_layer;
+  int32_t n_tokens; /* the pass's tokens, at positions first_pos, first_pos + 1, ... */
+  int32_t first_pos;
+  int32_t n_head;
+  int32_t n_head_kv; /* query head h reads kv head h / (n_head / n_head_kv) */
+  int32_t head_dim;
+  int32_t
+      window; /* the layer's sliding window (a query sees the last `window` positions), 0 = all */
+  const float *q; /* [n_tokens][n_head][head_dim] */
+  const float *k; /* [n_tokens][n_head_kv][head_dim] */
+} specinfer_qk_view;
+typedef void (*specinfer_qk_observer)(void *ctx, const specinfer_qk_view *view);
+
 /* Scoring a token sequence directly, without a session: the target's raw logits, for measuring a
  * model (perplexity, comparisons with another implementation) rather than generating with it. */
 typedef struct specinfer_eval_params {
@@ -286,6 +309,13 @@ typedef struct specinfer_eval_params {
   int32_t n_past;
   int32_t n_logits; /* logits for the last n_logits of the tokens, 0 .. n_tokens; default 0 */
   float *logits;    /* out: [n_logits][vocab_size], row i for token n_tokens - n_logits + i */
+  /* Added after logits (read only if struct_size covers them). Optional (NULL: none): called with
+   * qk_ctx once per layer of the pass, in layer order, during the call (one call at a time, on
+   * a thread of the registry's pool), with that layer's
+   * queries and keys (measuring attention: `specinfer sketch-eval --model`). A target plugin that
+   * does not expose them never calls it (the gguf plugin does). */
+  specinfer_qk_observer qk_observer;
+  void *qk_ctx;
 } specinfer_eval_params;
 
 /* Fills `params` with the defaults (no tokens, n_past 0, no logits). */

@@ -229,6 +229,12 @@ typedef struct specinfer_forward_batch {
   int32_t n_logits; /* logits for the last n_logits batch tokens (0 .. n_tokens) */
   float *logits;    /* out: [n_logits][vocab_size] */
   float *hidden;    /* out, optional (NULL): [n_logits][hidden_size] last hidden state */
+  /* Added after hidden (read only if struct_size covers them). Optional (NULL: none): a target
+   * that exposes its attention inputs calls qk_observer(qk_ctx, view) once per layer of the pass,
+   * in layer order, during the call and one at a time (specinfer_qk_view); one that does not
+   * ignores it. */
+  specinfer_qk_observer qk_observer;
+  void *qk_ctx;
 } specinfer_forward_batch;
 
 typedef struct specinfer_target_vtable {

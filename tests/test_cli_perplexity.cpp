@@ -233,6 +233,69 @@ void test_real_model(void **) {
   check_target("gguf", std::string("path=") + path, "128", 4, 1.0, 100.0, 99.0);
 }
 
+// specinfer_target_eval's attention observer and the model info's chat template through the
+// library: the gguf plugin reports every layer of every pass (shapes and positions as given),
+// the kgram plugin, which has no attention, never calls it.
+struct Seen {
+  int calls = 0, bad = 0, last_layer = -1, n_layer = 0;
+};
+
+void count_view(void *ctx, const specinfer_qk_view *v) {
+  auto &s = *static_cast<Seen *>(ctx);
+  ++s.calls;
+  s.n_layer = v->n_layer;
+  if (v->layer != (s.last_layer + 1) % v->n_layer || v->n_tokens != 5 ||
+      (v->first_pos != 0 && v->first_pos != 5) || v->q == nullptr || v->k == nullptr ||
+      v->head_dim <= 0 || v->n_head % v->n_head_kv != 0)
+    ++s.bad;
+  s.last_layer = v->layer;
+}
+
+void observe_through(const std::string &plugin, const std::string &config, Seen *seen,
+                     specinfer_model_info *info) {
+  specinfer_registry *reg = nullptr;
+  assert_int_equal(specinfer_registry_create(nullptr, &reg, nullptr), SPECINFER_OK);
+  specinfer_target *t = nullptr;
+  assert_int_equal(specinfer_target_open(reg, plugin.c_str(), config.c_str(), &t, nullptr),
+                   SPECINFER_OK);
+  specinfer_model_info_init(info);
+  assert_int_equal(specinfer_target_info(t, info), SPECINFER_OK);
+  const std::string chat = info->chat_template ? info->chat_template : "";
+  std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  for (int past : {0, 5}) {
+    specinfer_eval_params p;
+    specinfer_eval_params_init(&p);
+    p.tokens = ids.data() + past;
+    p.n_tokens = 5;
+    p.n_past = past;
+    p.qk_observer = count_view;
+    p.qk_ctx = seen;
+    assert_int_equal(specinfer_target_eval(t, &p, nullptr), SPECINFER_OK);
+  }
+  assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
+  assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
+  info->chat_template = chat.empty() ? nullptr : "";  // only whether there was one survives
+}
+
+void test_eval_observer(void **) {
+  Seen kg;
+  specinfer_model_info info;
+  observe_through("kgram", kgram_config(), &kg, &info);
+  assert_int_equal(kg.calls, 0);
+  assert_null(info.chat_template);
+  char path[4096];
+  if (!model_path("qwen2.5-coder-0.5b.gguf", path, sizeof path)) {
+    print_message("no qwen2.5-coder-0.5b.gguf in %s: the gguf part skipped\n", models_dir());
+    return;
+  }
+  Seen gg;
+  observe_through("gguf", std::string("path=") + path, &gg, &info);
+  assert_int_equal(gg.n_layer, 24);
+  assert_int_equal(gg.calls, 2 * 24);
+  assert_int_equal(gg.bad, 0);
+  assert_non_null(info.chat_template);  // Qwen2.5's GGUF carries its chat template
+}
+
 void test_eval_errors(void **) {
   specinfer_registry *reg = nullptr;
   assert_int_equal(specinfer_registry_create(nullptr, &reg, nullptr), SPECINFER_OK);
@@ -314,9 +377,8 @@ void test_eval_errors(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_usage_errors),
-      cmocka_unit_test(test_eval_errors),
-      cmocka_unit_test(test_kgram),
+      cmocka_unit_test(test_usage_errors),  cmocka_unit_test(test_eval_errors),
+      cmocka_unit_test(test_eval_observer), cmocka_unit_test(test_kgram),
       cmocka_unit_test(test_real_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

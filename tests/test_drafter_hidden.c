@@ -76,7 +76,13 @@ static specinfer_status probe_propose(void *self, const specinfer_draft_request 
   int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
   for (int32_t i = 0; i < n; ++i) pos[i] = i;
   specinfer_status rc = vt->kv_truncate(p->fresh.self, 0, err);
-  specinfer_forward_batch b = {sizeof(b), n, req->context, pos, NULL, 2, p->logits, p->hidden};
+  specinfer_forward_batch b = {.struct_size = sizeof(b),
+                               .n_tokens = n,
+                               .tokens = req->context,
+                               .positions = pos,
+                               .n_logits = 2,
+                               .logits = p->logits,
+                               .hidden = p->hidden};
   if (rc == SPECINFER_OK) rc = vt->forward(p->fresh.self, &b, err);
   free(pos);
   if (rc != SPECINFER_OK) return rc;

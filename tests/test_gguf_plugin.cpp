@@ -149,6 +149,7 @@ void test_target(void **state) {
   assert_int_equal(info.add_bos, 0);
   assert_string_equal(info.arch, "qwen2");
   assert_string_equal(info.name, "tiny-qwen2");
+  assert_null(info.chat_template);  // the file has none
 
   // Tokenize: single-byte tokens ('#' = id 2, ...), the special token parsed on request.
   const char *text = "#$<|im_end|>";
@@ -357,10 +358,133 @@ void test_shared_sequences(void **state) {
 
 }  // namespace
 
+// A target over a tiny model written to a temporary file (removed when the target is made).
+specinfer_status create_from(Fixture *fx, const std::vector<uint8_t> &bytes,
+                             const std::string &options, void **self,
+                             const specinfer_target_vtable **vt, specinfer_plugin_error *err) {
+  char path[] = "/tmp/test_gguf_plugin_XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_true(write_file(path, bytes));
+  const specinfer_status rc = create(fx, std::string("path=") + path + options, self, vt, err);
+  unlink(path);
+  return rc;
+}
+
+// The file's chat template, as the model info gives it.
+void test_chat_template(void **state) {
+  auto *fx = static_cast<Fixture *>(*state);
+  Writer w;
+  make_tiny_model(fx->cfg, nullptr, &w);
+  const std::string tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+  w.kv_str("tokenizer.chat_template", tmpl);
+  void *self = nullptr;
+  const specinfer_target_vtable *vt = nullptr;
+  specinfer_plugin_error err;
+  assert_int_equal(create_from(fx, w.build(), "", &self, &vt, &err), SPECINFER_OK);
+  specinfer_model_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  assert_int_equal(vt->info(self, &info), SPECINFER_OK);
+  assert_non_null(info.chat_template);
+  assert_string_equal(info.chat_template, tmpl.c_str());
+  // A caller whose struct ends before the field gets nothing written past its end.
+  specinfer_model_info old;
+  std::memset(&old, 0x5a, sizeof old);
+  old.struct_size = offsetof(specinfer_model_info, chat_template);
+  assert_int_equal(vt->info(self, &old), SPECINFER_OK);
+  const auto *tail = reinterpret_cast<const unsigned char *>(&old.chat_template);
+  for (size_t i = 0; i < sizeof old.chat_template; ++i) assert_int_equal(tail[i], 0x5a);
+  vt->destroy(self);
+}
+
+// Queries and keys through forward's observer: once per layer in order, with the pass's shapes
+// and each layer's sliding window, the same vectors whether the tokens come in one pass or two,
+// and nothing for a caller that gives no observer or whose batch ends before the field.
+struct Observed {
+  std::vector<specinfer_qk_view> views;
+  std::vector<std::vector<float>> q, k;
+};
+
+void observe(void *ctx, const specinfer_qk_view *v) {
+  auto &o = *static_cast<Observed *>(ctx);
+  o.views.push_back(*v);
+  const size_t nq = size_t(v->n_tokens) * size_t(v->n_head) * size_t(v->head_dim),
+               nk = size_t(v->n_tokens) * size_t(v->n_head_kv) * size_t(v->head_dim);
+  o.q.emplace_back(v->q, v->q + nq);
+  o.k.emplace_back(v->k, v->k + nk);
+}
+
+void test_qk_observer(void **state) {
+  auto *fx = static_cast<Fixture *>(*state);
+  TinyConfig c;
+  c.arch = "gemma3";
+  c.n_layer = 6;  // layers 0-4 slide over a window of 4, layer 5 sees everything
+  c.swa = 4;
+  const std::vector<uint8_t> bytes = make_tiny_model(c, nullptr);
+  const int n = 10;
+  std::vector<int32_t> toks(n), pos(n);
+  for (int i = 0; i < n; ++i) {
+    toks[size_t(i)] = 2 + (i * 7) % (c.n_vocab - 2);
+    pos[size_t(i)] = i;
+  }
+  auto run = [&](const std::vector<int> &splits, Observed *o, uint32_t struct_size) {
+    void *self = nullptr;
+    const specinfer_target_vtable *vt = nullptr;
+    specinfer_plugin_error err;
+    assert_int_equal(create_from(fx, bytes, ",kv_type=f32", &self, &vt, &err), SPECINFER_OK);
+    int at = 0;
+    for (int len : splits) {
+      specinfer_forward_batch b{};
+      b.struct_size = struct_size;
+      b.n_tokens = len;
+      b.tokens = toks.data() + at;
+      b.positions = pos.data() + at;
+      b.qk_observer = o ? observe : nullptr;
+      b.qk_ctx = o;
+      assert_int_equal(vt->forward(self, &b, &err), SPECINFER_OK);
+      at += len;
+    }
+    vt->destroy(self);
+  };
+  Observed one, two;
+  run({n}, &one, sizeof(specinfer_forward_batch));
+  run({6, 4}, &two, sizeof(specinfer_forward_batch));
+  assert_int_equal(one.views.size(), size_t(c.n_layer));
+  assert_int_equal(two.views.size(), size_t(2 * c.n_layer));
+  const int hd = c.n_embd / c.n_head;
+  for (size_t i = 0; i < two.views.size(); ++i) {
+    const specinfer_qk_view &v = two.views[i];
+    const int layer = int(i) % c.n_layer, first = i < size_t(c.n_layer) ? 0 : 6;
+    assert_int_equal(v.struct_size, sizeof(specinfer_qk_view));
+    assert_int_equal(v.layer, layer);
+    assert_int_equal(v.n_layer, c.n_layer);
+    assert_int_equal(v.n_tokens, first == 0 ? 6 : 4);
+    assert_int_equal(v.first_pos, first);
+    assert_int_equal(v.n_head, c.n_head);
+    assert_int_equal(v.n_head_kv, c.n_head_kv);
+    assert_int_equal(v.head_dim, hd);
+    assert_int_equal(v.window, layer == c.n_layer - 1 ? 0 : c.swa);
+    // Token t of this pass equals token first + t of the single pass, bit for bit.
+    const size_t qw = size_t(c.n_head) * hd, kw = size_t(c.n_head_kv) * hd;
+    const std::vector<float> &q1 = one.q[size_t(layer)], &k1 = one.k[size_t(layer)];
+    assert_memory_equal(two.q[i].data(), q1.data() + size_t(first) * qw, two.q[i].size() * 4);
+    assert_memory_equal(two.k[i].data(), k1.data() + size_t(first) * kw, two.k[i].size() * 4);
+    bool nonzero = false;
+    for (float x : two.k[i]) nonzero = nonzero || (std::isfinite(x) && x != 0.0f);
+    assert_true(nonzero);
+  }
+  // A batch that ends before the observer's fields is not observed.
+  Observed none;
+  run({n}, &none, offsetof(specinfer_forward_batch, qk_observer));
+  assert_int_equal(none.views.size(), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_config_errors),
-      cmocka_unit_test(test_target),
+      cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_target),
+      cmocka_unit_test(test_chat_template),    cmocka_unit_test(test_qk_observer),
       cmocka_unit_test(test_shared_sequences),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

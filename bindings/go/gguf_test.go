@@ -40,6 +40,9 @@ func TestGoDrafterOnARealModel(t *testing.T) {
 	if info.Arch != "qwen2" {
 		t.Fatalf("arch %q", info.Arch)
 	}
+	if !strings.Contains(info.ChatTemplate, "<|im_start|>") { // Qwen2.5's GGUF carries its template
+		t.Fatalf("chat template %q", info.ChatTemplate)
+	}
 	run := func(d *DrafterHandle) (string, Stats) {
 		p := DefaultSessionParams()
 		p.MaxDraft = 4

@@ -257,13 +257,14 @@ type ModelInfo struct {
 	BOS, EOS, EOT               int // -1 when none
 	AddBOS                      bool
 	Name, Arch                  string
+	ChatTemplate                string // the model's Jinja chat template, "" when it has none
 }
 
 func modelInfo(i *C.specinfer_model_info) ModelInfo {
 	return ModelInfo{
 		VocabSize: int(i.vocab_size), NCtx: int(i.n_ctx), HiddenSize: int(i.hidden_size),
 		BOS: int(i.bos_token), EOS: int(i.eos_token), EOT: int(i.eot_token), AddBOS: i.add_bos != 0,
-		Name: C.GoString(i.name), Arch: C.GoString(i.arch),
+		Name: C.GoString(i.name), Arch: C.GoString(i.arch), ChatTemplate: C.GoString(i.chat_template),
 	}
 }
 

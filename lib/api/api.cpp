@@ -338,6 +338,8 @@ SPECINFER_API specinfer_status specinfer_target_eval(specinfer_target *target,
       batch.positions = positions.data();
       batch.n_logits = p.n_logits;
       batch.logits = p.logits;
+      batch.qk_observer = p.qk_observer;
+      batch.qk_ctx = p.qk_ctx;
       target->forward(batch);
     }
     if (n_cached) *n_cached = target->kv_size();

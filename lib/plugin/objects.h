@@ -62,7 +62,8 @@ class TargetObject {
   void *self_;
   const specinfer_target_vtable *vtable_;
   specinfer_model_info info_{};
-  std::string name_, arch_;
+  std::string name_, arch_, chat_template_;
+  bool has_chat_template_ = false;
   std::vector<int32_t> eog_;  // info_.eog_tokens: checked, sorted, unique
   std::string key_;           // plugin and config it was opened with ("" = not offered for sharing)
   TargetObject *share_locked();  // share() with the registry's targets_mu held

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@ struct Loaded {
   std::shared_ptr<const Weights> weights;
   std::vector<int32_t> eog;  // with a vocabulary limit: ids every sequence computes logits for
   std::string name, arch;
+  std::optional<std::string> chat_template;  // tokenizer.chat_template
 };
 
 // One target instance: a sequence (KV cache) on a loaded model.
@@ -179,6 +181,7 @@ specinfer_status target_info(void *self, specinfer_model_info *info) {
   full.arch = l.arch.c_str();
   full.eog_tokens = l.tokenizer->eog().empty() ? nullptr : l.tokenizer->eog().data();
   full.n_eog_tokens = static_cast<int32_t>(l.tokenizer->eog().size());
+  full.chat_template = l.chat_template ? l.chat_template->c_str() : nullptr;
   size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
   if (n < sizeof(uint32_t)) return SPECINFER_ERR_INVALID_ARGUMENT;
   std::memcpy(info, &full, n);
@@ -226,8 +229,39 @@ specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
     if (self == nullptr || b == nullptr)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward: NULL argument");
     const Batch batch = batch_of(*b);
-    self_of(self)->model->forward(batch.tokens, batch.positions, batch.n, batch.tree_mask,
-                                  batch.n_logits, batch.logits, batch.hidden);
+    Model &m = *self_of(self)->model;
+    const bool observed =
+        b->struct_size >= offsetof(specinfer_forward_batch, qk_ctx) + sizeof(b->qk_ctx) &&
+        b->qk_observer != nullptr;
+    if (observed) {
+      // The model's per-layer queries and keys, handed on as the ABI's view of them.
+      const Hparams &hp = m.hparams();
+      const int32_t first = batch.n > 0 ? batch.positions[0] : 0;
+      m.set_qk_observer([&](int32_t layer, const float *q, const float *k, int32_t n) {
+        specinfer_qk_view v{};
+        v.struct_size = sizeof v;
+        v.layer = layer;
+        v.n_layer = hp.n_layer;
+        v.n_tokens = n;
+        v.first_pos = first;
+        v.n_head = hp.n_head;
+        v.n_head_kv = hp.n_head_kv;
+        v.head_dim = hp.head_dim;
+        v.window = m.weights()->layers[size_t(layer)].swa ? hp.swa_window : 0;
+        v.q = q;
+        v.k = k;
+        b->qk_observer(b->qk_ctx, &v);
+      });
+    }
+    struct Reset {
+      Model &m;
+      bool on;
+      ~Reset() {
+        if (on) m.set_qk_observer(nullptr);
+      }
+    } reset{m, observed};
+    m.forward(batch.tokens, batch.positions, batch.n, batch.tree_mask, batch.n_logits, batch.logits,
+              batch.hidden);
   });
 }
 
@@ -330,6 +364,11 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     }
     l->name = hp.name;
     l->arch = hp.arch;
+    try {  // a template of the wrong type is no template, not a model that fails to load
+      l->chat_template = l->file->get_string("tokenizer.chat_template");
+    } catch (const Error &) {
+      l->chat_template.reset();
+    }
     auto t = new_sequence(std::move(l));
     *self = t.release();
     *vtable = &kVtable;

@@ -33,19 +33,10 @@ void on_stop_signal(int sig) {
   (void)n;
 }
 
-// The chat template of `m` (its GGUF's, or its --chat-template file) into *e; false after
+// The chat template of `m` (its target's, or its --chat-template file) into *e; false after
 // printing why not.
-bool load_chat_template(const serve::ModelSpec &m, serve::ModelEntry *e) {
-  std::string plugin, unused;
-  cli::split_spec(m.target, &plugin, &unused);
-  const std::string path = serve::config_value(m.target, "path");
-  if (plugin == "gguf" && !path.empty()) {
-    std::string error;
-    if (!serve::chat_template_from_gguf(path, &e->chat, &error)) {
-      std::fprintf(stderr, "specinfer serve: cannot read %s: %s\n", path.c_str(), error.c_str());
-      return false;
-    }
-  }
+bool load_chat_template(const serve::ModelSpec &m, specinfer_target *target, serve::ModelEntry *e) {
+  serve::chat_template_of(target, &e->chat);
   if (!m.chat_template.empty()) {
     std::ifstream in(m.chat_template, std::ios::binary);
     if (!in) {
@@ -65,6 +56,24 @@ bool load_chat_template(const serve::ModelSpec &m, serve::ModelEntry *e) {
                           "=FILE); use /v1/completions";
   }
   return true;
+}
+
+// Renders the chat in the JSON file `path` with e's template to stdout (--print-chat-prompt).
+int print_chat_prompt(const serve::ModelEntry &e, const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  const nlohmann::json messages = nlohmann::json::parse(in, nullptr, false);
+  std::string text, error;
+  if (!in || messages.is_discarded() || !messages.is_array()) {
+    std::fprintf(stderr, "specinfer serve: %s is not a JSON list of messages\n", path.c_str());
+    return 1;
+  }
+  if (e.chat.source.empty() || !e.chat.render(messages, &text, &error)) {
+    std::fprintf(stderr, "specinfer serve: %s\n",
+                 e.chat.source.empty() ? e.chat_unavailable.c_str() : error.c_str());
+    return 1;
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
 }
 
 // A served model's open target and engine.
@@ -151,26 +160,6 @@ int cmd_serve(int argc, char **argv) {
   for (size_t i = 0; i < specs.size(); ++i) {
     entries[i].name = specs[i].name;
     entries[i].max_queue = queue;
-    if (!load_chat_template(specs[i], &entries[i])) return 1;
-  }
-
-  if (!print_chat.empty()) {
-    const serve::ModelEntry &e = entries[0];
-    std::ifstream in(print_chat, std::ios::binary);
-    const nlohmann::json messages = nlohmann::json::parse(in, nullptr, false);
-    std::string text, error;
-    if (!in || messages.is_discarded() || !messages.is_array()) {
-      std::fprintf(stderr, "specinfer serve: %s is not a JSON list of messages\n",
-                   print_chat.c_str());
-      return 1;
-    }
-    if (e.chat.source.empty() || !e.chat.render(messages, &text, &error)) {
-      std::fprintf(stderr, "specinfer serve: %s\n",
-                   e.chat.source.empty() ? e.chat_unavailable.c_str() : error.c_str());
-      return 1;
-    }
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return 0;
   }
 
   for (const std::string &note : serve::share_draft_models(&specs))
@@ -197,7 +186,14 @@ int cmd_serve(int argc, char **argv) {
       specinfer_model_info_init(&info);
       specinfer_target_info(loaded[i].target, &info);
       entries[i].n_ctx = info.n_ctx;
-      entries[i].chat.model_adds_bos = info.add_bos != 0;
+      if (!load_chat_template(specs[i], loaded[i].target, &entries[i])) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok && !print_chat.empty()) {
+      rc = print_chat_prompt(entries[0], print_chat);
+      break;
     }
     for (size_t i = 0; i < specs.size() && ok; ++i) {
       serve::Worker::Options wo;

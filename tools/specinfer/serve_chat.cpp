@@ -1,10 +1,8 @@
-// Chat templates (serve_chat.h): the GGUF's metadata read with the gguf plugin's reader, rendered
-// by the MiniJinja static library when the build has it.
+// Chat templates (serve_chat.h): the target's template and bos / eos texts through the public API,
+// rendered by the MiniJinja static library when the build has it.
 #include "serve_chat.h"
 
-#include <exception>
-
-#include "gguf/gguf_file.h"
+#include <string>
 
 #if SPECINFER_HAVE_CHAT_TEMPLATE
 #include "chat_template.h"
@@ -51,22 +49,25 @@ std::string ChatTemplate::prompt_of(std::string rendered) const {
   return rendered;
 }
 
-bool chat_template_from_gguf(const std::string &path, ChatTemplate *out, std::string *error) {
-  try {
-    const auto file = specinfer::gguf::File::open(path);
-    out->source = file->get_string("tokenizer.chat_template").value_or("");
-    const std::vector<std::string> tokens = file->get_string_array("tokenizer.ggml.tokens");
-    const auto token = [&](const char *key) -> std::string {
-      const auto id = file->get_int(key);
-      return id && *id >= 0 && static_cast<size_t>(*id) < tokens.size() ? tokens[*id] : "";
-    };
-    out->bos = token("tokenizer.ggml.bos_token_id");
-    out->eos = token("tokenizer.ggml.eos_token_id");
-    return true;
-  } catch (const std::exception &e) {
-    *error = e.what();
-    return false;
-  }
+void chat_template_of(specinfer_target *target, ChatTemplate *out) {
+  specinfer_model_info info;
+  specinfer_model_info_init(&info);
+  if (specinfer_target_info(target, &info) != SPECINFER_OK) return;
+  out->source = info.chat_template ? info.chat_template : "";
+  out->model_adds_bos = info.add_bos != 0;
+  const auto text = [&](int32_t id) -> std::string {
+    if (id < 0) return "";
+    std::string t(64, '\0');
+    size_t n = 0;
+    specinfer_status rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
+      t.resize(n);
+      rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
+    }
+    return rc == SPECINFER_OK ? t.substr(0, n) : "";
+  };
+  out->bos = text(info.bos_token);
+  out->eos = text(info.eos_token);
 }
 
 }  // namespace serve

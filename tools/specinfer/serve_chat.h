@@ -1,12 +1,14 @@
-// Chat prompts for `specinfer serve`: a model's Jinja chat template (the GGUF's
-// tokenizer.chat_template, or a file) rendered with MiniJinja (tools/chat-template) as Hugging
-// Face transformers renders it with Jinja2: `messages`, `add_generation_prompt`, `bos_token`,
-// `eos_token`.
+// Chat prompts for `specinfer serve`: a model's Jinja chat template (the target's, from its
+// GGUF's tokenizer.chat_template, or a file) rendered with MiniJinja (tools/chat-template) as
+// Hugging Face transformers renders it with Jinja2: `messages`, `add_generation_prompt`,
+// `bos_token`, `eos_token`.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <string>
+
+#include "specinfer.h"
 
 namespace serve {
 
@@ -27,8 +29,8 @@ struct ChatTemplate {
   std::string prompt_of(std::string rendered) const;
 };
 
-// The chat template and bos/eos texts of the GGUF file at `path`. Returns false and why in *error
-// when the file cannot be read; an empty source when the file has no template.
-bool chat_template_from_gguf(const std::string &path, ChatTemplate *out, std::string *error);
+// The chat template of an open target (specinfer_model_info.chat_template; empty when it has
+// none), the texts of its bos and eos tokens and whether its tokenizer adds bos.
+void chat_template_of(specinfer_target *target, ChatTemplate *out);
 
 }  // namespace serve

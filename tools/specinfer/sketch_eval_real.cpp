@@ -1,8 +1,8 @@
 // specinfer sketch-eval --model PATH: the sketch experiment of cmd_sketch_eval.cpp on real query
-// and key vectors. The model (plugins/gguf, linked in as its static core gguf_core) reads a text in
-// chunks; Model::set_qk_observer hands over each layer's queries and keys after bias, norm and
-// RoPE. The model runs on the kernels and threads of libspecinfer's host table, obtained by
-// registering a tiny in-process plugin whose init() receives it (see docs/ARCHITECTURE.md).
+// and key vectors. The model (the gguf plugin, opened through the public API like any target)
+// reads a text in chunks (specinfer_target_eval), and its attention observer
+// (specinfer_eval_params.qk_observer) hands over each layer's queries and keys after bias, norm
+// and RoPE, with the layer's sliding window.
 //
 // Evaluation, per selected layer and kv head g (query heads map to g as h / (n_head / n_head_kv)):
 // for every storage budget S, method and trial seed one sketcher of dimension head_dim is made;
@@ -38,17 +38,11 @@
 #include <vector>
 
 #include "cli_options.h"
-#include "gguf/gguf_file.h"
-#include "gguf/model.h"
-#include "gguf/tokenizer.h"
 #include "png_chart.h"
 #include "prompts.h"
 #include "specinfer.h"
-#include "specinfer_plugin.h"
 
 namespace {
-
-namespace gg = specinfer::gguf;
 
 struct Config : SketchOptions {
   std::string model, text_file;
@@ -144,51 +138,16 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// ---- the host table of libspecinfer, received by an in-process plugin ----
-
-const specinfer_host *g_host = nullptr;
-
-int32_t probe_init(const specinfer_host *host) {
-  g_host = host;
-  return 0;
-}
-
-specinfer_status probe_create(const specinfer_host *, const char *, const specinfer_model_info *,
-                              const specinfer_host_target *, void **,
-                              const specinfer_drafter_vtable **, specinfer_plugin_error *err) {
-  std::snprintf(err->message, sizeof err->message,
-                "the sketch-eval plugin only receives the host table; it drafts nothing");
-  return SPECINFER_ERR_UNSUPPORTED;
-}
-
-const specinfer_drafter_factory kProbeFactory = {sizeof(specinfer_drafter_factory), probe_create,
-                                                 nullptr};
-
-const void *probe_get_factory(const char *id) {
-  return std::strcmp(id, SPECINFER_DRAFTER_FACTORY_ID) == 0 ? &kProbeFactory : nullptr;
-}
-
-const specinfer_plugin_descriptor kProbe = {
-    SPECINFER_PLUGIN_ABI_VERSION,
-    sizeof(specinfer_plugin_descriptor),
-    "sketch-eval-host",
-    SPECINFER_VERSION_STRING,
-    "lends libspecinfer's host table to `specinfer sketch-eval --model`",
-    probe_init,
-    nullptr,
-    probe_get_factory};
-
 // ---- captured vectors ----
 
 struct Capture {
-  int32_t n_head = 0, n_kv = 0, hd = 0, n_tok = 0;
-  int32_t swa_window = 0, swa_pattern = 0;
+  int32_t n_head = 0, n_kv = 0, hd = 0, n_tok = 0, n_layer = 0;
   std::vector<int32_t> layers;        // model layer of each slot
+  std::vector<int32_t> window;        // per slot: the layer's sliding window, 0 = none
+  std::vector<int32_t> slot_of;       // per model layer: its slot, -1 = not selected
   std::vector<std::vector<float>> q;  // per slot: [n_tok][n_head * hd]
   std::vector<std::vector<float>> k;  // per slot: [n_tok][n_kv * hd]
-  bool swa(int32_t layer) const {
-    return swa_window > 0 && swa_pattern > 0 && (layer + 1) % swa_pattern != 0;
-  }
+  std::string error;                  // what made the observer give up
 };
 
 // ---- accumulators: one cell per (slot, budget, method) ----
@@ -309,7 +268,7 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
       Query q;
       q.head = h;
       q.pos = t;
-      q.lo = cap.swa(layer) ? std::max<int32_t>(0, t - cap.swa_window + 1) : 0;
+      q.lo = cap.window[slot] > 0 ? std::max<int32_t>(0, t - cap.window[slot] + 1) : 0;
       const float *qv = cap.q[slot].data() + size_t(t) * qstride + size_t(h) * hd;
       qrows.insert(qrows.end(), qv, qv + hd);
       for (int32_t i = 0; i < hd; ++i) q.norm += double(qv[i]) * qv[i];
@@ -424,89 +383,138 @@ int run(const Config &cfg) {
     return 1;
   }
 
-  // The host table: a registry with an in-process plugin that receives it.
   specinfer_registry *reg = nullptr;
+  specinfer_target *target = nullptr;
   char *err = nullptr;
-  specinfer_registry_params params;
-  specinfer_registry_params_init(&params);
-  params.load_builtin = 0;
-  if (specinfer_registry_create(&params, &reg, &err) != SPECINFER_OK ||
-      specinfer_registry_register_plugin(reg, &kProbe, &err) != SPECINFER_OK || !g_host) {
-    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n",
-                 err ? err : "no host table");
+  struct Guard {
+    specinfer_registry *&r;
+    specinfer_target *&t;
+    ~Guard() {
+      if (t) specinfer_target_destroy(t);
+      if (r) specinfer_registry_destroy(r);
+    }
+  } guard{reg, target};
+  if (specinfer_registry_create(nullptr, &reg, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n", err ? err : "?");
     specinfer_free(err);
-    if (reg) specinfer_registry_destroy(reg);
     return 1;
   }
-  struct RegGuard {
-    specinfer_registry *r;
-    ~RegGuard() { specinfer_registry_destroy(r); }
-  } guard{reg};
+  // Enough context for the tokens asked for (the cache is only resident as far as it is used).
+  const std::string config =
+      "path=" + cfg.model + ",n_ctx=" + std::to_string(std::max<int64_t>(cfg.tokens, 64));
+  if (specinfer_target_open(reg, "gguf", config.c_str(), &target, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(), err ? err : "?");
+    specinfer_free(err);
+    return 1;
+  }
+  specinfer_model_info info;
+  specinfer_model_info_init(&info);
+  if (specinfer_target_info(target, &info) != SPECINFER_OK) {
+    std::fprintf(stderr, "sketch-eval: %s\n", specinfer_target_errmsg(target));
+    return 1;
+  }
+  const std::string model_name = info.name ? info.name : cfg.model;
 
+  // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
+  size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
+  while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
+    --cut;
+  std::vector<int32_t> ids(cut + 8);
+  size_t n_ids = 0;
+  if (specinfer_target_tokenize(target, text.data(), cut, 1, 0, ids.data(), ids.size(), &n_ids) !=
+      SPECINFER_OK) {
+    std::fprintf(stderr, "sketch-eval: %s\n", specinfer_target_errmsg(target));
+    return 1;
+  }
+  ids.resize(std::min(n_ids, static_cast<size_t>(cfg.tokens)));
+  if (static_cast<int64_t>(ids.size()) <= cfg.min_pos + kTopK) {
+    std::fprintf(stderr,
+                 "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
+                 cfg.text_file.c_str(), ids.size(), static_cast<long long>(cfg.min_pos), kTopK);
+    return 1;
+  }
+  const int32_t N = static_cast<int32_t>(ids.size());
+
+  // The first layer seen sets the shapes and the selection; every layer copies its selected
+  // vectors into place.
   Capture cap;
-  std::string model_name;
-  try {
-    std::unique_ptr<gg::File> file = gg::File::open(cfg.model);
-    std::unique_ptr<gg::Tokenizer> tok = gg::Tokenizer::from_gguf(*file);
-    // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
-    size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
-    while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
-      --cut;
-    std::vector<int32_t> ids = tok->encode(std::string_view(text).substr(0, cut), true, false);
-    if (ids.size() > static_cast<size_t>(cfg.tokens)) ids.resize(static_cast<size_t>(cfg.tokens));
-    if (static_cast<int64_t>(ids.size()) <= cfg.min_pos + kTopK) {
-      std::fprintf(stderr,
-                   "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
-                   cfg.text_file.c_str(), ids.size(), static_cast<long long>(cfg.min_pos), kTopK);
-      return 1;
+  cap.n_tok = N;
+  bool layers_bad = false;
+  struct Ctx {
+    Capture *cap;
+    const Config *cfg;
+    bool *layers_bad;
+  } ctx{&cap, &cfg, &layers_bad};
+  const specinfer_qk_observer observe = [](void *p, const specinfer_qk_view *v) {
+    auto &c = *static_cast<Ctx *>(p);
+    Capture &cap = *c.cap;
+    if (!cap.error.empty() || *c.layers_bad) return;
+    if (cap.n_layer == 0) {
+      if (v->n_layer <= 0 || v->n_head <= 0 || v->n_head_kv <= 0 || v->head_dim <= 0 ||
+          v->n_head % v->n_head_kv != 0) {
+        cap.error = "the model's attention shapes do not group query heads onto kv heads";
+        return;
+      }
+      if (!parse_layers(c.cfg->layers, v->n_layer, &cap.layers)) {
+        *c.layers_bad = true;
+        cap.n_layer = v->n_layer;
+        return;
+      }
+      cap.n_layer = v->n_layer;
+      cap.n_head = v->n_head;
+      cap.n_kv = v->n_head_kv;
+      cap.hd = v->head_dim;
+      cap.slot_of.assign(size_t(v->n_layer), -1);
+      for (size_t i = 0; i < cap.layers.size(); ++i)
+        cap.slot_of[size_t(cap.layers[i])] = int32_t(i);
+      cap.window.assign(cap.layers.size(), 0);
+      const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
+      cap.q.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * qw));
+      cap.k.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * kw));
     }
-    const int32_t N = static_cast<int32_t>(ids.size());
-    gg::Model model(*file, g_host, N);
-    const gg::Hparams &hp = model.hparams();
-    model_name = hp.name;
-    if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
-      std::fprintf(stderr, "sketch-eval: %d query heads do not group onto %d kv heads\n", hp.n_head,
-                   hp.n_head_kv);
-      return 1;
+    if (v->layer < 0 || v->layer >= cap.n_layer || v->n_head != cap.n_head ||
+        v->n_head_kv != cap.n_kv || v->head_dim != cap.hd || v->first_pos < 0 || v->n_tokens < 0 ||
+        int64_t(v->first_pos) + v->n_tokens > cap.n_tok) {
+      cap.error = "the target reported queries and keys that do not fit the text";
+      return;
     }
-    if (!parse_layers(cfg.layers, hp.n_layer, &cap.layers)) {
-      std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n",
-                   cfg.layers.c_str(), hp.n_layer - 1);
-      return 2;
-    }
-    cap.n_head = hp.n_head;
-    cap.n_kv = hp.n_head_kv;
-    cap.hd = hp.head_dim;
-    cap.n_tok = N;
-    cap.swa_window = hp.swa_window;
-    cap.swa_pattern = hp.swa_pattern;
-    std::vector<int32_t> slot_of(static_cast<size_t>(hp.n_layer), -1);
-    for (size_t i = 0; i < cap.layers.size(); ++i) slot_of[size_t(cap.layers[i])] = int32_t(i);
+    const int32_t slot = cap.slot_of[size_t(v->layer)];
+    if (slot < 0) return;
     const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
-    cap.q.assign(cap.layers.size(), std::vector<float>(size_t(N) * qw));
-    cap.k.assign(cap.layers.size(), std::vector<float>(size_t(N) * kw));
-    int32_t at = 0;  // position of the chunk being run
-    model.set_qk_observer([&](int32_t layer, const float *q, const float *k, int32_t n) {
-      if (layer < 0 || layer >= hp.n_layer || slot_of[size_t(layer)] < 0) return;
-      const size_t s = size_t(slot_of[size_t(layer)]);
-      std::memcpy(cap.q[s].data() + size_t(at) * qw, q, size_t(n) * qw * sizeof(float));
-      std::memcpy(cap.k[s].data() + size_t(at) * kw, k, size_t(n) * kw * sizeof(float));
-    });
-    std::fprintf(stderr, "sketch-eval: %s: %d tokens through %d layers\n", hp.name.c_str(), N,
-                 hp.n_layer);
-    std::vector<int32_t> pos;
-    while (at < N) {
-      const int32_t n = static_cast<int32_t>(std::min<int64_t>(cfg.chunk, N - at));
-      pos.resize(size_t(n));
-      std::iota(pos.begin(), pos.end(), at);
-      model.forward(ids.data() + at, pos.data(), n, nullptr, 0, nullptr, nullptr);
-      at += n;
-      std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, secs());
+    cap.window[size_t(slot)] = v->window;
+    std::memcpy(cap.q[size_t(slot)].data() + size_t(v->first_pos) * qw, v->q,
+                size_t(v->n_tokens) * qw * sizeof(float));
+    std::memcpy(cap.k[size_t(slot)].data() + size_t(v->first_pos) * kw, v->k,
+                size_t(v->n_tokens) * kw * sizeof(float));
+  };
+  std::fprintf(stderr, "sketch-eval: %s: %d tokens\n", model_name.c_str(), N);
+  for (int32_t at = 0; at < N;) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(cfg.chunk, N - at));
+    specinfer_eval_params p;
+    specinfer_eval_params_init(&p);
+    p.tokens = ids.data() + at;
+    p.n_tokens = size_t(n);
+    p.n_past = at;
+    p.qk_observer = observe;
+    p.qk_ctx = &ctx;
+    if (specinfer_target_eval(target, &p, nullptr) != SPECINFER_OK) {
+      std::fprintf(stderr, "\nsketch-eval: %s\n", specinfer_target_errmsg(target));
+      return 1;
     }
-    std::fprintf(stderr, "\n");
-    model.set_qk_observer(nullptr);
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(), e.what());
+    at += n;
+    if (layers_bad || !cap.error.empty()) break;
+    std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, secs());
+  }
+  std::fprintf(stderr, "\n");
+  if (layers_bad) {
+    std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n",
+                 cfg.layers.c_str(), cap.n_layer - 1);
+    return 2;
+  }
+  if (!cap.error.empty() || cap.n_layer == 0) {
+    std::fprintf(
+        stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(),
+        cap.n_layer == 0 ? "the target does not expose its queries and keys" : cap.error.c_str());
     return 1;
   }
 

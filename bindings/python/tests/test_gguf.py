@@ -22,6 +22,7 @@ def test_python_drafter_on_a_real_model_gives_the_plain_greedy_text():
     target = reg.open_target("gguf", f"path={MODEL}")
     info = target.info()
     assert info.arch == "qwen2" and info.vocab_size > 100000
+    assert "<|im_start|>" in info.chat_template  # Qwen2.5's GGUF carries its chat template
 
     def run(drafter):
         with specinfer.Session(target, drafter, max_draft=4) as s:

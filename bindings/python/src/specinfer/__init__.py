@@ -179,12 +179,15 @@ class ModelInfo:
     name: str
     arch: str
     eog_tokens: tuple = ()  # every token that ends generation, eos and eot among them
+    chat_template: str | None = None  # the model's Jinja chat template, None when it has none
 
     @staticmethod
     def _from(i):
         eog = tuple(i.eog_tokens[k] for k in range(i.n_eog_tokens)) if i.eog_tokens else ()
+        chat = i.chat_template.decode(errors="replace") if i.chat_template else None
         return ModelInfo(i.vocab_size, i.n_ctx, i.hidden_size, i.bos_token, i.eos_token, i.eot_token,
-                         bool(i.add_bos), (i.name or b"").decode(), (i.arch or b"").decode(), eog)
+                         bool(i.add_bos), (i.name or b"").decode(), (i.arch or b"").decode(), eog,
+                         chat)
 
 
 class Registry(_Handle):

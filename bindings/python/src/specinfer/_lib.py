@@ -63,7 +63,8 @@ class ModelInfoC(Structure):
     _fields_ = [("struct_size", c_uint32), ("vocab_size", c_int32), ("n_ctx", c_int32),
                 ("hidden_size", c_int32), ("bos_token", c_int32), ("eos_token", c_int32),
                 ("eot_token", c_int32), ("add_bos", c_int32), ("name", c_char_p), ("arch", c_char_p),
-                ("eog_tokens", POINTER(c_int32)), ("n_eog_tokens", c_int32)]
+                ("eog_tokens", POINTER(c_int32)), ("n_eog_tokens", c_int32),
+                ("chat_template", c_char_p)]
 
 
 class SessionParamsC(Structure):

@@ -131,6 +131,7 @@ pub struct specinfer_model_info {
     pub arch: *const c_char,
     pub eog_tokens: *const i32,
     pub n_eog_tokens: i32,
+    pub chat_template: *const c_char,
 }
 
 #[repr(C)]
@@ -168,6 +169,25 @@ pub struct specinfer_step_result {
     pub status: specinfer_status,
 }
 
+/// One layer's queries and keys during a pass (see `specinfer_eval_params::qk_observer`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_qk_view {
+    pub struct_size: u32,
+    pub layer: i32,
+    pub n_layer: i32,
+    pub n_tokens: i32,
+    pub first_pos: i32,
+    pub n_head: i32,
+    pub n_head_kv: i32,
+    pub head_dim: i32,
+    pub window: i32,
+    pub q: *const f32,
+    pub k: *const f32,
+}
+
+pub type specinfer_qk_observer = Option<unsafe extern "C" fn(ctx: *mut c_void, view: *const specinfer_qk_view)>;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct specinfer_eval_params {
@@ -177,6 +197,8 @@ pub struct specinfer_eval_params {
     pub n_past: i32,
     pub n_logits: i32,
     pub logits: *mut f32,
+    pub qk_observer: specinfer_qk_observer,
+    pub qk_ctx: *mut c_void,
 }
 
 #[repr(C)]
@@ -397,6 +419,8 @@ pub struct specinfer_forward_batch {
     pub n_logits: i32,
     pub logits: *mut f32,
     pub hidden: *mut f32,
+    pub qk_observer: specinfer_qk_observer,
+    pub qk_ctx: *mut c_void,
 }
 
 #[repr(C)]

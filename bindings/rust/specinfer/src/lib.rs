@@ -285,6 +285,8 @@ pub struct ModelInfo {
     pub arch: String,
     /// Every token that ends generation (eos and eot among them), in increasing order.
     pub eog_tokens: Vec<i32>,
+    /// The model's Jinja chat template (a GGUF's `tokenizer.chat_template`), if it has one.
+    pub chat_template: Option<String>,
 }
 
 impl ModelInfo {
@@ -304,6 +306,7 @@ impl ModelInfo {
             } else {
                 std::slice::from_raw_parts(i.eog_tokens, i.n_eog_tokens as usize).to_vec()
             },
+            chat_template: if i.chat_template.is_null() { None } else { Some(cstr(i.chat_template)) },
         }
     }
 }

@@ -36,6 +36,8 @@ fn rust_drafter_on_a_real_model_gives_the_plain_greedy_text() {
     let mut target = reg.open_target("gguf", &format!("path={model}")).unwrap();
     let info = target.info().unwrap();
     assert_eq!(info.arch, "qwen2");
+    // Qwen2.5's GGUF carries its chat template.
+    assert!(info.chat_template.as_deref().is_some_and(|t| t.contains("<|im_start|>")));
     let params = SessionParams { max_draft: 4, ..Default::default() };
     let (plain, n0) = {
         let mut s = Session::new(&mut target, None, None, &params).unwrap();
