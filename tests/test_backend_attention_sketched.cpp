@@ -87,7 +87,7 @@ void test_estimate(void **) {
 void test_scorers_agree(void **) {
   std::mt19937 rng(8);
   for (const int32_t bits : {32, 128, 384}) {
-    for (const int64_t g : {1, 6, 7, 16, 17}) {
+    for (const int64_t g : {1, 6, 7, 16, 17, 24, 40}) {
       const int64_t hd = 64, n = 333, hkv = 3;
       const auto k = randn(size_t(n * hkv * hd), rng), q = randn(size_t(g * hd), rng);
       const auto ks = sketches(k, hd, bits);
