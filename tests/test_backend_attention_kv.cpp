@@ -198,6 +198,18 @@ void test_split_invariance(void **) {
   set_active_isa(prev);
 }
 
+// The attention mask of a tree of n_q nodes (parent[i] < i, -1 for the root) after n_prefix cached
+// positions: each node sees the prefix, its ancestors and itself.
+std::vector<uint8_t> tree_mask(const int *parent, int n_q, int n_prefix) {
+  const int n_kv = n_prefix + n_q;
+  std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
+  for (int b = 0; b < n_q; ++b) {
+    std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
+    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
+  }
+  return mask;
+}
+
 // A tree of 9 nodes under 1100 cached positions: each node equals the causal call over its
 // gathered rows (prefix, ancestors, itself), bit for bit.
 void test_tree_mask_compact(void **) {
@@ -205,11 +217,7 @@ void test_tree_mask_compact(void **) {
   const Isa prev = active_isa();
   const int H = 14, Hkv = 2, hd = 64, n_prefix = 1100, n_q = 10, n_kv = n_prefix + n_q;
   const int parent[n_q] = {-1, 0, 0, 1, 1, 2, 3, 3, 6, 8};
-  std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
-  for (int b = 0; b < n_q; ++b) {
-    std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
-    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
-  }
+  const std::vector<uint8_t> mask = tree_mask(parent, n_q, n_prefix);
   const size_t nk = size_t(n_kv) * Hkv * hd;
   const auto q = randn(size_t(n_q) * H * hd, rng, 0.5f);
   const auto k = randn(nk, rng, 1.0f), v = randn(nk, rng, 1.0f);
@@ -266,11 +274,7 @@ void test_strided_layouts(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   const int H = 12, Hkv = 2, hd = 128, n_prefix = 1200, n_q = 6, n_kv = n_prefix + n_q, cap = 1500;
   const int parent[n_q] = {-1, 0, 0, 1, 2, 4};
-  std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
-  for (int b = 0; b < n_q; ++b) {
-    std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
-    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
-  }
+  const std::vector<uint8_t> mask = tree_mask(parent, n_q, n_prefix);
   const size_t nk = size_t(n_kv) * Hkv * hd;
   const auto q = randn(size_t(n_q) * H * hd, rng, 0.5f);
   const auto k = randn(nk, rng, 1.0f), v = randn(nk, rng, 1.0f);
