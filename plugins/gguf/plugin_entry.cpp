@@ -233,10 +233,11 @@ specinfer_status target_forward(void *self, const specinfer_forward_batch *b,
     const bool observed =
         b->struct_size >= offsetof(specinfer_forward_batch, qk_ctx) + sizeof(b->qk_ctx) &&
         b->qk_observer != nullptr;
+    // The model's per-layer queries and keys, handed on as the ABI's view of them (hp and first
+    // live through the pass: the observer refers to them).
+    const Hparams &hp = m.hparams();
+    const int32_t first = batch.n > 0 && batch.positions ? batch.positions[0] : 0;
     if (observed) {
-      // The model's per-layer queries and keys, handed on as the ABI's view of them.
-      const Hparams &hp = m.hparams();
-      const int32_t first = batch.n > 0 ? batch.positions[0] : 0;
       m.set_qk_observer([&](int32_t layer, const float *q, const float *k, int32_t n) {
         specinfer_qk_view v{};
         v.struct_size = sizeof v;
