@@ -205,9 +205,8 @@ void TargetObject::copy_info(specinfer_model_info &info) {
   arch_ = info.arch ? info.arch : "";
   info.name = name_.c_str();
   info.arch = arch_.c_str();
-  has_chat_template_ = info.chat_template != nullptr;
-  chat_template_ = has_chat_template_ ? info.chat_template : "";
-  info.chat_template = has_chat_template_ ? chat_template_.c_str() : nullptr;
+  if (info.chat_template) chat_template_ = info.chat_template;
+  info.chat_template = chat_template_ ? chat_template_->c_str() : nullptr;
   // End of generation: the plugin's list (ids in the vocabulary), else eos and eot.
   if (info.n_eog_tokens < 0 || info.n_eog_tokens > info.vocab_size ||
       (info.n_eog_tokens > 0 && info.eog_tokens == nullptr)) {

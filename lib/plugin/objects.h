@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,10 +63,10 @@ class TargetObject {
   void *self_;
   const specinfer_target_vtable *vtable_;
   specinfer_model_info info_{};
-  std::string name_, arch_, chat_template_;
-  bool has_chat_template_ = false;
-  std::vector<int32_t> eog_;  // info_.eog_tokens: checked, sorted, unique
-  std::string key_;           // plugin and config it was opened with ("" = not offered for sharing)
+  std::string name_, arch_;
+  std::optional<std::string> chat_template_;  // info_.chat_template (none: NULL)
+  std::vector<int32_t> eog_;                  // info_.eog_tokens: checked, sorted, unique
+  std::string key_;  // plugin and config it was opened with ("" = not offered for sharing)
   TargetObject *share_locked();  // share() with the registry's targets_mu held
   template <typename Pass>
   static void forward_checked(TargetObject *const *targets, const specinfer_forward_batch *batches,

@@ -33,10 +33,11 @@ void on_stop_signal(int sig) {
   (void)n;
 }
 
-// The chat template of `m` (its target's, or its --chat-template file) into *e; false after
-// printing why not.
-bool load_chat_template(const serve::ModelSpec &m, specinfer_target *target, serve::ModelEntry *e) {
-  serve::chat_template_of(target, &e->chat);
+// The chat template of `m` (its target's, whose info is `info`, or its --chat-template file) into
+// *e; false after printing why not.
+bool load_chat_template(const serve::ModelSpec &m, specinfer_target *target,
+                        const specinfer_model_info &info, serve::ModelEntry *e) {
+  serve::chat_template_of(target, info, &e->chat);
   if (!m.chat_template.empty()) {
     std::ifstream in(m.chat_template, std::ios::binary);
     if (!in) {
@@ -186,7 +187,7 @@ int cmd_serve(int argc, char **argv) {
       specinfer_model_info_init(&info);
       specinfer_target_info(loaded[i].target, &info);
       entries[i].n_ctx = info.n_ctx;
-      if (!load_chat_template(specs[i], loaded[i].target, &entries[i])) {
+      if (!load_chat_template(specs[i], loaded[i].target, info, &entries[i])) {
         ok = false;
         break;
       }

@@ -49,10 +49,8 @@ std::string ChatTemplate::prompt_of(std::string rendered) const {
   return rendered;
 }
 
-void chat_template_of(specinfer_target *target, ChatTemplate *out) {
-  specinfer_model_info info;
-  specinfer_model_info_init(&info);
-  if (specinfer_target_info(target, &info) != SPECINFER_OK) return;
+void chat_template_of(specinfer_target *target, const specinfer_model_info &info,
+                      ChatTemplate *out) {
   out->source = info.chat_template ? info.chat_template : "";
   out->model_adds_bos = info.add_bos != 0;
   const auto text = [&](int32_t id) -> std::string {

@@ -29,8 +29,9 @@ struct ChatTemplate {
   std::string prompt_of(std::string rendered) const;
 };
 
-// The chat template of an open target (specinfer_model_info.chat_template; empty when it has
+// The chat template of an open target whose info is `info` (its chat_template; empty when it has
 // none), the texts of its bos and eos tokens and whether its tokenizer adds bos.
-void chat_template_of(specinfer_target *target, ChatTemplate *out);
+void chat_template_of(specinfer_target *target, const specinfer_model_info &info,
+                      ChatTemplate *out);
 
 }  // namespace serve

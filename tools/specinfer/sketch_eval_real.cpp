@@ -148,6 +148,7 @@ struct Capture {
   std::vector<std::vector<float>> q;  // per slot: [n_tok][n_head * hd]
   std::vector<std::vector<float>> k;  // per slot: [n_tok][n_kv * hd]
   std::string error;                  // what made the observer give up
+  bool layers_bad = false;            // --layers names layers the model does not have
 };
 
 // ---- accumulators: one cell per (slot, budget, method) ----
@@ -394,11 +395,8 @@ int run(const Config &cfg) {
       if (r) specinfer_registry_destroy(r);
     }
   } guard{reg, target};
-  if (specinfer_registry_create(nullptr, &reg, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "sketch-eval: cannot set up the library: %s\n", err ? err : "?");
-    specinfer_free(err);
-    return 1;
-  }
+  reg = cli::create_registry(cli::RunOptions{}, "sketch-eval");
+  if (!reg) return 1;
   // Enough context for the tokens asked for (the cache is only resident as far as it is used).
   const std::string config =
       "path=" + cfg.model + ",n_ctx=" + std::to_string(std::max<int64_t>(cfg.tokens, 64));
@@ -439,16 +437,14 @@ int run(const Config &cfg) {
   // vectors into place.
   Capture cap;
   cap.n_tok = N;
-  bool layers_bad = false;
   struct Ctx {
     Capture *cap;
     const Config *cfg;
-    bool *layers_bad;
-  } ctx{&cap, &cfg, &layers_bad};
+  } ctx{&cap, &cfg};
   const specinfer_qk_observer observe = [](void *p, const specinfer_qk_view *v) {
     auto &c = *static_cast<Ctx *>(p);
     Capture &cap = *c.cap;
-    if (!cap.error.empty() || *c.layers_bad) return;
+    if (!cap.error.empty() || cap.layers_bad) return;
     if (cap.n_layer == 0) {
       if (v->n_layer <= 0 || v->n_head <= 0 || v->n_head_kv <= 0 || v->head_dim <= 0 ||
           v->n_head % v->n_head_kv != 0) {
@@ -456,7 +452,7 @@ int run(const Config &cfg) {
         return;
       }
       if (!parse_layers(c.cfg->layers, v->n_layer, &cap.layers)) {
-        *c.layers_bad = true;
+        cap.layers_bad = true;
         cap.n_layer = v->n_layer;
         return;
       }
@@ -502,11 +498,11 @@ int run(const Config &cfg) {
       return 1;
     }
     at += n;
-    if (layers_bad || !cap.error.empty()) break;
+    if (cap.layers_bad || !cap.error.empty()) break;
     std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, secs());
   }
   std::fprintf(stderr, "\n");
-  if (layers_bad) {
+  if (cap.layers_bad) {
     std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n",
                  cfg.layers.c_str(), cap.n_layer - 1);
     return 2;
