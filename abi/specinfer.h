@@ -330,7 +330,10 @@ SPECINFER_API void specinfer_eval_params_init(specinfer_eval_params *params);
  * afterwards starts from an empty cache. n_tokens = 0 only truncates the cache to n_past.
  * Errors: INVALID_ARGUMENT (NULL target, struct_size, NULL tokens or logits, an id outside the
  * vocabulary, n_past beyond the cache, n_logits outside 0 .. n_tokens), STATE (a session uses the
- * target), CONTEXT_FULL (n_past + n_tokens beyond the context window), PLUGIN, OUT_OF_MEMORY;
+ * target, or the cache could not keep n_past positions: a model with sliding-window layers keeps
+ * only the keys those layers still need, and a cut further back than 256 positions before the
+ * latest pass keeps nothing; *n_cached then tells what it kept, and gguf's swa_full=1 keeps
+ * them all), CONTEXT_FULL (n_past + n_tokens beyond the context window), PLUGIN, OUT_OF_MEMORY;
  * message: specinfer_target_errmsg. */
 SPECINFER_API specinfer_status specinfer_target_eval(specinfer_target *target,
                                                      const specinfer_eval_params *params,

@@ -260,7 +260,10 @@ typedef struct specinfer_target_vtable {
                               specinfer_plugin_error *err);
   /* Number of positions in the KV cache. */
   int32_t (*kv_size)(void *self);
-  /* Drops every cached position from n_keep on. */
+  /* Drops every cached position from n_keep on. When the host's features have
+   * SPECINFER_HOST_SHORT_TRUNCATE, a target may keep fewer positions than n_keep (down to 0): a
+   * cache whose sliding-window layers have dropped keys that the position after n_keep would
+   * see. The caller reads kv_size afterwards and feeds again from there. */
   specinfer_status (*kv_truncate)(void *self, int32_t n_keep, specinfer_plugin_error *err);
   /* Tree acceptance: keeps cached positions base + idx[0..n) (increasing), moved to base .. base+n,
    * and drops the rest from base on. */
@@ -415,7 +418,12 @@ struct specinfer_host {
                                   const char *config, specinfer_host_target *out,
                                   specinfer_plugin_error *err);
   void (*close_target)(const specinfer_host *host, specinfer_host_target *target);
+  /* Added after close_target (read only if struct_size covers it): SPECINFER_HOST_* bits. */
+  uint32_t features;
 };
+
+/* Bits of specinfer_host.features. */
+#define SPECINFER_HOST_SHORT_TRUNCATE 1u /* kv_truncate may keep fewer positions than asked */
 
 typedef struct specinfer_plugin_descriptor {
   uint32_t abi_version; /* SPECINFER_PLUGIN_ABI_VERSION the plugin was built with */

@@ -526,6 +526,85 @@ void test_bad_input(void **) {
   assert_int_equal(m.kv_size(), 10);
 }
 
+// Sliding-window layers hand back the keys no query can see any more: the logits stay those of a
+// cache that keeps everything (swa_full), bit for bit, the resident cache stays near a window per
+// sliding-window layer, a cut within Model::kSwaRollback positions of the latest pass keeps what it
+// asks and one further back keeps nothing, a pass that would need handed-back keys is refused,
+// and a host without SPECINFER_HOST_SHORT_TRUNCATE gets the whole cache.
+void test_sliding_window_release(void **) {
+  TinyConfig c = tiny_gemma3();
+  c.n_embd = 256;  // head_dim 64: a row of f32 keys is 256 bytes
+  c.wtype = 8;     // Q8_0: logits independent of how passes split the text (F32 uses OpenBLAS)
+  c.swa = 64;
+  c.n_ctx = 4096;
+  TinyWeights w;
+  std::vector<uint8_t> bytes = make_tiny_model(c, &w);
+  auto file = File::from_memory(bytes.data(), bytes.size());
+  specinfer::gguf::ModelOptions opt, full_opt;
+  opt.kv_type = full_opt.kv_type = SPECINFER_WTYPE_F32;
+  full_opt.swa_full = true;
+  Model a(*file, specinfer::default_host(), 0, opt),
+      b(*file, specinfer::default_host(), 0, full_opt);
+  assert_true(a.weights()->swa_release);
+  assert_false(b.weights()->swa_release);
+  specinfer_host old_host = *specinfer::default_host();
+  old_host.struct_size = offsetof(specinfer_host, features);
+  assert_false(Model(*file, &old_host, 0, opt).weights()->swa_release);
+
+  // Passes of 200: each hands back the keys no query at kSwaRollback before it can see (200 rows
+  // of 256 bytes are past the 32 KiB step).
+  const int V = c.n_vocab, chunk = 200, n = 1600, R = Model::kSwaRollback;
+  const std::vector<int32_t> toks = random_tokens(n, V, 7);
+  std::vector<float> la(size_t(chunk) * V), lb(la.size());
+  auto feed = [&](Model &m, int from, int count, float *out) {
+    const std::vector<int32_t> pos = iota_pos(count, from);
+    m.forward(toks.data() + from, pos.data(), count, nullptr, count, out, nullptr);
+  };
+  auto same = [&](int rows) {
+    return std::memcmp(la.data(), lb.data(), size_t(rows) * V * sizeof(float)) == 0;
+  };
+  for (int at = 0; at < n; at += chunk) {
+    feed(a, at, chunk, la.data());
+    feed(b, at, chunk, lb.data());
+    assert_true(same(chunk));
+  }
+  const size_t page = size_t(sysconf(_SC_PAGESIZE)), row = 64 * sizeof(float);
+  auto pages_for = [&](size_t positions) { return (positions * row + page - 1) / page * page; };
+  // One global layer of six (keys and values) holds every position; the windowed ones at most
+  // window + rollback + a pass, and a page more.
+  const size_t whole = 2 * pages_for(n), window = 2 * (pages_for(size_t(c.swa + R + chunk)) + page);
+  print_message("  resident after %d positions: %zu bytes (swa_full: %zu; bound %zu)\n", n,
+                a.kv_resident_bytes(), b.kv_resident_bytes(), whole + 5 * window);
+  assert_int_equal(b.kv_resident_bytes(), 6 * whole);
+  assert_true(a.kv_resident_bytes() <= whole + 5 * window);
+
+  // A rewind to kSwaRollback before the latest pass's first position keeps what it asks and gives
+  // the same logits.
+  const int back = n - chunk - R;
+  a.kv_truncate(back);
+  b.kv_truncate(back);
+  assert_int_equal(a.kv_size(), back);
+  feed(a, back, 50, la.data());
+  feed(b, back, 50, lb.data());
+  assert_true(same(50));
+  // A pass at a position that would see handed-back keys is refused; nothing changes.
+  const int32_t tok = 1, early = back - 1;
+  expect_throw([&] { a.forward(&tok, &early, 1, nullptr, 1, la.data(), nullptr); },
+               SPECINFER_ERR_INVALID_ARGUMENT, "swa_full");
+  assert_int_equal(a.kv_size(), back + 50);
+  // One position further back keeps nothing; the text fed again gives the full cache's logits.
+  a.kv_truncate(back - 1);
+  b.kv_truncate(back - 1);
+  assert_int_equal(a.kv_size(), 0);
+  assert_int_equal(b.kv_size(), back - 1);
+  std::vector<float> scratch(size_t(back - 1) * V);
+  const std::vector<int32_t> pos = iota_pos(back - 1);
+  a.forward(toks.data(), pos.data(), back - 1, nullptr, 1, scratch.data(), nullptr);
+  feed(a, back - 1, chunk, la.data());
+  feed(b, back - 1, chunk, lb.data());
+  assert_true(same(chunk));
+}
+
 // Files that are valid GGUF but not a usable model.
 void test_bad_models(void **) {
   const specinfer_host *host = specinfer::default_host();
@@ -616,6 +695,7 @@ int main(void) {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_cache_layouts),
       cmocka_unit_test(test_kv_cache_resident_as_used),
+      cmocka_unit_test(test_sliding_window_release),
       cmocka_unit_test(test_output_rows_leave_no_file_pages),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_bad_models),

@@ -14,6 +14,7 @@
 
 #include "data/gguf/tiny_model.h"
 #include "plugin/host.h"
+#include "specinfer.h"
 #include "specinfer_plugin.h"
 
 #include <stdint.h>
@@ -481,11 +482,111 @@ void test_qk_observer(void **state) {
   assert_int_equal(none.views.size(), 0);
 }
 
+// A sliding-window model through the host (the public API): rewinds of the target's cache within
+// the rollback margin keep what they ask, one further back is refused with STATE and keeps
+// nothing, and sessions (a new prompt sharing a short prefix with the cached text, and
+// speculation, whose rounds cut inside their own pass) emit what they emit with swa_full=1.
+void test_sliding_window_host(void **) {
+  TinyConfig c;
+  c.arch = "gemma3";
+  c.tied = true;
+  c.n_layer = 6;
+  c.n_head_kv = 1;
+  c.n_embd = 256;
+  c.wtype = 8;  // Q8_0: logits independent of how passes split the text (F32 uses OpenBLAS)
+  c.swa = 64;
+  c.n_ctx = 2048;
+  char path[] = "/tmp/test_gguf_plugin_XXXXXX";
+  const int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_true(write_file(path, make_tiny_model(c, nullptr)));
+  specinfer_registry *reg = nullptr;
+  assert_int_equal(specinfer_registry_create(nullptr, &reg, nullptr), SPECINFER_OK);
+  specinfer_target *a = nullptr, *b = nullptr;
+  const std::string cfg = std::string("path=") + path + ",kv_type=f32";
+  assert_int_equal(specinfer_target_open(reg, "gguf", cfg.c_str(), &a, nullptr), SPECINFER_OK);
+  assert_int_equal(specinfer_target_open(reg, "gguf", (cfg + ",swa_full=1").c_str(), &b, nullptr),
+                   SPECINFER_OK);
+  unlink(path);
+  std::vector<int32_t> toks(1000);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(2 + (i * 37 + i / 7) % 70);
+  const int V = c.n_vocab;
+  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+  auto eval = [&](specinfer_target *t, int32_t n_past, int32_t from, int32_t n, float *lg,
+                  int32_t *cached) {
+    specinfer_eval_params p;
+    specinfer_eval_params_init(&p);
+    p.tokens = toks.data() + from;
+    p.n_tokens = size_t(n);
+    p.n_past = n_past;
+    p.n_logits = 1;
+    p.logits = lg;
+    return specinfer_target_eval(t, &p, cached);
+  };
+  int32_t cached = -1;
+  // Passes of 200: each hands back the keys no query at kSwaRollback (256) before it can see.
+  for (int32_t at = 0; at < 1000; at += 200) {
+    assert_int_equal(eval(a, at, at, 200, la.data(), nullptr), SPECINFER_OK);
+    assert_int_equal(eval(b, at, at, 200, lb.data(), nullptr), SPECINFER_OK);
+  }
+  assert_memory_equal(la.data(), lb.data(), la.size() * sizeof(float));
+  // Back 256 positions from the latest pass's start (800): kept, the same logits.
+  assert_int_equal(eval(a, 544, 544, 10, la.data(), &cached), SPECINFER_OK);
+  assert_int_equal(cached, 554);
+  assert_int_equal(eval(b, 544, 544, 10, lb.data(), nullptr), SPECINFER_OK);
+  assert_memory_equal(la.data(), lb.data(), la.size() * sizeof(float));
+  // One further (position 543 would see 480, handed back): refused, nothing kept, and the
+  // message says how to go on.
+  assert_int_equal(eval(a, 543, 543, 10, la.data(), &cached), SPECINFER_ERR_STATE);
+  assert_int_equal(cached, 0);
+  assert_non_null(std::strstr(specinfer_target_errmsg(a), "swa_full=1"));
+  assert_int_equal(eval(b, 100, 100, 10, lb.data(), &cached), SPECINFER_OK);
+  assert_int_equal(cached, 110);
+
+  // Sessions: a long prompt, then a new one sharing its first 50 tokens (plain decoding), then a
+  // speculative one (ngram drafter) on the sliding-window target against plain on the full one.
+  specinfer_drafter *ngram = nullptr;
+  assert_int_equal(specinfer_drafter_open(reg, "ngram", "", a, &ngram, nullptr), SPECINFER_OK);
+  auto generate = [&](specinfer_target *t, specinfer_drafter *d, std::vector<int32_t> prompt,
+                      std::vector<std::vector<int32_t>> *outs) {
+    specinfer_session *s = nullptr;
+    assert_int_equal(specinfer_session_create(t, d, nullptr, nullptr, &s, nullptr), SPECINFER_OK);
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {
+        assert_int_equal(specinfer_session_reset(s), SPECINFER_OK);
+        prompt.resize(50);
+        prompt.insert(prompt.end(), toks.begin() + 700, toks.begin() + 730);
+      }
+      assert_int_equal(specinfer_session_feed_tokens(s, prompt.data(), prompt.size()),
+                       SPECINFER_OK);
+      assert_int_equal(specinfer_session_generate(s, 400, nullptr, nullptr), SPECINFER_OK);
+      const int32_t *all = nullptr;
+      size_t n = 0;
+      assert_int_equal(specinfer_session_tokens(s, &all, &n), SPECINFER_OK);
+      outs->emplace_back(all, all + n);
+    }
+    specinfer_session_destroy(s);
+  };
+  const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 600);
+  std::vector<std::vector<int32_t>> plain_a, plain_b, spec_a;
+  generate(a, nullptr, prompt, &plain_a);
+  generate(b, nullptr, prompt, &plain_b);
+  generate(a, ngram, prompt, &spec_a);
+  assert_true(plain_a == plain_b);
+  assert_true(spec_a == plain_b);
+  assert_true(plain_b[0].size() > 900);  // past the window and the rollback margin
+  specinfer_drafter_destroy(ngram);
+  specinfer_target_destroy(a);
+  specinfer_target_destroy(b);
+  specinfer_registry_destroy(reg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_target),
       cmocka_unit_test(test_chat_template),    cmocka_unit_test(test_qk_observer),
-      cmocka_unit_test(test_shared_sequences),
+      cmocka_unit_test(test_shared_sequences), cmocka_unit_test(test_sliding_window_host),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

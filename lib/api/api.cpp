@@ -326,7 +326,16 @@ SPECINFER_API specinfer_status specinfer_target_eval(specinfer_target *target,
     for (size_t i = 0; i < p.n_tokens; ++i)
       if (p.tokens[i] < 0 || p.tokens[i] >= info.vocab_size)
         fail(SPECINFER_ERR_INVALID_ARGUMENT, "token %d is outside the vocabulary", p.tokens[i]);
-    if (p.n_past < cached) target->kv_truncate(p.n_past);
+    if (p.n_past < cached) {
+      const int32_t kept = target->kv_truncate(p.n_past);
+      if (n_cached) *n_cached = kept;
+      if (kept < p.n_past)
+        fail(SPECINFER_ERR_STATE,
+             "the target kept %d of the %d positions asked: its sliding-window layers no longer "
+             "hold keys that position %d would see (evaluate again from position %d, or load it "
+             "with swa_full=1)",
+             kept, p.n_past, p.n_past, kept);
+    }
     if (p.n_tokens > 0) {
       const auto n = static_cast<int32_t>(p.n_tokens);
       std::vector<int32_t> positions(p.n_tokens);

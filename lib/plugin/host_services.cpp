@@ -111,6 +111,7 @@ void fill_host_table(specinfer_host &host, Registry *registry) {
   host.kernels = backend_kernel_table();
   host.open_target = host_open_target;
   host.close_target = host_close_target;
+  host.features = SPECINFER_HOST_SHORT_TRUNCATE;
 }
 
 const specinfer_host *default_host() {

@@ -30,7 +30,10 @@ class TargetObject {
   // logit is NaN or +inf nor a row all -inf. On any failure the cache is cut back to what it held.
   void forward(const specinfer_forward_batch &batch);
   int32_t kv_size();
-  void kv_truncate(int32_t n_keep);
+  // Drops cached positions from n_keep on and returns how many the target kept: n_keep (or fewer
+  // cached), or less when a sliding-window cache cannot serve the position after n_keep
+  // (SPECINFER_HOST_SHORT_TRUNCATE); callers feed again from the returned size.
+  int32_t kv_truncate(int32_t n_keep);
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
   // The plugin can open more instances on this one's loaded model (vtable share).
   bool can_share() const;

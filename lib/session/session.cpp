@@ -316,8 +316,8 @@ size_t Session::trim_cache() {
   const auto cached = static_cast<size_t>(target_.kv_size());
   keep = std::min(keep, cached);
   if (keep < kv_tokens_.size() || keep < cached) {
-    target_.kv_truncate(static_cast<int32_t>(keep));
-    kv_tokens_.resize(keep);
+    // A sliding-window cache may keep less; the prefill feeds the rest.
+    kv_tokens_.resize(static_cast<size_t>(target_.kv_truncate(static_cast<int32_t>(keep))));
   }
   return want;
 }
@@ -519,7 +519,11 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
     bool prefix = true;  // nodes 0 .. kept_nodes-1 in order: a truncation is enough
     for (int32_t i = 0; i < kept_nodes; ++i) prefix = prefix && accepted_path_[i] == i;
     if (prefix) {
-      if (kept_nodes < d.n) target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()));
+      if (kept_nodes < d.n) {
+        const auto kept =
+            static_cast<size_t>(target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size())));
+        if (kept < kv_tokens_.size()) kv_tokens_.resize(kept);  // fed again next round
+      }
     } else {
       keep_idx_.resize(static_cast<size_t>(kept_nodes) + 1);
       keep_idx_[0] = 0;  // the last token

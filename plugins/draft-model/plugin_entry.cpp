@@ -133,7 +133,9 @@ struct Drafter {
     if (keep >= kv.size()) return;
     specinfer_plugin_error e{};
     check(model.vtable->kv_truncate(model.self, static_cast<int32_t>(keep), &e), e, "kv_truncate");
-    kv.resize(keep);
+    // A sliding-window draft model may keep less (SPECINFER_HOST_SHORT_TRUNCATE).
+    const int32_t kept = model.vtable->kv_size(model.self);
+    kv.resize(std::min(keep, static_cast<size_t>(std::max(kept, 0))));
   }
 
   // The window's start for a context of n tokens: kept while the draft reads at most 2 * window
@@ -157,6 +159,7 @@ struct Drafter {
     size_t keep = 0, limit = std::min(kv.size(), n - 1);  // at least the last token is re-fed
     while (keep < limit && kv[keep] == ctx[keep]) ++keep;
     truncate(keep);
+    keep = kv.size();
     pending.assign(ctx + keep, ctx + n);
     pending.insert(pending.end(), extra, extra + n_extra);
     feed(pending.data(), pending.size(), n_extra + 1);
@@ -267,7 +270,9 @@ struct Drafter {
           row = logits.data() + static_cast<size_t>(k + 1) * static_cast<size_t>(vocab);
           continue;
         }
-        truncate(first + static_cast<size_t>(k));  // drop the staged tokens from here on
+        truncate(first + static_cast<size_t>(k));         // drop the staged tokens from here on
+        if (kv.size() != first + static_cast<size_t>(k))  // a cut inside the latest pass
+          throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the draft model's cache kept too few");
         n_cand = static_cast<size_t>(k);
       }
       feed(&tok, 1);

@@ -227,6 +227,9 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   kv_head_major = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
                                         sizeof(k->attention_features) &&
                   (k->attention_features & SPECINFER_ATTN_STRIDES) != 0;
+  swa_release = hp.swa_window > 0 && !opt.swa_full &&
+                host->struct_size >= offsetof(specinfer_host, features) + sizeof(host->features) &&
+                (host->features & SPECINFER_HOST_SHORT_TRUNCATE) != 0;
   kv_head_bytes = k->row_size(kv_type, hp.head_dim);
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
@@ -512,7 +515,39 @@ void Model::check(const Batch &b) const {
            b.positions[i], i);
     if (b.tree_mask && b.tree_mask[size_t(i) * size_t(n) + size_t(i)] == 0)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: tree mask hides token %d from itself", i);
+    if (swa_released_ > 0 && int64_t(b.positions[i]) - swa_released_pos_ < w_->hp.swa_window)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "gguf: position %d would see keys at positions up to %lld that the sliding-window "
+           "layers no longer hold (they keep %d positions before a pass; swa_full=1 keeps all)",
+           b.positions[i], (long long)swa_released_pos_, kSwaRollback + w_->hp.swa_window);
   }
+}
+
+void Model::release_window(int32_t p0) {
+  if (!w_->swa_release) return;
+  const int64_t bound = int64_t(p0) - w_->hp.swa_window - kSwaRollback;
+  int32_t r = swa_released_;
+  int64_t top = swa_released_pos_;
+  while (r < n_cached_ && slot_pos_[size_t(r)] <= bound)
+    top = std::max<int64_t>(top, slot_pos_[size_t(r++)]);
+  if (size_t(r - swa_released_) * pos_stride_ < (size_t(32) << 10)) return;
+  const size_t page = PageArray::page_size();
+  // From the page holding the first slot not handed back yet (the slots before it on that page
+  // are old too) to the new boundary; PageArray::release keeps the last, partial page.
+  auto hand_back = [&](PageArray &pa, size_t start, size_t stride) {
+    pa.release((start + size_t(swa_released_) * stride) / page * page, start + size_t(r) * stride);
+  };
+  for (size_t li = 0; li < cache_.size(); li++) {
+    if (!w_->layers[li].swa) continue;
+    const Cache &c = cache_[li];
+    for (int32_t u = 0; u < kv_units_; u++) {
+      hand_back(kv_, size_t(c.k - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
+      hand_back(kv_, size_t(c.v - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
+    }
+    if (c.s) hand_back(sk_, size_t(c.s - sk_.data()), w_->sketch_pos_bytes);
+  }
+  swa_released_ = r;
+  swa_released_pos_ = top;
 }
 
 void Model::prepare_masks(const Batch &b, const uint8_t **mask_out, const uint8_t **swa_out) {
@@ -770,8 +805,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     }
   }
   for (int32_t s = 0; s < n_seq; s++) {
-    seqs[s]->n_cached_ += batches[s].n;
-    seqs[s]->used_ = std::max(seqs[s]->used_, seqs[s]->n_cached_);
+    Model &m = *seqs[s];
+    m.n_cached_ += batches[s].n;
+    m.used_ = std::max(m.used_, m.n_cached_);
+    m.release_window(*std::min_element(batches[s].positions, batches[s].positions + batches[s].n));
   }
 }
 
@@ -817,7 +854,16 @@ void Model::limited_logits(const Batch &b, const float *h) {
 
 void Model::kv_truncate(int32_t n_keep) {
   if (n_keep < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_truncate(%d): negative", n_keep);
+  // The position after the cut must not see keys the sliding-window layers handed back.
+  if (swa_released_ > 0 && n_keep > 0 && n_keep < n_cached_ &&
+      int64_t(slot_pos_[size_t(n_keep - 1)]) + 1 - swa_released_pos_ < w_->hp.swa_window)
+    n_keep = 0;
   if (n_keep < n_cached_) n_cached_ = n_keep;
+  if (n_cached_ == 0) {
+    swa_released_ = 0;
+    swa_released_pos_ = INT64_MIN;
+  }
+  swa_released_ = std::min(swa_released_, n_cached_);
   // A cache cut far back (a new prompt) hands its pages back; the small cuts of rejected drafts
   // (16 positions are 16 KiB of a layer's keys on a 1.5B model) keep them for the next round.
   const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
@@ -895,6 +941,8 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   }
   for (int32_t j = 0; j < n; j++) slot_pos_[size_t(base + j)] = slot_pos_[size_t(base + idx[j])];
   n_cached_ = base + n;
+  // Slots from base on now hold moved keys (their positions stay counted in swa_released_pos_).
+  swa_released_ = std::min(swa_released_, base);
 }
 
 }  // namespace specinfer::gguf

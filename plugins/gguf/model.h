@@ -90,6 +90,10 @@ struct ModelOptions {
   // without kv_store.
   int32_t kv_type = -1;
   SketchedAttention attn;  // off: exact attention
+  // Keep every position in the sliding-window layers too. Off (the default), a sequence hands back
+  // the pages of those layers' keys and values that no query can see any more (Model::kv_truncate
+  // says what that costs), when the host accepts a truncation that keeps less than asked.
+  bool swa_full = false;
 };
 
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
@@ -140,6 +144,9 @@ class Weights {
   // Caches are head-major (each kv head's rows of a layer one after another) when the host's
   // attention reads row strides; else rows back to back by position (the attention ABI's default).
   bool kv_head_major = false;
+  // Sequences hand back their sliding-window layers' old keys and values (ModelOptions::swa_full
+  // off, a sliding window, a host with SPECINFER_HOST_SHORT_TRUNCATE).
+  bool swa_release = false;
   SketchedAttention attn;       // ModelOptions::attn
   size_t sketch_pos_bytes = 0;  // one position's key sketches, every kv head (attn.on)
   Weight tok_embd, output;
@@ -244,10 +251,16 @@ class Model {
   void output_rows(const int32_t *ids, int32_t n, float *out) const;
 
   // Drops cached positions from n_keep on (n_keep >= kv_size() is a no-op); their pages go back to
-  // the system when that frees 64 KiB or more of a layer's keys.
+  // the system when that frees 64 KiB or more of a layer's keys. With Weights::swa_release, the
+  // sliding-window layers hold only the keys that a query at kSwaRollback positions before the
+  // latest pass's first could see: a cut that leaves the next position needing older ones keeps
+  // nothing (kv_size() is then 0 and the sequence is fed again).
   void kv_truncate(int32_t n_keep);
   // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+  // How far before a pass's first position a later cut may go and still keep what it asks, with
+  // Weights::swa_release (a speculative round cuts only inside its own pass).
+  static constexpr int32_t kSwaRollback = 256;
   // Bytes of the KV cache resident now: the cache reserves the whole context but holds pages only
   // where positions were written, and hands them back when it is cut back by 64 KiB or more.
   size_t kv_resident_bytes() const { return kv_.resident() + sk_.resident(); }
@@ -256,6 +269,10 @@ class Model {
   using PackedPtr = std::unique_ptr<specinfer_packed_weight, Weights::PackedFree>;
 
   void check(const Batch &b) const;
+  // With Weights::swa_release, after a pass whose first position is p0: hands back the
+  // sliding-window layers' pages of the leading slots no query at p0 - kSwaRollback or later can
+  // see (in steps of at least 32 KiB of a layer's keys).
+  void release_window(int32_t p0);
   void ensure_capacity(int32_t n_pos);
   // Sets slot positions of the batch's cache slots and builds its attention masks (mask, and for
   // sliding-window layers swa_mask: NULL = causal).
@@ -288,7 +305,11 @@ class Model {
   PageArray sk_;                   // every layer's key sketches (sketched attention)
   size_t sk_region_ = 0;           // bytes of one layer's sketches, whole pages
   std::vector<int32_t> slot_pos_;  // rope position of each cache slot (for sliding windows)
-  std::vector<float> out_rows_;    // scratch for limited logits
+  // Leading slots whose sliding-window keys were handed back, and the largest position among
+  // every slot ever handed back (a query at p sees none of them when p >= it + window).
+  int32_t swa_released_ = 0;
+  int64_t swa_released_pos_ = INT64_MIN;
+  std::vector<float> out_rows_;  // scratch for limited logits
   // With a vocabulary limit, the rows of ids above it that are computed too: their rows in the
   // output matrix's type in the order of extra_ids_, and which ids are in.
   std::vector<uint8_t> extra_rows_;

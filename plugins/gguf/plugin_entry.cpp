@@ -53,6 +53,7 @@ struct Config {
   int32_t requant = -1;     // re-quantize wider matrices to this type (draft models); -1 = keep
   int32_t kv_type = -1;     // the KV cache's storage type; -1 = f16 (f32 without kv_store)
   SketchedAttention attn;   // attn=qjl and its sizes
+  bool swa_full = false;    // keep every position in sliding-window layers
 };
 
 std::string_view trim(std::string_view s) {
@@ -134,11 +135,16 @@ Config parse_config(const char *text) {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
       cfg.pack = value == "1";
+    } else if (key == "swa_full") {
+      if (value != "0" && value != "1")
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'swa_full' needs 0 or 1, got '%s'",
+             value.c_str());
+      cfg.swa_full = value == "1";
     } else {
       fail(
           SPECINFER_ERR_CONFIG,
           "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type, "
-          "attn, attn_bits, attn_keys, attn_window, attn_sink)",
+          "attn, attn_bits, attn_keys, attn_window, attn_sink, swa_full)",
           key.c_str());
     }
   }
@@ -352,6 +358,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     opt.requant = cfg.requant;
     opt.kv_type = cfg.kv_type;
     opt.attn = cfg.attn;
+    opt.swa_full = cfg.swa_full;
     l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
     l->tokenizer = Tokenizer::from_gguf(*l->file);
     const Hparams &hp = l->weights->hp;
