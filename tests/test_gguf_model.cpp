@@ -109,19 +109,6 @@ void test_reference_f32(void **) {
   assert_true(compare_with_reference(c, 5) < 1e-4);
 }
 
-// A tiny Gemma 3: sliding window of 4, six layers (five windowed with rope base 10000, one global
-// with base 1e6).
-TinyConfig tiny_gemma3() {
-  TinyConfig g;
-  g.arch = "gemma3";
-  g.tied = true;
-  g.n_layer = 6;
-  g.n_head_kv = 1;
-  g.swa = 4;
-  g.rope_base = 1e6f;
-  return g;
-}
-
 // Qwen3 (q/k norms) and Gemma 3 (over 12 tokens: the window matters).
 void test_reference_qwen3_gemma3(void **) {
   TinyConfig c;

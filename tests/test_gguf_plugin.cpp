@@ -487,11 +487,7 @@ void test_qk_observer(void **state) {
 // nothing, and sessions (a new prompt sharing a short prefix with the cached text, and
 // speculation, whose rounds cut inside their own pass) emit what they emit with swa_full=1.
 void test_sliding_window_host(void **) {
-  TinyConfig c;
-  c.arch = "gemma3";
-  c.tied = true;
-  c.n_layer = 6;
-  c.n_head_kv = 1;
+  TinyConfig c = tiny_gemma3();
   c.n_embd = 256;
   c.wtype = 8;  // Q8_0: logits independent of how passes split the text (F32 uses OpenBLAS)
   c.swa = 64;

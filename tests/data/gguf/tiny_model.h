@@ -36,6 +36,19 @@ struct TinyConfig {
   int head_dim() const { return n_embd / n_head; }
 };
 
+// A tiny Gemma 3: sliding window of 4, six layers (five windowed with rope base 10000, one global
+// with base 1e6).
+inline TinyConfig tiny_gemma3() {
+  TinyConfig g;
+  g.arch = "gemma3";
+  g.tied = true;
+  g.n_layer = 6;
+  g.n_head_kv = 1;
+  g.swa = 4;
+  g.rope_base = 1e6f;
+  return g;
+}
+
 // Weights as floats (after the quantization round trip), row-major [rows][cols].
 struct TinyWeights {
   struct Layer {
