@@ -646,7 +646,11 @@ pub struct specinfer_host {
         ) -> specinfer_status,
     >,
     pub close_target: Option<unsafe extern "C" fn(host: *const specinfer_host, target: *mut specinfer_host_target)>,
+    pub features: u32,
 }
+
+/// Bit of `specinfer_host::features`: `kv_truncate` may keep fewer positions than asked.
+pub const SPECINFER_HOST_SHORT_TRUNCATE: u32 = 1;
 
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -397,7 +397,10 @@ fn version_and_plugin_abi_match_header() {
     assert_eq!(num("SPECINFER_VERSION_MAJOR", &h), SPECINFER_VERSION_MAJOR);
     assert_eq!(num("SPECINFER_VERSION_MINOR", &h), SPECINFER_VERSION_MINOR);
     assert_eq!(num("SPECINFER_VERSION_PATCH", &h), SPECINFER_VERSION_PATCH);
-    assert_eq!(num("SPECINFER_PLUGIN_ABI_VERSION", &header("specinfer_plugin.h")), SPECINFER_PLUGIN_ABI_VERSION);
+    let plugin_h = header("specinfer_plugin.h");
+    assert_eq!(num("SPECINFER_PLUGIN_ABI_VERSION", &plugin_h), SPECINFER_PLUGIN_ABI_VERSION);
+    assert_eq!(num("SPECINFER_ATTN_STRIDES", &plugin_h), SPECINFER_ATTN_STRIDES);
+    assert_eq!(num("SPECINFER_HOST_SHORT_TRUNCATE", &plugin_h), SPECINFER_HOST_SHORT_TRUNCATE);
     assert_eq!(unsafe { specinfer_version_number() }, SPECINFER_VERSION_NUMBER);
 }
 
