@@ -484,7 +484,7 @@ void test_qk_observer(void **state) {
 
 // A sliding-window model through the host (the public API): rewinds of the target's cache within
 // the rollback margin keep what they ask, one further back is refused with STATE and keeps
-// nothing, and sessions (a new prompt sharing a short prefix with the cached text, and
+// nothing, and sessions (a second prompt sharing a short prefix with the cached text, and
 // speculation, whose rounds cut inside their own pass) emit what they emit with swa_full=1.
 void test_sliding_window_host(void **) {
   TinyConfig c = tiny_gemma3();

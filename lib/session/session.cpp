@@ -520,9 +520,9 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
     for (int32_t i = 0; i < kept_nodes; ++i) prefix = prefix && accepted_path_[i] == i;
     if (prefix) {
       if (kept_nodes < d.n) {
-        const auto kept =
-            static_cast<size_t>(target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size())));
-        if (kept < kv_tokens_.size()) kv_tokens_.resize(kept);  // fed again next round
+        // A sliding-window cache may keep less; the next round feeds the rest.
+        kv_tokens_.resize(
+            static_cast<size_t>(target_.kv_truncate(static_cast<int32_t>(kv_tokens_.size()))));
       }
     } else {
       keep_idx_.resize(static_cast<size_t>(kept_nodes) + 1);

@@ -523,6 +523,15 @@ void Model::check(const Batch &b) const {
   }
 }
 
+template <typename Fn>
+void Model::each_region(const Cache &c, Fn &&fn) {
+  for (int32_t u = 0; u < kv_units_; u++) {
+    fn(kv_, size_t(c.k - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
+    fn(kv_, size_t(c.v - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
+  }
+  if (c.s) fn(sk_, size_t(c.s - sk_.data()), w_->sketch_pos_bytes);
+}
+
 void Model::release_window(int32_t p0) {
   if (!w_->swa_release) return;
   const int64_t bound = int64_t(p0) - w_->hp.swa_window - kSwaRollback;
@@ -532,19 +541,14 @@ void Model::release_window(int32_t p0) {
     top = std::max<int64_t>(top, slot_pos_[size_t(r++)]);
   if (size_t(r - swa_released_) * pos_stride_ < (size_t(32) << 10)) return;
   const size_t page = PageArray::page_size();
-  // From the page holding the first slot not handed back yet (the slots before it on that page
-  // are old too) to the new boundary; PageArray::release keeps the last, partial page.
-  auto hand_back = [&](PageArray &pa, size_t start, size_t stride) {
-    pa.release((start + size_t(swa_released_) * stride) / page * page, start + size_t(r) * stride);
-  };
   for (size_t li = 0; li < cache_.size(); li++) {
     if (!w_->layers[li].swa) continue;
-    const Cache &c = cache_[li];
-    for (int32_t u = 0; u < kv_units_; u++) {
-      hand_back(kv_, size_t(c.k - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
-      hand_back(kv_, size_t(c.v - kv_.data()) + size_t(u) * head_stride_, pos_stride_);
-    }
-    if (c.s) hand_back(sk_, size_t(c.s - sk_.data()), w_->sketch_pos_bytes);
+    // From the page holding the first slot not handed back yet (the slots before it on that page
+    // are old too) to the new boundary; PageArray::release keeps the last, partial page.
+    each_region(cache_[li], [&](PageArray &pa, size_t start, size_t stride) {
+      pa.release((start + size_t(swa_released_) * stride) / page * page,
+                 start + size_t(r) * stride);
+    });
   }
   swa_released_ = r;
   swa_released_pos_ = top;
@@ -859,27 +863,16 @@ void Model::kv_truncate(int32_t n_keep) {
       int64_t(slot_pos_[size_t(n_keep - 1)]) + 1 - swa_released_pos_ < w_->hp.swa_window)
     n_keep = 0;
   if (n_keep < n_cached_) n_cached_ = n_keep;
-  if (n_cached_ == 0) {
-    swa_released_ = 0;
-    swa_released_pos_ = INT64_MIN;
-  }
   swa_released_ = std::min(swa_released_, n_cached_);
+  if (n_cached_ == 0) swa_released_pos_ = INT64_MIN;
   // A cache cut far back (a new prompt) hands its pages back; the small cuts of rejected drafts
   // (16 positions are 16 KiB of a layer's keys on a 1.5B model) keep them for the next round.
   const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   if (size_t(used_ - n_cached_) * row >= (size_t(64) << 10)) {
-    for (const Cache &c : cache_) {
-      for (int32_t u = 0; u < kv_units_; u++) {
-        const size_t k0 = size_t(c.k - kv_.data()) + size_t(u) * head_stride_,
-                     v0 = size_t(c.v - kv_.data()) + size_t(u) * head_stride_;
-        kv_.release(k0 + size_t(n_cached_) * pos_stride_, k0 + size_t(used_) * pos_stride_);
-        kv_.release(v0 + size_t(n_cached_) * pos_stride_, v0 + size_t(used_) * pos_stride_);
-      }
-      if (c.s) {
-        const size_t s0 = size_t(c.s - sk_.data()), srow = w_->sketch_pos_bytes;
-        sk_.release(s0 + size_t(n_cached_) * srow, s0 + size_t(used_) * srow);
-      }
-    }
+    for (const Cache &c : cache_)
+      each_region(c, [&](PageArray &pa, size_t start, size_t stride) {
+        pa.release(start + size_t(n_cached_) * stride, start + size_t(used_) * stride);
+      });
     used_ = n_cached_;
   }
 }

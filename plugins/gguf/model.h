@@ -295,7 +295,12 @@ class Model {
     uint8_t *s = nullptr;  // [n_ctx][n_head_kv] key sketches (sketched attention), inside sk_
   };
   std::vector<Cache> cache_;  // per layer
-  size_t kv_region_ = 0;      // bytes of one layer's keys (or values), whole pages
+  // Calls fn(array, start, stride) for each region of a layer's cache whose slot j starts at
+  // start + j * stride in array: its keys and values per unit (kv head, or all heads) and its
+  // key sketches.
+  template <typename Fn>
+  void each_region(const Cache &c, Fn &&fn);
+  size_t kv_region_ = 0;  // bytes of one layer's keys (or values), whole pages
   // Head-major: a row apart, and n_ctx rows rounded up to whole pages apart; by position: a
   // position's rows of every head apart, and a row apart.
   size_t pos_stride_ = 0, head_stride_ = 0;
