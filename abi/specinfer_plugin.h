@@ -121,10 +121,56 @@ typedef struct specinfer_attention_args {
   int64_t k_head_stride;
   int64_t v_pos_stride;
   int64_t v_head_stride;
+  /* Added after v_head_stride (read only if struct_size covers it; a host reads it only if its
+   * kernel table's attention_features has SPECINFER_ATTN_KEY_TILES). 0 = keys in rows as above;
+   * SPECINFER_KEY_TILE (16) = keys in tiles of 16 positions, for k_type SPECINFER_WTYPE_Q8_0 with
+   * k_pos_stride equal to a row's size: the 16 rows of positions 16t .. 16t + 15 of a kv head
+   * hold those keys transposed (see specinfer_key_tile_put), so that attention scores 16 keys at
+   * once with 8-bit integer products. The query is then rounded to 8 bits per 32 values
+   * (d = amax / 127, round to nearest even): a key's score is the integer dot product of the two
+   * blocks times both scales, summed over the blocks in order, the same on every instruction
+   * set. The whole tile of position n_kv - 1 must be readable; lanes past the keys attended to
+   * are read and ignored. */
+  int32_t k_tile;
 } specinfer_attention_args;
 
 /* Bits of specinfer_kernels.attention_features. */
-#define SPECINFER_ATTN_STRIDES 1u /* attention reads k_pos_stride .. v_head_stride */
+#define SPECINFER_ATTN_STRIDES 1u   /* attention reads k_pos_stride .. v_head_stride */
+#define SPECINFER_ATTN_KEY_TILES 2u /* attention reads k_tile */
+
+/* Positions per key tile (specinfer_attention_args.k_tile). */
+#define SPECINFER_KEY_TILE 16
+
+/* A key tile of head_dim values (a multiple of 32) is head_dim / 32 blocks of 544 bytes, one per
+ * 32 values of the key: the 16 lanes' f16 scales (lane l at byte 2 * l), then 8 groups of 64
+ * bytes, group g holding values 4g .. 4g + 3 of each lane (lane l at bytes 32 + 64g + 4l ..), each
+ * stored as its Q8_0 value plus 128 (an unsigned byte). A tile takes exactly the bytes of 16 Q8_0
+ * rows. specinfer_key_tile_put writes lane `lane` of `tile` from one Q8_0 row (as kv_store writes
+ * it); specinfer_key_tile_get reads it back. A target moves a key between slots by a get and a
+ * put. */
+static inline void specinfer_key_tile_put(unsigned char *tile, int lane, const unsigned char *row,
+                                          int64_t head_dim) {
+  for (int64_t b = 0; b < head_dim / 32; ++b) {
+    unsigned char *blk = tile + b * 544;
+    const unsigned char *src = row + b * 34;
+    blk[2 * lane] = src[0];
+    blk[2 * lane + 1] = src[1];
+    for (int i = 0; i < 32; ++i)
+      blk[32 + 64 * (i / 4) + 4 * lane + i % 4] = (unsigned char)(src[2 + i] ^ 0x80u);
+  }
+}
+
+static inline void specinfer_key_tile_get(const unsigned char *tile, int lane, unsigned char *row,
+                                          int64_t head_dim) {
+  for (int64_t b = 0; b < head_dim / 32; ++b) {
+    const unsigned char *blk = tile + b * 544;
+    unsigned char *dst = row + b * 34;
+    dst[0] = blk[2 * lane];
+    dst[1] = blk[2 * lane + 1];
+    for (int i = 0; i < 32; ++i)
+      dst[2 + i] = (unsigned char)(blk[32 + 64 * (i / 4) + 4 * lane + i % 4] ^ 0x80u);
+  }
+}
 
 /* Opaque: a weight matrix prepared by pack_weight. */
 typedef struct specinfer_packed_weight specinfer_packed_weight;

@@ -371,7 +371,8 @@ BENCHMARK(BM_Prefill)->Arg(512)->ArgName("tok")->Unit(benchmark::kMillisecond)->
 //   SPECINFER_BENCH_DEPTH     context tokens (required: without it the benchmark is skipped)
 //   SPECINFER_BENCH_TEXT      the text file they come from (default: the .py files of
 //                             /usr/lib/python3.11 in name order, concatenated)
-//   SPECINFER_BENCH_KV_TYPES  comma-separated (default "f32,f16,q8_0")
+//   SPECINFER_BENCH_KV_TYPES  comma-separated (default "f32,f16,q8_0"); more target options may
+//                             follow a type after '+' ("q8_0+kv_tiles=0": q8_0 keys in rows)
 //   SPECINFER_BENCH_ROUNDS    rounds of timed steps (default 15)
 // Run alone: --benchmark_filter=LongContext (prefilling 16k tokens takes minutes per type).
 // A depth of 64 or less, or beyond the text, is an error.
@@ -475,8 +476,11 @@ void BM_LongContext(benchmark::State &state) {
   int32_t vocab = 0;
   std::string extra = env_or("SPECINFER_BENCH_CONFIG", "");
   for (size_t i = 0; i < types.size() && error.empty(); ++i) {
+    // "q8_0+kv_tiles=0": a type and more target options, '+' between them.
+    std::string opts = types[i];
+    std::replace(opts.begin(), opts.end(), '+', ',');
     const std::string config = "path=" + path + ",n_ctx=" + std::to_string(depth + shallow) +
-                               ",kv_type=" + types[i] + (extra.empty() ? "" : "," + extra);
+                               ",kv_type=" + opts + (extra.empty() ? "" : "," + extra);
     if (specinfer_target_open(reg, "gguf", config.c_str(), &per[i].deep, &msg) != SPECINFER_OK ||
         specinfer_target_share(per[i].deep, &per[i].shallow, &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";

@@ -13,6 +13,7 @@
 //  - the same rows laid out head-major (a region per kv head, room for more positions than the
 //    call reads) or with padding between positions, given by the row strides, give the same bits
 //    as rows back to back, causal and under a tree mask;
+//  - keys in Q8_0 tiles of 16 positions (test_key_tiles says what holds there);
 //  - bad types, head sizes and strides are refused with a status.
 #include <cmath>
 #include <cstdint>
@@ -316,6 +317,172 @@ void test_strided_layouts(void **) {
   set_active_isa(prev);
 }
 
+// Q8_0 rows of kv head h, positions [0, n), put into key tiles head-major: cap positions (a
+// multiple of the tile) per head, 0x7f elsewhere.
+std::vector<uint8_t> tiled(const Stored &s, size_t row, int n, int Hkv, int hd, int cap) {
+  std::vector<uint8_t> out(size_t(Hkv) * cap * row, 0x7f);
+  for (int p = 0; p < n; ++p)
+    for (int h = 0; h < Hkv; ++h)
+      specinfer_key_tile_put(out.data() + size_t(h) * cap * row + size_t(p / 16 * 16) * row, p % 16,
+                             s.bytes.data() + (size_t(p) * Hkv + size_t(h)) * row, hd);
+  return out;
+}
+
+// The query as key tiles score it: each 32 values rounded by quantize_query_q8, decoded.
+std::vector<float> rounded_query(const std::vector<float> &q, int hd) {
+  std::vector<float> out(q.size());
+  std::vector<int8_t> qs(static_cast<size_t>(hd));
+  std::vector<float> d(size_t(hd / 32));
+  std::vector<int32_t> bias(size_t(hd / 32));
+  for (size_t r = 0; r < q.size() / size_t(hd); ++r) {
+    quantize_query_q8(q.data() + r * size_t(hd), hd, qs.data(), d.data(), bias.data());
+    for (int i = 0; i < hd; ++i)
+      out[r * size_t(hd) + size_t(i)] = float(qs[size_t(i)]) * d[size_t(i / 32)];
+  }
+  return out;
+}
+
+// Keys in Q8_0 tiles of 16 positions (k_tile), head-major, with a partial last tile, causal and
+// under a tree mask (whose listed keys are gathered from their tiles):
+//  - the result equals exact attention (in double) with the query rounded as the tiles score it
+//    over the cache's decoded values, within 2e-5;
+//  - it stays within 2e-3 of the q8_0 rows' result (the query's 8-bit rounding);
+//  - every SIMD set agrees with the scalar oracle within 2e-5, and their scores kernels give the
+//    same bits (integer products, one order of float steps);
+//  - a tree node equals the causal call over the keys it sees, re-tiled in order, bit for bit;
+//  - a query's result is the same bits alone and in a batch.
+void test_key_tiles(void **) {
+  std::mt19937 rng(17);
+  const Isa prev = active_isa();
+  const specinfer_kernels *kt = backend_kernel_table();
+  assert_true((kt->attention_features & SPECINFER_ATTN_KEY_TILES) != 0);
+  const int H = 12, Hkv = 2, hd = 128, n_prefix = 1195, n_q = 6, n_kv = n_prefix + n_q, cap = 1216;
+  const int parent[n_q] = {-1, 0, 0, 1, 2, 4};
+  const std::vector<uint8_t> mask = tree_mask(parent, n_q, n_prefix);
+  const size_t nk = size_t(n_kv) * Hkv * hd;
+  const auto q = randn(size_t(n_q) * H * hd, rng, 0.5f);
+  const auto k = randn(nk, rng, 1.0f), v = randn(nk, rng, 1.0f);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int32_t type = SPECINFER_WTYPE_Q8_0;
+  const Stored ks = store(type, k, hd), vs = store(type, v, hd);
+  const size_t row = kt->row_size(type, hd);
+  const auto kb = tiled(ks, row, n_kv, Hkv, hd, cap),
+             vb = restride(vs, row, n_kv, Hkv, row, cap * row, Hkv * cap * row);
+  const auto qr = rounded_query(q, hd);
+  const uint8_t *masks[] = {nullptr, mask.data()};
+  std::vector<float> first[2];
+  for (const Isa isa : isas()) {
+    set_active_isa(isa);
+    for (int mi = 0; mi < 2; ++mi) {
+      const uint8_t *m = masks[mi];
+      std::vector<float> rows_out(q.size()), out(q.size(), NAN);
+      const auto a = typed_args(n_q, H, Hkv, hd, n_kv, q.data(), type, ks, vs, rows_out.data(), m);
+      assert_int_equal(kt->attention(&a), SPECINFER_OK);
+      specinfer_attention_args b = a;
+      b.k = reinterpret_cast<const float *>(kb.data());
+      b.v = reinterpret_cast<const float *>(vb.data());
+      b.k_pos_stride = b.v_pos_stride = int64_t(row);
+      b.k_head_stride = b.v_head_stride = int64_t(cap * row);
+      b.k_tile = SPECINFER_KEY_TILE;
+      b.out = out.data();
+      assert_int_equal(kt->attention(&b), SPECINFER_OK);
+      const auto want =
+          exact(n_q, H, Hkv, hd, n_kv, qr.data(), ks.decoded.data(), vs.decoded.data(), m, scale);
+      double from_rows = 0;
+      for (size_t i = 0; i < out.size(); ++i)
+        from_rows = std::max(from_rows, std::fabs(double(out[i]) - rows_out[i]));
+      const double md = max_diff(out, want);
+      print_message("  %s%s: %.3g from exact with the rounded query, %.3g from q8_0 rows\n",
+                    isa_name(isa), m ? " (tree)" : "", md, from_rows);
+      assert_true(md <= 2e-5);
+      assert_true(from_rows <= 2e-3);
+      if (first[mi].empty()) first[mi] = out;  // the scalar oracle
+      double md_oracle = 0;
+      for (size_t i = 0; i < out.size(); ++i)
+        md_oracle = std::max(md_oracle, std::fabs(double(out[i]) - first[mi][i]));
+      assert_true(md_oracle <= 2e-5);
+      for (int t = 0; t < n_q; ++t) {
+        // The keys query t sees, in order, tiled from position 0 and attended causally.
+        Stored gk, gv;
+        for (int j = 0; j < n_kv; ++j)
+          if (m ? m[size_t(t) * n_kv + j] != 0 : j <= n_prefix + t) {
+            gk.bytes.insert(gk.bytes.end(), ks.bytes.begin() + long(j * Hkv * row),
+                            ks.bytes.begin() + long((j + 1) * Hkv * row));
+            gv.bytes.insert(gv.bytes.end(), vs.bytes.begin() + long(j * Hkv * row),
+                            vs.bytes.begin() + long((j + 1) * Hkv * row));
+          }
+        const int n_vis = int(gk.bytes.size() / (Hkv * row));
+        const auto gkb = tiled(gk, row, n_vis, Hkv, hd, cap);
+        const auto gvb = restride(gv, row, n_vis, Hkv, row, cap * row, Hkv * cap * row);
+        std::vector<float> one(size_t(H) * hd);
+        specinfer_attention_args c = typed_args(1, H, Hkv, hd, n_vis, q.data() + size_t(t) * H * hd,
+                                                type, gk, gv, one.data());
+        c.k = reinterpret_cast<const float *>(gkb.data());
+        c.v = reinterpret_cast<const float *>(gvb.data());
+        c.k_pos_stride = c.v_pos_stride = int64_t(row);
+        c.k_head_stride = c.v_head_stride = int64_t(cap * row);
+        c.k_tile = SPECINFER_KEY_TILE;
+        assert_int_equal(kt->attention(&c), SPECINFER_OK);
+        if (std::memcmp(one.data(), out.data() + size_t(t) * H * hd, one.size() * 4) != 0)
+          print_error("%s%s: query %d differs from its call over the keys it sees\n", isa_name(isa),
+                      m ? " (tree)" : "", t);
+        assert_memory_equal(one.data(), out.data() + size_t(t) * H * hd, one.size() * 4);
+      }
+    }
+  }
+  // The scores kernels of every set: the same bits, for whole and partial tiles.
+  {
+    const auto qrows = std::vector<float>(q.begin(), q.begin() + H * hd);
+    std::vector<int8_t> qs(static_cast<size_t>(H * hd));
+    std::vector<float> d(static_cast<size_t>(H * hd / 32));
+    std::vector<int32_t> bias(d.size());
+    for (int h = 0; h < H; ++h)
+      quantize_query_q8(qrows.data() + h * hd, hd, qs.data() + h * hd, d.data() + h * hd / 32,
+                        bias.data() + h * hd / 32);
+    const int lanes[][2] = {{0, 16}, {3, 11}, {5, 16}, {0, 1}};
+    for (const auto &l : lanes) {
+      std::vector<float> ref;
+      for (const Isa isa : isas()) {
+        std::vector<float> sc(size_t(H) * 16, NAN), mx(size_t(H), -INFINITY);
+        attn_kernels(isa).scores_tile(qs.data(), d.data(), bias.data(), H, kb.data() + 64 * row, hd,
+                                      scale, l[0], l[1], sc.data(), 16, mx.data());
+        for (int h = 0; h < H; ++h) {
+          float want = -INFINITY;
+          for (int j = 0; j < l[1] - l[0]; ++j) want = std::max(want, sc[size_t(h * 16 + j)]);
+          assert_true(mx[size_t(h)] == want);
+          for (int j = l[1] - l[0]; j < 16; ++j) assert_true(std::isnan(sc[size_t(h * 16 + j)]));
+        }
+        if (ref.empty()) ref = sc;
+        if (std::memcmp(ref.data(), sc.data(), sc.size() * 4) != 0)
+          print_error("%s: tile scores differ from scalar's, lanes [%d, %d)\n", isa_name(isa), l[0],
+                      l[1]);
+        assert_memory_equal(ref.data(), sc.data(), sc.size() * 4);
+      }
+    }
+  }
+  // Refused: a type other than Q8_0, a tile size other than 16, positions not one row apart.
+  std::vector<float> out(q.size());
+  specinfer_attention_args b =
+      typed_args(n_q, H, Hkv, hd, n_kv, q.data(), type, ks, vs, out.data());
+  b.k = reinterpret_cast<const float *>(kb.data());
+  b.v = reinterpret_cast<const float *>(vb.data());
+  b.k_pos_stride = b.v_pos_stride = int64_t(row);
+  b.k_head_stride = b.v_head_stride = int64_t(cap * row);
+  b.k_tile = 8;
+  assert_int_equal(kt->attention(&b), SPECINFER_ERR_INVALID_ARGUMENT);
+  b.k_tile = SPECINFER_KEY_TILE;
+  b.k_head_stride = int64_t(n_kv) * int64_t(row);  // the last tile of head 0 reaches head 1
+  assert_int_equal(kt->attention(&b), SPECINFER_ERR_INVALID_ARGUMENT);
+  b.k_head_stride = int64_t(cap * row);
+  b.k_type = SPECINFER_WTYPE_F16;
+  assert_int_equal(kt->attention(&b), SPECINFER_ERR_INVALID_ARGUMENT);
+  b.k_type = type;
+  b.k_pos_stride = int64_t(Hkv * row);
+  b.k_head_stride = int64_t(row);
+  assert_int_equal(kt->attention(&b), SPECINFER_ERR_INVALID_ARGUMENT);
+  set_active_isa(prev);
+}
+
 void test_errors(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   std::vector<float> buf(4096, 0.5f), out(4096);
@@ -374,11 +541,9 @@ void test_errors(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_types_against_exact),
-      cmocka_unit_test(test_split_invariance),
-      cmocka_unit_test(test_tree_mask_compact),
-      cmocka_unit_test(test_strided_layouts),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_types_against_exact), cmocka_unit_test(test_split_invariance),
+      cmocka_unit_test(test_tree_mask_compact),   cmocka_unit_test(test_strided_layouts),
+      cmocka_unit_test(test_key_tiles),           cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -10,8 +10,9 @@
 //    node order, then the next token; its logits and the kept nodes' logits equal those of plain
 //    decoding of the same text bit for bit (the compact rows are moved as bytes, and tree attention
 //    computes each node as plain decoding does);
-//  - the same with sketched attention (attn=qjl: an f16 cache, 2 sinks, 8 keys picked, a window of
-//    4, so that the 40-token prompt is past the budget): the sketches move with their rows;
+//  - the same with sketched attention (attn=qjl: f16 and q8_0 caches, 2 sinks, 8 keys picked, a
+//    window of 4, so that the 40-token prompt is past the budget): the sketches move with their
+//    rows, and q8_0's picked keys are gathered from their tiles;
 //  - sketched attention on the 400-token prompt: with a budget above the prompt its logits equal
 //    exact attention's bit for bit; with 4 sinks, 64 keys and a window of 32 (a quarter of the
 //    keys), over the last 64 positions the mean KL divergence from exact attention is at most
@@ -191,10 +192,14 @@ void test_kv_keep_compact(void **) {
   sk.keys = 8;
   sk.window = 4;
   sk.sink = 2;
-  for (size_t ti = 0; ti < 5; ++ti) {
-    // The fifth run: f16 with sketched attention.
-    auto m = ti < 4 ? open_model(*file, kTypes[ti]) : open_model(*file, SPECINFER_WTYPE_F16, sk);
-    const char *name = ti < 4 ? kNames[ti] : "f16 attn=qjl";
+  for (size_t ti = 0; ti < 6; ++ti) {
+    // The fifth and sixth runs: f16 and q8_0 (keys in tiles, the picks gathered from them) with
+    // sketched attention.
+    auto m = ti < 4    ? open_model(*file, kTypes[ti])
+             : ti == 4 ? open_model(*file, SPECINFER_WTYPE_F16, sk)
+                       : open_model(*file, SPECINFER_WTYPE_Q8_0, sk);
+    const char *name = ti < 4 ? kNames[ti] : ti == 4 ? "f16 attn=qjl" : "q8_0 attn=qjl";
+    if (ti == 2 || ti == 5) assert_true(m->weights()->kv_tiles);
     const int32_t V = m->hparams().n_vocab;
     std::vector<int32_t> pos(static_cast<size_t>(n_prompt));
     std::iota(pos.begin(), pos.end(), 0);

@@ -267,6 +267,7 @@ void test_cache_layouts(void **) {
     auto file = File::from_memory(bytes.data(), bytes.size());
     specinfer::gguf::ModelOptions opt;
     opt.kv_type = kv_type;
+    opt.kv_tiles = false;  // keys in rows too (test_key_tiles covers tiles)
     Model a(*file, specinfer::default_host(), 0, opt), b(*file, &old_host, 0, opt);
     assert_true(a.weights()->kv_head_major);
     assert_false(b.weights()->kv_head_major);
@@ -513,6 +514,82 @@ void test_bad_input(void **) {
   assert_int_equal(m.kv_size(), 10);
 }
 
+// A q8_0 cache keeps its keys in tiles of 16 positions (specinfer_attention_args.k_tile) on a host
+// that reads them: logits stay within twice the distance of keys in rows (kv_tiles=0) from f32,
+// and within the tiled cache a tree node's logits equal the chain's through its path, bit for bit,
+// as do the logits after kv_keep (keys moved between tiles) and after a cut and a refeed.
+void test_key_tiles(void **) {
+  TinyConfig c;
+  c.n_embd = 128;  // head_dim 32: whole q8_0 blocks
+  c.wtype = 8;     // Q8_0: logits independent of how passes split the text
+  TinyWeights w;
+  std::vector<uint8_t> bytes = make_tiny_model(c, &w);
+  auto file = File::from_memory(bytes.data(), bytes.size());
+  specinfer::gguf::ModelOptions opt, rows_opt;
+  opt.kv_type = rows_opt.kv_type = SPECINFER_WTYPE_Q8_0;
+  rows_opt.kv_tiles = false;
+  Model t(*file, specinfer::default_host(), 0, opt),
+      r(*file, specinfer::default_host(), 0, rows_opt);
+  assert_true(t.weights()->kv_tiles);
+  assert_false(r.weights()->kv_tiles);
+  const int V = c.n_vocab, np = 45, nt = 5;
+  const std::vector<int32_t> prefix = random_tokens(np, V, 8), ppos = iota_pos(np);
+  const std::vector<int32_t> tt = {3, 4, 5, 6, 7}, parent = {-1, 0, 0, 1, 3};
+  std::vector<uint8_t> mask(size_t(nt) * nt, 0);
+  std::vector<int32_t> tpos(nt);
+  for (int i = 0; i < nt; i++) {
+    for (int j = i; j >= 0; j = parent[size_t(j)]) mask[size_t(i) * nt + size_t(j)] = 1;
+    tpos[size_t(i)] = parent[size_t(i)] < 0 ? np : tpos[size_t(parent[size_t(i)])] + 1;
+  }
+  std::vector<float> lt(size_t(nt) * V), lr(lt.size());
+  t.forward(prefix.data(), ppos.data(), np, nullptr, 1, lt.data(), nullptr);
+  r.forward(prefix.data(), ppos.data(), np, nullptr, 1, lr.data(), nullptr);
+  t.forward(tt.data(), tpos.data(), nt, mask.data(), nt, lt.data(), nullptr);
+  r.forward(tt.data(), tpos.data(), nt, mask.data(), nt, lr.data(), nullptr);
+  // The query's 8-bit rounding adds about as much as the keys' own (q8_0 rows against f32).
+  specinfer::gguf::ModelOptions f32_opt;
+  f32_opt.kv_type = SPECINFER_WTYPE_F32;
+  Model x(*file, specinfer::default_host(), 0, f32_opt);
+  std::vector<float> lx(lt.size());
+  x.forward(prefix.data(), ppos.data(), np, nullptr, 1, lx.data(), nullptr);
+  x.forward(tt.data(), tpos.data(), nt, mask.data(), nt, lx.data(), nullptr);
+  print_message("  max abs logit diff from f32: tiles %.3g, rows %.3g\n", max_abs(lt, lx),
+                max_abs(lr, lx));
+  assert_true(max_abs(lt, lx) < 2 * max_abs(lr, lx));
+  // Each node against a fresh tiled cache fed the prefix and then its path as a chain.
+  for (int i = 0; i < nt; i++) {
+    std::vector<int32_t> path, pos;
+    for (int j = i; j >= 0; j = parent[size_t(j)]) path.insert(path.begin(), tt[size_t(j)]);
+    pos = iota_pos(int(path.size()), np);
+    Model f(*file, specinfer::default_host(), 0, opt);
+    std::vector<float> fl(path.size() * size_t(V));
+    f.forward(prefix.data(), ppos.data(), np, nullptr, 1, fl.data(), nullptr);
+    f.forward(path.data(), pos.data(), int(path.size()), nullptr, int(path.size()), fl.data(),
+              nullptr);
+    assert_memory_equal(fl.data() + (path.size() - 1) * size_t(V), lt.data() + size_t(i) * V,
+                        size_t(V) * sizeof(float));
+  }
+  // Keep the path 0 -> 1 -> 3 (slots 45, 46, 48: one key moves within a tile) and go on.
+  const int32_t keep[] = {0, 1, 3}, next = 9, next_pos = np + 3;
+  t.kv_keep(np, keep, 3);
+  std::vector<float> kl(static_cast<size_t>(V)), fl(size_t(V) * 4);
+  t.forward(&next, &next_pos, 1, nullptr, 1, kl.data(), nullptr);
+  Model f(*file, specinfer::default_host(), 0, opt);
+  const std::vector<int32_t> chain = {3, 4, 6, next}, cpos = iota_pos(4, np);
+  f.forward(prefix.data(), ppos.data(), np, nullptr, 1, fl.data(), nullptr);
+  f.forward(chain.data(), cpos.data(), 4, nullptr, 1, fl.data(), nullptr);
+  assert_memory_equal(kl.data(), fl.data(), size_t(V) * sizeof(float));
+  // A cut inside a tile, a refeed, and the same text fed to a fresh cache in the same passes.
+  t.kv_truncate(20);
+  Model g(*file, specinfer::default_host(), 0, opt);
+  g.forward(prefix.data(), ppos.data(), 20, nullptr, 1, fl.data(), nullptr);
+  const std::vector<int32_t> more = random_tokens(30, V, 6), mpos = iota_pos(30, 20);
+  std::vector<float> a30(size_t(30) * V), b30(a30.size());
+  t.forward(more.data(), mpos.data(), 30, nullptr, 30, a30.data(), nullptr);
+  g.forward(more.data(), mpos.data(), 30, nullptr, 30, b30.data(), nullptr);
+  assert_memory_equal(a30.data(), b30.data(), a30.size() * sizeof(float));
+}
+
 // Sliding-window layers hand back the keys no query can see any more: the logits stay those of a
 // cache that keeps everything (swa_full), bit for bit, the resident cache stays near a window per
 // sliding-window layer, a cut within Model::kSwaRollback positions of the latest pass keeps what it
@@ -589,6 +666,26 @@ void test_sliding_window_release(void **) {
   a.forward(toks.data(), pos.data(), back - 1, nullptr, 1, scratch.data(), nullptr);
   feed(a, back - 1, chunk, la.data());
   feed(b, back - 1, chunk, lb.data());
+  assert_true(same(chunk));
+
+  // Keys in q8_0 tiles hand back whole tiles only, with the same logits as swa_full.
+  opt.kv_type = full_opt.kv_type = SPECINFER_WTYPE_Q8_0;
+  Model ta(*file, specinfer::default_host(), 0, opt),
+      tb(*file, specinfer::default_host(), 0, full_opt);
+  assert_true(ta.weights()->kv_tiles && ta.weights()->swa_release);
+  for (int at = 0; at < n; at += chunk) {
+    feed(ta, at, chunk, la.data());
+    feed(tb, at, chunk, lb.data());
+    assert_true(same(chunk));
+  }
+  print_message("  q8_0 tiles: resident %zu bytes (swa_full: %zu)\n", ta.kv_resident_bytes(),
+                tb.kv_resident_bytes());
+  assert_true(ta.kv_resident_bytes() < tb.kv_resident_bytes());
+  ta.kv_truncate(back);
+  tb.kv_truncate(back);
+  assert_int_equal(ta.kv_size(), back);
+  feed(ta, back, chunk, la.data());
+  feed(tb, back, chunk, lb.data());
   assert_true(same(chunk));
 }
 
@@ -682,6 +779,7 @@ int main(void) {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_cache_layouts),
       cmocka_unit_test(test_kv_cache_resident_as_used),
+      cmocka_unit_test(test_key_tiles),
       cmocka_unit_test(test_sliding_window_release),
       cmocka_unit_test(test_output_rows_leave_no_file_pages),
       cmocka_unit_test(test_bad_input),

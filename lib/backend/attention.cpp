@@ -87,6 +87,28 @@ void accumulate_s(int32_t type, const float *p, int64_t p_stride, int64_t g,
   }
 }
 
+void scores_tile_s(const int8_t *qs, const float *qd, const int32_t *bias, int64_t g,
+                   const uint8_t *tile, int64_t hd, float scale, int l0, int l1, float *s,
+                   int64_t s_stride, float *s_max) {
+  const int64_t nb = hd / kQK;
+  for (int64_t h = 0; h < g; ++h)
+    for (int l = l0; l < l1; ++l) {
+      float f = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t *blk = tile + b * kKeyTileBlock;
+        const int8_t *q = qs + h * hd + b * kQK;
+        int32_t acc = bias[h * nb + b];
+        for (int i = 0; i < kQK; ++i) acc += int32_t(blk[32 + 64 * (i / 4) + 4 * l + i % 4]) * q[i];
+        uint16_t dk;
+        std::memcpy(&dk, blk + 2 * l, 2);
+        f = std::fma(float(acc), fp16_to_fp32(dk) * qd[h * nb + b], f);
+      }
+      const float v = f * scale;
+      s[h * s_stride + (l - l0)] = v;
+      s_max[h] = std::max(s_max[h], v);
+    }
+}
+
 // ---- the driver ----------------------------------------------------------------------------
 
 // The keys one query sees, in order: a run of consecutive slots [first, first + run) and then the
@@ -120,7 +142,62 @@ struct Call {
   int64_t n_select = 0, n_window = 0, n_sink = 0;
   std::vector<View> item_views;
   std::vector<int32_t> picked;
+  // Keys in Q8_0 tiles (specinfer_attention_args.k_tile): the queries rounded for them, row
+  // qi * n_head + h of each.
+  bool k_tiled = false;
+  std::vector<int8_t> q8;
+  std::vector<float> q8_d;
+  std::vector<int32_t> q8_bias;
 };
+
+// A tile's query rows rounded for key tiles (row h at qs + h * hd, d and bias + h * hd / 32).
+struct QuantRows {
+  const int8_t *qs = nullptr;
+  const float *d = nullptr;
+  const int32_t *bias = nullptr;
+};
+
+// Lane `from` of a key tile into lane `to` of another: its scale and its 8 groups of four values
+// per block, as they are (specinfer_key_tile_get and _put would decode and encode each byte).
+void copy_lane(const uint8_t *src, int64_t from, uint8_t *dst, int64_t to, int64_t hd) {
+  for (int64_t b = 0; b < hd / kQK; ++b) {
+    const uint8_t *s = src + b * kKeyTileBlock;
+    uint8_t *d = dst + b * kKeyTileBlock;
+    std::memcpy(d + 2 * to, s + 2 * from, 2);
+    for (int g = 0; g < 8; ++g)
+      std::memcpy(d + 32 + 64 * g + 4 * to, s + 32 + 64 * g + 4 * from, 4);
+  }
+}
+
+// Scores of keys [b0, b0 + n) of view v for the nr query rows q (Q8_0 key tiles): runs of
+// consecutive slots straight from their tiles, listed slots gathered into a tile of their own.
+// Either way a key's score is the same bits.
+void scores_tiled(const Call &c, const View &v, const QuantRows &q, int64_t nr, const uint8_t *kb,
+                  int64_t b0, int64_t n, float *s, float *s_max) {
+  thread_local std::vector<uint8_t> gathered;
+  for (int64_t h = 0; h < nr; ++h) s_max[h] = -std::numeric_limits<float>::infinity();
+  const int64_t hd = c.hd;
+  for (int64_t j = 0; j < n;) {
+    const int64_t t = b0 + j;
+    if (t < v.run) {
+      const int64_t slot = v.first + t, lane = slot % SPECINFER_KEY_TILE;
+      const int64_t take = std::min({n - j, SPECINFER_KEY_TILE - lane, v.run - t});
+      c.kern->scores_tile(q.qs, q.d, q.bias, nr, kb + size_t(slot - lane) * c.k_pos, hd, c.a->scale,
+                          int(lane), int(lane + take), s + j, kAttnBlock, s_max);
+      j += take;
+      continue;
+    }
+    const int64_t take = std::min<int64_t>(n - j, SPECINFER_KEY_TILE);
+    gathered.resize(c.k_head_bytes * SPECINFER_KEY_TILE);
+    for (int64_t i = 0; i < take; ++i) {
+      const auto slot = int64_t(v.slot(t + i)), lane = slot % SPECINFER_KEY_TILE;
+      copy_lane(kb + size_t(slot - lane) * c.k_pos, lane, gathered.data(), i, hd);
+    }
+    c.kern->scores_tile(q.qs, q.d, q.bias, nr, gathered.data(), hd, c.a->scale, 0, int(take), s + j,
+                        kAttnBlock, s_max);
+    j += take;
+  }
+}
 
 const View &view_of(const Call &c, int64_t qi, int64_t kvh) {
   return c.item_views.empty() ? c.views[size_t(qi)] : c.item_views[size_t(qi * c.hkv + kvh)];
@@ -188,13 +265,32 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
     shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
   }
   // The tile's query rows, one after another.
-  thread_local std::vector<float> qbuf, sbuf;
-  const float *q = a.q + (q0 * a.n_head + kvh * g) * hd;
+  thread_local std::vector<float> qbuf, sbuf, dbuf;
+  thread_local std::vector<int8_t> q8buf;
+  thread_local std::vector<int32_t> biasbuf;
+  const int64_t r0 = q0 * a.n_head + kvh * g, nb = hd / 32;
+  const float *q = a.q + r0 * hd;
+  QuantRows q8;
+  if (c.k_tiled)
+    q8 = QuantRows{c.q8.data() + r0 * hd, c.q8_d.data() + r0 * nb, c.q8_bias.data() + r0 * nb};
   if (nq > 1 && c.hkv > 1) {
     qbuf.resize(size_t(rows * hd));
     for (int64_t t = 0; t < nq; ++t)
       std::memcpy(qbuf.data() + t * g * hd, q + t * a.n_head * hd, size_t(g * hd) * sizeof(float));
     q = qbuf.data();
+    if (c.k_tiled) {
+      q8buf.resize(size_t(rows * hd));
+      dbuf.resize(size_t(rows * nb));
+      biasbuf.resize(size_t(rows * nb));
+      for (int64_t t = 0; t < nq; ++t) {
+        const size_t from = size_t(t * a.n_head), to = size_t(t * g);
+        std::memcpy(q8buf.data() + to * hd, q8.qs + from * hd, size_t(g * hd));
+        std::memcpy(dbuf.data() + to * nb, q8.d + from * nb, size_t(g * nb) * sizeof(float));
+        std::memcpy(biasbuf.data() + to * nb, q8.bias + from * nb,
+                    size_t(g * nb) * sizeof(int32_t));
+      }
+      q8 = QuantRows{q8buf.data(), dbuf.data(), biasbuf.data()};
+    }
   }
   sbuf.resize(size_t(rows * (kAttnBlock + 1)));
   float *sp = sbuf.data(), *mp = sp + rows * kAttnBlock;
@@ -205,27 +301,30 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   std::fill(st.o, st.o + rows * hd, 0.0f);
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head, *vb = c.v + size_t(kvh) * c.v_head;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
-  // Keys [b0, b0 + n) of view v, scored and accumulated for the nr rows qr into s.
-  const auto step = [&](const View &v, const float *qr, int64_t nr, int64_t b0, int64_t n,
-                        State s) {
+  // Keys [b0, b0 + n) of view v, scored and accumulated for rows [r, r + nr) of the tile into s.
+  const auto step = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t n, State s) {
     for (int64_t j = 0; j < n; ++j) {
       const auto slot = size_t(v.slot(b0 + j));
-      krows[j] = kb + slot * c.k_pos;
+      krows[j] = kb + slot * c.k_pos;  // unused for key tiles
       vrows[j] = vb + slot * c.v_pos;
     }
-    c.kern->scores(c.k_type, qr, nr, krows, n, hd, a.scale, sp, kAttnBlock, mp);
+    if (c.k_tiled)
+      scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb, b0, n,
+                   sp, mp);
+    else
+      c.kern->scores(c.k_type, q + r * hd, nr, krows, n, hd, a.scale, sp, kAttnBlock, mp);
     absorb(c, sp, mp, nr, n, s);
     c.kern->accumulate(c.v_type, sp, kAttnBlock, nr, vrows, n, hd, s.o);
   };
   for (int64_t b0 = t0; b0 < t_end; b0 += kAttnBlock) {
-    const int64_t nb = std::min(kAttnBlock, t_end - b0);
-    if (b0 + nb <= shared) {  // every query sees these keys, at the same slots
-      step(*views[0], q, rows, b0, nb, st);
+    const int64_t n_b = std::min(kAttnBlock, t_end - b0);
+    if (b0 + n_b <= shared) {  // every query sees these keys, at the same slots
+      step(*views[0], 0, rows, b0, n_b, st);
       continue;
     }
     for (int64_t t = 0; t < nq; ++t) {
-      const int64_t n = std::min(nb, t1[t] - b0);
-      if (n > 0) step(*views[t], q + t * g * hd, g, b0, n, rows_of(c, st, t));
+      const int64_t n = std::min(n_b, t1[t] - b0);
+      if (n > 0) step(*views[t], t * g, g, b0, n, rows_of(c, st, t));
     }
   }
 }
@@ -363,8 +462,26 @@ void set_strides(const specinfer_attention_args &a, Call &c) {
 }  // namespace
 
 const AttnKernels &attn_kernels_scalar() noexcept {
-  static const AttnKernels k = {scores_s, accumulate_s};
+  static const AttnKernels k = {scores_s, accumulate_s, scores_tile_s};
   return k;
+}
+
+void quantize_query_q8(const float *x, int64_t hd, int8_t *qs, float *d, int32_t *bias) noexcept {
+  for (int64_t b = 0; b < hd / kQK; ++b) {
+    const float *xb = x + b * kQK;
+    float amax = 0.0f;
+    for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < kQK; ++i) {
+      const float y = xb[i] * id;  // NaN for a NaN or infinite block: its scores become NaN
+      const auto v = y == y ? int32_t(std::nearbyint(std::clamp(y, -127.0f, 127.0f))) : 0;
+      qs[b * kQK + i] = int8_t(v);
+      sum += v;
+    }
+    d[b] = db;
+    bias[b] = -128 * sum;
+  }
 }
 
 const AttnKernels &attn_kernels(Isa isa) noexcept {
@@ -442,6 +559,21 @@ void attention(const specinfer_attention_args &a) {
   c.k = reinterpret_cast<const uint8_t *>(a.k);
   c.v = reinterpret_cast<const uint8_t *>(a.v);
   set_strides(a, c);
+  if (a.struct_size >= offsetof(specinfer_attention_args, k_tile) + sizeof a.k_tile &&
+      a.k_tile != 0) {
+    // Each kv head's tiles, the whole tile of the last key included, before the next head's.
+    const int64_t tiled_kv =
+        (int64_t(a.n_kv) + SPECINFER_KEY_TILE - 1) / SPECINFER_KEY_TILE * SPECINFER_KEY_TILE;
+    if (a.k_tile != SPECINFER_KEY_TILE || c.k_type != SPECINFER_WTYPE_Q8_0 || c.hd % 32 != 0 ||
+        c.k_pos != c.k_head_bytes || (c.hkv > 1 && c.k_head < size_t(tiled_kv) * c.k_head_bytes))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "attention: k_tile %d needs %d, Q8_0 keys (k_type %d), head_dim a multiple of 32 (%d) "
+           "and each kv head's positions one row apart (k_pos_stride %zu, a row %zu bytes), "
+           "whole tiles of %lld positions per head",
+           a.k_tile, SPECINFER_KEY_TILE, c.k_type, a.head_dim, c.k_pos, c.k_head_bytes,
+           (long long)tiled_kv);
+    c.k_tiled = true;
+  }
   if (a.struct_size >= offsetof(specinfer_attention_args, n_sink) + sizeof a.n_sink &&
       a.k_sketch != nullptr) {
     if (!sketch_bits_valid(a.sketch_bits))
@@ -494,6 +626,16 @@ void attention(const specinfer_attention_args &a) {
       c.views[size_t(qi)].tail = tails.data() + tail_at[size_t(qi)];
 
   const int64_t hkv = c.hkv, items = n_q * hkv;
+  if (c.k_tiled) {
+    const int64_t n_rows = n_q * a.n_head, nb = c.hd / 32;
+    c.q8.resize(size_t(n_rows * c.hd));
+    c.q8_d.resize(size_t(n_rows * nb));
+    c.q8_bias.resize(size_t(n_rows * nb));
+    tbb::parallel_for(int64_t(0), n_rows, [&](int64_t r) {
+      quantize_query_q8(a.q + r * c.hd, c.hd, c.q8.data() + r * c.hd, c.q8_d.data() + r * nb,
+                        c.q8_bias.data() + r * nb);
+    });
+  }
   if (c.ks) {
     const int64_t total = c.n_sink + c.n_select + c.n_window;
     c.item_views.resize(size_t(items));

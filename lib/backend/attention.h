@@ -1,5 +1,6 @@
-// Attention over a KV cache stored as f32, f16, q8_0 or q4_0 rows: the kernels of each instruction
-// set that read one storage type directly, and the conversion that writes it (kv_store).
+// Attention over a KV cache stored as f32, f16, q8_0 or q4_0 rows, or keys in Q8_0 tiles of 16
+// positions: the kernels of each instruction set that read one storage type directly, and the
+// conversion that writes it (kv_store).
 //
 // The driver (attention.cpp, reached through ops.h's attention()) runs a streaming softmax over
 // blocks of kAttnBlock keys, and splits a query's keys into chunks of kAttnChunk whose partial
@@ -15,8 +16,9 @@
 
 namespace specinfer {
 
-constexpr int64_t kAttnBlock = 64;   // keys per streaming-softmax step
-constexpr int64_t kAttnChunk = 512;  // keys per split-K partial (a multiple of kAttnBlock)
+constexpr int64_t kAttnBlock = 64;      // keys per streaming-softmax step
+constexpr int64_t kAttnChunk = 512;     // keys per split-K partial (a multiple of kAttnBlock)
+constexpr int64_t kKeyTileBlock = 544;  // bytes of a key tile's block: 16 scales, 16 x 32 values
 
 // One instruction set's kernels over rows of a KV storage type (SPECINFER_WTYPE_F32, _F16, _Q8_0,
 // _Q4_0), each row the head_dim values of one key or value head (row_size(type, hd) bytes). The
@@ -30,7 +32,20 @@ struct AttnKernels {
   // o[h * hd + d] += sum_j p[h * p_stride + j] * row_j[d], keys in order, for h < g.
   void (*accumulate)(int32_t type, const float *p, int64_t p_stride, int64_t g,
                      const uint8_t *const *rows, int64_t n, int64_t hd, float *o);
+  // Scores of lanes [l0, l1) of one Q8_0 key tile (specinfer_key_tile_put's layout) for g query
+  // rows rounded by quantize_query_q8 (row h: qs + h * hd, d and bias + h * hd / 32):
+  // s[h * s_stride + l - l0] = score * scale, s_max[h] = the larger of itself and those scores.
+  // A score is sum over blocks b in order of float(isum_b) * (d_key_b * d_query_b), each step one
+  // fused multiply-add, isum_b the exact integer dot product: every set gives the same bits.
+  void (*scores_tile)(const int8_t *qs, const float *d, const int32_t *bias, int64_t g,
+                      const uint8_t *tile, int64_t hd, float scale, int l0, int l1, float *s,
+                      int64_t s_stride, float *s_max);
 };
+
+// Rounds one query row of hd values (a multiple of 32) for key tiles: per block of 32, d = amax /
+// 127 and qs = x / d rounded to nearest even; bias = -128 * the block's sum of qs (the tile stores
+// key values plus 128).
+void quantize_query_q8(const float *x, int64_t hd, int8_t *qs, float *d, int32_t *bias) noexcept;
 
 const AttnKernels &attn_kernels_scalar() noexcept;  // the reference
 const AttnKernels &attn_kernels_avx2() noexcept;

@@ -227,10 +227,88 @@ void accumulate_a(int32_t type, const float *p, int64_t p_stride, int64_t g,
   }
 }
 
+// Q8_0 key tiles: each 64-byte group holds four values of all 16 keys (unsigned, +128). Turned
+// back to signed bytes, the query's signs move onto them so that vpmaddubsw multiplies |q| by
+// them without saturating, and vpmaddwd adds each key's four products.
+template <int G>
+void scores_tile_g(const int8_t *qs, const float *qd, const uint8_t *tile, int64_t hd, float scale,
+                   int l0, int l1, float *s, int64_t s_stride, float *s_max) {
+  const int64_t nb = hd / 32;
+  const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 f[G][2];
+  for (int h = 0; h < G; ++h) f[h][0] = f[h][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t *blk = tile + b * kKeyTileBlock;
+    const __m256 dk0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk)));
+    const __m256 dk1 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 16)));
+    __m256i acc[G][2];
+    for (int h = 0; h < G; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_si256();
+    for (int grp = 0; grp < 8; ++grp) {
+      const uint8_t *kp = blk + 32 + 64 * grp;
+      const __m256i k0 =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(kp)), flip);
+      const __m256i k1 =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(kp + 32)), flip);
+      for (int h = 0; h < G; ++h) {
+        int32_t w;
+        std::memcpy(&w, qs + h * hd + b * 32 + 4 * grp, 4);
+        const __m256i qb = _mm256_set1_epi32(w), qa = _mm256_abs_epi8(qb);
+        acc[h][0] = _mm256_add_epi32(
+            acc[h][0], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k0, qb)), ones));
+        acc[h][1] = _mm256_add_epi32(
+            acc[h][1], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(k1, qb)), ones));
+      }
+    }
+    for (int h = 0; h < G; ++h) {
+      const __m256 dq = _mm256_set1_ps(qd[h * nb + b]);
+      f[h][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][0]), _mm256_mul_ps(dk0, dq), f[h][0]);
+      f[h][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][1]), _mm256_mul_ps(dk1, dq), f[h][1]);
+    }
+  }
+  const __m256 vs = _mm256_set1_ps(scale);
+  alignas(32) float v[16];
+  for (int h = 0; h < G; ++h) {
+    _mm256_store_ps(v, _mm256_mul_ps(f[h][0], vs));
+    _mm256_store_ps(v + 8, _mm256_mul_ps(f[h][1], vs));
+    float mx = s_max[h];
+    for (int l = l0; l < l1; ++l) {
+      s[h * s_stride + (l - l0)] = v[l];
+      mx = mx < v[l] ? v[l] : mx;
+    }
+    s_max[h] = mx;
+  }
+}
+
+void scores_tile_a(const int8_t *qs, const float *qd, const int32_t * /*bias: keys made signed*/,
+                   int64_t g, const uint8_t *tile, int64_t hd, float scale, int l0, int l1,
+                   float *s, int64_t s_stride, float *s_max) {
+  const int64_t nb = hd / 32;
+  for (int64_t h0 = 0; h0 < g; h0 += 4) {
+    const int8_t *q = qs + h0 * hd;
+    const float *d = qd + h0 * nb;
+    float *sh = s + h0 * s_stride, *mh = s_max + h0;
+    switch (g - h0 < 4 ? g - h0 : 4) {
+      case 1:
+        scores_tile_g<1>(q, d, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 2:
+        scores_tile_g<2>(q, d, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 3:
+        scores_tile_g<3>(q, d, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      default:
+        scores_tile_g<4>(q, d, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 const AttnKernels &attn_kernels_avx2() noexcept {
-  static const AttnKernels k = {scores_a, accumulate_a};
+  static const AttnKernels k = {scores_a, accumulate_a, scores_tile_a};
   return k;
 }
 

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -264,10 +265,88 @@ void accumulate_x(int32_t type, const float *p, int64_t p_stride, int64_t g,
   }
 }
 
+// Q8_0 key tiles: each 64-byte group holds four values of all 16 keys, so one vpdpbusd per query
+// row adds those products to the 16 keys' integer sums at once (keys unsigned, +128; the row's
+// bias takes the 128s back out).
+template <int G>
+void scores_tile_g(const int8_t *qs, const float *qd, const int32_t *bias, const uint8_t *tile,
+                   int64_t hd, float scale, int l0, int l1, float *s, int64_t s_stride,
+                   float *s_max) {
+  const int64_t nb = hd / 32;
+  __m512 f[G];
+  for (int h = 0; h < G; ++h) f[h] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t *blk = tile + b * kKeyTileBlock;
+    const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk)));
+    __m512i acc[G];
+    for (int h = 0; h < G; ++h) acc[h] = _mm512_set1_epi32(bias[h * nb + b]);
+    for (int grp = 0; grp < 8; ++grp) {
+      const __m512i kx = _mm512_loadu_si512(blk + 32 + 64 * grp);
+      for (int h = 0; h < G; ++h) {
+        int32_t w;
+        std::memcpy(&w, qs + h * hd + b * 32 + 4 * grp, 4);
+        acc[h] = _mm512_dpbusd_epi32(acc[h], kx, _mm512_set1_epi32(w));
+      }
+    }
+    for (int h = 0; h < G; ++h)
+      f[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]),
+                             _mm512_mul_ps(dk, _mm512_set1_ps(qd[h * nb + b])), f[h]);
+  }
+  const __m512 vs = _mm512_set1_ps(scale);
+  const auto m = __mmask16(((1u << l1) - 1u) & ~((1u << l0) - 1u));
+  for (int h = 0; h < G; ++h) {
+    const __m512 v = _mm512_mul_ps(f[h], vs);
+    float *out = s + h * s_stride;
+    if (l0 == 0)
+      _mm512_mask_storeu_ps(out, m, v);
+    else
+      _mm512_mask_storeu_ps(out, __mmask16((1u << (l1 - l0)) - 1u), _mm512_maskz_compress_ps(m, v));
+    s_max[h] = std::max(s_max[h], _mm512_mask_reduce_max_ps(m, v));
+  }
+}
+
+void scores_tile_x(const int8_t *qs, const float *qd, const int32_t *bias, int64_t g,
+                   const uint8_t *tile, int64_t hd, float scale, int l0, int l1, float *s,
+                   int64_t s_stride, float *s_max) {
+  const int64_t nb = hd / 32;
+  for (int64_t h0 = 0; h0 < g; h0 += 8) {
+    const int8_t *q = qs + h0 * hd;
+    const float *d = qd + h0 * nb;
+    const int32_t *bi = bias + h0 * nb;
+    float *sh = s + h0 * s_stride, *mh = s_max + h0;
+    switch (g - h0 < 8 ? g - h0 : 8) {
+      case 1:
+        scores_tile_g<1>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 2:
+        scores_tile_g<2>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 3:
+        scores_tile_g<3>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 4:
+        scores_tile_g<4>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 5:
+        scores_tile_g<5>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 6:
+        scores_tile_g<6>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      case 7:
+        scores_tile_g<7>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+      default:
+        scores_tile_g<8>(q, d, bi, tile, hd, scale, l0, l1, sh, s_stride, mh);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 const AttnKernels &attn_kernels_avx512() noexcept {
-  static const AttnKernels k = {scores_x, accumulate_x};
+  static const AttnKernels k = {scores_x, accumulate_x, scores_tile_x};
   return k;
 }
 

@@ -145,7 +145,7 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_kv_store,
                                           k_rope_freqs,
                                           k_key_sketch,
-                                          SPECINFER_ATTN_STRIDES};
+                                          SPECINFER_ATTN_STRIDES | SPECINFER_ATTN_KEY_TILES};
   return &table;
 }
 

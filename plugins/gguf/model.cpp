@@ -14,6 +14,14 @@ namespace specinfer::gguf {
 
 namespace {
 
+// Positions rounded down / up to whole key tiles.
+int32_t tile_floor(int32_t n) {
+  return n / SPECINFER_KEY_TILE * SPECINFER_KEY_TILE;
+}
+int64_t tile_ceil(int64_t n) {
+  return (n + SPECINFER_KEY_TILE - 1) / SPECINFER_KEY_TILE * SPECINFER_KEY_TILE;
+}
+
 int32_t checked_int(const File &f, const std::string &key, int64_t lo, int64_t hi,
                     std::optional<int64_t> dflt = std::nullopt) {
   if (f.array_type(key))
@@ -230,6 +238,8 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   swa_release = hp.swa_window > 0 && !opt.swa_full &&
                 host->struct_size >= offsetof(specinfer_host, features) + sizeof(host->features) &&
                 (host->features & SPECINFER_HOST_SHORT_TRUNCATE) != 0;
+  kv_tiles = opt.kv_tiles && kv_head_major && kv_type == SPECINFER_WTYPE_Q8_0 &&
+             hp.head_dim % 32 == 0 && (k->attention_features & SPECINFER_ATTN_KEY_TILES) != 0;
   kv_head_bytes = k->row_size(kv_type, hp.head_dim);
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
@@ -415,6 +425,7 @@ Model::Model(std::shared_ptr<const Weights> weights) : w_(std::move(weights)) {
   if (!w_) fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: a sequence needs loaded weights");
   k_ = w_->k;
   cache_.resize(w_->layers.size());
+  if (w_->kv_tiles) key_row_.resize(w_->kv_head_bytes);
   if (w_->n_out < w_->hp.n_vocab) is_extra_.assign(size_t(w_->hp.n_vocab), 0);
 }
 
@@ -457,7 +468,8 @@ void Model::ensure_capacity(int32_t n_pos) {
   const auto pages = [&](size_t bytes) { return (bytes + page - 1) / page * page; };
   if (w_->kv_head_major) {
     pos_stride_ = w_->kv_head_bytes;
-    head_stride_ = pages(size_t(w_->n_ctx) * pos_stride_);
+    // Whole key tiles: the last one's positions past n_ctx are read and ignored.
+    head_stride_ = pages(size_t(tile_ceil(w_->n_ctx)) * pos_stride_);
     kv_units_ = int32_t(hkv);
     kv_region_ = hkv * head_stride_;
   } else {
@@ -536,9 +548,11 @@ void Model::release_window(int32_t p0) {
   if (!w_->swa_release) return;
   const int64_t bound = int64_t(p0) - w_->hp.swa_window - kSwaRollback;
   int32_t r = swa_released_;
+  while (r < n_cached_ && slot_pos_[size_t(r)] <= bound) r++;
+  // Whole key tiles only: a tile's lanes spread over all of its bytes.
+  if (w_->kv_tiles) r = std::max(swa_released_, tile_floor(r));
   int64_t top = swa_released_pos_;
-  while (r < n_cached_ && slot_pos_[size_t(r)] <= bound)
-    top = std::max<int64_t>(top, slot_pos_[size_t(r++)]);
+  for (int32_t i = swa_released_; i < r; i++) top = std::max<int64_t>(top, slot_pos_[size_t(i)]);
   if (size_t(r - swa_released_) * pos_stride_ < (size_t(32) << 10)) return;
   const size_t page = PageArray::page_size();
   for (size_t li = 0; li < cache_.size(); li++) {
@@ -718,7 +732,13 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
           // Unit u of position n_cached + t: kv head u's row, or every head's rows.
           const size_t at = size_t(u) * m.head_stride_ + size_t(m.n_cached_ + t) * m.pos_stride_;
           const int64_t from = int64_t(t) * KV + int64_t(u) * hd, n = KV / m.kv_units_;
-          if (W.kv_type == SPECINFER_WTYPE_F32) {
+          if (W.kv_tiles) {
+            uint8_t *row = m.key_row_.data();
+            const int32_t p = m.n_cached_ + t, lane = p % SPECINFER_KEY_TILE;
+            check_status(k->kv_store(W.kv_type, kb + from, row, n), "kv_store");
+            specinfer_key_tile_put(c.k + at - size_t(lane) * m.pos_stride_, lane, row, n);
+            check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
+          } else if (W.kv_type == SPECINFER_WTYPE_F32) {
             std::memcpy(c.k + at, kb + from, size_t(n) * sizeof(float));
             std::memcpy(c.v + at, vb + from, size_t(n) * sizeof(float));
           } else {
@@ -740,6 +760,7 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
         a.k_pos_stride = a.v_pos_stride = int64_t(m.pos_stride_);
         a.k_head_stride = a.v_head_stride = int64_t(m.head_stride_);
       }
+      a.k_tile = W.kv_tiles ? SPECINFER_KEY_TILE : 0;
       a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
       a.k_sketch = c.s;
       check_status(k->attention(&a), "attention");
@@ -869,9 +890,11 @@ void Model::kv_truncate(int32_t n_keep) {
   // (16 positions are 16 KiB of a layer's keys on a 1.5B model) keep them for the next round.
   const size_t row = size_t(w_->hp.n_head_kv) * w_->kv_head_bytes;
   if (size_t(used_ - n_cached_) * row >= (size_t(64) << 10)) {
+    // From the end of the tile of the last kept key (a tile's lanes spread over all its bytes).
+    const size_t from = size_t(w_->kv_tiles ? tile_ceil(n_cached_) : n_cached_);
     for (const Cache &c : cache_)
       each_region(c, [&](PageArray &pa, size_t start, size_t stride) {
-        pa.release(start + size_t(n_cached_) * stride, start + size_t(used_) * stride);
+        pa.release(start + from * stride, start + size_t(used_) * stride);
       });
     used_ = n_cached_;
   }
@@ -924,7 +947,16 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
       for (int32_t u = 0; u < kv_units_; u++) {
         const size_t dst = size_t(u) * head_stride_ + size_t(base + j) * pos_stride_,
                      src = size_t(u) * head_stride_ + size_t(base + idx[j]) * pos_stride_;
-        std::memmove(c.k + dst, c.k + src, pos_stride_);
+        if (w_->kv_tiles) {
+          const int32_t ls = (base + idx[j]) % SPECINFER_KEY_TILE,
+                        ld = (base + j) % SPECINFER_KEY_TILE;
+          specinfer_key_tile_get(c.k + src - size_t(ls) * pos_stride_, ls, key_row_.data(),
+                                 w_->hp.head_dim);
+          specinfer_key_tile_put(c.k + dst - size_t(ld) * pos_stride_, ld, key_row_.data(),
+                                 w_->hp.head_dim);
+        } else {
+          std::memmove(c.k + dst, c.k + src, pos_stride_);
+        }
         std::memmove(c.v + dst, c.v + src, pos_stride_);
       }
       const size_t srow = w_->sketch_pos_bytes;

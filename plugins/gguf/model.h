@@ -94,6 +94,10 @@ struct ModelOptions {
   // the pages of those layers' keys and values that no query can see any more (Model::kv_truncate
   // says what that costs), when the host accepts a truncation that keeps less than asked.
   bool swa_full = false;
+  // Keys of a Q8_0 cache in tiles of 16 positions (specinfer_attention_args.k_tile), which the
+  // host's attention scores with 8-bit integer products, when the host reads them (and the cache
+  // is head-major). Off: rows, as values are kept.
+  bool kv_tiles = true;
 };
 
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
@@ -144,6 +148,9 @@ class Weights {
   // Caches are head-major (each kv head's rows of a layer one after another) when the host's
   // attention reads row strides; else rows back to back by position (the attention ABI's default).
   bool kv_head_major = false;
+  // Keys in tiles of 16 positions (ModelOptions::kv_tiles, a Q8_0 head-major cache, a host with
+  // SPECINFER_ATTN_KEY_TILES).
+  bool kv_tiles = false;
   // Sequences hand back their sliding-window layers' old keys and values (ModelOptions::swa_full
   // off, a sliding window, a host with SPECINFER_HOST_SHORT_TRUNCATE).
   bool swa_release = false;
@@ -284,7 +291,8 @@ class Model {
   std::shared_ptr<const Weights> w_;
   const specinfer_kernels *k_;
   int32_t n_cached_ = 0;
-  int32_t used_ = 0;  // positions written since the cache's pages were last handed back
+  std::vector<uint8_t> key_row_;  // one key head's Q8_0 row, on its way into or out of a tile
+  int32_t used_ = 0;              // positions written since the cache's pages were last handed back
   // Every layer's keys and values, reserved for the whole context at the first pass and resident
   // as far as positions were written.
   PageArray kv_;

@@ -54,6 +54,7 @@ struct Config {
   int32_t kv_type = -1;     // the KV cache's storage type; -1 = f16 (f32 without kv_store)
   SketchedAttention attn;   // attn=qjl and its sizes
   bool swa_full = false;    // keep every position in sliding-window layers
+  bool kv_tiles = true;     // a q8_0 cache's keys in tiles of 16 positions
 };
 
 std::string_view trim(std::string_view s) {
@@ -140,11 +141,16 @@ Config parse_config(const char *text) {
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'swa_full' needs 0 or 1, got '%s'",
              value.c_str());
       cfg.swa_full = value == "1";
+    } else if (key == "kv_tiles") {
+      if (value != "0" && value != "1")
+        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'kv_tiles' needs 0 or 1, got '%s'",
+             value.c_str());
+      cfg.kv_tiles = value == "1";
     } else {
       fail(
           SPECINFER_ERR_CONFIG,
           "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type, "
-          "attn, attn_bits, attn_keys, attn_window, attn_sink, swa_full)",
+          "attn, attn_bits, attn_keys, attn_window, attn_sink, swa_full, kv_tiles)",
           key.c_str());
     }
   }
@@ -359,6 +365,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     opt.kv_type = cfg.kv_type;
     opt.attn = cfg.attn;
     opt.swa_full = cfg.swa_full;
+    opt.kv_tiles = cfg.kv_tiles;
     l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
     l->tokenizer = Tokenizer::from_gguf(*l->file);
     const Hparams &hp = l->weights->hp;

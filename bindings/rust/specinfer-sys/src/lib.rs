@@ -325,6 +325,7 @@ pub struct specinfer_attention_args {
     pub k_head_stride: i64,
     pub v_pos_stride: i64,
     pub v_head_stride: i64,
+    pub k_tile: i32,
 }
 
 #[repr(C)]
@@ -404,6 +405,10 @@ pub struct specinfer_kernels {
 
 /// Bit of `specinfer_kernels::attention_features`: attention reads the row strides.
 pub const SPECINFER_ATTN_STRIDES: u32 = 1;
+/// Bit of `specinfer_kernels::attention_features`: attention reads `k_tile`.
+pub const SPECINFER_ATTN_KEY_TILES: u32 = 2;
+/// Positions per key tile (`specinfer_attention_args::k_tile`).
+pub const SPECINFER_KEY_TILE: i32 = 16;
 
 // Opaque: a weight matrix prepared by `pack_weight`.
 opaque!(specinfer_packed_weight);
