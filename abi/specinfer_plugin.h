@@ -146,8 +146,8 @@ typedef struct specinfer_attention_args {
  * bytes, group g holding values 4g .. 4g + 3 of each lane (lane l at bytes 32 + 64g + 4l ..), each
  * stored as its Q8_0 value plus 128 (an unsigned byte). A tile takes exactly the bytes of 16 Q8_0
  * rows. specinfer_key_tile_put writes lane `lane` of `tile` from one Q8_0 row (as kv_store writes
- * it); specinfer_key_tile_get reads it back. A target moves a key between slots by a get and a
- * put. */
+ * it); specinfer_key_tile_get reads it back; specinfer_key_tile_move copies lane `from` of one
+ * tile to lane `to` of another (or the same) tile, byte for byte. */
 static inline void specinfer_key_tile_put(unsigned char *tile, int lane, const unsigned char *row,
                                           int64_t head_dim) {
   for (int64_t b = 0; b < head_dim / 32; ++b) {
@@ -169,6 +169,18 @@ static inline void specinfer_key_tile_get(const unsigned char *tile, int lane, u
     dst[1] = blk[2 * lane + 1];
     for (int i = 0; i < 32; ++i)
       dst[2 + i] = (unsigned char)(blk[32 + 64 * (i / 4) + 4 * lane + i % 4] ^ 0x80u);
+  }
+}
+
+static inline void specinfer_key_tile_move(const unsigned char *src, int from, unsigned char *dst,
+                                           int to, int64_t head_dim) {
+  for (int64_t b = 0; b < head_dim / 32; ++b) {
+    const unsigned char *s = src + b * 544;
+    unsigned char *d = dst + b * 544;
+    d[2 * to] = s[2 * from];
+    d[2 * to + 1] = s[2 * from + 1];
+    for (int g = 0; g < 8; ++g)
+      for (int i = 0; i < 4; ++i) d[32 + 64 * g + 4 * to + i] = s[32 + 64 * g + 4 * from + i];
   }
 }
 

@@ -157,18 +157,6 @@ struct QuantRows {
   const int32_t *bias = nullptr;
 };
 
-// Lane `from` of a key tile into lane `to` of another: its scale and its 8 groups of four values
-// per block, as they are (specinfer_key_tile_get and _put would decode and encode each byte).
-void copy_lane(const uint8_t *src, int64_t from, uint8_t *dst, int64_t to, int64_t hd) {
-  for (int64_t b = 0; b < hd / kQK; ++b) {
-    const uint8_t *s = src + b * kKeyTileBlock;
-    uint8_t *d = dst + b * kKeyTileBlock;
-    std::memcpy(d + 2 * to, s + 2 * from, 2);
-    for (int g = 0; g < 8; ++g)
-      std::memcpy(d + 32 + 64 * g + 4 * to, s + 32 + 64 * g + 4 * from, 4);
-  }
-}
-
 // Scores of keys [b0, b0 + n) of view v for the nr query rows q (Q8_0 key tiles): runs of
 // consecutive slots straight from their tiles, listed slots gathered into a tile of their own.
 // Either way a key's score is the same bits.
@@ -191,7 +179,8 @@ void scores_tiled(const Call &c, const View &v, const QuantRows &q, int64_t nr, 
     gathered.resize(c.k_head_bytes * SPECINFER_KEY_TILE);
     for (int64_t i = 0; i < take; ++i) {
       const auto slot = int64_t(v.slot(t + i)), lane = slot % SPECINFER_KEY_TILE;
-      copy_lane(kb + size_t(slot - lane) * c.k_pos, lane, gathered.data(), i, hd);
+      specinfer_key_tile_move(kb + size_t(slot - lane) * c.k_pos, int(lane), gathered.data(),
+                              int(i), hd);
     }
     c.kern->scores_tile(q.qs, q.d, q.bias, nr, gathered.data(), hd, c.a->scale, 0, int(take), s + j,
                         kAttnBlock, s_max);
@@ -305,7 +294,7 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   const auto step = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t n, State s) {
     for (int64_t j = 0; j < n; ++j) {
       const auto slot = size_t(v.slot(b0 + j));
-      krows[j] = kb + slot * c.k_pos;  // unused for key tiles
+      if (!c.k_tiled) krows[j] = kb + slot * c.k_pos;
       vrows[j] = vb + slot * c.v_pos;
     }
     if (c.k_tiled)

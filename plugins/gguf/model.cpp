@@ -950,10 +950,8 @@ void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
         if (w_->kv_tiles) {
           const int32_t ls = (base + idx[j]) % SPECINFER_KEY_TILE,
                         ld = (base + j) % SPECINFER_KEY_TILE;
-          specinfer_key_tile_get(c.k + src - size_t(ls) * pos_stride_, ls, key_row_.data(),
-                                 w_->hp.head_dim);
-          specinfer_key_tile_put(c.k + dst - size_t(ld) * pos_stride_, ld, key_row_.data(),
-                                 w_->hp.head_dim);
+          specinfer_key_tile_move(c.k + src - size_t(ls) * pos_stride_, ls,
+                                  c.k + dst - size_t(ld) * pos_stride_, ld, w_->hp.head_dim);
         } else {
           std::memmove(c.k + dst, c.k + src, pos_stride_);
         }

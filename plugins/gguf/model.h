@@ -291,7 +291,7 @@ class Model {
   std::shared_ptr<const Weights> w_;
   const specinfer_kernels *k_;
   int32_t n_cached_ = 0;
-  std::vector<uint8_t> key_row_;  // one key head's Q8_0 row, on its way into or out of a tile
+  std::vector<uint8_t> key_row_;  // one key head's Q8_0 row, on its way into a tile
   int32_t used_ = 0;              // positions written since the cache's pages were last handed back
   // Every layer's keys and values, reserved for the whole context at the first pass and resident
   // as far as positions were written.
