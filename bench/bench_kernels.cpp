@@ -451,6 +451,7 @@ void BM_AttentionLong(benchmark::State &state) {
   const int32_t type = static_cast<int32_t>(state.range(1));
   const bool sketched = state.range(2) != 0;
   const int n_q = static_cast<int>(state.range(3));
+  const bool tiles = state.range(4) != 0;  // q8_0 keys in tiles of 16 (the gguf plugin's default)
   const int n_head = 12, n_head_kv = 2, hd = 128, n_layer = 28;
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
@@ -462,11 +463,19 @@ void BM_AttentionLong(benchmark::State &state) {
                srow = key_sketch_bytes(128) * n_head_kv;
   const size_t kv_bytes = head * n_head_kv, sk_bytes = sketched ? srow * size_t(n_kv) : 0;
   // Layer 0's cache is filled, then copied to the others (sketching every key is slow).
-  std::vector<uint8_t> k(kv_bytes * n_layer), v(k.size()), ks(sk_bytes * n_layer);
+  std::vector<uint8_t> k(kv_bytes * n_layer), v(k.size()), ks(sk_bytes * n_layer), key(row);
   for (int j = 0; j < n_kv; ++j) {
     for (auto &e : x) e = nd(rng);
-    for (int h = 0; h < n_head_kv; ++h)
-      kv_store(type, x.data() + h * hd, k.data() + h * head + size_t(j) * row, hd);
+    for (int h = 0; h < n_head_kv; ++h) {
+      uint8_t *at = k.data() + h * head + size_t(j) * row;
+      if (!tiles) {
+        kv_store(type, x.data() + h * hd, at, hd);
+        continue;
+      }
+      const int lane = j % SPECINFER_KEY_TILE;
+      kv_store(type, x.data() + h * hd, key.data(), hd);
+      specinfer_key_tile_put(at - size_t(lane) * row, lane, key.data(), hd);
+    }
     if (sketched) key_sketch(x.data(), n_head_kv, hd, 128, ks.data() + size_t(j) * srow);
     for (auto &e : x) e = nd(rng);
     for (int h = 0; h < n_head_kv; ++h)
@@ -486,6 +495,7 @@ void BM_AttentionLong(benchmark::State &state) {
     a.k_type = a.v_type = type;
     a.k_pos_stride = a.v_pos_stride = int64_t(row);
     a.k_head_stride = a.v_head_stride = int64_t(head);
+    if (tiles) a.k_tile = SPECINFER_KEY_TILE;
     if (sketched) {
       a.k_sketch = ks.data() + l * sk_bytes;
       a.sketch_bits = 128;
@@ -501,11 +511,19 @@ void BM_AttentionLong(benchmark::State &state) {
     });
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(wtype_name(type)) + (sketched ? " qjl" : " exact") + ", 28 layers");
+  state.SetLabel(std::string(wtype_name(type)) + (tiles ? " tiles" : "") +
+                 (sketched ? " qjl" : " exact") + ", 28 layers");
 }
 BENCHMARK(BM_AttentionLong)
-    ->ArgsProduct({{16384, 32768}, {SPECINFER_WTYPE_F16, SPECINFER_WTYPE_Q8_0}, {0, 1}, {1, 5}})
-    ->ArgNames({"n_kv", "type", "qjl", "tok"})
+    ->Apply([](benchmark::internal::Benchmark *b) {
+      const int64_t f32 = SPECINFER_WTYPE_F32, f16 = SPECINFER_WTYPE_F16, q8 = SPECINFER_WTYPE_Q8_0;
+      const int64_t layouts[][2] = {{f32, 0}, {f16, 0}, {q8, 0}, {q8, 1}};
+      for (int64_t n_kv : {16384, 32768})
+        for (const auto &l : layouts)
+          for (int64_t qjl : {0, 1})
+            for (int64_t tok : {1, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
+    })
+    ->ArgNames({"n_kv", "type", "qjl", "tok", "tiles"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
