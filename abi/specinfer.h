@@ -521,6 +521,13 @@ typedef struct specinfer_session_params {
   float top_p;            /* 1 = off */
   float min_p;            /* 0 = off */
   uint64_t seed;          /* randomness for sampling and coupling; default 0 */
+  /* When a round finds the context window full: 0 (default) fails with CONTEXT_FULL; 1 shifts
+   * the context and goes on. A shift keeps the first n_keep tokens (and the first token when it
+   * is the model's bos), drops the older half of the rest and scores the kept tokens again, so
+   * that what follows is what a fresh session fed the kept tokens would generate (the same text
+   * with and without a drafter). The re-scoring costs a prefill of about half the window. */
+  int32_t context_shift;
+  int32_t n_keep; /* >= 0; default 0. A shift that would drop nothing fails with CONTEXT_FULL */
 } specinfer_session_params;
 
 SPECINFER_API void specinfer_session_params_init(specinfer_session_params *params);
@@ -656,6 +663,8 @@ typedef struct specinfer_session_stats {
   double t_sample_ms;       /* time turning logits into distributions and coupling */
   double t_total_ms;        /* wall time of generate/step calls, prefill included */
   double tokens_per_second; /* n_generated / (t_total_ms - t_prefill_ms) */
+  int64_t n_context_shifts; /* context shifts (specinfer_session_params.context_shift); the
+                               kept text's scoring counts in t_prefill_ms */
 } specinfer_session_stats;
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
@@ -666,8 +675,8 @@ SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_sessi
 /* Forgets the text and the statistics; the session can be fed a new prompt. */
 SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session);
 
-/* The session's whole token sequence (prompt and generated). The pointer is valid until the next
- * call that changes the session. */
+/* The session's whole token sequence (prompt and generated; after a context shift, the tokens it
+ * kept). The pointer is valid until the next call that changes the session. */
 SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session *session,
                                                         const int32_t **tokens, size_t *n);
 

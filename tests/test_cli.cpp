@@ -204,6 +204,21 @@ void test_generate_stop(void **) {
   assert_string_equal(line.out.c_str(), " one\n");
 }
 
+void test_generate_context_shift(void **) {
+  // A 64-token window: generation stops with the context full, or goes on with --context-shift.
+  const std::vector<std::string> base = {
+      "generate", "--target", kgram(4) + ",n_ctx=64", "--prompt", "The ", "-n", "200"};
+  expect(base, 1, "the context window of 64 tokens is full", false);
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--context-shift", "--keep", "2", "--drafter", kgram(2)});
+  expect(args, 0, "context shifts", false);
+  const Result r = run(args);
+  assert_int_equal(r.status, 0);
+  assert_true(r.out.size() >= 200);  // one byte per token, and a newline
+  expect({"generate", "--target", kgram(4), "--prompt", "The ", "--keep", "-3"}, 2, "--keep",
+         false);
+}
+
 void test_bench_prompt_files(void **) {
   const std::string bad = g_dir + "/bad.jsonl", good = g_dir + "/good.jsonl",
                     chart = g_dir + "/chart.png";
@@ -275,6 +290,7 @@ int main(void) {
       cmocka_unit_test(test_usage_errors),
       cmocka_unit_test(test_option_forms),
       cmocka_unit_test(test_generate_stop),
+      cmocka_unit_test(test_generate_context_shift),
       cmocka_unit_test(test_bench_prompt_files),
       cmocka_unit_test(test_sketch_eval_synthetic),
   };

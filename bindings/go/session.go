@@ -25,6 +25,10 @@ type SessionParams struct {
 	TopP          float32
 	MinP          float32
 	Seed          uint64
+	// ContextShift: when the context window is full, drop the older half of the text after
+	// NKeep tokens and go on (else generation fails with ContextFull).
+	ContextShift bool
+	NKeep        int
 }
 
 // DefaultSessionParams returns the library's defaults.
@@ -34,6 +38,7 @@ func DefaultSessionParams() SessionParams {
 	return SessionParams{
 		MaxDraft: int(p.max_draft), AdaptiveDraft: p.adaptive_draft != 0, Temperature: float32(p.temperature),
 		TopK: int(p.top_k), TopP: float32(p.top_p), MinP: float32(p.min_p), Seed: uint64(p.seed),
+		ContextShift: p.context_shift != 0, NKeep: int(p.n_keep),
 	}
 }
 
@@ -42,6 +47,7 @@ type Stats struct {
 	NPromptTokens, NGenerated, NRounds, NTargetPasses, NDrafted, NAccepted int64
 	AcceptanceRate, MeanAccepted                                           float64
 	TPrefillMs, TDraftMs, TVerifyMs, TSampleMs, TTotalMs, TokensPerSecond  float64
+	NContextShifts                                                         int64 // their scoring counts in TPrefillMs
 }
 
 // Session generates text with a target, an optional drafter and an optional coupler.
@@ -70,6 +76,8 @@ func NewSession(target *Target, drafter *DrafterHandle, coupler *Coupler, params
 	p.top_p = C.float(params.TopP)
 	p.min_p = C.float(params.MinP)
 	p.seed = C.uint64_t(params.Seed)
+	p.context_shift = cbool(params.ContextShift)
+	p.n_keep = C.int32_t(params.NKeep)
 	var dp *C.specinfer_drafter
 	if drafter != nil {
 		if drafter.ptr == nil {
@@ -443,6 +451,7 @@ func (s *Session) Stats() (Stats, error) {
 		AcceptanceRate: float64(st.acceptance_rate), MeanAccepted: float64(st.mean_accepted),
 		TPrefillMs: float64(st.t_prefill_ms), TDraftMs: float64(st.t_draft_ms), TVerifyMs: float64(st.t_verify_ms),
 		TSampleMs: float64(st.t_sample_ms), TTotalMs: float64(st.t_total_ms), TokensPerSecond: float64(st.tokens_per_second),
+		NContextShifts: int64(st.n_context_shifts),
 	}, nil
 }
 

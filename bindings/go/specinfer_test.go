@@ -509,3 +509,31 @@ func TestNoHandleLeaks(t *testing.T) {
 		t.Fatalf("%d handles still live after GC", got)
 	}
 }
+
+func TestContextShiftGoesOnPastAFullWindow(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	tg := must(r.OpenTarget("kgram", "path="+corpus(t)+",k=4,n_ctx=64"))
+	defer tg.Close()
+	s := must(NewSession(tg, nil, nil, DefaultSessionParams()))
+	if err := s.FeedText(prompt); err != nil {
+		t.Fatal(err)
+	}
+	var e *Error
+	if _, err := s.Generate(200); !errors.As(err, &e) || e.Code != ContextFull {
+		t.Fatalf("a full window without context shift: %v", err)
+	}
+	s.Close()
+	p := DefaultSessionParams()
+	p.ContextShift, p.NKeep = true, 8
+	s = must(NewSession(tg, nil, nil, p))
+	defer s.Close()
+	if err := s.FeedText(prompt); err != nil {
+		t.Fatal(err)
+	}
+	must(s.Generate(200))
+	st := must(s.Stats())
+	if st.NGenerated != 200 || st.NContextShifts < 3 {
+		t.Fatalf("stats: %+v", st)
+	}
+}

@@ -425,6 +425,8 @@ SPECINFER_API void specinfer_session_params_init(specinfer_session_params *p) {
   p->top_p = 1.0f;
   p->min_p = 0.0f;
   p->seed = 0;
+  p->context_shift = 0;
+  p->n_keep = 0;
 }
 
 SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target,

@@ -55,6 +55,11 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   if (params_.max_draft < 0 || params_.max_draft > kMaxDraft)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "max_draft must be in [0, %d], got %d", kMaxDraft,
          params_.max_draft);
+  if (params_.context_shift != 0 && params_.context_shift != 1)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "context_shift must be 0 or 1, got %d",
+         params_.context_shift);
+  if (params_.n_keep < 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_keep must be >= 0, got %d", params_.n_keep);
   sampling_.temperature = params_.temperature;
   sampling_.top_k = params_.top_k;
   sampling_.top_p = params_.top_p;
@@ -153,8 +158,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
   if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
-  if (tokens_.size() >= static_cast<size_t>(n_ctx_))
-    fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
+  if (tokens_.size() >= static_cast<size_t>(n_ctx_)) shift_context();
   prefilling_ = false;
   if (prefill_chunk > 0) {  // at most one chunk of the prompt, in the caller's pass
     const auto t0 = Clock::now();
@@ -296,6 +300,27 @@ void Session::timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &don
     throw;
   }
   t_total_ += ms_since(t0);
+}
+
+// A full context window: without context_shift the end of generation (CONTEXT_FULL); with it,
+// the first n_keep tokens (and a leading bos) stay, the older half of the rest goes, and the next
+// catch-up scores what stays after them again (trim_cache keeps the cache's common prefix). The
+// drafter starts over from the kept text.
+void Session::shift_context() {
+  if (!params_.context_shift)
+    fail(SPECINFER_ERR_CONTEXT_FULL, "the context window of %d tokens is full", n_ctx_);
+  size_t keep = static_cast<size_t>(params_.n_keep);
+  if (keep == 0 && tokens_.front() == target_.info().bos_token) keep = 1;
+  const size_t discard = tokens_.size() > keep ? (tokens_.size() - keep) / 2 : 0;
+  if (discard == 0)
+    fail(SPECINFER_ERR_CONTEXT_FULL,
+         "the context window of %d tokens is full and n_keep %d leaves nothing to drop", n_ctx_,
+         params_.n_keep);
+  const auto first = tokens_.begin() + static_cast<std::ptrdiff_t>(keep);
+  tokens_.erase(first, first + static_cast<std::ptrdiff_t>(discard));
+  drafter_begun_ = false;
+  drafter_known_ = 0;
+  ++n_shifts_;
 }
 
 // The KV cache holds every token but the last (which a round scores) once kv_tokens_ reaches
@@ -623,7 +648,7 @@ void Session::reset() {
   drafter_begun_ = false;
   drafter_known_ = 0;
   lookahead_.reset();
-  n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = 0;
+  n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = n_shifts_ = 0;
   t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = 0;
 }
 
@@ -645,6 +670,7 @@ void Session::stats(specinfer_session_stats &s) const {
   o.t_total_ms = t_total_;
   double gen_ms = t_total_ - t_prefill_;
   o.tokens_per_second = gen_ms > 0 ? n_generated_ * 1000.0 / gen_ms : 0.0;
+  o.n_context_shifts = n_shifts_;
   std::memcpy(&s, &o, std::min<size_t>(s.struct_size, sizeof(o)));
 }
 

@@ -89,6 +89,7 @@ class Session {
   void end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds, int32_t pass_fixed,
                  double pass_draft_ms, std::vector<int32_t> &out, bool &done);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
+  void shift_context();
   void catch_up();
   size_t trim_cache();
   const specinfer_forward_batch &prefill_batch(size_t want, size_t chunk);
@@ -145,7 +146,7 @@ class Session {
 
   // statistics
   int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,
-          n_accepted_ = 0;
+          n_accepted_ = 0, n_shifts_ = 0;
   double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0;
 };
 

@@ -85,6 +85,11 @@ void add_run_options(CLI::App &app, RunOptions *o, int32_t min_tokens) {
   add_number(app, "--max-draft", o->max_draft, "most tokens drafted per round", "K", 0, 16);
   app.add_flag("--fixed-draft", o->fixed_draft,
                "always draft --max-draft tokens (no adaptive draft length)");
+  app.add_flag("--context-shift", o->context_shift,
+               "when the context window is full, drop the older half of the text after --keep "
+               "tokens and go on (else generation stops there)");
+  add_number(app, "--keep", o->n_keep, "tokens at the start a context shift keeps", "N", 0,
+             1 << 24);
   add_number(app, "--temp", o->temp, "temperature (0: greedy)", "T", 0.0, 100.0);
   add_number(app, "--top-k", o->top_k, "sample among the K most likely tokens (0: all)", "K", 0,
              1 << 24);
@@ -106,6 +111,8 @@ specinfer_session_params session_params(const RunOptions &o) {
   p.top_p = o.top_p;
   p.min_p = o.min_p;
   p.seed = o.seed;
+  p.context_shift = o.context_shift ? 1 : 0;
+  p.n_keep = o.n_keep;
   return p;
 }
 

@@ -61,6 +61,8 @@ struct RunOptions {
   int32_t max_tokens = 128;
   int32_t max_draft = 8;
   bool fixed_draft = false;
+  bool context_shift = false;
+  int32_t n_keep = 0;
   float temp = 0, top_p = 1, min_p = 0;
   int32_t top_k = 0;
   uint64_t seed = 0;

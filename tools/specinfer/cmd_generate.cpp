@@ -130,6 +130,9 @@ void print_stats(const char *label, const specinfer_session_stats &s) {
       s.n_rounds ? double(s.n_drafted) / double(s.n_rounds) : 0.0,
       s.n_rounds ? double(s.n_accepted) / double(s.n_rounds) : 0.0, label, s.t_prefill_ms,
       s.t_draft_ms, s.t_verify_ms, s.t_sample_ms, s.tokens_per_second);
+  if (s.n_context_shifts > 0)
+    std::fprintf(stderr, "[%s] context shifts %lld (their scoring counts as prefill)\n", label,
+                 (long long)s.n_context_shifts);
 }
 
 }  // namespace

@@ -267,3 +267,17 @@ def test_no_handle_leaks():
     forget()
     gc.collect()
     assert specinfer.live_handles() == base
+
+
+def test_context_shift_goes_on_past_a_full_window(registry):
+    target = registry.open_target("kgram", f"path={corpus()},k=4,n_ctx=64")
+    with specinfer.Session(target) as s:
+        s.feed_text(PROMPT)
+        with pytest.raises(SpecinferError) as e:
+            s.generate(200)
+        assert e.value.code == Code.CONTEXT_FULL
+    with specinfer.Session(target, context_shift=True, n_keep=8) as s:
+        s.feed_text(PROMPT)
+        s.generate(200)
+        st = s.stats()
+        assert st.n_generated == 200 and st.n_context_shifts >= 3

@@ -477,20 +477,25 @@ class Stats:
     t_sample_ms: float
     t_total_ms: float
     tokens_per_second: float
+    n_context_shifts: int
 
 
 class Session(_Handle):
     """Generates text with a target, an optional drafter (None: plain decoding) and an optional
-    coupler (None: greedy at temperature 0, else rejection sampling)."""
+    coupler (None: greedy at temperature 0, else rejection sampling). context_shift=True: when the
+    context window is full, the older half of the text after n_keep tokens is dropped and
+    generation goes on (else it fails with CONTEXT_FULL)."""
 
     def __init__(self, target, drafter=None, coupler=None, *, max_draft=None, adaptive_draft=None,
-                 temperature=None, top_k=None, top_p=None, min_p=None, seed=None, stop=None):
+                 temperature=None, top_k=None, top_p=None, min_p=None, seed=None, stop=None,
+                 context_shift=None, n_keep=None):
         p = _lib.SessionParamsC()
         lib.specinfer_session_params_init(byref(p))
         for k, v in dict(max_draft=max_draft, adaptive_draft=adaptive_draft, temperature=temperature,
-                         top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).items():
+                         top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, context_shift=context_shift,
+                         n_keep=n_keep).items():
             if v is not None:
-                setattr(p, k, int(v) if k == "adaptive_draft" else v)
+                setattr(p, k, int(v) if k in ("adaptive_draft", "context_shift") else v)
         out, msg = c_void_p(), c_void_p()
         _check_msg(lib.specinfer_session_create(target._raw(), drafter._raw() if drafter else None,
                                                 coupler._raw() if coupler else None, byref(p), byref(out),

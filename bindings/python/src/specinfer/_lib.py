@@ -70,7 +70,7 @@ class ModelInfoC(Structure):
 class SessionParamsC(Structure):
     _fields_ = [("struct_size", c_uint32), ("max_draft", c_int32), ("adaptive_draft", c_int32),
                 ("temperature", c_float), ("top_k", c_int32), ("top_p", c_float), ("min_p", c_float),
-                ("seed", c_uint64)]
+                ("seed", c_uint64), ("context_shift", c_int32), ("n_keep", c_int32)]
 
 
 class SessionStats(Structure):
@@ -78,7 +78,8 @@ class SessionStats(Structure):
                 ("n_rounds", c_int64), ("n_target_passes", c_int64), ("n_drafted", c_int64),
                 ("n_accepted", c_int64), ("acceptance_rate", c_double), ("mean_accepted", c_double),
                 ("t_prefill_ms", c_double), ("t_draft_ms", c_double), ("t_verify_ms", c_double),
-                ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double)]
+                ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double),
+                ("n_context_shifts", c_int64)]
 
 
 class StepResultC(Structure):

@@ -155,6 +155,8 @@ pub struct specinfer_session_params {
     pub top_p: f32,
     pub min_p: f32,
     pub seed: u64,
+    pub context_shift: i32,
+    pub n_keep: i32,
 }
 
 /// One session's part of `specinfer_session_step_many`.
@@ -236,6 +238,7 @@ pub struct specinfer_session_stats {
     pub t_sample_ms: f64,
     pub t_total_ms: f64,
     pub tokens_per_second: f64,
+    pub n_context_shifts: i64,
 }
 
 #[repr(C)]

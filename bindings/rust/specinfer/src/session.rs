@@ -22,6 +22,11 @@ pub struct SessionParams {
     pub top_p: f32,
     pub min_p: f32,
     pub seed: u64,
+    /// When the context window is full: drop the older half of the text after `n_keep` tokens
+    /// and go on (true), or fail with `ContextFull` (false, the default).
+    pub context_shift: bool,
+    /// Tokens at the start a context shift keeps.
+    pub n_keep: i32,
 }
 
 impl Default for SessionParams {
@@ -36,6 +41,8 @@ impl Default for SessionParams {
             top_p: p.top_p,
             min_p: p.min_p,
             seed: p.seed,
+            context_shift: p.context_shift != 0,
+            n_keep: p.n_keep,
         }
     }
 }
@@ -51,6 +58,8 @@ impl SessionParams {
         p.top_p = self.top_p;
         p.min_p = self.min_p;
         p.seed = self.seed;
+        p.context_shift = self.context_shift as i32;
+        p.n_keep = self.n_keep;
         p
     }
 }
@@ -72,6 +81,8 @@ pub struct Stats {
     pub t_sample_ms: f64,
     pub t_total_ms: f64,
     pub tokens_per_second: f64,
+    /// Context shifts (their scoring counts in `t_prefill_ms`).
+    pub n_context_shifts: i64,
 }
 
 /// What one round emitted ([`Session::step_many`]).
@@ -347,6 +358,7 @@ impl<'a> Session<'a> {
                 t_sample_ms: s.t_sample_ms,
                 t_total_ms: s.t_total_ms,
                 tokens_per_second: s.tokens_per_second,
+                n_context_shifts: s.n_context_shifts,
             })
         }
     }

@@ -340,3 +340,22 @@ fn handles_move_between_threads() {
     });
     assert_eq!(texts, vec![plain.clone(), plain]);
 }
+
+#[test]
+fn context_shift_goes_on_past_a_full_window() {
+    let reg = registry();
+    let mut target = reg.open_target("kgram", &format!("path={},k=4,n_ctx=64", corpus())).unwrap();
+    {
+        let mut s = Session::new(&mut target, None, None, &SessionParams::default()).unwrap();
+        s.feed_text(PROMPT).unwrap();
+        assert_eq!(s.generate(200).unwrap_err().code(), Code::ContextFull);
+    }
+    let params = SessionParams { context_shift: true, n_keep: 8, ..Default::default() };
+    let mut s = Session::new(&mut target, None, None, &params).unwrap();
+    s.feed_text(PROMPT).unwrap();
+    s.generate(200).unwrap();
+    let st = s.stats().unwrap();
+    assert_eq!(st.n_generated, 200);
+    assert!(st.n_context_shifts >= 3, "{st:?}");
+    assert!(s.tokens().unwrap().len() <= 64);
+}
