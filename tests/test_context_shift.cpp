@@ -3,8 +3,9 @@
 // scores the kept tokens again.
 //  - kgram target with a 64-token window: without the shift generation fails with CONTEXT_FULL
 //    once the window is full; with it 300 tokens come, in every mode (generate, step with a cap,
-//    step_many), the session's tokens never exceed the window, the statistics count the shifts,
-//    and prompt lookup drafting gives the same tokens as plain decoding.
+//    step_many scoring the kept text in chunks of 8), the session's tokens never exceed the window,
+//    the statistics count the shifts, and prompt lookup drafting gives the same tokens as plain
+//    decoding.
 //  - Bad parameters (context_shift 2, n_keep -1) are refused at creation; an n_keep that leaves
 //    nothing to drop is CONTEXT_FULL with a message when the window fills.
 //  - Qwen2.5-Coder 0.5B and Gemma 3 270M (skipped when absent), greedy, a 48-token window: the
@@ -97,7 +98,10 @@ Run run(specinfer_target *t, specinfer_drafter *d, const std::vector<int32_t> &p
         res.tokens = room.data();
         res.cap = cap;
         specinfer_session *one[1] = {s};
-        r.status = specinfer_session_step_many(one, &res, 1, nullptr);
+        specinfer_step_params sp;
+        specinfer_step_params_init(&sp);
+        sp.prefill_chunk = 8;  // the kept text scored again over several calls
+        r.status = specinfer_session_step_many(one, &res, 1, &sp);
         if (r.status == SPECINFER_OK) r.status = res.status;
         n = res.n_tokens;
         done = res.done;

@@ -578,11 +578,54 @@ void test_sliding_window_host(void **) {
   specinfer_registry_destroy(reg);
 }
 
+// kv_tiles' default follows attn: a q8_0 cache keeps its keys in tiles (the query rounded to 8 bits
+// for them) unless attn=qjl, whose picked keys are gathered faster from rows. Logits tell the
+// layouts apart: the default's equal those of the layout it names, bit for bit, and differ from
+// the other's.
+void test_kv_tiles_default(void **state) {
+  auto *fx = static_cast<Fixture *>(*state);
+  TinyConfig c;
+  c.n_embd = 128;  // head_dim 32: whole q8_0 blocks
+  const std::vector<uint8_t> bytes = make_tiny_model(c, nullptr);
+  const int n = 12;
+  std::vector<int32_t> toks(n), pos(n);
+  for (int i = 0; i < n; ++i) {
+    toks[size_t(i)] = 2 + (i * 5) % (c.n_vocab - 2);
+    pos[size_t(i)] = i;
+  }
+  auto logits = [&](const std::string &options) {
+    void *self = nullptr;
+    const specinfer_target_vtable *vt = nullptr;
+    specinfer_plugin_error err;
+    assert_int_equal(create_from(fx, bytes, ",kv_type=q8_0" + options, &self, &vt, &err),
+                     SPECINFER_OK);
+    std::vector<float> out(size_t(n) * size_t(c.n_vocab));
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = n;
+    b.tokens = toks.data();
+    b.positions = pos.data();
+    b.n_logits = n;
+    b.logits = out.data();
+    assert_int_equal(vt->forward(self, &b, &err), SPECINFER_OK);
+    vt->destroy(self);
+    return out;
+  };
+  const size_t bytes_n = size_t(n) * size_t(c.n_vocab) * sizeof(float);
+  const auto tiles = logits(",kv_tiles=1"), rows = logits(",kv_tiles=0");
+  assert_true(std::memcmp(tiles.data(), rows.data(), bytes_n) != 0);
+  assert_memory_equal(logits("").data(), tiles.data(), bytes_n);
+  const auto qjl = logits(",attn=qjl"), qjl_tiles = logits(",attn=qjl,kv_tiles=1");
+  assert_memory_equal(qjl.data(), logits(",attn=qjl,kv_tiles=0").data(), bytes_n);
+  assert_true(std::memcmp(qjl.data(), qjl_tiles.data(), bytes_n) != 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_target),
       cmocka_unit_test(test_chat_template),    cmocka_unit_test(test_qk_observer),
       cmocka_unit_test(test_shared_sequences), cmocka_unit_test(test_sliding_window_host),
+      cmocka_unit_test(test_kv_tiles_default),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -54,7 +54,9 @@ struct Config {
   int32_t kv_type = -1;     // the KV cache's storage type; -1 = f16 (f32 without kv_store)
   SketchedAttention attn;   // attn=qjl and its sizes
   bool swa_full = false;    // keep every position in sliding-window layers
-  bool kv_tiles = true;     // a q8_0 cache's keys in tiles of 16 positions
+  // A q8_0 cache's keys in tiles of 16 positions (1) or rows (0); -1: tiles unless attn=qjl, whose
+  // picked keys are gathered faster from rows than lane by lane from tiles.
+  int32_t kv_tiles = -1;
 };
 
 std::string_view trim(std::string_view s) {
@@ -145,7 +147,7 @@ Config parse_config(const char *text) {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'kv_tiles' needs 0 or 1, got '%s'",
              value.c_str());
-      cfg.kv_tiles = value == "1";
+      cfg.kv_tiles = value == "1" ? 1 : 0;
     } else {
       fail(
           SPECINFER_ERR_CONFIG,
@@ -365,7 +367,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
     opt.kv_type = cfg.kv_type;
     opt.attn = cfg.attn;
     opt.swa_full = cfg.swa_full;
-    opt.kv_tiles = cfg.kv_tiles;
+    opt.kv_tiles = cfg.kv_tiles < 0 ? !cfg.attn.on : cfg.kv_tiles == 1;
     l->weights = std::make_shared<const Weights>(*l->file, host, cfg.n_ctx, opt);
     l->tokenizer = Tokenizer::from_gguf(*l->file);
     const Hparams &hp = l->weights->hp;
