@@ -525,7 +525,8 @@ typedef struct specinfer_session_params {
    * the context and goes on. A shift keeps the first n_keep tokens (and the first token when it
    * is the model's bos), drops the older half of the rest and scores the kept tokens again, so
    * that what follows is what a fresh session fed the kept tokens would generate (the same text
-   * with and without a drafter). The re-scoring costs a prefill of about half the window. */
+   * with and without a drafter). The re-scoring costs a prefill of about half the window. Text
+   * fed past the window is accepted too, and the next round shifts as often as it takes. */
   int32_t context_shift;
   int32_t n_keep; /* >= 0; default 0. A shift that would drop nothing fails with CONTEXT_FULL */
 } specinfer_session_params;
@@ -548,7 +549,8 @@ SPECINFER_API const char *specinfer_session_errmsg(const specinfer_session *sess
 
 /* Appends prompt text (tokenized with the target's tokenizer; bos is added when the session is
  * empty and the model asks for it; special-token text is parsed). The target scores it at the next
- * generate/step call. Errors: INVALID_ARGUMENT, CONTEXT_FULL, PLUGIN. */
+ * generate/step call. Errors: INVALID_ARGUMENT, CONTEXT_FULL (the text would not fit the window,
+ * and the session does not shift its context), PLUGIN. */
 SPECINFER_API specinfer_status specinfer_session_feed_text(specinfer_session *session,
                                                            const char *text, size_t len);
 /* Appends prompt tokens (ids checked against the vocabulary). */

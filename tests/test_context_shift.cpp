@@ -6,6 +6,7 @@
 //    step_many scoring the kept text in chunks of 8), the session's tokens never exceed the window,
 //    the statistics count the shifts, and prompt lookup drafting gives the same tokens as plain
 //    decoding.
+//  - A prompt three times the window is fed whole and shifted until it fits.
 //  - Bad parameters (context_shift 2, n_keep -1) are refused at creation; an n_keep that leaves
 //    nothing to drop is CONTEXT_FULL with a message when the window fills.
 //  - Qwen2.5-Coder 0.5B and Gemma 3 270M (skipped when absent), greedy, a 48-token window: the
@@ -176,6 +177,15 @@ void test_kgram(void **) {
                    SPECINFER_ERR_INVALID_ARGUMENT);
   assert_non_null(std::strstr(err, "n_keep"));
   specinfer_free(err);
+  // A prompt longer than the window: fed whole, then shifted as often as it takes.
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += "/* Creates a session that generates with a target. */ ";
+  const std::vector<int32_t> longer = bytes(text.c_str());
+  assert_true(longer.size() > 3 * 64);
+  const Run shifted = run(e.target, nullptr, longer, 50, 1, 8);
+  assert_int_equal(shifted.status, SPECINFER_OK);
+  assert_int_equal(shifted.generated.size(), 50);
+  assert_true(shifted.shifts >= 3);
   const Run stuck = run(e.target, nullptr, prompt, 300, 1, 63);
   assert_int_equal(stuck.status, SPECINFER_ERR_CONTEXT_FULL);
   assert_non_null(std::strstr(stuck.error.c_str(), "n_keep 63"));

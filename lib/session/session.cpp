@@ -139,7 +139,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
     if (tokens[i] < 0 || tokens[i] >= vocab_)
       fail(SPECINFER_ERR_INVALID_ARGUMENT,
            "token %d at index %zu is outside the vocabulary (size %d)", tokens[i], i, vocab_);
-  if (tokens_.size() + n > static_cast<size_t>(n_ctx_))
+  if (!params_.context_shift && tokens_.size() + n > static_cast<size_t>(n_ctx_))
     fail(SPECINFER_ERR_CONTEXT_FULL,
          "the prompt (%zu tokens) does not fit the context window of %d", tokens_.size() + n,
          n_ctx_);
@@ -158,7 +158,7 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
   if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
-  if (tokens_.size() >= static_cast<size_t>(n_ctx_)) shift_context();
+  while (tokens_.size() >= static_cast<size_t>(n_ctx_)) shift_context();
   prefilling_ = false;
   if (prefill_chunk > 0) {  // at most one chunk of the prompt, in the caller's pass
     const auto t0 = Clock::now();
