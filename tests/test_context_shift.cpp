@@ -13,14 +13,13 @@
 //    tokens after the first shift equal those a fresh session fed the kept tokens generates (the
 //    cache really was scored again), for plain decoding and prompt lookup alike.
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "specinfer.h"
-#include "support/cmocka_setup.h"
 #include "support/models.h"
+#include "support/test_util.h"  // includes cmocka: last
 
 namespace {
 
@@ -32,17 +31,13 @@ struct Env {
 
 Env open_env(const char *plugin, const std::string &cfg) {
   Env e;
-  specinfer_registry_params p;
-  specinfer_registry_params_init(&p);
-  p.n_threads = 2;
+  e.reg = new_registry();
   char *err = nullptr;
-  assert_int_equal(specinfer_registry_create(&p, &e.reg, &err), SPECINFER_OK);
-  if (specinfer_target_open(e.reg, plugin, cfg.c_str(), &e.target, &err) != SPECINFER_OK ||
-      specinfer_drafter_open(e.reg, "ngram", "", e.target, &e.ngram, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "%s: %s\n", plugin, err ? err : "?");
-    specinfer_free(err);
-    fail();
-  }
+  const specinfer_status rc = specinfer_target_open(e.reg, plugin, cfg.c_str(), &e.target, &err);
+  if (rc != SPECINFER_OK) std::fprintf(stderr, "%s: %s\n", plugin, err ? err : "?");
+  assert_int_equal(rc, SPECINFER_OK);
+  specinfer_free(err);
+  e.ngram = open_drafter(e.reg, e.target, "ngram", "");
   return e;
 }
 
@@ -131,9 +126,7 @@ std::vector<int32_t> bytes(const char *text) {  // kgram: token id = byte
 }
 
 void test_kgram(void **) {
-  const char *src = std::getenv("SPECINFER_SOURCE_DIR");
-  Env e =
-      open_env("kgram", std::string("path=") + (src ? src : ".") + "/abi/specinfer.h,k=4,n_ctx=64");
+  Env e = open_env("kgram", kgram_config("abi/specinfer.h", "k=4,n_ctx=64"));
   const auto prompt = bytes("/* Creates a session that generates with ");
   const Run full = run(e.target, nullptr, prompt, 300, 0, 0);
   assert_int_equal(full.status, SPECINFER_ERR_CONTEXT_FULL);
