@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/attention.h"
 #include "specinfer_plugin.h"
@@ -106,7 +107,8 @@ void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd
   for (int h = 0; h < G; ++h) s_max[h] = m[h];
 }
 
-template <int T, int G>
+// Rows already in L1 (decoded values) skip the prefetches (PF false).
+template <int T, int G, bool PF = true>
 void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
                    int64_t hd, float *o) {
   for (int64_t b = 0; b < hd / 32; ++b)
@@ -118,7 +120,7 @@ void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows,
         acc[h][1] = _mm256_loadu_ps(o + h * hd + col + 8);
       }
       for (int64_t j = 0; j < n; ++j) {
-        if (b == 0 && half == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
+        if (PF && b == 0 && half == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
         __m256 x[2];
         load16<T>(rows[j], b, half, x);
         for (int h = 0; h < G; ++h) {
@@ -169,31 +171,69 @@ void scores_t(const float *q, int64_t g, const uint8_t *const *rows, int64_t n, 
   }
 }
 
+// Keys per decoded chunk: 32 rows of 128 floats stay in L1.
+constexpr int64_t kDecodeKeys = 32;
+
+// The n rows' values as floats (load16's, so the products are the same bits), one row of hd after
+// another in out, and out_rows pointing at them.
 template <int T>
+void decode_rows(const uint8_t *const *rows, int64_t n, int64_t hd, float *out,
+                 const uint8_t **out_rows) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
+    float *f = out + j * hd;
+    for (int64_t b = 0; b < hd / 32; ++b)
+      for (int half = 0; half < 2; ++half) {
+        __m256 x[2];
+        load16<T>(rows[j], b, half, x);
+        _mm256_storeu_ps(f + b * 32 + half * 16, x[0]);
+        _mm256_storeu_ps(f + b * 32 + half * 16 + 8, x[1]);
+      }
+    out_rows[j] = reinterpret_cast<const uint8_t *>(f);
+  }
+}
+
+template <int T, bool PF = true>
 void accumulate_t(const float *p, int64_t p_stride, int64_t g, const uint8_t *const *rows,
                   int64_t n, int64_t hd, float *o) {
+  if constexpr (T != kF32) {
+    // More heads than one pass takes (a verify pass's queries share each key): the values are
+    // decoded once, a chunk of keys at a time, instead of once per group of heads. Each head's
+    // sums run over the same products in the same order either way.
+    if (g > 6) {
+      thread_local std::vector<float> buf;
+      buf.resize(size_t(kDecodeKeys * hd));
+      const uint8_t *f[kDecodeKeys];
+      for (int64_t j0 = 0; j0 < n; j0 += kDecodeKeys) {
+        const int64_t m = n - j0 < kDecodeKeys ? n - j0 : kDecodeKeys;
+        decode_rows<T>(rows + j0, m, hd, buf.data(), f);
+        accumulate_t<kF32, false>(p + j0, p_stride, g, f, m, hd, o);
+      }
+      return;
+    }
+  }
   // Six heads' accumulators (12 registers) plus a row's 16 values and a weight fill the 16.
   for (int64_t h0 = 0; h0 < g; h0 += 6) {
     const float *ph = p + h0 * p_stride;
     float *oh = o + h0 * hd;
     switch (g - h0 < 6 ? g - h0 : 6) {
       case 1:
-        accumulate_tg<T, 1>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 1, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 2:
-        accumulate_tg<T, 2>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 2, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 3:
-        accumulate_tg<T, 3>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 3, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 4:
-        accumulate_tg<T, 4>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 4, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 5:
-        accumulate_tg<T, 5>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 5, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       default:
-        accumulate_tg<T, 6>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 6, PF>(ph, p_stride, rows, n, hd, oh);
         break;
     }
   }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/attention.h"
 #include "specinfer_plugin.h"
@@ -135,15 +136,16 @@ void scores_tg(const float *q, const uint8_t *const *rows, int64_t n, int64_t hd
 }
 
 // NB blocks of 32 columns per pass over the keys: each weight broadcast serves 2 * NB registers.
-template <int T, int G, int NB>
-void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
-                   int64_t hd, float *o) {
+// Rows already in L1 (decoded values) skip the prefetches (PF false).
+template <int T, int G, int NB, bool PF>
+void accumulate_tgb(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
+                    int64_t hd, float *o) {
   for (int64_t b = 0; b < hd / 32; b += NB) {
     __m512 acc[G][2 * NB];
     for (int h = 0; h < G; ++h)
       for (int i = 0; i < 2 * NB; ++i) acc[h][i] = _mm512_loadu_ps(o + h * hd + b * 32 + 16 * i);
     for (int64_t j = 0; j < n; ++j) {
-      if (b == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
+      if (PF && b == 0 && j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
       __m512 x[2 * NB];
       for (int i = 0; i < NB; ++i) load32<T>(rows[j], b + i, x + 2 * i);
       for (int h = 0; h < G; ++h) {
@@ -156,14 +158,35 @@ void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows,
   }
 }
 
-template <int T, int G>
+template <int T, int G, bool PF = true>
 void accumulate_tg(const float *p, int64_t p_stride, const uint8_t *const *rows, int64_t n,
                    int64_t hd, float *o) {
   // Up to six heads take 64 columns a pass (24 accumulators); more heads take 32.
   if (G <= 6 && hd % 64 == 0)
-    accumulate_tg<T, G, 2>(p, p_stride, rows, n, hd, o);
+    accumulate_tgb<T, G, 2, PF>(p, p_stride, rows, n, hd, o);
   else
-    accumulate_tg<T, G, 1>(p, p_stride, rows, n, hd, o);
+    accumulate_tgb<T, G, 1, PF>(p, p_stride, rows, n, hd, o);
+}
+
+// Keys per decoded chunk: 32 rows of 128 floats stay in L1.
+constexpr int64_t kDecodeKeys = 32;
+
+// The n rows' values as floats (load32's, so the products are the same bits), one row of hd after
+// another in out, and out_rows pointing at them.
+template <int T>
+void decode_rows(const uint8_t *const *rows, int64_t n, int64_t hd, float *out,
+                 const uint8_t **out_rows) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row<T>(rows[j + kAhead], hd);
+    float *f = out + j * hd;
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      __m512 x[2];
+      load32<T>(rows[j], b, x);
+      _mm512_storeu_ps(f + b * 32, x[0]);
+      _mm512_storeu_ps(f + b * 32 + 16, x[1]);
+    }
+    out_rows[j] = reinterpret_cast<const uint8_t *>(f);
+  }
 }
 
 template <int T>
@@ -201,37 +224,53 @@ void scores_t(const float *q, int64_t g, const uint8_t *const *rows, int64_t n, 
   }
 }
 
-template <int T>
+template <int T, bool PF = true>
 void accumulate_t(const float *p, int64_t p_stride, int64_t g, const uint8_t *const *rows,
                   int64_t n, int64_t hd, float *o) {
+  if constexpr (T != kF32) {
+    // More heads than one pass takes (a verify pass's queries share each key): the values are
+    // decoded once, a chunk of keys at a time, instead of once per group of heads. Each head's
+    // sums run over the same products in the same order either way.
+    if (g > 8) {
+      thread_local std::vector<float> buf;
+      buf.resize(size_t(kDecodeKeys * hd));
+      const uint8_t *f[kDecodeKeys];
+      for (int64_t j0 = 0; j0 < n; j0 += kDecodeKeys) {
+        const int64_t m = n - j0 < kDecodeKeys ? n - j0 : kDecodeKeys;
+        decode_rows<T>(rows + j0, m, hd, buf.data(), f);
+        accumulate_t<kF32, false>(p + j0, p_stride, g, f, m, hd, o);
+      }
+      return;
+    }
+  }
   // Eight heads' accumulators (16 registers) plus a block's 32 values and the weights.
   for (int64_t h0 = 0; h0 < g; h0 += 8) {
     const float *ph = p + h0 * p_stride;
     float *oh = o + h0 * hd;
     switch (g - h0 < 8 ? g - h0 : 8) {
       case 1:
-        accumulate_tg<T, 1>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 1, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 2:
-        accumulate_tg<T, 2>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 2, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 3:
-        accumulate_tg<T, 3>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 3, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 4:
-        accumulate_tg<T, 4>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 4, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 5:
-        accumulate_tg<T, 5>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 5, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 6:
-        accumulate_tg<T, 6>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 6, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       case 7:
-        accumulate_tg<T, 7>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 7, PF>(ph, p_stride, rows, n, hd, oh);
         break;
       default:
-        accumulate_tg<T, 8>(ph, p_stride, rows, n, hd, oh);
+        accumulate_tg<T, 8, PF>(ph, p_stride, rows, n, hd, oh);
         break;
     }
   }
