@@ -142,6 +142,27 @@ void test_softmax(void **) {
   set_active_isa(prev);
 }
 
+// The AVX-512 exp_sub_sum runs the AVX2 one's steps on sixteen lanes: the same values and sum, bit
+// for bit, at every length (whole and half vectors, scalar tails) and at the clamps.
+void test_exp_sub_sum_lanes(void **) {
+  if (!isa_available(Isa::avx512)) {
+    print_message("no AVX-512 on this CPU: skipped\n");
+    return;
+  }
+  std::mt19937 rng(11);
+  for (int64_t n = 0; n <= 70; ++n) {
+    auto x = randn(static_cast<size_t>(n), rng, 20.0f);
+    if (n > 5) x[5] = -INFINITY;
+    if (n > 9) x[9] = 300.0f;    // clamped at 88
+    if (n > 12) x[12] = -87.5f;  // below -87: exactly 0
+    auto a = x, b = x;
+    const float sa = vec_ops_avx2().exp_sub_sum(a.data(), 1.5f, n);
+    const float sb = vec_ops_avx512().exp_sub_sum(b.data(), 1.5f, n);
+    assert_memory_equal(&sa, &sb, sizeof sa);
+    if (n > 0) assert_memory_equal(a.data(), b.data(), a.size() * sizeof(float));
+  }
+}
+
 void test_silu_mul_add(void **) {
   std::mt19937 rng(4);
   const Isa prev = active_isa();
@@ -269,7 +290,7 @@ int main() {
       cmocka_unit_test(test_rmsnorm),          cmocka_unit_test(test_rope),
       cmocka_unit_test(test_rope_freqs),       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_silu_mul_add),     cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_attention_errors),
+      cmocka_unit_test(test_attention_errors), cmocka_unit_test(test_exp_sub_sum_lanes),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

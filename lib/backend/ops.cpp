@@ -42,7 +42,9 @@ const VecOps &vec_ops_scalar() noexcept {
 }
 
 const VecOps &vec_ops(Isa isa) noexcept {
-  return isa == Isa::scalar ? vec_ops_scalar() : vec_ops_avx2();
+  return isa == Isa::scalar ? vec_ops_scalar()
+         : isa == Isa::avx2 ? vec_ops_avx2()
+                            : vec_ops_avx512();
 }
 
 void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *y) noexcept {

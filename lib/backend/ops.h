@@ -23,7 +23,10 @@ struct VecOps {
 
 const VecOps &vec_ops_scalar() noexcept;
 const VecOps &vec_ops_avx2() noexcept;
-// The table of `isa` (AVX-512 machines use the AVX2 table for these memory-light kernels).
+// The AVX2 table with a sixteen-lane exp_sub_sum (same bits: ops_avx512.cpp); the other kernels
+// are memory-light and keep eight lanes.
+const VecOps &vec_ops_avx512() noexcept;
+// The table of `isa`.
 const VecOps &vec_ops(Isa isa) noexcept;
 
 // y = x / sqrt(mean(x^2) + eps) * w; w may be NULL (no scale); y may equal x. n <= 0: nothing.
