@@ -521,7 +521,7 @@ BENCHMARK(BM_AttentionLong)
       for (int64_t n_kv : {16384, 32768})
         for (const auto &l : layouts)
           for (int64_t qjl : {0, 1})
-            for (int64_t tok : {1, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
+            for (int64_t tok : {1, 2, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
     })
     ->ArgNames({"n_kv", "type", "qjl", "tok", "tiles"})
     ->Unit(benchmark::kMillisecond)
