@@ -560,7 +560,9 @@ BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseReal
 // exact one's (qjl<i>_kl), its median decode step against the exact one's (qjl<i>_ms, exact_ms)
 // and its prefill speed.
 //   SPECINFER_BENCH_KV_TYPES   the cache type (the first listed; default q8_0)
-//   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl")
+//   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl"); any
+//                              target options compare too, e.g. "kv_type=f16" (a config's kv_type
+//                              replaces the exact target's)
 // Run alone: --benchmark_filter=SketchedQuality (it prefills the depth once per target).
 void BM_SketchedQuality(benchmark::State &state) {
   if (!long_context_ready(state)) return;
@@ -587,11 +589,12 @@ void BM_SketchedQuality(benchmark::State &state) {
     return;
   }
   char *msg = nullptr;
-  const std::string base =
-      "path=" + path + ",n_ctx=" + std::to_string(depth + gen + 8) + ",kv_type=" + type;
+  const std::string base = "path=" + path + ",n_ctx=" + std::to_string(depth + gen + 8);
   std::vector<specinfer_target *> tg(nt, nullptr);
   for (size_t i = 0; i < nt && error.empty(); ++i) {
-    const std::string config = i == 0 ? base : base + "," + configs[i];
+    const bool own_type = ("," + configs[i]).find(",kv_type=") != std::string::npos;
+    const std::string config =
+        base + (own_type ? "" : ",kv_type=" + type) + (configs[i].empty() ? "" : "," + configs[i]);
     if (specinfer_target_open(reg, "gguf", config.c_str(), &tg[i], &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";
       specinfer_free(msg);

@@ -95,6 +95,12 @@ void test_config_errors(void **state) {
   assert_int_equal(create(fx, "path=" + fx->model_path + ",kv_type=q5_1", &self, &vt, &err),
                    SPECINFER_ERR_CONFIG);
   assert_non_null(std::strstr(err.message, "kv_type"));
+  // A key given twice is refused, not read as its last value.
+  assert_int_equal(
+      create(fx, "path=" + fx->model_path + ",kv_type=q8_0,kv_type=f16", &self, &vt, &err),
+      SPECINFER_ERR_CONFIG);
+  assert_non_null(std::strstr(err.message, "'kv_type' given twice"));
+  assert_null(self);
   for (const char *bad :
        {",attn=sparse", ",attn=qjl,attn_bits=48", ",attn=qjl,attn_bits=2048",
         ",attn=qjl,attn_keys=0", ",attn=qjl,attn_window=-1", ",attn=qjl,attn_sink=x"}) {

@@ -1,5 +1,6 @@
 // The gguf plugin: a target factory over GGUF transformer models. This file is the ABI seam: every
 // vtable function catches all exceptions and turns them into a status plus message.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -77,6 +78,7 @@ int32_t int_value(const std::string &key, const std::string &value, long lo, lon
 
 Config parse_config(const char *text) {
   Config cfg;
+  std::vector<std::string> seen;
   std::string_view rest = text ? text : "";
   while (!rest.empty()) {
     size_t comma = rest.find(',');
@@ -89,6 +91,9 @@ Config parse_config(const char *text) {
            item.data());
     std::string key(trim(item.substr(0, eq)));
     std::string value(trim(item.substr(eq + 1)));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' given twice", key.c_str());
+    seen.push_back(key);
     if (key == "path") {
       if (value.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is empty");
       cfg.path = value;

@@ -44,7 +44,7 @@ std::string join_config(const std::vector<Kv> &kvs) {
   return out;
 }
 
-// The last value of `key`, as the plugins read a key given twice.
+// The value of `key` (the last one should it repeat; the plugin then refuses the config).
 const Kv *find(const std::vector<Kv> &kvs, const std::string &key) {
   for (auto it = kvs.rbegin(); it != kvs.rend(); ++it)
     if (it->key == key) return &*it;
