@@ -554,6 +554,12 @@ def test_model_options_refused():
         assert out.returncode == 2 and words in out.stderr, (args, out.stderr)
     out = run("--model", "a=/nonexistent.gguf")
     assert out.returncode == 1 and "/nonexistent.gguf" in out.stderr
+    # A key given twice reaches the plugin as given, which refuses it.
+    out = run("--model", "a=gguf:path=/nonexistent.gguf,n_ctx=64,n_ctx=128")
+    assert out.returncode == 1 and "'n_ctx' given twice" in out.stderr, out.stderr
+    gemma = model_path(GEMMA)  # a drafter repeating a key, its last path a served model's
+    out = run("--model", f"a={gemma}", "--drafter", f"a=draft-model:path=/other.gguf,path={gemma}")
+    assert out.returncode == 1 and "'path' given twice" in out.stderr, out.stderr
 
 
 QWEN15 = "qwen2.5-coder-1.5b.gguf"

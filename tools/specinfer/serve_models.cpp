@@ -51,6 +51,14 @@ const Kv *find(const std::vector<Kv> &kvs, const std::string &key) {
   return nullptr;
 }
 
+// True when some key appears more than once (the plugin refuses such a config).
+bool repeats_a_key(const std::vector<Kv> &kvs) {
+  for (size_t i = 0; i < kvs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (kvs[j].key == kvs[i].key) return true;
+  return false;
+}
+
 bool same_file(const std::string &a, const std::string &b) {
   if (a == b) return true;
   std::error_code ec;
@@ -201,16 +209,17 @@ bool read_models(const ModelOptions &o, std::vector<ModelSpec> *out, std::string
 
 std::vector<std::string> share_draft_models(std::vector<ModelSpec> *models) {
   // Every served model whose config draft-model could write is written as draft-model writes it,
-  // so that two names for one model, and a drafter's draft model, open the same config.
+  // so that two names for one model, and a drafter's draft model, open the same config. One that
+  // repeats a key stays as given, for its plugin to refuse, rather than keep one of the values.
   std::vector<bool> canonical(models->size(), false);
   for (size_t i = 0; i < models->size(); ++i) {
     ModelSpec &s = (*models)[i];
     std::string plugin, config;
     cli::split_spec(s.target, &plugin, &config);
     const std::vector<Kv> kvs = parse_config(config);
-    if (!find(kvs, "path") || !std::all_of(kvs.begin(), kvs.end(), [](const Kv &kv) {
-          return is_draft_target_key(kv.key);
-        }))
+    if (!find(kvs, "path") || repeats_a_key(kvs) ||
+        !std::all_of(kvs.begin(), kvs.end(),
+                     [](const Kv &kv) { return is_draft_target_key(kv.key); }))
       continue;
     std::vector<Kv> out;
     for (const char *key : kDraftTargetKeys) {
@@ -232,6 +241,7 @@ std::vector<std::string> share_draft_models(std::vector<ModelSpec> *models) {
     cli::split_spec(m.drafter, &dplugin, &dconfig);
     if (dplugin != "draft-model") continue;
     const std::vector<Kv> draft = parse_config(dconfig);
+    if (repeats_a_key(draft)) continue;  // left for draft-model to refuse
     const Kv *p = find(draft, "plugin");
     const std::string model_plugin = p ? p->value : "gguf";
     const Kv *dpath = find(draft, "path");
