@@ -132,11 +132,21 @@ typedef struct specinfer_attention_args {
    * set. The whole tile of position n_kv - 1 must be readable; lanes past the keys attended to
    * are read and ignored. */
   int32_t k_tile;
+  /* Added after k_tile (read only if struct_size covers it; a host reads it only if its kernel
+   * table's attention_features has SPECINFER_ATTN_RESCORE). Sketched attention only: 0 (or at
+   * most n_select) = the n_select keys of largest sketch estimate, as above. Larger = the
+   * n_rescore keys of largest sketch estimate are candidates, each scored exactly (as exact
+   * attention scores it, in k_type and k_tile's layout), and the n_select among them whose exact
+   * score comes closest to the largest exact score of one of the query heads that share the key
+   * head are attended to. Exact scores on a few thousand candidates cost little beside the
+   * sketches and catch the keys that a 1-bit estimate ranks too low. */
+  int32_t n_rescore;
 } specinfer_attention_args;
 
 /* Bits of specinfer_kernels.attention_features. */
 #define SPECINFER_ATTN_STRIDES 1u   /* attention reads k_pos_stride .. v_head_stride */
 #define SPECINFER_ATTN_KEY_TILES 2u /* attention reads k_tile */
+#define SPECINFER_ATTN_RESCORE 4u   /* attention reads n_rescore */
 
 /* Positions per key tile (specinfer_attention_args.k_tile). */
 #define SPECINFER_KEY_TILE 16

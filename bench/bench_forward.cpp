@@ -563,6 +563,7 @@ BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseReal
 //   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl"); any
 //                              target options compare too, e.g. "kv_type=f16" (a config's kv_type
 //                              replaces the exact target's)
+//   SPECINFER_BENCH_EXACT      the exact target's own options (default none), e.g. "kv_tiles=0"
 // Run alone: --benchmark_filter=SketchedQuality (it prefills the depth once per target).
 void BM_SketchedQuality(benchmark::State &state) {
   if (!long_context_ready(state)) return;
@@ -593,8 +594,9 @@ void BM_SketchedQuality(benchmark::State &state) {
   std::vector<specinfer_target *> tg(nt, nullptr);
   for (size_t i = 0; i < nt && error.empty(); ++i) {
     const bool own_type = ("," + configs[i]).find(",kv_type=") != std::string::npos;
+    const std::string own = i == 0 ? env_or("SPECINFER_BENCH_EXACT", "") : configs[i];
     const std::string config =
-        base + (own_type ? "" : ",kv_type=" + type) + (configs[i].empty() ? "" : "," + configs[i]);
+        base + (own_type ? "" : ",kv_type=" + type) + (own.empty() ? "" : "," + own);
     if (specinfer_target_open(reg, "gguf", config.c_str(), &tg[i], &msg) != SPECINFER_OK) {
       error = msg ? msg : "target_open failed";
       specinfer_free(msg);

@@ -442,8 +442,9 @@ BENCHMARK(BM_Attention)
 
 // Decode (tok=1) or verify (tok=5) attention over a long cache through all 28 layers of
 // Qwen2.5-Coder-1.5B's shape (12 query heads on 2 kv heads of 128; each layer its own cache, so
-// that they stream from memory as in the model rather than sit in the L3 cache), exact or sketched
-// (attn=qjl's defaults: 128 bits, 1024 keys picked, a window of 256 and 4 sinks), in the cache
+// that they stream from memory as in the model rather than sit in the L3 cache), exact (qjl:0) or
+// sketched (128 bits, 1024 keys picked, a window of 256 and 4 sinks; qjl:1 picks by the estimate
+// alone, qjl:2 among 4096 candidates rescored exactly, attn=qjl's defaults), in the cache
 // types the gguf plugin offers. The time is per pass (tok tokens):
 //   ./bench_kernels --benchmark_filter=AttentionLong
 void BM_AttentionLong(benchmark::State &state) {
@@ -502,6 +503,7 @@ void BM_AttentionLong(benchmark::State &state) {
       a.n_select = 1024;
       a.n_window = 256;
       a.n_sink = 4;
+      a.n_rescore = state.range(2) == 2 ? 4096 : 0;
     }
     args.push_back(a);
   }
@@ -512,7 +514,8 @@ void BM_AttentionLong(benchmark::State &state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(std::string(wtype_name(type)) + (tiles ? " tiles" : "") +
-                 (sketched ? " qjl" : " exact") + ", 28 layers");
+                 (sketched ? state.range(2) == 2 ? " qjl rescored" : " qjl" : " exact") +
+                 ", 28 layers");
 }
 BENCHMARK(BM_AttentionLong)
     ->Apply([](benchmark::internal::Benchmark *b) {
@@ -520,7 +523,7 @@ BENCHMARK(BM_AttentionLong)
       const int64_t layouts[][2] = {{f32, 0}, {f16, 0}, {q8, 0}, {q8, 1}};
       for (int64_t n_kv : {16384, 32768})
         for (const auto &l : layouts)
-          for (int64_t qjl : {0, 1})
+          for (int64_t qjl : {0, 1, 2})
             for (int64_t tok : {1, 2, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
     })
     ->ArgNames({"n_kv", "type", "qjl", "tok", "tiles"})

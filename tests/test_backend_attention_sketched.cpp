@@ -6,8 +6,9 @@
 //  - every scorer gives the scalar scorer's scores bit for bit (so the same keys are picked);
 //  - a query that sees no more than sink + select + window keys gets exact attention, bit for bit;
 //  - beyond that, the result equals, bit for bit, exact attention over the keys the test picks
-//    itself (first sink, last window, select largest scores, ties to the earlier key), and a few
-//    planted keys with large q.k are always among them;
+//    itself (first sink, last window, select largest scores, ties to the earlier key; with
+//    n_rescore, the select of largest exact score among the n_rescore of largest estimate), and a
+//    few planted keys with large q.k are always among them;
 //  - a tree node's result equals, bit for bit, the causal call over the rows and sketches it sees
 //    gathered in order (plain decoding of its path): speculation stays exact;
 //  - bad sizes and inputs are refused with a status.
@@ -113,6 +114,7 @@ void test_scorers_agree(void **) {
 struct Shape {
   int H = 12, Hkv = 2, hd = 128;
   int32_t bits = 128, select = 40, window = 16, sink = 4;
+  int32_t rescore = 0;  // n_rescore
 };
 
 specinfer_attention_args sketched_args(const Shape &s, int n_q, int n_kv, const float *q,
@@ -125,11 +127,14 @@ specinfer_attention_args sketched_args(const Shape &s, int n_q, int n_kv, const 
   a.n_select = s.select;
   a.n_window = s.window;
   a.n_sink = s.sink;
+  a.n_rescore = s.rescore;
   return a;
 }
 
-// The rows (positions) of kv head kvh that the query attends to, picked from the scalar scores.
-std::vector<int> pick(const Shape &s, const float *q, int kvh, int n_vis, const uint8_t *ks) {
+// The rows (positions) of kv head kvh that the query attends to, picked from the scalar scores
+// (and with s.rescore, among the candidates they give, from exact scores).
+std::vector<int> pick(const Shape &s, const float *q, const float *k, int kvh, int n_vis,
+                      const uint8_t *ks) {
   const int total = s.sink + s.select + s.window, g = s.H / s.Hkv;
   std::vector<int> rows;
   if (n_vis <= total) {
@@ -149,6 +154,29 @@ std::vector<int> pick(const Shape &s, const float *q, int kvh, int n_vis, const 
   std::sort(cand.begin(), cand.end(), [](const auto &x, const auto &y) {
     return x.first != y.first ? x.first > y.first : x.second < y.second;
   });
+  if (s.rescore > s.select) {
+    // The candidates rescored by the active instruction set's exact kernel: each key's largest
+    // score less its head's largest over the candidates.
+    cand.resize(std::min(cand.size(), size_t(s.rescore)));
+    const AttnKernels &kern = attn_kernels(active_isa());
+    std::vector<float> sc(cand.size() * size_t(g)), best(size_t(g), -INFINITY);
+    for (size_t i = 0; i < cand.size(); ++i) {
+      const auto *row = reinterpret_cast<const uint8_t *>(
+          k + (size_t(cand[i].second) * s.Hkv + size_t(kvh)) * s.hd);
+      float mx[64];
+      kern.scores(SPECINFER_WTYPE_F32, q + kvh * g * s.hd, g, &row, 1, s.hd,
+                  1.0f / std::sqrt(float(s.hd)), sc.data() + i * size_t(g), 1, mx);
+      for (int h = 0; h < g; ++h) best[size_t(h)] = std::max(best[size_t(h)], mx[h]);
+    }
+    for (size_t i = 0; i < cand.size(); ++i) {
+      float e = -INFINITY;
+      for (int h = 0; h < g; ++h) e = std::max(e, sc[i * size_t(g) + size_t(h)] - best[size_t(h)]);
+      cand[i].first = e;
+    }
+    std::sort(cand.begin(), cand.end(), [](const auto &x, const auto &y) {
+      return x.first != y.first ? x.first > y.first : x.second < y.second;
+    });
+  }
   for (int j = 0; j < s.sink; ++j) rows.push_back(j);
   for (int i = 0; i < s.select; ++i) rows.push_back(cand[size_t(i)].second);
   for (int j = n_vis - s.window; j < n_vis; ++j) rows.push_back(j);
@@ -162,53 +190,58 @@ void test_against_picked(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   Shape s;
   const int g = s.H / s.Hkv;
-  for (const int n_kv : {50, 60, 61, 700, 1500, 5000}) {
-    const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
-    auto q = randn(size_t(s.H) * s.hd, rng, 0.3f);
-    auto k = randn(nk, rng), v = randn(nk, rng);
-    // Planted keys: for kv head 0, positions close to 3 * query head 0 (a large q.k).
-    const std::vector<int> planted = {7, n_kv / 3, n_kv / 2 + 1};
-    if (n_kv > 100)
-      for (const int p : planted)
-        for (int d = 0; d < s.hd; ++d) k[(size_t(p) * s.Hkv) * s.hd + size_t(d)] = 3 * q[size_t(d)];
-    const auto ks = sketches(k, s.hd, s.bits);
-    std::vector<float> ref(q.size());
-    auto exact_args =
-        attention_args(1, s.H, s.Hkv, s.hd, n_kv, q.data(), k.data(), v.data(), ref.data());
-    for (const Isa isa : isas()) {
-      set_active_isa(isa);
-      std::vector<float> out(q.size());
-      const auto a = sketched_args(s, 1, n_kv, q.data(), k.data(), v.data(), ks.data(), out.data());
-      assert_int_equal(kt->attention(&a), SPECINFER_OK);
-      assert_int_equal(kt->attention(&exact_args), SPECINFER_OK);
-      if (n_kv <= s.sink + s.select + s.window) {
-        assert_memory_equal(out.data(), ref.data(), out.size() * 4);
-        continue;
-      }
-      for (int kvh = 0; kvh < s.Hkv; ++kvh) {
-        const auto rows = pick(s, q.data(), kvh, n_kv, ks.data());
-        if (kvh == 0 && n_kv > 100)
-          for (const int p : planted)
-            assert_true(std::find(rows.begin(), rows.end(), p) != rows.end());
-        // Exact attention over the picked rows gathered, for this kv head's query heads.
-        std::vector<float> gk, gv;
-        for (const int r : rows) {
-          const size_t at = (size_t(r) * s.Hkv + size_t(kvh)) * s.hd;
-          gk.insert(gk.end(), k.begin() + long(at), k.begin() + long(at + s.hd));
-          gv.insert(gv.end(), v.begin() + long(at), v.begin() + long(at + s.hd));
+  // Rescored: 200 candidates, and every key a candidate (the exact top keys).
+  for (const int32_t rescore : {0, 200, 1 << 20})
+    for (const int n_kv : {50, 60, 61, 700, 1500, 5000}) {
+      s.rescore = rescore;
+      const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
+      auto q = randn(size_t(s.H) * s.hd, rng, 0.3f);
+      auto k = randn(nk, rng), v = randn(nk, rng);
+      // Planted keys: for kv head 0, positions close to 3 * query head 0 (a large q.k).
+      const std::vector<int> planted = {7, n_kv / 3, n_kv / 2 + 1};
+      if (n_kv > 100)
+        for (const int p : planted)
+          for (int d = 0; d < s.hd; ++d)
+            k[(size_t(p) * s.Hkv) * s.hd + size_t(d)] = 3 * q[size_t(d)];
+      const auto ks = sketches(k, s.hd, s.bits);
+      std::vector<float> ref(q.size());
+      auto exact_args =
+          attention_args(1, s.H, s.Hkv, s.hd, n_kv, q.data(), k.data(), v.data(), ref.data());
+      for (const Isa isa : isas()) {
+        set_active_isa(isa);
+        std::vector<float> out(q.size());
+        const auto a =
+            sketched_args(s, 1, n_kv, q.data(), k.data(), v.data(), ks.data(), out.data());
+        assert_int_equal(kt->attention(&a), SPECINFER_OK);
+        assert_int_equal(kt->attention(&exact_args), SPECINFER_OK);
+        if (n_kv <= s.sink + s.select + s.window) {
+          assert_memory_equal(out.data(), ref.data(), out.size() * 4);
+          continue;
         }
-        std::vector<float> got(size_t(g) * s.hd);
-        const auto b =
-            attention_args(1, g, 1, s.hd, int(rows.size()), q.data() + size_t(kvh) * g * s.hd,
-                           gk.data(), gv.data(), got.data());
-        assert_int_equal(kt->attention(&b), SPECINFER_OK);
-        if (std::memcmp(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4) != 0)
-          print_error("%s n_kv %d kv head %d: not attention over the picked keys\n", isa_name(isa),
-                      n_kv, kvh);
-        assert_memory_equal(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4);
+        for (int kvh = 0; kvh < s.Hkv; ++kvh) {
+          const auto rows = pick(s, q.data(), k.data(), kvh, n_kv, ks.data());
+          if (kvh == 0 && n_kv > 100)
+            for (const int p : planted)
+              assert_true(std::find(rows.begin(), rows.end(), p) != rows.end());
+          // Exact attention over the picked rows gathered, for this kv head's query heads.
+          std::vector<float> gk, gv;
+          for (const int r : rows) {
+            const size_t at = (size_t(r) * s.Hkv + size_t(kvh)) * s.hd;
+            gk.insert(gk.end(), k.begin() + long(at), k.begin() + long(at + s.hd));
+            gv.insert(gv.end(), v.begin() + long(at), v.begin() + long(at + s.hd));
+          }
+          std::vector<float> got(size_t(g) * s.hd);
+          const auto b =
+              attention_args(1, g, 1, s.hd, int(rows.size()), q.data() + size_t(kvh) * g * s.hd,
+                             gk.data(), gv.data(), got.data());
+          assert_int_equal(kt->attention(&b), SPECINFER_OK);
+          if (std::memcmp(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4) != 0)
+            print_error("%s n_kv %d kv head %d rescore %d: not attention over the picked keys\n",
+                        isa_name(isa), n_kv, kvh, rescore);
+          assert_memory_equal(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4);
+        }
       }
     }
-  }
   set_active_isa(prev);
 }
 
@@ -218,41 +251,44 @@ void test_tree_mask(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   Shape s;
   s.window = 3;  // smaller than the tree's depth: its nodes are scored and picked too
-  const int n_prefix = 900, n_q = 10, n_kv = n_prefix + n_q;
-  const int parent[n_q] = {-1, 0, 0, 1, 1, 2, 3, 3, 6, 8};
-  std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
-  for (int b = 0; b < n_q; ++b) {
-    std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
-    for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
-  }
-  const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
-  const auto q = randn(size_t(n_q) * s.H * s.hd, rng, 0.5f);
-  const auto k = randn(nk, rng), v = randn(nk, rng);
-  const auto ks = sketches(k, s.hd, s.bits);
-  const size_t pos_f = size_t(s.Hkv) * s.hd, pos_s = key_sketch_bytes(s.bits) * s.Hkv;
-  for (const Isa isa : isas()) {
-    set_active_isa(isa);
-    std::vector<float> tree(q.size());
-    const auto a = sketched_args(s, n_q, n_kv, q.data(), k.data(), v.data(), ks.data(), tree.data(),
-                                 mask.data());
-    assert_int_equal(kt->attention(&a), SPECINFER_OK);
+  for (const int32_t rescore : {0, 300}) {
+    s.rescore = rescore;
+    const int n_prefix = 900, n_q = 10, n_kv = n_prefix + n_q;
+    const int parent[n_q] = {-1, 0, 0, 1, 1, 2, 3, 3, 6, 8};
+    std::vector<uint8_t> mask(size_t(n_q) * n_kv, 0);
     for (int b = 0; b < n_q; ++b) {
-      std::vector<float> gk, gv;
-      std::vector<uint8_t> gs;
-      for (int j = 0; j < n_kv; ++j)
-        if (mask[size_t(b) * n_kv + j]) {
-          gk.insert(gk.end(), k.begin() + long(j * pos_f), k.begin() + long((j + 1) * pos_f));
-          gv.insert(gv.end(), v.begin() + long(j * pos_f), v.begin() + long((j + 1) * pos_f));
-          gs.insert(gs.end(), ks.begin() + long(j * pos_s), ks.begin() + long((j + 1) * pos_s));
-        }
-      const int n_vis = int(gk.size() / pos_f);
-      std::vector<float> one(size_t(s.H) * s.hd);
-      const auto c = sketched_args(s, 1, n_vis, q.data() + size_t(b) * s.H * s.hd, gk.data(),
-                                   gv.data(), gs.data(), one.data());
-      assert_int_equal(kt->attention(&c), SPECINFER_OK);
-      if (std::memcmp(one.data(), tree.data() + size_t(b) * s.H * s.hd, one.size() * 4) != 0)
-        print_error("%s: tree node %d differs from its plain-decoding call\n", isa_name(isa), b);
-      assert_memory_equal(one.data(), tree.data() + size_t(b) * s.H * s.hd, one.size() * 4);
+      std::memset(mask.data() + size_t(b) * n_kv, 1, n_prefix);
+      for (int a = b; a >= 0; a = parent[a]) mask[size_t(b) * n_kv + n_prefix + a] = 1;
+    }
+    const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
+    const auto q = randn(size_t(n_q) * s.H * s.hd, rng, 0.5f);
+    const auto k = randn(nk, rng), v = randn(nk, rng);
+    const auto ks = sketches(k, s.hd, s.bits);
+    const size_t pos_f = size_t(s.Hkv) * s.hd, pos_s = key_sketch_bytes(s.bits) * s.Hkv;
+    for (const Isa isa : isas()) {
+      set_active_isa(isa);
+      std::vector<float> tree(q.size());
+      const auto a = sketched_args(s, n_q, n_kv, q.data(), k.data(), v.data(), ks.data(),
+                                   tree.data(), mask.data());
+      assert_int_equal(kt->attention(&a), SPECINFER_OK);
+      for (int b = 0; b < n_q; ++b) {
+        std::vector<float> gk, gv;
+        std::vector<uint8_t> gs;
+        for (int j = 0; j < n_kv; ++j)
+          if (mask[size_t(b) * n_kv + j]) {
+            gk.insert(gk.end(), k.begin() + long(j * pos_f), k.begin() + long((j + 1) * pos_f));
+            gv.insert(gv.end(), v.begin() + long(j * pos_f), v.begin() + long((j + 1) * pos_f));
+            gs.insert(gs.end(), ks.begin() + long(j * pos_s), ks.begin() + long((j + 1) * pos_s));
+          }
+        const int n_vis = int(gk.size() / pos_f);
+        std::vector<float> one(size_t(s.H) * s.hd);
+        const auto c = sketched_args(s, 1, n_vis, q.data() + size_t(b) * s.H * s.hd, gk.data(),
+                                     gv.data(), gs.data(), one.data());
+        assert_int_equal(kt->attention(&c), SPECINFER_OK);
+        if (std::memcmp(one.data(), tree.data() + size_t(b) * s.H * s.hd, one.size() * 4) != 0)
+          print_error("%s: tree node %d differs from its plain-decoding call\n", isa_name(isa), b);
+        assert_memory_equal(one.data(), tree.data() + size_t(b) * s.H * s.hd, one.size() * 4);
+      }
     }
   }
   set_active_isa(prev);
@@ -289,6 +325,12 @@ void test_errors(void **) {
   a.n_select = 4;
   a.n_window = -1;
   assert_int_equal(kt->attention(&a), SPECINFER_ERR_INVALID_ARGUMENT);
+  a.n_window = 0;
+  a.n_rescore = -1;
+  assert_int_equal(kt->attention(&a), SPECINFER_ERR_INVALID_ARGUMENT);
+  a.n_rescore = 8;
+  assert_int_equal(kt->attention(&a), SPECINFER_OK);
+  assert_true((kt->attention_features & SPECINFER_ATTN_RESCORE) != 0);
 }
 
 }  // namespace

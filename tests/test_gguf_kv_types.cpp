@@ -16,7 +16,8 @@
 //  - sketched attention on the 400-token prompt: with a budget above the prompt its logits equal
 //    exact attention's bit for bit; with 4 sinks, 64 keys and a window of 32 (a quarter of the
 //    keys), over the last 64 positions the mean KL divergence from exact attention is at most
-//    0.02 nats (measured 0.0055) and top-1 agrees on at least 90% (measured: all 64);
+//    0.02 nats and top-1 agrees on at least 90%, with keys picked by the estimate alone (measured
+//    KL 0.0055, all 64 agree) and among 160 candidates rescored exactly, whose KL is lower;
 //  - a host without key_sketch refuses attn=qjl, and an unknown KV type is a CONFIG error.
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) a shorter prompt and continuation:
 // a 64-token prompt, its last 32 positions scored (f16's bound 1e-3 there, q4_0 unchecked), 4
@@ -258,22 +259,31 @@ void test_sketched_attention(void **) {
   assert_memory_equal(run(sk).data(), exact.data(), exact.size() * sizeof(float));
   sk.keys = g_sanitized ? 32 : 64;
   sk.window = g_sanitized ? 16 : 32;
-  const std::vector<float> lossy = run(sk);
-  double kl_sum = 0, kl_max = 0;
-  int agree = 0;
-  for (int32_t r = 0; r < n_tail; ++r) {
-    const float *a = lossy.data() + size_t(r) * size_t(V), *b = exact.data() + size_t(r) * V;
-    agree += argmax(a, V) == argmax(b, V);
-    const double kl = kl_div(b, a, V);
-    kl_sum += kl;
-    kl_max = std::max(kl_max, kl);
+  // Keys picked by the estimate alone, then among 2.5 times as many candidates by exact scores.
+  double kl_by_estimate = 0;
+  for (const int32_t rescore : {0, sk.keys * 5 / 2}) {
+    sk.rescore = rescore;
+    const std::vector<float> lossy = run(sk);
+    double kl_sum = 0, kl_max = 0;
+    int agree = 0;
+    for (int32_t r = 0; r < n_tail; ++r) {
+      const float *a = lossy.data() + size_t(r) * size_t(V), *b = exact.data() + size_t(r) * V;
+      agree += argmax(a, V) == argmax(b, V);
+      const double kl = kl_div(b, a, V);
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
+    }
+    std::fprintf(stderr,
+                 "attn=qjl (%d keys, window %d, 4 sinks, %d rescored) over %d positions of %d: "
+                 "KL(exact || qjl) mean %.3g max %.3g, top-1 agrees on %d\n",
+                 sk.keys, sk.window, rescore, n_tail, n, kl_sum / n_tail, kl_max, agree);
+    assert_true(kl_sum / n_tail <= (g_sanitized ? 0.05 : 0.02));
+    assert_true(agree * 10 >= n_tail * 9);
+    if (rescore == 0)
+      kl_by_estimate = kl_sum;
+    else
+      assert_true(kl_sum < kl_by_estimate);
   }
-  std::fprintf(stderr,
-               "attn=qjl (%d keys, window %d, 4 sinks) over %d positions of %d: KL(exact || qjl) "
-               "mean %.3g max %.3g, top-1 agrees on %d\n",
-               sk.keys, sk.window, n_tail, n, kl_sum / n_tail, kl_max, agree);
-  assert_true(kl_sum / n_tail <= (g_sanitized ? 0.05 : 0.02));
-  assert_true(agree * 10 >= n_tail * 9);
 }
 
 // A host whose kernel table ends before key_sketch (an older library) refuses attn=qjl.

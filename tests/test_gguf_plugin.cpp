@@ -101,9 +101,9 @@ void test_config_errors(void **state) {
       SPECINFER_ERR_CONFIG);
   assert_non_null(std::strstr(err.message, "'kv_type' given twice"));
   assert_null(self);
-  for (const char *bad :
-       {",attn=sparse", ",attn=qjl,attn_bits=48", ",attn=qjl,attn_bits=2048",
-        ",attn=qjl,attn_keys=0", ",attn=qjl,attn_window=-1", ",attn=qjl,attn_sink=x"}) {
+  for (const char *bad : {",attn=sparse", ",attn=qjl,attn_bits=48", ",attn=qjl,attn_bits=2048",
+                          ",attn=qjl,attn_keys=0", ",attn=qjl,attn_window=-1",
+                          ",attn=qjl,attn_sink=x", ",attn=qjl,attn_rescore=-5"}) {
     assert_int_equal(create(fx, "path=" + fx->model_path + bad, &self, &vt, &err),
                      SPECINFER_ERR_CONFIG);
     assert_non_null(std::strstr(err.message, "attn"));

@@ -122,6 +122,10 @@ specinfer_status k_key_sketch(const float *k, int64_t n_rows, int64_t head_dim, 
   return guarded([&] { key_sketch(k, n_rows, head_dim, bits, dst); });
 }
 
+// What attention reads beyond the first arguments (specinfer_kernels.attention_features).
+constexpr uint32_t kAttentionFeatures =
+    SPECINFER_ATTN_STRIDES | SPECINFER_ATTN_KEY_TILES | SPECINFER_ATTN_RESCORE;
+
 }  // namespace
 
 const specinfer_kernels *backend_kernel_table() {
@@ -145,7 +149,7 @@ const specinfer_kernels *backend_kernel_table() {
                                           k_kv_store,
                                           k_rope_freqs,
                                           k_key_sketch,
-                                          SPECINFER_ATTN_STRIDES | SPECINFER_ATTN_KEY_TILES};
+                                          kAttentionFeatures};
   return &table;
 }
 

@@ -257,6 +257,13 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
       fail(SPECINFER_ERR_CONFIG,
            "gguf: sketched attention needs attn_bits a multiple of 32 in 32..1024, attn_keys >= 1, "
            "attn_window >= 0 and attn_sink >= 0");
+    if (attn.rescore < 0)
+      fail(SPECINFER_ERR_CONFIG, "gguf: attn_rescore needs 0 or more candidates");
+    // A host whose attention does not rescore picks the keys by the estimate alone.
+    const bool rescores = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
+                                                sizeof(k->attention_features) &&
+                          (k->attention_features & SPECINFER_ATTN_RESCORE) != 0;
+    if (!rescores) attn.rescore = 0;
     sketch_pos_bytes = size_t(hp.n_head_kv) * (4 + size_t(attn.bits) / 8);
   }
   if (ctx <= 0) ctx = hp.n_ctx_train;
@@ -692,6 +699,7 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     a.n_select = W.attn.keys;
     a.n_window = W.attn.window;
     a.n_sink = W.attn.sink;
+    a.n_rescore = W.attn.rescore;
   }
 
   for (size_t li = 0; li < W.layers.size(); li++) {

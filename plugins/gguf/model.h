@@ -74,10 +74,14 @@ struct Weight {
 
 // Sketched attention (specinfer_attention_args.k_sketch): every key also kept as a sketch of
 // `bits` sign bits, and a query that sees more than sink + keys + window keys attends exactly to
-// its first `sink`, its last `window` and the `keys` others of largest estimated q.k. Lossy.
+// its first `sink`, its last `window` and `keys` others: of the `rescore` keys of largest
+// estimated q.k, those of largest exact q.k. Lossy.
 struct SketchedAttention {
   bool on = false;
   int32_t bits = 128, keys = 1024, window = 256, sink = 4;
+  // Candidates of largest estimate scored exactly before the `keys` are picked among them
+  // (specinfer_attention_args.n_rescore); 0: picked by the estimate alone.
+  int32_t rescore = 4096;
 };
 
 // How to load: see Weights' constructor.

@@ -139,6 +139,8 @@ Config parse_config(const char *text) {
       cfg.attn.window = int_value(key, value, 0, 1L << 24);
     } else if (key == "attn_sink") {
       cfg.attn.sink = int_value(key, value, 0, 1L << 24);
+    } else if (key == "attn_rescore") {
+      cfg.attn.rescore = int_value(key, value, 0, 1L << 24);
     } else if (key == "pack") {
       if (value != "0" && value != "1")
         fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
@@ -157,7 +159,7 @@ Config parse_config(const char *text) {
       fail(
           SPECINFER_ERR_CONFIG,
           "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type, "
-          "attn, attn_bits, attn_keys, attn_window, attn_sink, swa_full, kv_tiles)",
+          "attn, attn_bits, attn_keys, attn_window, attn_sink, attn_rescore, swa_full, kv_tiles)",
           key.c_str());
     }
   }

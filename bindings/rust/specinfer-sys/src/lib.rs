@@ -329,6 +329,7 @@ pub struct specinfer_attention_args {
     pub v_pos_stride: i64,
     pub v_head_stride: i64,
     pub k_tile: i32,
+    pub n_rescore: i32,
 }
 
 #[repr(C)]
@@ -410,6 +411,8 @@ pub struct specinfer_kernels {
 pub const SPECINFER_ATTN_STRIDES: u32 = 1;
 /// Bit of `specinfer_kernels::attention_features`: attention reads `k_tile`.
 pub const SPECINFER_ATTN_KEY_TILES: u32 = 2;
+/// Bit of `specinfer_kernels::attention_features`: attention reads `n_rescore`.
+pub const SPECINFER_ATTN_RESCORE: u32 = 4;
 /// Positions per key tile (`specinfer_attention_args::k_tile`).
 pub const SPECINFER_KEY_TILE: i32 = 16;
 

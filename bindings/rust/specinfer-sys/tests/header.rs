@@ -402,6 +402,7 @@ fn version_and_plugin_abi_match_header() {
     assert_eq!(num("SPECINFER_ATTN_STRIDES", &plugin_h), SPECINFER_ATTN_STRIDES);
     assert_eq!(num("SPECINFER_HOST_SHORT_TRUNCATE", &plugin_h), SPECINFER_HOST_SHORT_TRUNCATE);
     assert_eq!(num("SPECINFER_ATTN_KEY_TILES", &plugin_h), SPECINFER_ATTN_KEY_TILES);
+    assert_eq!(num("SPECINFER_ATTN_RESCORE", &plugin_h), SPECINFER_ATTN_RESCORE);
     assert_eq!(num("SPECINFER_KEY_TILE", &plugin_h), SPECINFER_KEY_TILE as u32);
     assert_eq!(unsafe { specinfer_version_number() }, SPECINFER_VERSION_NUMBER);
 }
