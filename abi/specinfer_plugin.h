@@ -138,8 +138,8 @@ typedef struct specinfer_attention_args {
    * n_rescore keys of largest sketch estimate are candidates, each scored exactly (as exact
    * attention scores it, in k_type and k_tile's layout), and the n_select among them whose exact
    * score comes closest to the largest exact score of one of the query heads that share the key
-   * head are attended to. Exact scores on a few thousand candidates cost little beside the
-   * sketches and catch the keys that a 1-bit estimate ranks too low. */
+   * head are attended to: closer to exact attention than the estimate alone, at the cost of
+   * the candidates' exact scores. */
   int32_t n_rescore;
 } specinfer_attention_args;
 

@@ -444,7 +444,7 @@ BENCHMARK(BM_Attention)
 // Qwen2.5-Coder-1.5B's shape (12 query heads on 2 kv heads of 128; each layer its own cache, so
 // that they stream from memory as in the model rather than sit in the L3 cache), exact (qjl:0) or
 // sketched (128 bits, 1024 keys picked, a window of 256 and 4 sinks; qjl:1 picks by the estimate
-// alone, qjl:2 among 4096 candidates rescored exactly, attn=qjl's defaults), in the cache
+// alone as attn=qjl's defaults do, qjl:2 among 4096 candidates rescored exactly), in the cache
 // types the gguf plugin offers. The time is per pass (tok tokens):
 //   ./bench_kernels --benchmark_filter=AttentionLong
 void BM_AttentionLong(benchmark::State &state) {

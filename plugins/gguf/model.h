@@ -81,7 +81,7 @@ struct SketchedAttention {
   int32_t bits = 128, keys = 1024, window = 256, sink = 4;
   // Candidates of largest estimate scored exactly before the `keys` are picked among them
   // (specinfer_attention_args.n_rescore); 0: picked by the estimate alone.
-  int32_t rescore = 4096;
+  int32_t rescore = 0;
 };
 
 // How to load: see Weights' constructor.
