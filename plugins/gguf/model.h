@@ -74,8 +74,8 @@ struct Weight {
 
 // Sketched attention (specinfer_attention_args.k_sketch): every key also kept as a sketch of
 // `bits` sign bits, and a query that sees more than sink + keys + window keys attends exactly to
-// its first `sink`, its last `window` and `keys` others: of the `rescore` keys of largest
-// estimated q.k, those of largest exact q.k. Lossy.
+// its first `sink`, its last `window` and the `keys` others of largest estimated q.k (with
+// `rescore` above `keys`: of largest exact q.k among the `rescore` of largest estimate). Lossy.
 struct SketchedAttention {
   bool on = false;
   int32_t bits = 128, keys = 1024, window = 256, sink = 4;
