@@ -11,8 +11,9 @@
 //    decoding of the same text bit for bit (the compact rows are moved as bytes, and tree attention
 //    computes each node as plain decoding does);
 //  - the same with sketched attention (attn=qjl: f16 and q8_0 caches, 2 sinks, 8 keys picked, a
-//    window of 4, so that the 40-token prompt is past the budget): the sketches move with their
-//    rows, and q8_0's picked keys are gathered from their tiles;
+//    window of 4, so that the 40-token prompt is past the budget; by the estimate, and among 16
+//    candidates rescored exactly): the sketches move with their rows, and q8_0's picked keys and
+//    candidates are gathered from their tiles;
 //  - sketched attention on the 400-token prompt: with a budget above the prompt its logits equal
 //    exact attention's bit for bit; with 4 sinks, 64 keys and a window of 32 (a quarter of the
 //    keys), over the last 64 positions the mean KL divergence from exact attention is at most
@@ -193,14 +194,17 @@ void test_kv_keep_compact(void **) {
   sk.keys = 8;
   sk.window = 4;
   sk.sink = 2;
-  for (size_t ti = 0; ti < 6; ++ti) {
-    // The fifth and sixth runs: f16 and q8_0 (keys in tiles, the picks gathered from them) with
-    // sketched attention.
-    auto m = ti < 4    ? open_model(*file, kTypes[ti])
-             : ti == 4 ? open_model(*file, SPECINFER_WTYPE_F16, sk)
-                       : open_model(*file, SPECINFER_WTYPE_Q8_0, sk);
-    const char *name = ti < 4 ? kNames[ti] : ti == 4 ? "f16 attn=qjl" : "q8_0 attn=qjl";
-    if (ti == 2 || ti == 5) assert_true(m->weights()->kv_tiles);
+  specinfer::gguf::SketchedAttention rescored = sk;
+  rescored.rescore = 16;
+  const char *const sketched_names[] = {"f16 attn=qjl", "q8_0 attn=qjl", "f16 attn=qjl rescored",
+                                        "q8_0 attn=qjl rescored"};
+  for (size_t ti = 0; ti < 8; ++ti) {
+    // Runs 4 to 7: f16 and q8_0 (keys in tiles, the picks gathered from them) with sketched
+    // attention, picking by the estimate and then among 16 candidates rescored exactly.
+    const int32_t type = ti < 4 ? kTypes[ti] : ti % 2 ? SPECINFER_WTYPE_Q8_0 : SPECINFER_WTYPE_F16;
+    auto m = ti < 4 ? open_model(*file, type) : open_model(*file, type, ti < 6 ? sk : rescored);
+    const char *name = ti < 4 ? kNames[ti] : sketched_names[ti - 4];
+    if (ti == 2 || ti == 5 || ti == 7) assert_true(m->weights()->kv_tiles);
     const int32_t V = m->hparams().n_vocab;
     std::vector<int32_t> pos(static_cast<size_t>(n_prompt));
     std::iota(pos.begin(), pos.end(), 0);
