@@ -232,14 +232,17 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
          kv_type);
   if (kv_type != SPECINFER_WTYPE_F32 && !has_kv_store)
     fail(SPECINFER_ERR_CONFIG, "gguf: the host's kernels store no KV cache other than f32");
-  kv_head_major = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
-                                        sizeof(k->attention_features) &&
-                  (k->attention_features & SPECINFER_ATTN_STRIDES) != 0;
+  // What the host's attention reads beyond its first arguments (none in an older table).
+  const uint32_t attn_features = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
+                                                       sizeof(k->attention_features)
+                                     ? k->attention_features
+                                     : 0;
+  kv_head_major = (attn_features & SPECINFER_ATTN_STRIDES) != 0;
   swa_release = hp.swa_window > 0 && !opt.swa_full &&
                 host->struct_size >= offsetof(specinfer_host, features) + sizeof(host->features) &&
                 (host->features & SPECINFER_HOST_SHORT_TRUNCATE) != 0;
   kv_tiles = opt.kv_tiles && kv_head_major && kv_type == SPECINFER_WTYPE_Q8_0 &&
-             hp.head_dim % 32 == 0 && (k->attention_features & SPECINFER_ATTN_KEY_TILES) != 0;
+             hp.head_dim % 32 == 0 && (attn_features & SPECINFER_ATTN_KEY_TILES) != 0;
   kv_head_bytes = k->row_size(kv_type, hp.head_dim);
   if (kv_head_bytes == 0)
     fail(SPECINFER_ERR_CONFIG, "gguf: head_dim %d is not whole blocks of the KV cache type %d",
@@ -260,10 +263,7 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     if (attn.rescore < 0)
       fail(SPECINFER_ERR_CONFIG, "gguf: attn_rescore needs 0 or more candidates");
     // A host whose attention does not rescore picks the keys by the estimate alone.
-    const bool rescores = k->struct_size >= offsetof(specinfer_kernels, attention_features) +
-                                                sizeof(k->attention_features) &&
-                          (k->attention_features & SPECINFER_ATTN_RESCORE) != 0;
-    if (!rescores) attn.rescore = 0;
+    if ((attn_features & SPECINFER_ATTN_RESCORE) == 0) attn.rescore = 0;
     sketch_pos_bytes = size_t(hp.n_head_kv) * (4 + size_t(attn.bits) / 8);
   }
   if (ctx <= 0) ctx = hp.n_ctx_train;
