@@ -369,12 +369,63 @@ float kth_largest(const std::vector<float> &s, int64_t k) {
   return v[size_t(k - 1)];
 }
 
+// Calls keep(i) for the indices of the k largest of s (1 <= k <= s.size()) in increasing order;
+// ties at the threshold go to the earlier ones.
+template <class Keep>
+void for_largest(const std::vector<float> &s, int64_t k, Keep keep) {
+  const float thr = kth_largest(s, k);
+  int64_t above = 0;
+  for (const float x : s) above += x > thr;
+  int64_t ties = k - above;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] > thr || (s[i] == thr && ties-- > 0)) keep(int64_t(i));
+}
+
+// e[j] = how close candidate key cand[j] of kv head kvh comes, by its exact score (the attention
+// kernels', so a key's is the same bits in any call), to the largest score over the candidates of
+// one of query qi's heads: the largest over those heads of score - that head's largest (<= 0).
+void exact_closeness(const Call &c, int64_t qi, int64_t kvh, const std::vector<int32_t> &cand,
+                     std::vector<float> &e) {
+  const specinfer_attention_args &a = *c.a;
+  const int64_t nc = int64_t(cand.size()), g = c.g;
+  thread_local std::vector<float> ex, best, sblk;
+  ex.resize(size_t(g * nc));
+  best.assign(size_t(g), -std::numeric_limits<float>::infinity());
+  sblk.resize(size_t(g * (kAttnBlock + 1)));
+  const uint8_t *keys = c.k + size_t(kvh) * c.k_head;
+  const int64_t r0 = qi * a.n_head + kvh * g, nb = c.hd / 32;
+  View cv;
+  cv.tail = cand.data();
+  cv.n_tail = nc;
+  for (int64_t b0 = 0; b0 < nc; b0 += kAttnBlock) {
+    const int64_t m = std::min(kAttnBlock, nc - b0);
+    float *sp = sblk.data(), *mp = sp + g * kAttnBlock;
+    if (c.k_tiled) {
+      scores_tiled(
+          c, cv,
+          QuantRows{c.q8.data() + r0 * c.hd, c.q8_d.data() + r0 * nb, c.q8_bias.data() + r0 * nb},
+          g, keys, b0, m, sp, mp);
+    } else {
+      const uint8_t *rows[kAttnBlock];
+      for (int64_t j = 0; j < m; ++j) rows[j] = keys + size_t(cand[size_t(b0 + j)]) * c.k_pos;
+      c.kern->scores(c.k_type, a.q + r0 * c.hd, g, rows, m, c.hd, a.scale, sp, kAttnBlock, mp);
+    }
+    for (int64_t h = 0; h < g; ++h) {
+      std::memcpy(ex.data() + h * nc + b0, sp + h * kAttnBlock, size_t(m) * sizeof(float));
+      best[size_t(h)] = std::max(best[size_t(h)], mp[h]);
+    }
+  }
+  e.assign(size_t(nc), -std::numeric_limits<float>::infinity());
+  for (int64_t h = 0; h < g; ++h)
+    for (int64_t j = 0; j < nc; ++j)
+      e[size_t(j)] = std::max(e[size_t(j)], ex[size_t(h * nc + j)] - best[size_t(h)]);
+}
+
 // Picks the keys query qi attends to through kv head kvh (sketched attention): its first n_sink
 // and last n_window visible keys, and the n_select others of largest estimated score, in the
 // order the query sees them. Ties at the threshold go to the earlier keys. With n_rescore >
-// n_select, the n_rescore of largest estimate are candidates and the n_select of them whose exact
-// score (the attention kernels', so a key's is the same bits in any call) comes closest to its
-// query head's largest stay.
+// n_select, the n_rescore of largest estimate are candidates and the n_select of them closest to
+// their query head's largest exact score (exact_closeness) stay.
 void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   const specinfer_attention_args &a = *c.a;
   const View &vw = c.views[size_t(qi)];
@@ -401,64 +452,15 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   int64_t n = 0;
   for (int64_t t = 0; t < t0; ++t) list[n++] = int32_t(vw.slot(t));
   const int64_t n_cand = std::min(t1 - t0, std::max(c.n_select, c.n_rescore));
-  const float thr = kth_largest(s, n_cand);
-  int64_t above = 0;
-  for (const float x : s) above += x > thr;
-  int64_t ties = n_cand - above;
   if (n_cand == c.n_select) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float x = s[size_t(t - t0)];
-      if (x > thr || (x == thr && ties-- > 0)) list[n++] = int32_t(vw.slot(t));
-    }
+    for_largest(s, n_cand, [&](int64_t i) { list[n++] = int32_t(vw.slot(t0 + i)); });
   } else {
-    // The candidates, in order, scored exactly; the n_select of them closest to their head's
-    // largest score stay.
     thread_local std::vector<int32_t> cand;
-    thread_local std::vector<float> ex, best, sblk, e;
+    thread_local std::vector<float> e;
     cand.clear();
-    for (int64_t t = t0; t < t1; ++t) {
-      const float x = s[size_t(t - t0)];
-      if (x > thr || (x == thr && ties-- > 0)) cand.push_back(int32_t(vw.slot(t)));
-    }
-    const int64_t nc = int64_t(cand.size()), g = c.g;
-    ex.resize(size_t(g * nc));
-    best.assign(size_t(g), -std::numeric_limits<float>::infinity());
-    sblk.resize(size_t(g * (kAttnBlock + 1)));
-    const uint8_t *keys = c.k + size_t(kvh) * c.k_head;
-    const int64_t r0 = qi * a.n_head + kvh * g, nb = c.hd / 32;
-    View cv;
-    cv.tail = cand.data();
-    cv.n_tail = nc;
-    for (int64_t b0 = 0; b0 < nc; b0 += kAttnBlock) {
-      const int64_t m = std::min(kAttnBlock, nc - b0);
-      float *sp = sblk.data(), *mp = sp + g * kAttnBlock;
-      if (c.k_tiled) {
-        scores_tiled(
-            c, cv,
-            QuantRows{c.q8.data() + r0 * c.hd, c.q8_d.data() + r0 * nb, c.q8_bias.data() + r0 * nb},
-            g, keys, b0, m, sp, mp);
-      } else {
-        const uint8_t *rows[kAttnBlock];
-        for (int64_t j = 0; j < m; ++j) rows[j] = keys + size_t(cand[size_t(b0 + j)]) * c.k_pos;
-        c.kern->scores(c.k_type, a.q + r0 * c.hd, g, rows, m, c.hd, a.scale, sp, kAttnBlock, mp);
-      }
-      for (int64_t h = 0; h < g; ++h) {
-        std::memcpy(ex.data() + h * nc + b0, sp + h * kAttnBlock, size_t(m) * sizeof(float));
-        best[size_t(h)] = std::max(best[size_t(h)], mp[h]);
-      }
-    }
-    e.assign(size_t(nc), -std::numeric_limits<float>::infinity());
-    for (int64_t h = 0; h < g; ++h)
-      for (int64_t j = 0; j < nc; ++j)
-        e[size_t(j)] = std::max(e[size_t(j)], ex[size_t(h * nc + j)] - best[size_t(h)]);
-    const float thr2 = kth_largest(e, c.n_select);
-    int64_t above2 = 0;
-    for (const float x : e) above2 += x > thr2;
-    int64_t ties2 = c.n_select - above2;
-    for (int64_t j = 0; j < nc; ++j) {
-      const float x = e[size_t(j)];
-      if (x > thr2 || (x == thr2 && ties2-- > 0)) list[n++] = cand[size_t(j)];
-    }
+    for_largest(s, n_cand, [&](int64_t i) { cand.push_back(int32_t(vw.slot(t0 + i))); });
+    exact_closeness(c, qi, kvh, cand, e);
+    for_largest(e, c.n_select, [&](int64_t j) { list[n++] = cand[size_t(j)]; });
   }
   for (int64_t t = t1; t < n_vis; ++t) list[n++] = int32_t(vw.slot(t));
   out = View{};
