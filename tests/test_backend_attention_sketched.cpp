@@ -7,8 +7,9 @@
 //  - a query that sees no more than sink + select + window keys gets exact attention, bit for bit;
 //  - beyond that, the result equals, bit for bit, exact attention over the keys the test picks
 //    itself (first sink, last window, select largest scores, ties to the earlier key; with
-//    n_rescore, the select of largest exact score among the n_rescore of largest estimate), and a
-//    few planted keys with large q.k are always among them;
+//    n_rescore, the select of largest exact score among the n_rescore of largest estimate), also
+//    with ties everywhere and with scores laid out to mislead the selection's sample, and a few
+//    planted keys with large q.k are always among them;
 //  - a tree node's result equals, bit for bit, the causal call over the rows and sketches it sees
 //    gathered in order (plain decoding of its path): speculation stays exact;
 //  - bad sizes and inputs are refused with a status.
@@ -190,13 +191,33 @@ void test_against_picked(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   Shape s;
   const int g = s.H / s.Hkv;
-  // Rescored: 200 candidates, and every key a candidate (the exact top keys).
+  // Rescored: 200 candidates, and every key a candidate (the exact top keys). With 5000 keys the
+  // selection samples the scores; two more layouts test it there: every key one of seven (ties
+  // everywhere), and large keys exactly where the sample looks, so that it misleads.
+  struct Case {
+    int n_kv;
+    int layout;  // 0 random, 1 seven distinct keys, 2 large keys at the sample's stride
+  };
+  const Case cases[] = {{50, 0},   {60, 0},   {61, 0},   {700, 0},
+                        {1500, 0}, {5000, 0}, {5000, 1}, {5000, 2}};
   for (const int32_t rescore : {0, 200, 1 << 20})
-    for (const int n_kv : {50, 60, 61, 700, 1500, 5000}) {
+    for (const Case cs : cases) {
+      const int n_kv = cs.n_kv;
       s.rescore = rescore;
       const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
       auto q = randn(size_t(s.H) * s.hd, rng, 0.3f);
       auto k = randn(nk, rng), v = randn(nk, rng);
+      const size_t pos_row = size_t(s.Hkv) * s.hd;
+      if (cs.layout == 1)
+        for (size_t j = 7; j < size_t(n_kv); ++j)
+          std::copy_n(k.begin() + long((j % 7) * pos_row), pos_row, k.begin() + long(j * pos_row));
+      const int n_scored = n_kv - s.sink - s.window, stride = n_scored / 1024;
+      if (cs.layout == 2)  // distinct scores, so that the sample's threshold is too high
+        for (int j = s.sink; j < n_kv - s.window; j += stride)
+          for (int kvh = 0; kvh < s.Hkv; ++kvh)
+            for (int d = 0; d < s.hd; ++d)
+              k[size_t(j) * pos_row + size_t(kvh * s.hd + d)] =
+                  (1.0f + float(j) / float(n_kv)) * q[size_t(kvh * g * s.hd + d)];
       // Planted keys: for kv head 0, positions close to 3 * query head 0 (a large q.k).
       const std::vector<int> planted = {7, n_kv / 3, n_kv / 2 + 1};
       if (n_kv > 100)
@@ -220,7 +241,9 @@ void test_against_picked(void **) {
         }
         for (int kvh = 0; kvh < s.Hkv; ++kvh) {
           const auto rows = pick(s, q.data(), k.data(), kvh, n_kv, ks.data());
-          if (kvh == 0 && n_kv > 100)
+          // (With seven distinct keys, rescoring finds as many keys as close to their head's
+          // largest score as the planted ones, and ties go to the earlier keys.)
+          if (kvh == 0 && n_kv > 100 && cs.layout != 1)
             for (const int p : planted)
               assert_true(std::find(rows.begin(), rows.end(), p) != rows.end());
           // Exact attention over the picked rows gathered, for this kv head's query heads.
@@ -236,8 +259,10 @@ void test_against_picked(void **) {
                              gk.data(), gv.data(), got.data());
           assert_int_equal(kt->attention(&b), SPECINFER_OK);
           if (std::memcmp(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4) != 0)
-            print_error("%s n_kv %d kv head %d rescore %d: not attention over the picked keys\n",
-                        isa_name(isa), n_kv, kvh, rescore);
+            print_error(
+                "%s n_kv %d layout %d kv head %d rescore %d: not attention over the "
+                "picked keys\n",
+                isa_name(isa), n_kv, cs.layout, kvh, rescore);
           assert_memory_equal(got.data(), out.data() + size_t(kvh) * g * s.hd, got.size() * 4);
         }
       }

@@ -346,25 +346,31 @@ void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
 }
 
 // The k-th largest of s (1 <= k <= s.size()). Many scores, few picked: the scores at a fixed
-// stride give a value that at least k scores reach, and the k-th largest is then the k-th largest
-// of those few.
+// stride give a value `lo` that, with a margin of four standard deviations, at least k scores
+// reach; the k-th largest is then the k-th largest of the scores >= lo. Should the sample mislead
+// (fewer than k reach lo), all scores are searched, so the result never depends on the sample.
 float kth_largest(const std::vector<float> &s, int64_t k) {
   const auto n = int64_t(s.size());
-  std::vector<float> v;
-  if (n > 16 * k && n >= 4096) {
+  thread_local std::vector<float> v;
+  bool found = false;
+  if (n >= 4096 && 4 * k <= n) {
     const int64_t step = n / 1024, m = n / step;
-    for (int64_t i = 0; i < m; ++i) v.push_back(s[size_t(i * step)]);
-    // Expected k * m / n sampled scores at or above the k-th largest; ask for twice as many.
-    const int64_t r = std::min(m - 1, 2 * k * m / n + 8);
+    v.resize(size_t(m));
+    for (int64_t i = 0; i < m; ++i) v[size_t(i)] = s[size_t(i * step)];
+    const double mean = double(k) * double(m) / double(n);
+    const int64_t r = std::min(m - 1, int64_t(mean + 4.0 * std::sqrt(mean)) + 8);
     std::nth_element(v.begin(), v.begin() + r, v.end(), std::greater<float>());
     const float lo = v[size_t(r)];
-    v.clear();
-    for (const float x : s)
-      if (x >= lo) v.push_back(x);
-    if (int64_t(v.size()) < k) v = s;  // the sample misled: all of them
-  } else {
-    v = s;
+    v.resize(size_t(n));
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) {  // branch-free: about one score in eight passes
+      v[size_t(c)] = s[size_t(i)];
+      c += s[size_t(i)] >= lo;
+    }
+    v.resize(size_t(c));
+    found = c >= k;
   }
+  if (!found) v.assign(s.begin(), s.end());
   std::nth_element(v.begin(), v.begin() + (k - 1), v.end(), std::greater<float>());
   return v[size_t(k - 1)];
 }
@@ -374,11 +380,26 @@ float kth_largest(const std::vector<float> &s, int64_t k) {
 template <class Keep>
 void for_largest(const std::vector<float> &s, int64_t k, Keep keep) {
   const float thr = kth_largest(s, k);
-  int64_t above = 0;
-  for (const float x : s) above += x > thr;
-  int64_t ties = k - above;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] > thr || (s[i] == thr && ties-- > 0)) keep(int64_t(i));
+  const auto n = int64_t(s.size());
+  int64_t above = 0, at = 0;
+  for (const float x : s) {
+    above += x > thr;
+    at += x == thr;
+  }
+  thread_local std::vector<int32_t> idx;
+  idx.resize(size_t(n));
+  int64_t c = 0;
+  if (above + at == k) {  // no tie to break: every score >= thr stays, found without branches
+    for (int64_t i = 0; i < n; ++i) {
+      idx[size_t(c)] = int32_t(i);
+      c += s[size_t(i)] >= thr;
+    }
+  } else {
+    int64_t ties = k - above;
+    for (int64_t i = 0; i < n; ++i)
+      if (s[size_t(i)] > thr || (s[size_t(i)] == thr && ties-- > 0)) idx[size_t(c++)] = int32_t(i);
+  }
+  for (int64_t j = 0; j < c; ++j) keep(int64_t(idx[size_t(j)]));
 }
 
 // e[j] = how close candidate key cand[j] of kv head kvh comes, by its exact score (the attention
