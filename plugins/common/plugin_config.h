@@ -1,5 +1,6 @@
 // Parsing of `key=value,key=value` plugin configs, shared by the built-in plugins (header-only,
 // no dependency on the library). Unknown keys are an error: the caller lists the keys it knows.
+// Spaces and tabs around keys and values are dropped.
 #pragma once
 
 #include <cerrno>
@@ -30,13 +31,13 @@ class Config {
     while (start < s.size()) {
       size_t end = s.find(',', start);
       if (end == std::string::npos) end = s.size();
-      std::string item = s.substr(start, end - start);
+      std::string item = trim(s.substr(start, end - start));
       start = end + 1;
       if (item.empty()) continue;
       size_t eq = item.find('=');
-      if (eq == std::string::npos || eq == 0)
+      if (eq == std::string::npos || trim(item.substr(0, eq)).empty())
         throw ConfigError("config entry '" + item + "' is not key=value");
-      std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
       bool ok = false;
       std::string list;
       for (const char *k : known) {
@@ -81,6 +82,12 @@ class Config {
   }
 
  private:
+  // s without the spaces and tabs around it.
+  static std::string trim(const std::string &s) {
+    const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+  }
+
   std::map<std::string, std::string> values_;
 };
 

@@ -2,6 +2,7 @@
 // vtable function catches all exceptions and turns them into a status plus message.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/plugin_config.h"
 #include "gguf_error.h"
 #include "gguf_file.h"
 #include "model.h"
@@ -60,110 +62,52 @@ struct Config {
   int32_t kv_tiles = -1;
 };
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// The integer value of a config key, in [lo, hi].
-int32_t int_value(const std::string &key, const std::string &value, long lo, long hi) {
-  char *end = nullptr;
-  long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < lo || v > hi)
-    fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' needs an integer in %ld..%ld, got '%s'",
-         key.c_str(), lo, hi, value.c_str());
-  return int32_t(v);
+// The value of an enumerated config key: the code of the name given, `def` when absent.
+int32_t choice(const specinfer_plugin::Config &kv, const char *key, int32_t def,
+               std::initializer_list<std::pair<const char *, int32_t>> names) {
+  if (!kv.has(key)) return def;
+  const std::string v = kv.get(key, "");
+  std::string list;
+  for (const auto &[name, code] : names) {
+    if (v == name) return code;
+    list += list.empty() ? name : std::string(", ") + name;
+  }
+  fail(SPECINFER_ERR_CONFIG, "config key '%s' needs one of %s, got '%s'", key, list.c_str(),
+       v.c_str());
 }
 
 Config parse_config(const char *text) {
+  const specinfer_plugin::Config kv(
+      text, {"path", "n_ctx", "pack", "vocab_limit", "requant", "kv_type", "attn", "attn_bits",
+             "attn_keys", "attn_window", "attn_sink", "attn_rescore", "swa_full", "kv_tiles"});
+  const auto int_of = [&](const char *key, int32_t def, long lo) {
+    return int32_t(kv.get_int(key, def, lo, 1L << 24));
+  };
   Config cfg;
-  std::vector<std::string> seen;
-  std::string_view rest = text ? text : "";
-  while (!rest.empty()) {
-    size_t comma = rest.find(',');
-    std::string_view item = trim(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty()) continue;
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos)
-      fail(SPECINFER_ERR_CONFIG, "gguf: config item '%.*s' is not key=value", int(item.size()),
-           item.data());
-    std::string key(trim(item.substr(0, eq)));
-    std::string value(trim(item.substr(eq + 1)));
-    if (std::find(seen.begin(), seen.end(), key) != seen.end())
-      fail(SPECINFER_ERR_CONFIG, "gguf: config key '%s' given twice", key.c_str());
-    seen.push_back(key);
-    if (key == "path") {
-      if (value.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is empty");
-      cfg.path = value;
-    } else if (key == "n_ctx") {
-      cfg.n_ctx = int_value(key, value, 1, 1L << 24);
-    } else if (key == "vocab_limit") {
-      cfg.vocab_limit = int_value(key, value, 0, 1L << 24);
-    } else if (key == "requant") {
-      if (value == "q4_0")
-        cfg.requant = SPECINFER_WTYPE_Q4_0;
-      else if (value == "q8_0")
-        cfg.requant = SPECINFER_WTYPE_Q8_0;
-      else if (value == "none" || value == "0")
-        cfg.requant = -1;
-      else
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'requant' needs q4_0, q8_0 or none, got '%s'",
-             value.c_str());
-    } else if (key == "kv_type") {
-      if (value == "f32")
-        cfg.kv_type = SPECINFER_WTYPE_F32;
-      else if (value == "f16")
-        cfg.kv_type = SPECINFER_WTYPE_F16;
-      else if (value == "q8_0")
-        cfg.kv_type = SPECINFER_WTYPE_Q8_0;
-      else if (value == "q4_0")
-        cfg.kv_type = SPECINFER_WTYPE_Q4_0;
-      else
-        fail(SPECINFER_ERR_CONFIG,
-             "gguf: config key 'kv_type' needs f32, f16, q8_0 or q4_0, got '%s'", value.c_str());
-    } else if (key == "attn") {
-      if (value != "exact" && value != "qjl")
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'attn' needs exact or qjl, got '%s'",
-             value.c_str());
-      cfg.attn.on = value == "qjl";
-    } else if (key == "attn_bits") {
-      cfg.attn.bits = int_value(key, value, 32, 1024);
-      if (cfg.attn.bits % 32 != 0)
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'attn_bits' needs a multiple of 32, got '%s'",
-             value.c_str());
-    } else if (key == "attn_keys") {
-      cfg.attn.keys = int_value(key, value, 1, 1L << 24);
-    } else if (key == "attn_window") {
-      cfg.attn.window = int_value(key, value, 0, 1L << 24);
-    } else if (key == "attn_sink") {
-      cfg.attn.sink = int_value(key, value, 0, 1L << 24);
-    } else if (key == "attn_rescore") {
-      cfg.attn.rescore = int_value(key, value, 0, 1L << 24);
-    } else if (key == "pack") {
-      if (value != "0" && value != "1")
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'pack' needs 0 or 1, got '%s'", value.c_str());
-      cfg.pack = value == "1";
-    } else if (key == "swa_full") {
-      if (value != "0" && value != "1")
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'swa_full' needs 0 or 1, got '%s'",
-             value.c_str());
-      cfg.swa_full = value == "1";
-    } else if (key == "kv_tiles") {
-      if (value != "0" && value != "1")
-        fail(SPECINFER_ERR_CONFIG, "gguf: config key 'kv_tiles' needs 0 or 1, got '%s'",
-             value.c_str());
-      cfg.kv_tiles = value == "1" ? 1 : 0;
-    } else {
-      fail(
-          SPECINFER_ERR_CONFIG,
-          "gguf: unknown config key '%s' (known: path, n_ctx, pack, vocab_limit, requant, kv_type, "
-          "attn, attn_bits, attn_keys, attn_window, attn_sink, attn_rescore, swa_full, kv_tiles)",
-          key.c_str());
-    }
-  }
-  if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "gguf: config key 'path' is required");
+  cfg.path = kv.get("path", "");
+  if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "config key 'path' is required");
+  cfg.n_ctx = int_of("n_ctx", cfg.n_ctx, 1);
+  cfg.vocab_limit = int_of("vocab_limit", cfg.vocab_limit, 0);
+  cfg.requant = choice(
+      kv, "requant", cfg.requant,
+      {{"q4_0", SPECINFER_WTYPE_Q4_0}, {"q8_0", SPECINFER_WTYPE_Q8_0}, {"none", -1}, {"0", -1}});
+  cfg.kv_type = choice(kv, "kv_type", cfg.kv_type,
+                       {{"f32", SPECINFER_WTYPE_F32},
+                        {"f16", SPECINFER_WTYPE_F16},
+                        {"q8_0", SPECINFER_WTYPE_Q8_0},
+                        {"q4_0", SPECINFER_WTYPE_Q4_0}});
+  cfg.attn.on = choice(kv, "attn", 0, {{"exact", 0}, {"qjl", 1}}) != 0;
+  cfg.attn.bits = int32_t(kv.get_int("attn_bits", cfg.attn.bits, 32, 1024));
+  if (cfg.attn.bits % 32 != 0)
+    fail(SPECINFER_ERR_CONFIG, "config key 'attn_bits' needs a multiple of 32, got %d",
+         cfg.attn.bits);
+  cfg.attn.keys = int_of("attn_keys", cfg.attn.keys, 1);
+  cfg.attn.window = int_of("attn_window", cfg.attn.window, 0);
+  cfg.attn.sink = int_of("attn_sink", cfg.attn.sink, 0);
+  cfg.attn.rescore = int_of("attn_rescore", cfg.attn.rescore, 0);
+  cfg.pack = kv.get_int("pack", 1, 0, 1) != 0;
+  cfg.swa_full = kv.get_int("swa_full", 0, 0, 1) != 0;
+  cfg.kv_tiles = int32_t(kv.get_int("kv_tiles", cfg.kv_tiles, 0, 1));
   return cfg;
 }
 
