@@ -10,6 +10,8 @@
 //    n_rescore, the select of largest exact score among the n_rescore of largest estimate), also
 //    with ties everywhere and with scores laid out to mislead the selection's sample, and a few
 //    planted keys with large q.k are always among them;
+//  - the same with Q8_0 keys in tiles, rescored by the tiles' own scores, against tiled exact
+//    attention over the picked keys;
 //  - a tree node's result equals, bit for bit, the causal call over the rows and sketches it sees
 //    gathered in order (plain decoding of its path): speculation stays exact;
 //  - bad sizes and inputs are refused with a status.
@@ -36,6 +38,11 @@ namespace {
 
 using specinfer_test::isas;
 using specinfer_test::randn;
+using specinfer_test::restride;
+using specinfer_test::store;
+using specinfer_test::Stored;
+using specinfer_test::tiled;
+using specinfer_test::typed_args;
 
 std::vector<uint8_t> sketches(const std::vector<float> &k, int64_t hd, int32_t bits) {
   const specinfer_kernels *kt = backend_kernel_table();
@@ -132,10 +139,25 @@ specinfer_attention_args sketched_args(const Shape &s, int n_q, int n_kv, const 
   return a;
 }
 
+// A key's exact scores for the query heads of one kv head: exact(j, s) writes key j's g scores.
+using ExactScores = std::function<void(int, float *)>;
+
+// The exact scores of F32 keys in rows, by the active instruction set's kernel.
+ExactScores row_scores(const Shape &s, const float *q, const float *k, int kvh) {
+  return [&s, q, k, kvh](int j, float *sc) {
+    const auto *row =
+        reinterpret_cast<const uint8_t *>(k + (size_t(j) * s.Hkv + size_t(kvh)) * s.hd);
+    float mx[64];
+    attn_kernels(active_isa())
+        .scores(SPECINFER_WTYPE_F32, q + kvh * (s.H / s.Hkv) * s.hd, s.H / s.Hkv, &row, 1, s.hd,
+                1.0f / std::sqrt(float(s.hd)), sc, 1, mx);
+  };
+}
+
 // The rows (positions) of kv head kvh that the query attends to, picked from the scalar scores
-// (and with s.rescore, among the candidates they give, from exact scores).
-std::vector<int> pick(const Shape &s, const float *q, const float *k, int kvh, int n_vis,
-                      const uint8_t *ks) {
+// (and with s.rescore, among the candidates they give, from their exact scores).
+std::vector<int> pick(const Shape &s, const float *q, int kvh, int n_vis, const uint8_t *ks,
+                      const ExactScores &exact) {
   const int total = s.sink + s.select + s.window, g = s.H / s.Hkv;
   std::vector<int> rows;
   if (n_vis <= total) {
@@ -156,18 +178,13 @@ std::vector<int> pick(const Shape &s, const float *q, const float *k, int kvh, i
     return x.first != y.first ? x.first > y.first : x.second < y.second;
   });
   if (s.rescore > s.select) {
-    // The candidates rescored by the active instruction set's exact kernel: each key's largest
-    // score less its head's largest over the candidates.
+    // Each candidate's largest exact score less its head's largest over the candidates.
     cand.resize(std::min(cand.size(), size_t(s.rescore)));
-    const AttnKernels &kern = attn_kernels(active_isa());
     std::vector<float> sc(cand.size() * size_t(g)), best(size_t(g), -INFINITY);
     for (size_t i = 0; i < cand.size(); ++i) {
-      const auto *row = reinterpret_cast<const uint8_t *>(
-          k + (size_t(cand[i].second) * s.Hkv + size_t(kvh)) * s.hd);
-      float mx[64];
-      kern.scores(SPECINFER_WTYPE_F32, q + kvh * g * s.hd, g, &row, 1, s.hd,
-                  1.0f / std::sqrt(float(s.hd)), sc.data() + i * size_t(g), 1, mx);
-      for (int h = 0; h < g; ++h) best[size_t(h)] = std::max(best[size_t(h)], mx[h]);
+      exact(cand[i].second, sc.data() + i * size_t(g));
+      for (int h = 0; h < g; ++h)
+        best[size_t(h)] = std::max(best[size_t(h)], sc[i * size_t(g) + size_t(h)]);
     }
     for (size_t i = 0; i < cand.size(); ++i) {
       float e = -INFINITY;
@@ -240,7 +257,8 @@ void test_against_picked(void **) {
           continue;
         }
         for (int kvh = 0; kvh < s.Hkv; ++kvh) {
-          const auto rows = pick(s, q.data(), k.data(), kvh, n_kv, ks.data());
+          const auto rows =
+              pick(s, q.data(), kvh, n_kv, ks.data(), row_scores(s, q.data(), k.data(), kvh));
           // (With seven distinct keys, rescoring finds as many keys as close to their head's
           // largest score as the planted ones, and ties go to the earlier keys.)
           if (kvh == 0 && n_kv > 100 && cs.layout != 1)
@@ -267,6 +285,89 @@ void test_against_picked(void **) {
         }
       }
     }
+  set_active_isa(prev);
+}
+
+// Sketched attention over Q8_0 keys in tiles (head-major, as the gguf plugin keeps them with
+// kv_tiles=1), with and without rescoring: each kv head's result equals, bit for bit, tiled exact
+// attention over the keys the test picks itself (a candidate's exact scores from scores_tile on
+// its own lane), tiled again in order; the planted keys are among them.
+void test_tiles_against_picked(void **) {
+  std::mt19937 rng(23);
+  const Isa prev = active_isa();
+  const specinfer_kernels *kt = backend_kernel_table();
+  Shape s;
+  const int g = s.H / s.Hkv, n_kv = 1500, cap = 1504, hd = s.hd;
+  const int32_t type = SPECINFER_WTYPE_Q8_0;
+  const size_t nk = size_t(n_kv) * s.Hkv * hd;
+  const auto q = randn(size_t(s.H) * hd, rng, 0.3f);
+  auto k = randn(nk, rng);
+  const auto v = randn(nk, rng);
+  const std::vector<int> planted = {7, n_kv / 3, n_kv / 2 + 1};
+  for (const int p : planted)
+    for (int d = 0; d < hd; ++d) k[(size_t(p) * s.Hkv) * hd + size_t(d)] = 3 * q[size_t(d)];
+  const Stored ks = store(type, k, hd), vs = store(type, v, hd);
+  const size_t row = kt->row_size(type, hd);
+  const auto kb = tiled(ks, row, n_kv, s.Hkv, hd, cap),
+             vb = restride(vs, row, n_kv, s.Hkv, row, cap * row, s.Hkv * cap * row);
+  const auto sk = sketches(k, hd, s.bits);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (const int32_t rescore : {0, 200}) {
+    s.rescore = rescore;
+    for (const Isa isa : isas()) {
+      set_active_isa(isa);
+      std::vector<float> out(q.size());
+      auto a = sketched_args(s, 1, n_kv, q.data(), reinterpret_cast<const float *>(kb.data()),
+                             reinterpret_cast<const float *>(vb.data()), sk.data(), out.data());
+      a.k_type = a.v_type = type;
+      a.k_pos_stride = a.v_pos_stride = int64_t(row);
+      a.k_head_stride = a.v_head_stride = int64_t(cap) * int64_t(row);
+      a.k_tile = SPECINFER_KEY_TILE;
+      assert_int_equal(kt->attention(&a), SPECINFER_OK);
+      for (int kvh = 0; kvh < s.Hkv; ++kvh) {
+        // The query rounded as tiles score it, and a key's scores from its own lane.
+        std::vector<int8_t> qs(size_t(g) * hd);
+        std::vector<float> qd(size_t(g) * hd / 32);
+        std::vector<int32_t> qb(qd.size());
+        for (int h = 0; h < g; ++h)
+          quantize_query_q8(q.data() + size_t(kvh * g + h) * hd, hd, qs.data() + h * hd,
+                            qd.data() + h * hd / 32, qb.data() + h * hd / 32);
+        const ExactScores lane_scores = [&](int j, float *sc) {
+          std::vector<float> mx(size_t(g), -INFINITY);
+          const uint8_t *tile = kb.data() + size_t(kvh) * cap * row + size_t(j / 16 * 16) * row;
+          attn_kernels(isa).scores_tile(qs.data(), qd.data(), qb.data(), g, tile, hd, scale, j % 16,
+                                        j % 16 + 1, sc, 1, mx.data());
+        };
+        const auto rows = pick(s, q.data(), kvh, n_kv, sk.data(), lane_scores);
+        if (kvh == 0)
+          for (const int p : planted)
+            assert_true(std::find(rows.begin(), rows.end(), p) != rows.end());
+        // Tiled exact attention over the picked keys of this kv head, in order.
+        Stored gk, gv;
+        for (const int r : rows) {
+          const size_t at = (size_t(r) * s.Hkv + size_t(kvh)) * row;
+          gk.bytes.insert(gk.bytes.end(), ks.bytes.begin() + long(at),
+                          ks.bytes.begin() + long(at + row));
+          gv.bytes.insert(gv.bytes.end(), vs.bytes.begin() + long(at),
+                          vs.bytes.begin() + long(at + row));
+        }
+        const int n = int(rows.size()), gcap = (n + 15) / 16 * 16;
+        const auto gkb = tiled(gk, row, n, 1, hd, gcap);
+        std::vector<float> got(size_t(g) * hd);
+        auto b =
+            typed_args(1, g, 1, hd, n, q.data() + size_t(kvh) * g * hd, type, gk, gv, got.data());
+        b.k = reinterpret_cast<const float *>(gkb.data());
+        b.k_pos_stride = b.v_pos_stride = int64_t(row);
+        b.k_head_stride = b.v_head_stride = int64_t(gcap) * int64_t(row);
+        b.k_tile = SPECINFER_KEY_TILE;
+        assert_int_equal(kt->attention(&b), SPECINFER_OK);
+        if (std::memcmp(got.data(), out.data() + size_t(kvh) * g * hd, got.size() * 4) != 0)
+          print_error("%s kv head %d rescore %d: tiles, not attention over the picked keys\n",
+                      isa_name(isa), kvh, rescore);
+        assert_memory_equal(got.data(), out.data() + size_t(kvh) * g * hd, got.size() * 4);
+      }
+    }
+  }
   set_active_isa(prev);
 }
 
@@ -363,8 +464,8 @@ void test_errors(void **) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_estimate),       cmocka_unit_test(test_scorers_agree),
-      cmocka_unit_test(test_against_picked), cmocka_unit_test(test_tree_mask),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_against_picked), cmocka_unit_test(test_tiles_against_picked),
+      cmocka_unit_test(test_tree_mask),      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
