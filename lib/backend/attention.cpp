@@ -363,7 +363,7 @@ float kth_largest(const std::vector<float> &s, int64_t k) {
     const float lo = v[size_t(r)];
     v.resize(size_t(n));
     int64_t c = 0;
-    for (int64_t i = 0; i < n; ++i) {  // branch-free: about one score in eight passes
+    for (int64_t i = 0; i < n; ++i) {  // branch-free: which scores pass is unpredictable
       v[size_t(c)] = s[size_t(i)];
       c += s[size_t(i)] >= lo;
     }
