@@ -345,15 +345,15 @@ void finish(const Call &c, int64_t qi, int64_t kvh, State st) {
   }
 }
 
-// The k-th largest of s (1 <= k <= s.size()). Many scores, few picked: the scores at a fixed
-// stride give a value `lo` that, with a margin of four standard deviations, at least k scores
+// The k-th largest of s (1 <= k <= s.size()). Many scores, at most half picked: the scores at a
+// fixed stride give a value `lo` that, with a margin of four standard deviations, at least k scores
 // reach; the k-th largest is then the k-th largest of the scores >= lo. Should the sample mislead
 // (fewer than k reach lo), all scores are searched, so the result never depends on the sample.
 float kth_largest(const std::vector<float> &s, int64_t k) {
   const auto n = int64_t(s.size());
   thread_local std::vector<float> v;
   bool found = false;
-  if (n >= 4096 && 4 * k <= n) {
+  if (n >= 4096 && 2 * k <= n) {
     const int64_t step = n / 1024, m = n / step;
     v.resize(size_t(m));
     for (int64_t i = 0; i < m; ++i) v[size_t(i)] = s[size_t(i * step)];
