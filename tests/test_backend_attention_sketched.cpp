@@ -208,16 +208,16 @@ void test_against_picked(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   Shape s;
   const int g = s.H / s.Hkv;
-  // Rescored: 200 candidates, and every key a candidate (the exact top keys). With 5000 keys the
-  // selection samples the scores; two more layouts test it there: every key one of seven (ties
-  // everywhere), and large keys exactly where the sample looks, so that it misleads.
+  // Rescored: 200 or 2000 candidates, and every key a candidate (the exact top keys). With 5000
+  // keys the selection samples the scores; two more layouts test it there: every key one of seven
+  // (ties everywhere), and large keys exactly where the sample looks, so that it misleads.
   struct Case {
     int n_kv;
     int layout;  // 0 random, 1 seven distinct keys, 2 large keys at the sample's stride
   };
   const Case cases[] = {{50, 0},   {60, 0},   {61, 0},   {700, 0},
                         {1500, 0}, {5000, 0}, {5000, 1}, {5000, 2}};
-  for (const int32_t rescore : {0, 200, 1 << 20})
+  for (const int32_t rescore : {0, 200, 2000, 1 << 20})
     for (const Case cs : cases) {
       const int n_kv = cs.n_kv;
       s.rescore = rescore;
