@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "plugin_error.h"
 #include "specinfer.h"
@@ -79,6 +80,22 @@ class Config {
       throw ConfigError("config key '" + key + "' must be a number in [" + std::to_string(lo) +
                         ", " + std::to_string(hi) + "], got '" + it->second + "'");
     return v;
+  }
+
+  // The value of an enumerated key: the code paired with the name given, `def` when absent.
+  // Throws ConfigError, listing the names, for any other value.
+  template <class T>
+  T get_choice(const std::string &key, T def,
+               std::initializer_list<std::pair<const char *, T>> names) const {
+    auto it = values_.find(key);
+    if (it == values_.end()) return def;
+    std::string list;
+    for (const auto &[name, code] : names) {
+      if (it->second == name) return code;
+      list += list.empty() ? name : std::string(", ") + name;
+    }
+    throw ConfigError("config key '" + key + "' must be one of " + list + ", got '" + it->second +
+                      "'");
   }
 
  private:

@@ -2,7 +2,6 @@
 // vtable function catches all exceptions and turns them into a status plus message.
 #include <algorithm>
 #include <cstring>
-#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -62,20 +61,6 @@ struct Config {
   int32_t kv_tiles = -1;
 };
 
-// The value of an enumerated config key: the code of the name given, `def` when absent.
-int32_t choice(const specinfer_plugin::Config &kv, const char *key, int32_t def,
-               std::initializer_list<std::pair<const char *, int32_t>> names) {
-  if (!kv.has(key)) return def;
-  const std::string v = kv.get(key, "");
-  std::string list;
-  for (const auto &[name, code] : names) {
-    if (v == name) return code;
-    list += list.empty() ? name : std::string(", ") + name;
-  }
-  fail(SPECINFER_ERR_CONFIG, "config key '%s' needs one of %s, got '%s'", key, list.c_str(),
-       v.c_str());
-}
-
 Config parse_config(const char *text) {
   const specinfer_plugin::Config kv(
       text, {"path", "n_ctx", "pack", "vocab_limit", "requant", "kv_type", "attn", "attn_bits",
@@ -88,15 +73,15 @@ Config parse_config(const char *text) {
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "config key 'path' is required");
   cfg.n_ctx = int_of("n_ctx", cfg.n_ctx, 1);
   cfg.vocab_limit = int_of("vocab_limit", cfg.vocab_limit, 0);
-  cfg.requant = choice(
-      kv, "requant", cfg.requant,
+  cfg.requant = kv.get_choice<int32_t>(
+      "requant", cfg.requant,
       {{"q4_0", SPECINFER_WTYPE_Q4_0}, {"q8_0", SPECINFER_WTYPE_Q8_0}, {"none", -1}, {"0", -1}});
-  cfg.kv_type = choice(kv, "kv_type", cfg.kv_type,
-                       {{"f32", SPECINFER_WTYPE_F32},
-                        {"f16", SPECINFER_WTYPE_F16},
-                        {"q8_0", SPECINFER_WTYPE_Q8_0},
-                        {"q4_0", SPECINFER_WTYPE_Q4_0}});
-  cfg.attn.on = choice(kv, "attn", 0, {{"exact", 0}, {"qjl", 1}}) != 0;
+  cfg.kv_type = kv.get_choice<int32_t>("kv_type", cfg.kv_type,
+                                       {{"f32", SPECINFER_WTYPE_F32},
+                                        {"f16", SPECINFER_WTYPE_F16},
+                                        {"q8_0", SPECINFER_WTYPE_Q8_0},
+                                        {"q4_0", SPECINFER_WTYPE_Q4_0}});
+  cfg.attn.on = kv.get_choice<bool>("attn", false, {{"exact", false}, {"qjl", true}});
   cfg.attn.bits = int32_t(kv.get_int("attn_bits", cfg.attn.bits, 32, 1024));
   if (cfg.attn.bits % 32 != 0)
     fail(SPECINFER_ERR_CONFIG, "config key 'attn_bits' needs a multiple of 32, got %d",

@@ -664,20 +664,6 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
 const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
                                           d_propose, d_commit};
 
-int32_t parse_wtype(const std::string &s) {
-  if (s == "q8_0") return SPECINFER_WTYPE_Q8_0;
-  if (s == "f16") return SPECINFER_WTYPE_F16;
-  if (s == "f32") return SPECINFER_WTYPE_F32;
-  throw ConfigError("medusa: wtype must be q8_0, f16 or f32, got '" + s + "'");
-}
-
-Value parse_value(const std::string &s) {
-  if (s == "acc") return Value::acc;
-  if (s == "prob") return Value::prob;
-  if (s == "mix") return Value::mix;
-  throw ConfigError("medusa: value must be acc, prob or mix, got '" + s + "'");
-}
-
 // Fetches U, the target's output rows for the heads' vocabulary, a chunk at a time.
 void load_output_rows(Drafter &d, Prepared &p, const specinfer_host_target &target, int32_t wtype) {
   const int32_t chunk = 256;
@@ -716,9 +702,13 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     auto d = std::make_unique<Drafter>(host);
     d->max_nodes = static_cast<int32_t>(cfg.get_int("nodes", 16, 1, 64));
     d->top_k = static_cast<int32_t>(cfg.get_int("top_k", 4, 1, 16));
-    d->value = parse_value(cfg.get("value", "mix"));
+    d->value = cfg.get_choice<Value>(
+        "value", Value::mix, {{"acc", Value::acc}, {"prob", Value::prob}, {"mix", Value::mix}});
     d->adapt = cfg.get_int("adapt", 1, 0, 1) != 0;
-    const int32_t wtype = parse_wtype(cfg.get("wtype", "q8_0"));
+    const int32_t wtype = cfg.get_choice<int32_t>("wtype", SPECINFER_WTYPE_Q8_0,
+                                                  {{"q8_0", SPECINFER_WTYPE_Q8_0},
+                                                   {"f16", SPECINFER_WTYPE_F16},
+                                                   {"f32", SPECINFER_WTYPE_F32}});
     d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
     d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
     d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 8, 1, 16));
