@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -407,10 +408,11 @@ std::string context_text() {
   return text;
 }
 
-// Feeds the first n tokens of text to a fresh target in passes of 512; the last one's logits go
-// to `logits` (vocabulary-sized). Returns the tokens per second.
+// Feeds n tokens of text, from token `from` on, to a fresh target at positions 0 .. n - 1 in
+// passes of 512; the last one's logits go to `logits` (vocabulary-sized). Returns the tokens per
+// second.
 double prefill_text(specinfer_target *tg, const std::vector<int32_t> &text, int32_t n,
-                    float *logits) {
+                    float *logits, int32_t from = 0) {
   auto *t = static_cast<specinfer::TargetObject *>(tg);
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int32_t p = 0; p < n; ++p) pos[static_cast<size_t>(p)] = p;
@@ -419,7 +421,7 @@ double prefill_text(specinfer_target *tg, const std::vector<int32_t> &text, int3
     specinfer_forward_batch b{};
     b.struct_size = sizeof b;
     b.n_tokens = std::min(512, n - p);
-    b.tokens = text.data() + p;
+    b.tokens = text.data() + from + p;
     b.positions = pos.data() + p;
     b.n_logits = p + b.n_tokens == n ? 1 : 0;
     b.logits = logits;
@@ -559,11 +561,20 @@ BENCHMARK(BM_LongContext)->Iterations(1)->Unit(benchmark::kMillisecond)->UseReal
 // exact one's (qjl<i>_top1_pct), the mean KL divergence of its next-token distribution from the
 // exact one's (qjl<i>_kl), its median decode step against the exact one's (qjl<i>_ms, exact_ms)
 // and its prefill speed.
+// With a draft model, the quantity speculation's acceptance follows is measured on that same text:
+// how often the draft model's top-1 token is each target's (draft_top1_pct for the exact target,
+// qjl<i>_draft_top1_pct), and the paired difference of the two (qjl<i>_draft_diff_pct, the
+// sketched config's agreement minus the exact one's, position by position) with its standard
+// error (qjl<i>_draft_diff_se). The draft model reads the last SPECINFER_BENCH_DRAFT_WINDOW
+// tokens (default 2048) as the draft-model drafter does by default, re-quantized to Q4_0 as there
+// (its logits here cover the whole vocabulary).
 //   SPECINFER_BENCH_KV_TYPES   the cache type (the first listed; default q8_0)
 //   SPECINFER_BENCH_QJL        the sketched configs, separated by ';' (default "attn=qjl"); any
 //                              target options compare too, e.g. "kv_type=f16" (a config's kv_type
 //                              replaces the exact target's)
 //   SPECINFER_BENCH_EXACT      the exact target's own options (default none), e.g. "kv_tiles=0"
+//   SPECINFER_BENCH_DRAFT      a draft model's GGUF file (default none: no draft counters)
+//   SPECINFER_BENCH_DRAFT_WINDOW  the draft model's window (default 2048)
 // Run alone: --benchmark_filter=SketchedQuality (it prefills the depth once per target).
 void BM_SketchedQuality(benchmark::State &state) {
   if (!long_context_ready(state)) return;
@@ -602,6 +613,23 @@ void BM_SketchedQuality(benchmark::State &state) {
       specinfer_free(msg);
     }
   }
+  // The draft model, when given: the last `window` context tokens at positions from 0.
+  const std::string draft_path = env_or("SPECINFER_BENCH_DRAFT", "");
+  const int32_t window = std::clamp(
+      std::atoi(env_or("SPECINFER_BENCH_DRAFT_WINDOW", "2048").c_str()), 1, std::max(1, depth));
+  specinfer_target *draft = nullptr;
+  if (error.empty() && !draft_path.empty()) {
+    const std::string config =
+        "path=" + draft_path + ",n_ctx=" + std::to_string(window + gen + 8) + ",requant=q4_0";
+    if (specinfer_target_open(reg, "gguf", config.c_str(), &draft, &msg) != SPECINFER_OK) {
+      error = msg ? msg : "target_open failed for the draft model";
+      specinfer_free(msg);
+    }
+  }
+  int32_t draft_vocab = 0;
+  std::vector<float> draft_logits;
+  // Per position: whether the draft's top-1 is target i's.
+  std::vector<std::vector<int>> draft_hit(nt);
   std::vector<int32_t> text;
   int32_t vocab = 0;
   std::vector<double> prefill_tps(nt, 0.0), kl_sum(nt, 0.0);
@@ -617,6 +645,12 @@ void BM_SketchedQuality(benchmark::State &state) {
         static_cast<specinfer::TargetObject *>(tg[0])->tokenize(t.c_str(), t.size(), false, false);
     if (static_cast<int32_t>(text.size()) < depth)
       error = "the text has " + std::to_string(text.size()) + " tokens, fewer than the depth";
+    if (draft) {
+      specinfer_model_info dinfo;
+      specinfer_model_info_init(&dinfo);
+      specinfer_target_info(draft, &dinfo);
+      draft_vocab = dinfo.vocab_size;
+    }
   }
   std::vector<std::vector<float>> logits(nt);
   // Log-softmax of a logit row.
@@ -636,11 +670,28 @@ void BM_SketchedQuality(benchmark::State &state) {
       std::fprintf(stderr, "prefilled %s: %.1f tokens/s\n", i == 0 ? "exact" : configs[i].c_str(),
                    prefill_tps[i]);
     }
+    if (draft) {
+      draft_logits.assign(static_cast<size_t>(draft_vocab), 0.0f);
+      prefill_text(draft, text, window, draft_logits.data(), depth - window);
+    }
     const auto argmax = [&](const std::vector<float> &x) {
       return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
     };
     for (int32_t s = 0; s < gen; ++s) {
       const int32_t a = argmax(logits[0]);
+      if (draft) {
+        const int32_t d = argmax(draft_logits);
+        for (size_t i = 0; i < nt; ++i) draft_hit[i].push_back(argmax(logits[i]) == d);
+        specinfer_forward_batch fb{};
+        fb.struct_size = sizeof fb;
+        fb.n_tokens = 1;
+        fb.tokens = &a;
+        const int32_t dpos = window + s;
+        fb.positions = &dpos;
+        fb.n_logits = 1;
+        fb.logits = draft_logits.data();
+        static_cast<specinfer::TargetObject *>(draft)->forward(fb);
+      }
       const std::vector<double> lp0 = log_probs(logits[0]);
       for (size_t i = 1; i < nt; ++i) {
         agree[i] += argmax(logits[i]) == a;
@@ -676,6 +727,25 @@ void BM_SketchedQuality(benchmark::State &state) {
       state.counters[k + "_ms"] = ms;
       state.counters[k + "_prefill_tps"] = prefill_tps[i];
       if (i == 0) continue;
+      if (draft) {
+        // Paired per position: agreement with target i minus agreement with the exact target.
+        double sum = 0, sum2 = 0;
+        for (int32_t s = 0; s < gen; ++s) {
+          const double d =
+              draft_hit[i][static_cast<size_t>(s)] - draft_hit[0][static_cast<size_t>(s)];
+          sum += d;
+          sum2 += d * d;
+        }
+        const double mean = sum / gen;
+        const double var = gen > 1 ? (sum2 - gen * mean * mean) / (gen - 1) : 0.0;
+        const auto hits = [&](size_t j) {
+          return std::accumulate(draft_hit[j].begin(), draft_hit[j].end(), 0);
+        };
+        if (i == 1) state.counters["draft_top1_pct"] = 100.0 * hits(0) / gen;
+        state.counters[k + "_draft_top1_pct"] = 100.0 * hits(i) / gen;
+        state.counters[k + "_draft_diff_pct"] = 100.0 * mean;
+        state.counters[k + "_draft_diff_se"] = 100.0 * std::sqrt(std::max(0.0, var) / gen);
+      }
       state.counters[k + "_top1_pct"] = 100.0 * agree[i] / gen;
       state.counters[k + "_kl"] = kl_sum[i] / gen;
       label += "; qjl" + std::to_string(i) + ": " + configs[i];
@@ -684,6 +754,7 @@ void BM_SketchedQuality(benchmark::State &state) {
   }
   for (specinfer_target *t : tg)
     if (t) specinfer_target_destroy(t);
+  if (draft) specinfer_target_destroy(draft);
   specinfer_registry_destroy(reg);
   if (!error.empty()) state.SkipWithError(error.c_str());
 }
