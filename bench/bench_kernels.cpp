@@ -443,8 +443,9 @@ BENCHMARK(BM_Attention)
 // Decode (tok=1) or verify (tok=5) attention over a long cache through all 28 layers of
 // Qwen2.5-Coder-1.5B's shape (12 query heads on 2 kv heads of 128; each layer its own cache, so
 // that they stream from memory as in the model rather than sit in the L3 cache), exact (qjl:0) or
-// sketched (128 bits, 1024 keys picked, a window of 256 and 4 sinks; qjl:1 picks by the estimate
-// alone as attn=qjl's defaults do, qjl:2 among 4096 candidates rescored exactly), in the cache
+// sketched (128 bits, a window of 256 and 4 sinks; qjl:1 picks 1024 keys by the estimate alone as
+// attn=qjl's defaults do, qjl:2 picks 1024 among 4096 candidates rescored exactly
+// (attn_rescore=4096), qjl:3 2048 among 4096 (attn_keys=2048,attn_rescore=4096)), in the cache
 // types the gguf plugin offers. The time is per pass (tok tokens):
 //   ./bench_kernels --benchmark_filter=AttentionLong
 void BM_AttentionLong(benchmark::State &state) {
@@ -500,10 +501,10 @@ void BM_AttentionLong(benchmark::State &state) {
     if (sketched) {
       a.k_sketch = ks.data() + l * sk_bytes;
       a.sketch_bits = 128;
-      a.n_select = 1024;
+      a.n_select = state.range(2) == 3 ? 2048 : 1024;
       a.n_window = 256;
       a.n_sink = 4;
-      a.n_rescore = state.range(2) == 2 ? 4096 : 0;
+      a.n_rescore = state.range(2) >= 2 ? 4096 : 0;
     }
     args.push_back(a);
   }
@@ -514,7 +515,10 @@ void BM_AttentionLong(benchmark::State &state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(std::string(wtype_name(type)) + (tiles ? " tiles" : "") +
-                 (sketched ? state.range(2) == 2 ? " qjl rescored" : " qjl" : " exact") +
+                 (!sketched             ? " exact"
+                  : state.range(2) == 1 ? " qjl"
+                  : state.range(2) == 2 ? " qjl rescored"
+                                        : " qjl 2048 of 4096 rescored") +
                  ", 28 layers");
 }
 BENCHMARK(BM_AttentionLong)
@@ -523,7 +527,7 @@ BENCHMARK(BM_AttentionLong)
       const int64_t layouts[][2] = {{f32, 0}, {f16, 0}, {q8, 0}, {q8, 1}};
       for (int64_t n_kv : {16384, 32768})
         for (const auto &l : layouts)
-          for (int64_t qjl : {0, 1, 2})
+          for (int64_t qjl : {0, 1, 2, 3})
             for (int64_t tok : {1, 2, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
     })
     ->ArgNames({"n_kv", "type", "qjl", "tok", "tiles"})
