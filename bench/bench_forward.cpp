@@ -677,40 +677,38 @@ void BM_SketchedQuality(benchmark::State &state) {
     const auto argmax = [&](const std::vector<float> &x) {
       return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
     };
+    // One token at `pos` through `t`, its next-token logits to `out`.
+    const auto feed = [](specinfer_target *t, const int32_t &token, const int32_t &pos,
+                         float *out) {
+      specinfer_forward_batch fb{};
+      fb.struct_size = sizeof fb;
+      fb.n_tokens = 1;
+      fb.tokens = &token;
+      fb.positions = &pos;
+      fb.n_logits = 1;
+      fb.logits = out;
+      static_cast<specinfer::TargetObject *>(t)->forward(fb);
+    };
+    std::vector<int32_t> top(nt);
     for (int32_t s = 0; s < gen; ++s) {
-      const int32_t a = argmax(logits[0]);
+      for (size_t i = 0; i < nt; ++i) top[i] = argmax(logits[i]);
+      const int32_t a = top[0];
       if (draft) {
         const int32_t d = argmax(draft_logits);
-        for (size_t i = 0; i < nt; ++i) draft_hit[i].push_back(argmax(logits[i]) == d);
-        specinfer_forward_batch fb{};
-        fb.struct_size = sizeof fb;
-        fb.n_tokens = 1;
-        fb.tokens = &a;
-        const int32_t dpos = window + s;
-        fb.positions = &dpos;
-        fb.n_logits = 1;
-        fb.logits = draft_logits.data();
-        static_cast<specinfer::TargetObject *>(draft)->forward(fb);
+        for (size_t i = 0; i < nt; ++i) draft_hit[i].push_back(top[i] == d);
+        feed(draft, a, window + s, draft_logits.data());
       }
       const std::vector<double> lp0 = log_probs(logits[0]);
       for (size_t i = 1; i < nt; ++i) {
-        agree[i] += argmax(logits[i]) == a;
+        agree[i] += top[i] == a;
         const std::vector<double> lp = log_probs(logits[i]);
         double kl = 0;
         for (size_t v = 0; v < lp.size(); ++v) kl += std::exp(lp0[v]) * (lp0[v] - lp[v]);
         kl_sum[i] += kl;
       }
-      const int32_t pos = depth + s;
       for (size_t i = 0; i < nt; ++i) {
-        specinfer_forward_batch fb{};
-        fb.struct_size = sizeof fb;
-        fb.n_tokens = 1;
-        fb.tokens = &a;
-        fb.positions = &pos;
-        fb.n_logits = 1;
-        fb.logits = logits[i].data();
         const auto t0 = std::chrono::steady_clock::now();
-        static_cast<specinfer::TargetObject *>(tg[i])->forward(fb);
+        feed(tg[i], a, depth + s, logits[i].data());
         step_ms[i].push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count());
