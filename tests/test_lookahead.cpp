@@ -2,7 +2,8 @@
 // when drafts are accepted and target passes cost the same at any size, stops when they are
 // rejected, pauses briefly for free drafters and longer for costly ones, and uses the burst state
 // (a draft accepted whole) to draft longer than the average rate alone would; a costly drafter that
-// ends its own drafts is asked for the most while it pays and paused when it does not.
+// ends its own drafts is asked for the most while it pays (capped by the rates where each token
+// makes a verify pass clearly dearer) and paused when it does not.
 #include "session/lookahead.h"
 
 #include <algorithm>
@@ -91,38 +92,86 @@ void test_bursts(void **) {
 // between a confident one (it drafts 4, all accepted) and an unsure one (it drafts 1, rejected,
 // and declines the rest). By the rates, a draft after a whole accepted one always fails, so they
 // would pause there; the drafter's own stop makes every round pay (6 tokens per 4.5 passes), so
-// the lookahead asks for the most in every round but the plain ones that re-measure the pass
-// time. When nothing is accepted, drafting pauses for most rounds.
+// the lookahead drafts in every round but the plain ones that re-measure the pass time, and asks
+// for the most wherever the rates do not cap it: in every round when passes cost nearly the same
+// at any size, and in the confident rounds when each token adds 30% to a pass (there the unsure
+// rounds are asked for the one token they draft anyway). When nothing is accepted, drafting
+// pauses for most rounds.
 void test_self_limiting_drafter(void **) {
-  for (const bool pays : {true, false}) {
-    Lookahead la;
-    la.configure(8, true);
-    int asked_max = 0, drafting = 0;
-    bool confident = true;
-    for (int i = 0; i < 60; ++i) {
-      const int32_t k = la.next();
-      int32_t d = 0, a = 0;
-      if (k > 0) {
-        d = std::min<int32_t>(k, confident ? 4 : 1);
-        a = pays && confident ? d : 0;
-        confident = !confident;
+  for (const double slope : {0.02, 0.3})
+    for (const bool pays : {true, false}) {
+      Lookahead la;
+      la.configure(8, true);
+      int asked_max = 0, asked_one = 0, drafting = 0, tokens = 0;
+      bool confident = true;
+      for (int i = 0; i < 60; ++i) {
+        const int32_t k = la.next();
+        const bool sure = confident;
+        int32_t d = 0, a = 0;
+        if (k > 0) {
+          d = std::min<int32_t>(k, confident ? 4 : 1);
+          a = pays && confident ? d : 0;
+          confident = !confident;
+        }
+        // One draft step costs a quarter of a single-token pass.
+        la.observe(k, d, a, (d + (d < k ? 1 : 0)) * 10.0, 40.0 * (1.0 + slope * d), d + 1);
+        if (i >= 10) {
+          if (k == 8 && (sure || slope < 0.1)) ++asked_max;
+          if (k == 1 && !sure) ++asked_one;
+          if (k > 0) ++drafting;
+          tokens += a + 1;
+        }
       }
-      // One draft step costs a quarter of a single-token pass; passes grow 20% per token.
-      la.observe(k, d, a, (d + (d < k ? 1 : 0)) * 10.0, 40.0 * (1.0 + 0.2 * d), d + 1);
-      if (i >= 10) {
-        if (k == 8) ++asked_max;
-        if (k > 0) ++drafting;
+      print_message("slope %.2f, %s: asked for 8 in %d of 50 rounds, drafted in %d, %d tokens\n",
+                    slope, pays ? "pays" : "rejected", asked_max, drafting, tokens);
+      if (pays) {
+        assert_true(la.self_stop_rate() > 0.3);
+        assert_true(drafting >= 48);
+        assert_true(asked_max >= (slope < 0.1 ? 45 : 22));
+        if (slope > 0.1) assert_true(asked_one >= 22);
+        assert_true(tokens >= 140);
+      } else {
+        assert_true(drafting <= 12);
       }
     }
-    print_message("%s: asked for 8 in %d of 50 rounds, drafted in %d\n", pays ? "pays" : "rejected",
-                  asked_max, drafting);
-    if (pays) {
-      assert_true(la.self_stop_rate() > 0.3);
-      assert_true(asked_max >= 45);
-    } else {
-      assert_true(drafting <= 12);
+}
+
+// A draft model at a long context: it drafts up to 4 tokens of which each is accepted with
+// probability 0.45, one draft step costs 0.3 of a one-token pass, and every token adds 0.3 of a
+// pass to the verify pass (attention once per token over a long cache). Asking for the most
+// would give about 0.75 tokens per pass; the rates cap its drafts at one or two tokens, which pays
+// about as well as plain decoding, and it stays within 10% of plain decoding's speed.
+void test_steep_passes_cap_self_limiting_drafts(void **) {
+  Lookahead la;
+  la.configure(8, true);
+  uint32_t rng = 4242;
+  auto uniform = [&rng] {
+    rng = rng * 1664525u + 1013904223u;
+    return (rng >> 8) / 16777216.0;
+  };
+  double tokens = 0, ms = 0;
+  int capped = 0, drafting = 0;
+  for (int i = 0; i < 300; ++i) {
+    const int32_t k = la.next();
+    // It declines a token it is unsure of: a quarter of the time at each position.
+    int32_t d = 0;
+    while (d < std::min<int32_t>(k, 4) && uniform() < 0.75) ++d;
+    int32_t a = 0;
+    while (a < d && uniform() < 0.45) ++a;
+    const double draft = (d + (d < k ? 1 : 0)) * 12.0, pass = 40.0 * (1.0 + 0.3 * d);
+    la.observe(k, d, a, draft, pass, d + 1);
+    if (i >= 50) {
+      tokens += a + 1;
+      ms += draft + pass;
+      if (k > 0) ++drafting;
+      if (k > 0 && k <= 2) ++capped;
     }
   }
+  const double speed = tokens * 40.0 / ms;  // against plain decoding's one token per 40 ms
+  print_message("%d drafting rounds of 250, %d asked for 1 or 2; %.3f of plain speed\n", drafting,
+                capped, speed);
+  assert_true(capped >= drafting * 9 / 10);
+  assert_true(speed > 0.9);
 }
 
 // A draft model that drafts at most 4 tokens while the session allows 8, accepted at a rate of 0.85
@@ -171,6 +220,7 @@ int main() {
       cmocka_unit_test(test_rejections_pause),
       cmocka_unit_test(test_bursts),
       cmocka_unit_test(test_self_limiting_drafter),
+      cmocka_unit_test(test_steep_passes_cap_self_limiting_drafts),
       cmocka_unit_test(test_noisy_paying_drafter_not_paused),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

@@ -112,7 +112,8 @@ int32_t Lookahead::next() {
   // most, and decide only whether drafting pays, from what recent rounds gave (tokens per unit of
   // time against plain decoding's one token per single-token pass). Replaying a HumanEval trace
   // of the 0.5B draft, its confidence stop with its cap of 4 beat any k chosen from the rates.
-  const bool self_limiting = (c > 0.05 && self_stop_rate() > 0.2) || tree_rate() > 0.5;
+  const bool trees = tree_rate() > 0.5;
+  const bool self_limiting = (c > 0.05 && self_stop_rate() > 0.2) || trees;
   if (paused_ > 0) {
     --paused_;
     if (paused_ > 0) return 0;
@@ -128,25 +129,37 @@ int32_t Lookahead::next() {
                        (realized_rounds_ >= kJudgeRounds && ratio < kPauseMargin);
     if (!clear) {
       if (realized_rounds_ >= 2 * kJudgeRounds) pause_len_ = pause_rounds;  // a probe that paid
-      return max_draft_;
+      // A tree drafter sizes its trees itself. A chain drafter ends its drafts where it is unsure,
+      // but does not know what a longer verify pass costs: where one more token makes the pass
+      // clearly dearer (kSteepPass; a long context, whose attention runs once per token), its
+      // drafts stop where the rates say a longer one stops paying.
+      const double one = pass_ms_[static_cast<size_t>(std::min(fixed_ + rounds_, kMaxPass))],
+                   two = pass_ms_[static_cast<size_t>(std::min(fixed_ + 2 * rounds_, kMaxPass))];
+      if (trees || one <= 0 || two < kSteepPass * one) return max_draft_;
+      return std::max<int32_t>(1, best_draft(c));
     }
     paused_ = pause_len_;
     pause_len_ = std::min(2 * pause_len_, kMaxPauseRounds);
     realized_tokens_ = realized_ms_ = realized_rounds_ = 0;  // judge afresh after the pause
     return 0;
   }
+  const int32_t best_k = best_draft(c);
+  // Pause: long when drafting costs real time (a draft model), short when drafts are nearly free
+  // (prompt lookup), whose next match may come a few tokens later.
+  if (best_k == 0) paused_ = c > 0.05 ? pause_rounds : pause_rounds / 4;
+  return best_k;
+}
+
+int32_t Lookahead::best_draft(double c) const {
   int32_t best_k = 0;
   double best = 1.0;  // plain decoding: one token per single-token pass
   for (int32_t k = 1; k <= max_draft_; ++k) {
-    double e = expected_tokens(k) / (k * c + batch_ratio(k));
+    const double e = expected_tokens(k) / (k * c + batch_ratio(k));
     if (e > best * 1.0001) {
       best = e;
       best_k = k;
     }
   }
-  // Pause: long when drafting costs real time (a draft model), short when drafts are nearly free
-  // (prompt lookup), whose next match may come a few tokens later.
-  if (best_k == 0) paused_ = c > 0.05 ? pause_rounds : pause_rounds / 4;
   return best_k;
 }
 

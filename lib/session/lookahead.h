@@ -16,6 +16,9 @@
 // evidence (a draft model's confidence): then k is max_draft, and drafting pauses when recent
 // drafting rounds gave clearly fewer tokens per unit of time than plain decoding would (see
 // kPauseMargin below); pauses double, up to kMaxPauseRounds, while the probes after them fail.
+// Where every token of a verify pass costs clearly more (a measured r(1) above kSteepPass: a long
+// context), k is instead the best k of the formula above, at least 1: the drafter's confidence
+// does not weigh what a longer pass costs.
 // The first draft asks for the most, so that such a drafter shows that it stops itself.
 //
 // A drafter that proposes token trees sizes them itself (it is handed the measured pass costs
@@ -62,6 +65,9 @@ class Lookahead {
   // Expected tokens per round when drafting k, in the current state: 1 + sum_{i<=k} S_i.
   double expected_tokens(int32_t k) const;
   double cost_ratio() const;
+  // The k in 1 .. max_draft of most expected tokens per unit of time at draft cost ratio c, or 0
+  // when none beats plain decoding.
+  int32_t best_draft(double c) const;
   // r(k): time of a pass in which every round drafts k relative to one in which none does
   // (measured, or interpolated), with the rounds and other tokens of the last shared pass.
   double batch_ratio(int32_t k) const;
@@ -81,6 +87,9 @@ class Lookahead {
   // gap.
   static constexpr double kQuickJudgeRounds = 4, kQuickPauseMargin = 0.6;
   static constexpr double kJudgeRounds = 16, kPauseMargin = 0.85;
+  // A self-limiting chain drafter's drafts are capped by the rates when a two-token pass has
+  // been measured at more than kSteepPass one-token passes.
+  static constexpr double kSteepPass = 1.25;
   static constexpr int32_t kRefreshRounds = 64;  // rounds between plain rounds that re-measure
 
  private:
