@@ -32,17 +32,20 @@ using specinfer_plugin::fail;
 using specinfer_plugin::Failure;
 using specinfer_plugin::format;
 
-constexpr int kTop = 8;                 // target probabilities kept per position
-constexpr int kMinDocTokens = 32;       // shorter windows (near-empty files) are skipped
-constexpr int kBytesPerToken = 5;       // a window's bytes per wanted token (code: ~3.5 per token)
-constexpr double kCollectShare = 0.45;  // of the time budget (minutes=) spent collecting
+constexpr int kTop = 8;            // target probabilities kept per position
+constexpr int kMinDocTokens = 32;  // shorter windows (near-empty files) are skipped
+constexpr int kBytesPerToken = 5;  // a window's bytes per wanted token (code: ~3.5 per token)
+// Training's time per token and epoch, for one head per thread, relative to collecting that token
+// (the target's pass): measured 0.19 on Zen 5 at the default vocabulary and token input; a little
+// more, so that a run ends inside its budget.
+constexpr double kTrainPerCollect = 0.22;
 
 struct Options {
-  int32_t heads = 4;
-  int64_t tokens = 98304;
+  int32_t heads = 2;
+  int64_t tokens = 196608;
   int64_t heldout = 4096;
   int32_t vocab = 8192;
-  int32_t epochs = 3;
+  int32_t epochs = 2;
   double minutes = 15;
   double lr = 1e-3;
   double wd = 0.1;
@@ -500,12 +503,33 @@ void check_target(specinfer_status rc, const specinfer_plugin_error &e, const ch
     throw Failure(rc, std::string("medusa: the target's ") + what + " failed: " + e.message);
 }
 
-// Collection stops after the document that ends past `stop_at` (now_seconds(); 0 = none), once
-// every held-out document and at least one to train on are in; `plan` keeps the documents
-// collected.
+// When collection has to stop for the run to end inside its time budget: the time spent so far
+// plus training's, estimated from the pass's measured time per token (Options::minutes).
+struct Budget {
+  double start = 0;    // now_seconds() at the run's start
+  double seconds = 0;  // the whole run's budget; 0 = none
+  double train = 0;    // training's time per collected token, in the pass's time per token
+  bool spent(double now, int64_t tokens, double pass_seconds, int64_t fresh) const {
+    if (seconds <= 0 || fresh <= 0) return false;
+    const double per_token = pass_seconds / static_cast<double>(fresh);
+    return now - start + train * per_token * static_cast<double>(tokens) > seconds;
+  }
+};
+
+// Training's time per token against the pass's: epochs passes, the heads one per thread in
+// rounds, each token's products 2 V H + 3 D H multiply-adds against the default design's.
+double train_share(const Options &o, int32_t hidden, int32_t vocab, int32_t threads) {
+  const double rounds = std::ceil(static_cast<double>(o.heads) / std::max(1, threads));
+  const double d = (1.0 + o.token) * hidden, v = std::min(o.vocab, vocab);
+  const double work = (2.0 * v + 3.0 * d) / (2.0 * 8192 + 3.0 * 2 * hidden);
+  return kTrainPerCollect * o.epochs * rounds * work;
+}
+
+// Collection stops after the document whose end exhausts the budget (Budget::spent), once every
+// held-out document and at least one to train on are in; `plan` keeps the documents collected.
 Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_model_info &info,
              const specinfer_host_target &t, const TargetIdentity &id,
-             const std::string &cache_path, double stop_at) {
+             const std::string &cache_path, const Budget &budget) {
   Data data;
   data.H = info.hidden_size;
   const size_t H = static_cast<size_t>(data.H), vocab = static_cast<size_t>(info.vocab_size);
@@ -527,7 +551,9 @@ Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_mo
   const double t0 = now_seconds();
   int64_t fresh = 0;
   for (size_t d = first; d < plan.docs.size(); ++d) {
-    if (stop_at > 0 && d > plan.n_heldout_docs && now_seconds() > stop_at) {
+    if (d > plan.n_heldout_docs &&
+        budget.spent(now_seconds(), static_cast<int64_t>(data.token.size()), now_seconds() - t0,
+                     fresh)) {
       cx.log(SPECINFER_LOG_INFO,
              format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
                     "%lld)",
@@ -1199,10 +1225,11 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   cx.log(SPECINFER_LOG_INFO,
          format("corpus: %zu documents, %lld tokens (%lld held out)", plan.docs.size(),
                 (long long)plan.n_tokens, (long long)plan.n_heldout));
-  // Collection gets a share of the time budget: training (epochs passes over what it collects)
-  // takes about as long again at the default 3 epochs.
-  const double stop_at = o.minutes > 0 ? start + 60.0 * o.minutes * kCollectShare : 0.0;
-  Data data = collect(cx, o, plan, info, *target, id, out + ".data", stop_at);
+  Budget budget;
+  budget.start = start;
+  budget.seconds = 60.0 * o.minutes;
+  budget.train = train_share(o, info.hidden_size, info.vocab_size, host->n_threads);
+  Data data = collect(cx, o, plan, info, *target, id, out + ".data", budget);
   plan.docs.clear();
   plan.docs.shrink_to_fit();
 

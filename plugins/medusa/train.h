@@ -13,9 +13,11 @@
 //     (every stored document is checked against the plan token by token; collection resumes after
 //     the last one that matches). Kept after success, so that training with other settings costs
 //     no second collection; keep_data=0 removes it. With a time budget (minutes, default 15),
-//     collection stops after the document that ends past 45% of it (training's 3 passes over
-//     the data take about as long again), so a slower machine trains on fewer tokens rather than
-//     for longer; the log says where it stopped.
+//     collection stops after the document past which the time spent plus training's estimated
+//     time would exceed it. Training's time is estimated from the pass's measured time per token:
+//     per token, epochs passes of the heads (one per host thread at a time), their products
+//     scaled by vocabulary and input size, at a ratio measured on one machine. So a slower
+//     machine trains on fewer tokens rather than for longer; the log says where it stopped.
 //  3. Vocabulary. The `vocab` tokens the target chose most often as its top-1 on the training
 //     documents (ties: top-8 probability mass). U = the target's output rows for them.
 //  4. Train. Head k (k = 0 .. heads-1) at position t learns the target's distribution at
@@ -34,8 +36,8 @@
 //     positions where it was rank r; progress reports rank 0 (top-1 agreement).
 //
 // Config (key=value,...; unknown keys are refused with SPECINFER_ERR_CONFIG):
-//   heads=<1..16> (4)  tokens=<N> (98304; held-out included)  heldout=<N> (4096, at most half of
-//   tokens)  minutes=<x> (15; 0 = no time budget)  vocab=<N> (8192)  epochs=<N> (3)  lr=<x>
+//   heads=<1..16> (2)  tokens=<N> (196608; held-out included)  heldout=<N> (4096, at most half of
+//   tokens)  minutes=<x> (15; 0 = no time budget)  vocab=<N> (8192)  epochs=<N> (2)  lr=<x>
 //   (0.001)  wd=<x> (0.1, AdamW's decoupled weight decay)  batch=<N> (128)  warmup=<0..0.5> (0.05,
 //   share of the steps)  chunk=<N> (512, tokens per document and forward pass)  offpath=<0..1> (1:
 //   the weight of training positions whose text leaves the target's greedy path before the

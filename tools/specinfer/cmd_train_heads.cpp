@@ -23,7 +23,7 @@ namespace {
 struct Options {
   std::string target, plugin = "medusa", out, options;
   std::vector<std::string> corpus;
-  int32_t heads = 4, tokens = 0, epochs = 0, threads = 0;
+  int32_t heads = 0, tokens = 0, epochs = 0, threads = 0;
   double minutes = -1;
   bool resume = false;
 };
@@ -184,8 +184,9 @@ int cmd_train_heads(int argc, char **argv) {
   app.add_option("--out", o.out,
                  "heads file to write; default: the target's path with .medusa.gguf")
       ->type_name("FILE");
-  cli::add_number(app, "--heads", o.heads, "heads to train (head k drafts k + 1 tokens ahead)", "K",
-                  1, 16);
+  cli::add_number(app, "--heads", o.heads,
+                  "heads to train (head k drafts k + 1 tokens ahead; 0: the trainer's default)",
+                  "K", 0, 16);
   cli::add_number(app, "--tokens", o.tokens,
                   "corpus tokens to learn from (0: the trainer's default)", "N", 0, 1 << 26);
   cli::add_number(app, "--epochs", o.epochs, "passes over the collected data (0: the default)", "N",
@@ -217,12 +218,15 @@ int cmd_train_heads(int argc, char **argv) {
   }
   if (o.out.empty()) o.out = default_out(o.target);
 
-  std::string config = "heads=" + std::to_string(o.heads);
-  if (o.tokens > 0) config += ",tokens=" + std::to_string(o.tokens);
-  if (o.epochs > 0) config += ",epochs=" + std::to_string(o.epochs);
-  if (o.minutes >= 0) config += ",minutes=" + std::to_string(o.minutes);
-  if (o.resume) config += ",resume=1";
-  if (!o.options.empty()) config += "," + o.options;
+  std::vector<std::string> settings;  // the plugin's defaults stand where nothing is given
+  if (o.heads > 0) settings.push_back("heads=" + std::to_string(o.heads));
+  if (o.tokens > 0) settings.push_back("tokens=" + std::to_string(o.tokens));
+  if (o.epochs > 0) settings.push_back("epochs=" + std::to_string(o.epochs));
+  if (o.minutes >= 0) settings.push_back("minutes=" + std::to_string(o.minutes));
+  if (o.resume) settings.push_back("resume=1");
+  if (!o.options.empty()) settings.push_back(o.options);
+  std::string config;
+  for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
 
   cli::RunOptions ro;
   ro.threads = o.threads;
@@ -236,7 +240,8 @@ int cmd_train_heads(int argc, char **argv) {
   } else {
     std::vector<const char *> paths;
     for (const std::string &f : files) paths.push_back(f.c_str());
-    std::fprintf(stderr, "training %d %s heads on %zu corpus files (%s%s) -> %s\n", o.heads,
+    const std::string count = o.heads > 0 ? std::to_string(o.heads) + " " : "";
+    std::fprintf(stderr, "training %s%s heads on %zu corpus files (%s%s) -> %s\n", count.c_str(),
                  o.plugin.c_str(), files.size(), o.corpus.front().c_str(),
                  o.corpus.size() > 1 ? ", ..." : "", o.out.c_str());
     ProgressBar bar;
