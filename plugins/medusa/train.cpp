@@ -551,9 +551,9 @@ Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_mo
   const double t0 = now_seconds();
   int64_t fresh = 0;
   for (size_t d = first; d < plan.docs.size(); ++d) {
+    const double now = now_seconds();
     if (d > plan.n_heldout_docs &&
-        budget.spent(now_seconds(), static_cast<int64_t>(data.token.size()), now_seconds() - t0,
-                     fresh)) {
+        budget.spent(now, static_cast<int64_t>(data.token.size()), now - t0, fresh)) {
       cx.log(SPECINFER_LOG_INFO,
              format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
                     "%lld)",
