@@ -14,6 +14,9 @@
 //    attention over the picked keys;
 //  - a tree node's result equals, bit for bit, the causal call over the rows and sketches it sees
 //    gathered in order (plain decoding of its path): speculation stays exact;
+//  - each query of a causal batch (40 queries: more than a call reuses rescored picks' exact scores
+//    for, so the batch takes the path that scores them again) equals, bit for bit, the call of that
+//    query alone over its prefix (which reuses them), with and without rescoring;
 //  - bad sizes and inputs are refused with a status.
 #include <algorithm>
 #include <cmath>
@@ -420,6 +423,39 @@ void test_tree_mask(void **) {
   set_active_isa(prev);
 }
 
+void test_batch_against_alone(void **) {
+  std::mt19937 rng(33);
+  const Isa prev = active_isa();
+  const specinfer_kernels *kt = backend_kernel_table();
+  Shape s;
+  for (const int32_t rescore : {0, 300}) {
+    s.rescore = rescore;
+    const int n_prefix = 700, n_q = 40, n_kv = n_prefix + n_q;
+    const size_t nk = size_t(n_kv) * s.Hkv * s.hd;
+    const auto q = randn(size_t(n_q) * s.H * s.hd, rng, 0.5f);
+    const auto k = randn(nk, rng), v = randn(nk, rng);
+    const auto ks = sketches(k, s.hd, s.bits);
+    for (const Isa isa : isas()) {
+      set_active_isa(isa);
+      std::vector<float> batch(q.size());
+      const auto a =
+          sketched_args(s, n_q, n_kv, q.data(), k.data(), v.data(), ks.data(), batch.data());
+      assert_int_equal(kt->attention(&a), SPECINFER_OK);
+      for (const int b : {0, 1, 17, n_q - 1}) {
+        std::vector<float> one(size_t(s.H) * s.hd);
+        const auto c = sketched_args(s, 1, n_prefix + b + 1, q.data() + size_t(b) * s.H * s.hd,
+                                     k.data(), v.data(), ks.data(), one.data());
+        assert_int_equal(kt->attention(&c), SPECINFER_OK);
+        if (std::memcmp(one.data(), batch.data() + size_t(b) * s.H * s.hd, one.size() * 4) != 0)
+          print_error("%s rescore %d: query %d of the batch differs from its call alone\n",
+                      isa_name(isa), rescore, b);
+        assert_memory_equal(one.data(), batch.data() + size_t(b) * s.H * s.hd, one.size() * 4);
+      }
+    }
+  }
+  set_active_isa(prev);
+}
+
 void test_errors(void **) {
   const specinfer_kernels *kt = backend_kernel_table();
   std::vector<float> buf(8192, 0.5f), out(4096);
@@ -465,7 +501,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_estimate),       cmocka_unit_test(test_scorers_agree),
       cmocka_unit_test(test_against_picked), cmocka_unit_test(test_tiles_against_picked),
-      cmocka_unit_test(test_tree_mask),      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_tree_mask),      cmocka_unit_test(test_batch_against_alone),
+      cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

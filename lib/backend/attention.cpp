@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -111,12 +112,23 @@ void scores_tile_s(const int8_t *qs, const float *qd, const int32_t *bias, int64
 
 // ---- the driver ----------------------------------------------------------------------------
 
+// Asks for the `bytes` bytes at p to be brought into L2.
+inline void prefetch_l2(const uint8_t *p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+  __builtin_prefetch(p + bytes - 1, 0, 2);
+}
+
 // The keys one query sees, in order: a run of consecutive slots [first, first + run) and then the
 // slots listed in tail (a tree's nodes, or any other mask's scattered keys).
 struct View {
   int64_t first = 0, run = 0;
   const int32_t *tail = nullptr;
   int64_t n_tail = 0;
+  // Keys [s0, s1) of the view whose exact scores are already known (sketched attention's rescored
+  // picks): head h's score of key t at scores[h * (s1 - s0) + t - s0], the bits the score kernel
+  // gives them.
+  const float *scores = nullptr;
+  int64_t s0 = 0, s1 = 0;
   int64_t size() const { return run + n_tail; }
   int64_t slot(int64_t t) const { return t < run ? first + t : tail[t - run]; }
 };
@@ -142,6 +154,10 @@ struct Call {
   int64_t n_select = 0, n_window = 0, n_sink = 0, n_rescore = 0;
   std::vector<View> item_views;
   std::vector<int32_t> picked;
+  // With rescoring, for few queries: per item, the exact scores of its rescored picks
+  // ([g][n_select] floats), which the attention over them then reuses instead of scoring those keys
+  // again.
+  std::vector<float> picked_scores;
   // Keys in Q8_0 tiles (specinfer_attention_args.k_tile): the queries rounded for them, row
   // qi * n_head + h of each.
   bool k_tiled = false;
@@ -254,7 +270,7 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
     shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
   }
   // The tile's query rows, one after another.
-  thread_local std::vector<float> qbuf, sbuf, dbuf;
+  thread_local std::vector<float> qbuf, sbuf, dbuf, pbuf;
   thread_local std::vector<int8_t> q8buf;
   thread_local std::vector<int32_t> biasbuf;
   const int64_t r0 = q0 * a.n_head + kvh * g, nb = hd / 32;
@@ -291,17 +307,56 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head, *vb = c.v + size_t(kvh) * c.v_head;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
   // Keys [b0, b0 + n) of view v, scored and accumulated for rows [r, r + nr) of the tile into s.
+  // Listed keys come from scattered rows, which the kernels' own prefetches (a few rows ahead)
+  // reach too late: the rows of the block from t on are asked into L2 while this one runs (keys in
+  // rows only, and not those whose scores the view holds).
+  const auto prefetch_next = [&](const View &v, int64_t t) {
+    const int64_t end = std::min(v.size(), t + kAttnBlock);
+    for (; t < end; ++t) {
+      const auto slot = size_t(v.slot(t));
+      if (!c.k_tiled && (t < v.s0 || t >= v.s1)) prefetch_l2(kb + slot * c.k_pos, c.k_head_bytes);
+      prefetch_l2(vb + slot * c.v_pos, c.v_head_bytes);
+    }
+  };
+  // Scores of keys [b0 + j0, b0 + j1) of view v into sp + j0, their largest per row into m.
+  const auto score = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t j0, int64_t j1,
+                         float *m) {
+    if (c.k_tiled)
+      scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb,
+                   b0 + j0, j1 - j0, sp + j0, m);
+    else
+      c.kern->scores(c.k_type, q + r * hd, nr, krows + j0, j1 - j0, hd, a.scale, sp + j0,
+                     kAttnBlock, m);
+  };
   const auto step = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t n, State s) {
     for (int64_t j = 0; j < n; ++j) {
       const auto slot = size_t(v.slot(b0 + j));
       if (!c.k_tiled) krows[j] = kb + slot * c.k_pos;
       vrows[j] = vb + slot * c.v_pos;
     }
-    if (c.k_tiled)
-      scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb, b0, n,
-                   sp, mp);
-    else
-      c.kern->scores(c.k_type, q + r * hd, nr, krows, n, hd, a.scale, sp, kAttnBlock, mp);
+    if (v.n_tail > 0) prefetch_next(v, b0 + n);
+    // Keys whose exact scores the view holds are copied, the rest scored.
+    const int64_t k0 = std::clamp(v.s0 - b0, int64_t(0), n), k1 = std::clamp(v.s1 - b0, k0, n);
+    if (v.scores == nullptr || k0 == k1) {
+      score(v, r, nr, b0, 0, n, mp);
+    } else {
+      for (int64_t h = 0; h < nr; ++h) {
+        const float *from = v.scores + h * (v.s1 - v.s0) + (b0 + k0 - v.s0);
+        float *to = sp + h * kAttnBlock;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = k0; j < k1; ++j) {
+          to[j] = from[j - k0];
+          m = std::max(m, to[j]);
+        }
+        mp[h] = m;
+      }
+      pbuf.resize(size_t(nr));
+      for (const auto &[j0, j1] : {std::pair{int64_t(0), k0}, std::pair{k1, n}}) {
+        if (j0 == j1) continue;
+        score(v, r, nr, b0, j0, j1, pbuf.data());
+        for (int64_t h = 0; h < nr; ++h) mp[h] = std::max(mp[h], pbuf[size_t(h)]);
+      }
+    }
     absorb(c, sp, mp, nr, n, s);
     c.kern->accumulate(c.v_type, sp, kAttnBlock, nr, vrows, n, hd, s.o);
   };
@@ -405,11 +460,12 @@ void for_largest(const std::vector<float> &s, int64_t k, Keep keep) {
 // e[j] = how close candidate key cand[j] of kv head kvh comes, by its exact score (the attention
 // kernels', so a key's is the same bits in any call), to the largest score over the candidates of
 // one of query qi's heads: the largest over those heads of score - that head's largest (<= 0).
+// The exact scores themselves go to ex[h * cand.size() + j].
 void exact_closeness(const Call &c, int64_t qi, int64_t kvh, const std::vector<int32_t> &cand,
-                     std::vector<float> &e) {
+                     std::vector<float> &e, std::vector<float> &ex) {
   const specinfer_attention_args &a = *c.a;
   const int64_t nc = int64_t(cand.size()), g = c.g;
-  thread_local std::vector<float> ex, best, sblk;
+  thread_local std::vector<float> best, sblk;
   ex.resize(size_t(g * nc));
   best.assign(size_t(g), -std::numeric_limits<float>::infinity());
   sblk.resize(size_t(g * (kAttnBlock + 1)));
@@ -429,6 +485,9 @@ void exact_closeness(const Call &c, int64_t qi, int64_t kvh, const std::vector<i
     } else {
       const uint8_t *rows[kAttnBlock];
       for (int64_t j = 0; j < m; ++j) rows[j] = keys + size_t(cand[size_t(b0 + j)]) * c.k_pos;
+      // The next block's rows into L2 while this one is scored (as in run_tile).
+      for (int64_t j = b0 + kAttnBlock; j < std::min(nc, b0 + 2 * kAttnBlock); ++j)
+        prefetch_l2(keys + size_t(cand[size_t(j)]) * c.k_pos, c.k_head_bytes);
       c.kern->scores(c.k_type, a.q + r0 * c.hd, g, rows, m, c.hd, a.scale, sp, kAttnBlock, mp);
     }
     for (int64_t h = 0; h < g; ++h) {
@@ -473,20 +532,35 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   int64_t n = 0;
   for (int64_t t = 0; t < t0; ++t) list[n++] = int32_t(vw.slot(t));
   const int64_t n_cand = std::min(t1 - t0, std::max(c.n_select, c.n_rescore));
+  const float *scored = nullptr;
   if (n_cand == c.n_select) {
     for_largest(s, n_cand, [&](int64_t i) { list[n++] = int32_t(vw.slot(t0 + i)); });
   } else {
     thread_local std::vector<int32_t> cand;
-    thread_local std::vector<float> e;
+    thread_local std::vector<float> e, ex;
     cand.clear();
     for_largest(s, n_cand, [&](int64_t i) { cand.push_back(int32_t(vw.slot(t0 + i))); });
-    exact_closeness(c, qi, kvh, cand, e);
-    for_largest(e, c.n_select, [&](int64_t j) { list[n++] = cand[size_t(j)]; });
+    exact_closeness(c, qi, kvh, cand, e, ex);
+    float *kept = c.picked_scores.empty()
+                      ? nullptr
+                      : c.picked_scores.data() + (qi * c.hkv + kvh) * c.g * c.n_select;
+    const auto nc = int64_t(cand.size());
+    for_largest(e, c.n_select, [&](int64_t j) {
+      if (kept != nullptr)
+        for (int64_t h = 0; h < c.g; ++h) kept[h * c.n_select + n - t0] = ex[size_t(h * nc + j)];
+      list[n++] = cand[size_t(j)];
+    });
+    scored = kept;
   }
   for (int64_t t = t1; t < n_vis; ++t) list[n++] = int32_t(vw.slot(t));
   out = View{};
   out.tail = list;
   out.n_tail = n;
+  if (scored != nullptr) {
+    out.scores = scored;
+    out.s0 = t0;
+    out.s1 = t0 + c.n_select;
+  }
 }
 
 int64_t n_chunks(int64_t n_vis) {
@@ -714,6 +788,8 @@ void attention(const specinfer_attention_args &a) {
     const int64_t total = c.n_sink + c.n_select + c.n_window;
     c.item_views.resize(size_t(items));
     c.picked.resize(size_t(items * total));
+    if (c.n_rescore > c.n_select && n_q <= kSplitMaxQueries)
+      c.picked_scores.resize(size_t(items * c.g * c.n_select));
     const SketchScoreFn score = sketch_scorer(isa);
     tbb::parallel_for(int64_t(0), items,
                       [&](int64_t it) { pick_keys(c, it / hkv, it % hkv, score); });
