@@ -125,10 +125,10 @@ struct View {
   const int32_t *tail = nullptr;
   int64_t n_tail = 0;
   // Keys [s0, s1) of the view whose exact scores are already known (sketched attention's rescored
-  // picks): head h's score of key t at scores[h * (s1 - s0) + t - s0], the bits the score kernel
+  // picks): head h's score of key t at scores[h * s_stride + t - s0], the bits the score kernel
   // gives them.
   const float *scores = nullptr;
-  int64_t s0 = 0, s1 = 0;
+  int64_t s0 = 0, s1 = 0, s_stride = 0;
   int64_t size() const { return run + n_tail; }
   int64_t slot(int64_t t) const { return t < run ? first + t : tail[t - run]; }
 };
@@ -308,11 +308,12 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
   // Keys [b0, b0 + n) of view v, scored and accumulated for rows [r, r + nr) of the tile into s.
   // Listed keys come from scattered rows, which the kernels' own prefetches (a few rows ahead)
-  // reach too late: the rows of the block from t on are asked into L2 while this one runs (keys in
-  // rows only, and not those whose scores the view holds).
+  // reach too late: the listed rows of the block from t on are asked into L2 while this one runs
+  // (keys in rows only, and not those whose scores the view holds). A run streams in order, which
+  // the hardware prefetchers follow.
   const auto prefetch_next = [&](const View &v, int64_t t) {
     const int64_t end = std::min(v.size(), t + kAttnBlock);
-    for (; t < end; ++t) {
+    for (t = std::max(t, v.run); t < end; ++t) {
       const auto slot = size_t(v.slot(t));
       if (!c.k_tiled && (t < v.s0 || t >= v.s1)) prefetch_l2(kb + slot * c.k_pos, c.k_head_bytes);
       prefetch_l2(vb + slot * c.v_pos, c.v_head_bytes);
@@ -334,14 +335,14 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       if (!c.k_tiled) krows[j] = kb + slot * c.k_pos;
       vrows[j] = vb + slot * c.v_pos;
     }
-    if (v.n_tail > 0) prefetch_next(v, b0 + n);
+    if (b0 + n + kAttnBlock > v.run) prefetch_next(v, b0 + n);
     // Keys whose exact scores the view holds are copied, the rest scored.
     const int64_t k0 = std::clamp(v.s0 - b0, int64_t(0), n), k1 = std::clamp(v.s1 - b0, k0, n);
     if (v.scores == nullptr || k0 == k1) {
       score(v, r, nr, b0, 0, n, mp);
     } else {
       for (int64_t h = 0; h < nr; ++h) {
-        const float *from = v.scores + h * (v.s1 - v.s0) + (b0 + k0 - v.s0);
+        const float *from = v.scores + h * v.s_stride + (b0 + k0 - v.s0);
         float *to = sp + h * kAttnBlock;
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = k0; j < k1; ++j) {
@@ -533,6 +534,7 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   for (int64_t t = 0; t < t0; ++t) list[n++] = int32_t(vw.slot(t));
   const int64_t n_cand = std::min(t1 - t0, std::max(c.n_select, c.n_rescore));
   const float *scored = nullptr;
+  int64_t n_scored = 0;
   if (n_cand == c.n_select) {
     for_largest(s, n_cand, [&](int64_t i) { list[n++] = int32_t(vw.slot(t0 + i)); });
   } else {
@@ -545,12 +547,14 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
                       ? nullptr
                       : c.picked_scores.data() + (qi * c.hkv + kvh) * c.g * c.n_select;
     const auto nc = int64_t(cand.size());
+    const int64_t at = n;
     for_largest(e, c.n_select, [&](int64_t j) {
       if (kept != nullptr)
         for (int64_t h = 0; h < c.g; ++h) kept[h * c.n_select + n - t0] = ex[size_t(h * nc + j)];
       list[n++] = cand[size_t(j)];
     });
     scored = kept;
+    n_scored = n - at;
   }
   for (int64_t t = t1; t < n_vis; ++t) list[n++] = int32_t(vw.slot(t));
   out = View{};
@@ -559,7 +563,8 @@ void pick_keys(Call &c, int64_t qi, int64_t kvh, SketchScoreFn score) {
   if (scored != nullptr) {
     out.scores = scored;
     out.s0 = t0;
-    out.s1 = t0 + c.n_select;
+    out.s1 = t0 + n_scored;
+    out.s_stride = c.n_select;
   }
 }
 
