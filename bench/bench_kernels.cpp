@@ -445,7 +445,8 @@ BENCHMARK(BM_Attention)
 // that they stream from memory as in the model rather than sit in the L3 cache), exact (qjl:0) or
 // sketched (128 bits, a window of 256 and 4 sinks; qjl:1 picks 1024 keys by the estimate alone as
 // attn=qjl's defaults do, qjl:2 picks 1024 among 4096 candidates rescored exactly
-// (attn_rescore=4096), qjl:3 2048 among 4096 (attn_keys=2048,attn_rescore=4096)), in the cache
+// (attn_rescore=4096), qjl:3 2048 among 4096 (attn_keys=2048,attn_rescore=4096), qjl:4 1024
+// among 2048 (attn_rescore=2048)), in the cache
 // types the gguf plugin offers. The time is per pass (tok tokens):
 //   ./bench_kernels --benchmark_filter=AttentionLong
 void BM_AttentionLong(benchmark::State &state) {
@@ -504,7 +505,7 @@ void BM_AttentionLong(benchmark::State &state) {
       a.n_select = state.range(2) == 3 ? 2048 : 1024;
       a.n_window = 256;
       a.n_sink = 4;
-      a.n_rescore = state.range(2) >= 2 ? 4096 : 0;
+      a.n_rescore = state.range(2) == 4 ? 2048 : state.range(2) >= 2 ? 4096 : 0;
     }
     args.push_back(a);
   }
@@ -518,7 +519,8 @@ void BM_AttentionLong(benchmark::State &state) {
                  (!sketched             ? " exact"
                   : state.range(2) == 1 ? " qjl"
                   : state.range(2) == 2 ? " qjl rescored"
-                                        : " qjl 2048 of 4096 rescored") +
+                  : state.range(2) == 3 ? " qjl 2048 of 4096 rescored"
+                                        : " qjl 1024 of 2048 rescored") +
                  ", 28 layers");
 }
 BENCHMARK(BM_AttentionLong)
@@ -527,7 +529,7 @@ BENCHMARK(BM_AttentionLong)
       const int64_t layouts[][2] = {{f32, 0}, {f16, 0}, {q8, 0}, {q8, 1}};
       for (int64_t n_kv : {16384, 32768})
         for (const auto &l : layouts)
-          for (int64_t qjl : {0, 1, 2, 3})
+          for (int64_t qjl : {0, 1, 2, 3, 4})
             for (int64_t tok : {1, 2, 5}) b->Args({n_kv, l[0], qjl, tok, l[1]});
     })
     ->ArgNames({"n_kv", "type", "qjl", "tok", "tiles"})

@@ -22,13 +22,13 @@ namespace {
 template <int G>
 inline __m512 best_of(const float *t, int64_t per_head, int32_t words, const uint8_t *blk,
                       __m512i offs) {
-  const __m512i low4 = _mm512_set1_epi32(15);
   __m512 acc[G];
   for (int h = 0; h < G; ++h) acc[h] = _mm512_setzero_ps();
   for (int32_t w = 0; w < words; ++w) {
     const __m512i word = _mm512_i32gather_epi32(offs, blk + 4 + 4 * w, 1);
     for (int i = 0; i < 8; ++i) {
-      const __m512i nib = _mm512_and_si512(_mm512_srli_epi32(word, 4 * i), low4);
+      // vpermps reads only an index's low four bits: the nibble needs no mask.
+      const __m512i nib = _mm512_srli_epi32(word, 4 * i);
       const float *at = t + (w * 8 + i) * 16;
       for (int h = 0; h < G; ++h)
         acc[h] =
