@@ -112,12 +112,6 @@ void scores_tile_s(const int8_t *qs, const float *qd, const int32_t *bias, int64
 
 // ---- the driver ----------------------------------------------------------------------------
 
-// Asks for the `bytes` bytes at p to be brought into L2.
-inline void prefetch_l2(const uint8_t *p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
-  __builtin_prefetch(p + bytes - 1, 0, 2);
-}
-
 // The keys one query sees, in order: a run of consecutive slots [first, first + run) and then the
 // slots listed in tail (a tree's nodes, or any other mask's scattered keys).
 struct View {
@@ -173,11 +167,25 @@ struct QuantRows {
   const int32_t *bias = nullptr;
 };
 
+// Asks for the `bytes` bytes at p to be brought into L2.
+inline void prefetch_l2(const uint8_t *p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+  __builtin_prefetch(p + bytes - 1, 0, 2);
+}
+
+// With several queries a run's keys cost more arithmetic than their bytes take to arrive, and the
+// hardware prefetchers, running only a little ahead of the loads, leave the kernels waiting on
+// memory for each block and then the memory idle while they compute. So each tile scored for more
+// than one query asks for the keys and values this many positions on into L2 (a tile at a time,
+// spread over the work).
+constexpr int64_t kPrefetchKeys = 128;
+
 // Scores of keys [b0, b0 + n) of view v for the nr query rows q (Q8_0 key tiles): runs of
 // consecutive slots straight from their tiles, listed slots gathered into a tile of their own.
-// Either way a key's score is the same bits.
+// Either way a key's score is the same bits. With vb (the values of the same kv head, its rows one
+// after another as the keys' are), each run tile prefetches kPrefetchKeys ahead.
 void scores_tiled(const Call &c, const View &v, const QuantRows &q, int64_t nr, const uint8_t *kb,
-                  int64_t b0, int64_t n, float *s, float *s_max) {
+                  int64_t b0, int64_t n, float *s, float *s_max, const uint8_t *vb = nullptr) {
   thread_local std::vector<uint8_t> gathered;
   for (int64_t h = 0; h < nr; ++h) s_max[h] = -std::numeric_limits<float>::infinity();
   const int64_t hd = c.hd;
@@ -188,6 +196,13 @@ void scores_tiled(const Call &c, const View &v, const QuantRows &q, int64_t nr, 
       const int64_t take = std::min({n - j, SPECINFER_KEY_TILE - lane, v.run - t});
       c.kern->scores_tile(q.qs, q.d, q.bias, nr, kb + size_t(slot - lane) * c.k_pos, hd, c.a->scale,
                           int(lane), int(lane + take), s + j, kAttnBlock, s_max);
+      if (vb != nullptr) {
+        const int64_t ahead = slot - lane + kPrefetchKeys;
+        if (ahead + SPECINFER_KEY_TILE <= v.first + v.run) {
+          prefetch_l2(kb + size_t(ahead) * c.k_pos, SPECINFER_KEY_TILE * c.k_head_bytes);
+          prefetch_l2(vb + size_t(ahead) * c.v_pos, SPECINFER_KEY_TILE * c.v_head_bytes);
+        }
+      }
       j += take;
       continue;
     }
@@ -324,7 +339,8 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
                          float *m) {
     if (c.k_tiled)
       scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb,
-                   b0 + j0, j1 - j0, sp + j0, m);
+                   b0 + j0, j1 - j0, sp + j0, m,
+                   nr > g && c.v_pos == c.v_head_bytes ? vb : nullptr);
     else
       c.kern->scores(c.k_type, q + r * hd, nr, krows + j0, j1 - j0, hd, a.scale, sp + j0,
                      kAttnBlock, m);
