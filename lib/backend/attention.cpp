@@ -285,7 +285,7 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
     shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
   }
   // The tile's query rows, one after another.
-  thread_local std::vector<float> qbuf, sbuf, dbuf, pbuf;
+  thread_local std::vector<float> qbuf, sbuf, dbuf, pbuf, mbuf;
   thread_local std::vector<int8_t> q8buf;
   thread_local std::vector<int32_t> biasbuf;
   const int64_t r0 = q0 * a.n_head + kvh * g, nb = hd / 32;
@@ -341,9 +341,25 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb,
                    b0 + j0, j1 - j0, sp + j0, m,
                    nr > g && c.v_pos == c.v_head_bytes ? vb : nullptr);
-    else
+    else if (nr == g || c.k_pos != c.k_head_bytes || c.v_pos != c.v_head_bytes)
       c.kern->scores(c.k_type, q + r * hd, nr, krows + j0, j1 - j0, hd, a.scale, sp + j0,
                      kAttnBlock, m);
+    else  // several queries over rows one after another: 16 keys a call, prefetching as above
+      for (int64_t i0 = j0; i0 < j1; i0 += SPECINFER_KEY_TILE) {
+        const int64_t i1 = std::min(j1, i0 + SPECINFER_KEY_TILE);
+        mbuf.resize(size_t(nr));
+        float *mt = i0 == j0 ? m : mbuf.data();
+        c.kern->scores(c.k_type, q + r * hd, nr, krows + i0, i1 - i0, hd, a.scale, sp + i0,
+                       kAttnBlock, mt);
+        if (mt != m)
+          for (int64_t h = 0; h < nr; ++h) m[h] = std::max(m[h], mt[h]);
+        const int64_t ahead = b0 + i0 + kPrefetchKeys;
+        if (ahead + SPECINFER_KEY_TILE <= v.run) {
+          const size_t at = size_t(v.first + ahead);
+          prefetch_l2(kb + at * c.k_pos, SPECINFER_KEY_TILE * c.k_head_bytes);
+          prefetch_l2(vb + at * c.v_pos, SPECINFER_KEY_TILE * c.v_head_bytes);
+        }
+      }
   };
   const auto step = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t n, State s) {
     for (int64_t j = 0; j < n; ++j) {
