@@ -180,6 +180,17 @@ inline void prefetch_l2(const uint8_t *p, size_t bytes) {
 // spread over the work).
 constexpr int64_t kPrefetchKeys = 128;
 
+// Asks for the 16 keys and values from slot `at` into L2 when they lie in view v's run (kb, vb: the
+// kv head's rows, one after another by position). Always inlined: GCC kept it out of line, and the
+// call per tile made a 5-query pass at 16k about 15% slower.
+[[gnu::always_inline]] inline void prefetch_run_tile(const Call &c, const View &v,
+                                                     const uint8_t *kb, const uint8_t *vb,
+                                                     int64_t at) {
+  if (at + SPECINFER_KEY_TILE > v.first + v.run) return;
+  prefetch_l2(kb + size_t(at) * c.k_pos, SPECINFER_KEY_TILE * c.k_head_bytes);
+  prefetch_l2(vb + size_t(at) * c.v_pos, SPECINFER_KEY_TILE * c.v_head_bytes);
+}
+
 // Scores of keys [b0, b0 + n) of view v for the nr query rows q (Q8_0 key tiles): runs of
 // consecutive slots straight from their tiles, listed slots gathered into a tile of their own.
 // Either way a key's score is the same bits. With vb (the values of the same kv head, its rows one
@@ -196,13 +207,7 @@ void scores_tiled(const Call &c, const View &v, const QuantRows &q, int64_t nr, 
       const int64_t take = std::min({n - j, SPECINFER_KEY_TILE - lane, v.run - t});
       c.kern->scores_tile(q.qs, q.d, q.bias, nr, kb + size_t(slot - lane) * c.k_pos, hd, c.a->scale,
                           int(lane), int(lane + take), s + j, kAttnBlock, s_max);
-      if (vb != nullptr) {
-        const int64_t ahead = slot - lane + kPrefetchKeys;
-        if (ahead + SPECINFER_KEY_TILE <= v.first + v.run) {
-          prefetch_l2(kb + size_t(ahead) * c.k_pos, SPECINFER_KEY_TILE * c.k_head_bytes);
-          prefetch_l2(vb + size_t(ahead) * c.v_pos, SPECINFER_KEY_TILE * c.v_head_bytes);
-        }
-      }
+      if (vb != nullptr) prefetch_run_tile(c, v, kb, vb, slot - lane + kPrefetchKeys);
       j += take;
       continue;
     }
@@ -334,6 +339,8 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       prefetch_l2(vb + slot * c.v_pos, c.v_head_bytes);
     }
   };
+  // Rows one after another by position (a head-major cache): a run can be prefetched ahead.
+  const bool head_major = c.k_pos == c.k_head_bytes && c.v_pos == c.v_head_bytes;
   // Scores of keys [b0 + j0, b0 + j1) of view v into sp + j0, their largest per row into m.
   const auto score = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t j0, int64_t j1,
                          float *m) {
@@ -341,7 +348,7 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       scores_tiled(c, v, QuantRows{q8.qs + r * hd, q8.d + r * nb, q8.bias + r * nb}, nr, kb,
                    b0 + j0, j1 - j0, sp + j0, m,
                    nr > g && c.v_pos == c.v_head_bytes ? vb : nullptr);
-    else if (nr == g || c.k_pos != c.k_head_bytes || c.v_pos != c.v_head_bytes)
+    else if (nr == g || !head_major)
       c.kern->scores(c.k_type, q + r * hd, nr, krows + j0, j1 - j0, hd, a.scale, sp + j0,
                      kAttnBlock, m);
     else  // several queries over rows one after another: 16 keys a call, prefetching as above
@@ -353,12 +360,7 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
                        kAttnBlock, mt);
         if (mt != m)
           for (int64_t h = 0; h < nr; ++h) m[h] = std::max(m[h], mt[h]);
-        const int64_t ahead = b0 + i0 + kPrefetchKeys;
-        if (ahead + SPECINFER_KEY_TILE <= v.run) {
-          const size_t at = size_t(v.first + ahead);
-          prefetch_l2(kb + at * c.k_pos, SPECINFER_KEY_TILE * c.k_head_bytes);
-          prefetch_l2(vb + at * c.v_pos, SPECINFER_KEY_TILE * c.v_head_bytes);
-        }
+        prefetch_run_tile(c, v, kb, vb, v.first + b0 + i0 + kPrefetchKeys);
       }
   };
   const auto step = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t n, State s) {
