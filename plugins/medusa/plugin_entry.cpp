@@ -29,10 +29,11 @@
 //    context, and one continuing the context followed by each of head 0's best lookup_branches
 //    candidates; they are merged into the same tree (following head candidates where the tokens
 //    agree). Where the context has no match, n-gram counts over the drafter's earlier sequences
-//    (dynamic=1, as the ngram plugin's dynamic cache) continue a chain. Each chain token is valued
-//    by the recent acceptance of tokens from the same source (a match of that many tokens, or the
-//    counts) and place (first of its chain, or a continuation): longer matches are right more
-//    often.
+//    (dynamic=1, as the ngram plugin's dynamic cache) continue a chain, and where they have none
+//    either, a static corpus (static=FILE, ngram/corpus.h). Each chain token is valued by the
+//    recent acceptance of tokens from the same source (a match of that many tokens, the counts,
+//    the corpus) and place (first of its chain, or a continuation): longer matches are right
+//    more often.
 //  - Without a hidden state (an older host, or a round that has none) it proposes only the lookup
 //    chain, or nothing.
 //
@@ -40,10 +41,10 @@
 // max_draft caps it too), top_k=<1..16> (4: candidates per head), heads=<1..K> (all: heads used),
 // value=acc|prob|mix (mix), adapt=0|1 (1), wtype=q8_0|f16|f32 (q8_0), lookup=0|1 (0),
 // lookup_n_min=<1..16> (2), lookup_n_max=<1..16> (8), lookup_max=<1..64> (16: chain length),
-// lookup_branches=<0..31> (4), dynamic=0|1 (1), draft_cost=<0..2> (measured: the drafter's time per
-// round in one-token passes of the target; a value replaces the measurement), node_cost=<0..2>
-// (measured: a value c makes a pass over n nodes cost 1 + c n one-token passes, for studying tree
-// sizes).
+// lookup_branches=<0..31> (4), dynamic=0|1 (1), static=<text file> (none; with lookup=1),
+// draft_cost=<0..2> (measured: the drafter's time per round in one-token passes of the target; a
+// value replaces the measurement), node_cost=<0..2> (measured: a value c makes a pass over n nodes
+// cost 1 + c n one-token passes, for studying tree sizes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -61,6 +62,7 @@
 #include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
+#include "../ngram/corpus.h"
 #include "../ngram/ngram_index.h"
 #include "f16.h"
 #include "heads.h"
@@ -211,9 +213,10 @@ struct Rate {
 
 constexpr int32_t kMaxDepth = 64;  // deepest node (heads or lookup chain)
 // Cells of the chain tokens' acceptance rates: by where the token came from (a match of k tokens
-// in the context, k = 1..16, or the n-gram counts of earlier sequences) and whether it is the
-// first lookup token of its chain (its parent a committed token or a head's candidate).
-constexpr int32_t kSources = 18, kFromCounts = 17;
+// in the context, k = 1..16, the n-gram counts of earlier sequences, or the static corpus) and
+// whether it is the first lookup token of its chain (its parent a committed token or a head's
+// candidate).
+constexpr int32_t kSources = 19, kFromCounts = 17, kFromStatic = 18;
 int32_t chain_cell(int32_t source, bool first) {
   return source * 2 + (first ? 0 : 1);
 }
@@ -277,6 +280,8 @@ struct Drafter {
   // match.
   bool use_counts = true;
   specinfer_ngram::CountTable counts;
+  // static=: a corpus, consulted where neither the context nor the counts know a continuation.
+  std::shared_ptr<const specinfer_ngram::CorpusIndex> corpus;
 
   // Draft cost in one-token passes: the drafter's own time against the round's.
   double draft_ms = 0, pass1_ms = 0;
@@ -469,6 +474,14 @@ struct Drafter {
         const int32_t tok = counts.best(t.data() + t.size() - k, k, kCountsMinCount, 0.5);
         if (tok >= 0) {
           source = kFromCounts;
+          return tok;
+        }
+      }
+    if (corpus)
+      for (int k = std::min(lookup_n_max, avail); k >= kCountsNMin; --k) {
+        const int32_t tok = corpus->best(t.data() + t.size() - k, k, kCountsMinCount, 0.5);
+        if (tok >= 0) {
+          source = kFromStatic;
           return tok;
         }
       }
@@ -695,7 +708,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     if (!host || !self || !vtable) fail(SPECINFER_ERR_INVALID_ARGUMENT, "medusa: NULL argument");
     Config cfg(config, {"path", "nodes", "top_k", "heads", "value", "adapt", "wtype", "lookup",
                         "lookup_n_min", "lookup_n_max", "lookup_max", "lookup_branches", "dynamic",
-                        "draft_cost", "node_cost"});
+                        "draft_cost", "node_cost", "static"});
     if (!cfg.has("path") || cfg.get("path", "").empty())
       throw ConfigError("medusa: path=<heads file> is required");
     const std::string path = cfg.get("path", "");
@@ -813,6 +826,11 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->level_cell.resize(static_cast<size_t>(d->K));
     d->chain_rate.assign(static_cast<size_t>(chain_cell(kSources, true)), Rate{});
     d->index.configure(d->lookup_n_max);
+    if (cfg.has("static")) {
+      if (!d->lookup) throw ConfigError("medusa: static=... is a source of lookup=1");
+      d->corpus = specinfer_ngram::shared_corpus(cfg.get("static", ""), target_info, target,
+                                                 d->lookup_n_max + 1, "medusa");
+    }
     *self = d.release();
     *vtable = &kVtable;
   });

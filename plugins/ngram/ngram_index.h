@@ -6,7 +6,7 @@
 //    updates; finding the most recent continuation of a pattern is one probe (prompt lookup
 //    without the linear scan).
 //  - CountTable: n-gram -> how often each token followed it, over many sequences (the "dynamic"
-//    cache over the session's own earlier output, and the "static" cache over a corpus).
+//    cache over the session's own earlier output; a static corpus is indexed by corpus.h).
 #pragma once
 
 #include <algorithm>

@@ -5,7 +5,8 @@
 //      tokens in the current sequence, longest n first (n_max down to n_min);
 //   2. dynamic: n-gram counts over the sequences this drafter saw before (earlier prompts and the
 //      session's own earlier output, merged when a new sequence begins);
-//   3. static: n-gram counts over a corpus file (tokenized with the target's tokenizer).
+//   3. static: the followers of n-grams in a corpus file (tokenized with the target's tokenizer,
+//      indexed as corpus.h says).
 // The count caches propose the most frequent follower when it was seen at least min_count times
 // and makes up at least min_share of the followers; n runs from n_max down to cache_n_min.
 //   config: n_min=<1..16> (3), n_max=<1..16> (8), max_draft=<1..64> (16), dynamic=0|1 (1),
@@ -13,16 +14,14 @@
 //           min_share=<0..1> (0.5)
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "../../common/fault_point.h"
 #include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
+#include "corpus.h"
 #include "ngram_index.h"
 #include "specinfer_plugin.h"
 
@@ -40,7 +39,8 @@ struct Drafter {
   uint32_t min_count = 2;
   double min_share = 0.5;
   specinfer_ngram::ContextIndex context;
-  specinfer_ngram::CountTable dynamic, stat;
+  specinfer_ngram::CountTable dynamic;
+  std::shared_ptr<const specinfer_ngram::CorpusIndex> stat;  // static=: the corpus, or null
   std::vector<int32_t> tail;  // scratch: the last n_max tokens of the context, then the draft
 };
 
@@ -85,13 +85,16 @@ int32_t next_token(const Drafter &d) {
     ptrdiff_t p = d.context.find(end - n, n);
     if (p >= 0) return d.context.tokens()[static_cast<size_t>(p)];
   }
-  for (const auto *table : {&d.dynamic, &d.stat}) {
-    if (table->empty()) continue;
+  if (!d.dynamic.empty())
     for (int n = std::min(d.n_max, avail); n >= d.cache_n_min; --n) {
-      int32_t t = table->best(end - n, n, d.min_count, d.min_share);
+      int32_t t = d.dynamic.best(end - n, n, d.min_count, d.min_share);
       if (t >= 0) return t;
     }
-  }
+  if (d.stat)
+    for (int n = std::min(d.n_max, avail); n >= d.cache_n_min; --n) {
+      int32_t t = d.stat->best(end - n, n, d.min_count, d.min_share);
+      if (t >= 0) return t;
+    }
   return -1;
 }
 
@@ -124,49 +127,10 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
 const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
                                           d_propose, d_commit};
 
-// Tokenizes a corpus file with the target's tokenizer, a line-aligned chunk at a time.
-std::vector<int32_t> tokenize_corpus(const std::string &path, const specinfer_host_target *target) {
-  if (!target || !target->vtable || !target->vtable->tokenize)
-    throw ConfigError("ngram: static=... needs the target's tokenizer");
-  std::ifstream in;
-  if (!specinfer::fault_injected(specinfer::FAULT_READ)) in.open(path, std::ios::binary);
-  if (!in) throw ConfigError("ngram: cannot read the static corpus '" + path + "'");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad() || specinfer::fault_injected(specinfer::FAULT_READ))
-    throw specinfer_plugin::Failure(SPECINFER_ERR_IO,
-                                    "ngram: cannot read the static corpus '" + path + "'");
-  if (text.size() > (size_t{256} << 20))
-    throw ConfigError("ngram: the static corpus exceeds 256 MiB");
-  std::vector<int32_t> all, buf;
-  specinfer_plugin_error e{};
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = std::min(text.size(), pos + 16384);
-    if (end < text.size()) {
-      size_t nl = text.rfind('\n', end);
-      if (nl != std::string::npos && nl > pos) end = nl + 1;
-    }
-    size_t n = 0;
-    buf.resize((end - pos) + 16);
-    specinfer_status rc = target->vtable->tokenize(target->self, text.data() + pos, end - pos, 0, 0,
-                                                   buf.data(), buf.size(), &n, &e);
-    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
-      buf.resize(n);
-      rc = target->vtable->tokenize(target->self, text.data() + pos, end - pos, 0, 0, buf.data(),
-                                    buf.size(), &n, &e);
-    }
-    if (rc != SPECINFER_OK)  // the target's status (out of memory, say), not a config error
-      throw specinfer_plugin::Failure(
-          rc, std::string("ngram: tokenizing the static corpus failed: ") + e.message);
-    all.insert(all.end(), buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n));
-    pos = end;
-  }
-  return all;
-}
-
 specinfer_status drafter_create(const specinfer_host *, const char *config,
-                                const specinfer_model_info *, const specinfer_host_target *target,
-                                void **self, const specinfer_drafter_vtable **vtable,
+                                const specinfer_model_info *info,
+                                const specinfer_host_target *target, void **self,
+                                const specinfer_drafter_vtable **vtable,
                                 specinfer_plugin_error *err) {
   return guarded(err, "ngram", [&] {
     Config cfg(config, {"n_min", "n_max", "max_draft", "dynamic", "static", "cache_n_min",
@@ -182,10 +146,9 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
     if (d->n_min > d->n_max) throw ConfigError("ngram: n_min must not exceed n_max");
     if (d->cache_n_min > d->n_max) throw ConfigError("ngram: cache_n_min must not exceed n_max");
     d->context.configure(d->n_max);
-    if (cfg.has("static")) {
-      std::vector<int32_t> corpus = tokenize_corpus(cfg.get("static", ""), target);
-      d->stat.add(corpus.data(), corpus.size(), d->cache_n_min, d->n_max);
-    }
+    if (cfg.has("static"))
+      d->stat = specinfer_ngram::shared_corpus(cfg.get("static", ""), info, target, d->n_max + 1,
+                                               "ngram");
     *self = d.release();
     *vtable = &kVtable;
   });
