@@ -51,9 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,6 +60,7 @@
 #include "../common/drafter_plugin.h"
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
+#include "../common/shared_cache.h"
 #include "../ngram/corpus.h"
 #include "../ngram/ngram_index.h"
 #include "f16.h"
@@ -75,6 +74,7 @@ using specinfer_plugin::ConfigError;
 using specinfer_plugin::fail;
 using specinfer_plugin::Failure;
 using specinfer_plugin::guarded;
+using specinfer_plugin::SharedCache;
 
 namespace {
 
@@ -184,14 +184,10 @@ struct Prepared {
 
 // Prepared matrices by what determines them: the host, the heads file (path, size, time), the
 // weight type, the heads used and the target's fingerprint (its output rows).
-struct PreparedCache {
-  std::mutex mutex;
-  std::map<std::string, std::weak_ptr<const Prepared>> by_key;
-};
-PreparedCache &prepared_cache() {
+SharedCache<Prepared> &prepared_cache() {
   // Destroyed when the plugin is unloaded, which the registry allows only once no drafter of it is
-  // open; the map holds weak references, so a drafter alive at process exit is unaffected.
-  static PreparedCache cache;
+  // open; the cache holds weak references, so a drafter alive at process exit is unaffected.
+  static SharedCache<Prepared> cache;
   return cache;
 }
 
@@ -459,7 +455,7 @@ struct Drafter {
   }
 
   // The token prompt lookup predicts after `t` (the end of the context, then drafted tokens) and
-  // its source (a match length, or kFromCounts); -1 when there is none.
+  // its source (a match length, kFromCounts or kFromStatic); -1 when there is none.
   int32_t lookup_next(const std::vector<int32_t> &t, int32_t &source) const {
     const int avail = static_cast<int>(t.size());
     for (int k = std::min(lookup_n_max, avail); k >= lookup_n_min; --k) {
@@ -469,22 +465,24 @@ struct Drafter {
         return index.tokens()[static_cast<size_t>(p)];
       }
     }
-    if (use_counts && !counts.empty())
-      for (int k = std::min(lookup_n_max, avail); k >= kCountsNMin; --k) {
-        const int32_t tok = counts.best(t.data() + t.size() - k, k, kCountsMinCount, 0.5);
-        if (tok >= 0) {
-          source = kFromCounts;
-          return tok;
-        }
+    using specinfer_ngram::longest_follower;
+    const int32_t *end = t.data() + t.size();
+    if (use_counts && !counts.empty()) {
+      const int32_t tok =
+          longest_follower(counts, end, avail, kCountsNMin, lookup_n_max, kCountsMinCount, 0.5);
+      if (tok >= 0) {
+        source = kFromCounts;
+        return tok;
       }
-    if (corpus)
-      for (int k = std::min(lookup_n_max, avail); k >= kCountsNMin; --k) {
-        const int32_t tok = corpus->best(t.data() + t.size() - k, k, kCountsMinCount, 0.5);
-        if (tok >= 0) {
-          source = kFromStatic;
-          return tok;
-        }
+    }
+    if (corpus) {
+      const int32_t tok =
+          longest_follower(*corpus, end, avail, kCountsNMin, lookup_n_max, kCountsMinCount, 0.5);
+      if (tok >= 0) {
+        source = kFromStatic;
+        return tok;
       }
+    }
     return -1;
   }
 
@@ -777,13 +775,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
                             std::to_string(st.st_size) + '|' + std::to_string(st.st_mtim.tv_sec) +
                             '.' + std::to_string(st.st_mtim.tv_nsec) + '|' + std::to_string(wtype) +
                             '|' + std::to_string(d->K) + '|' + std::to_string(identity.fingerprint);
-    PreparedCache &cache = prepared_cache();
-    {
-      std::lock_guard<std::mutex> lock(cache.mutex);
-      auto it = cache.by_key.find(key);
-      if (it != cache.by_key.end()) d->prep = it->second.lock();
-    }
-    if (!d->prep) {
+    d->prep = prepared_cache().get(key, [&] {
       auto prep = std::make_shared<Prepared>();
       auto rows_from = [&](int64_t first) {
         return [&, first](int64_t i, float *dst) {
@@ -801,16 +793,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
         }
       }
       load_output_rows(*d, *prep, *target, wtype);
-      std::lock_guard<std::mutex> lock(cache.mutex);
-      for (auto it = cache.by_key.begin(); it != cache.by_key.end();)
-        it = it->second.expired() ? cache.by_key.erase(it) : std::next(it);
-      auto &slot = cache.by_key[key];
-      d->prep = slot.lock();  // another thread may have built the same meanwhile
-      if (!d->prep) {
-        d->prep = prep;
-        slot = d->prep;
-      }
-    }
+      return prep;
+    });
     // The float weights are in the prepared matrices.
     d->heads.w.clear();
     d->heads.w.shrink_to_fit();

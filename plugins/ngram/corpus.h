@@ -8,8 +8,8 @@
 //    array cut at that depth). The occurrences of an n-gram (n < depth) form one range of it, in
 //    which the tokens that follow are sorted, so the most frequent follower is found by jumping
 //    from one run of equal followers to the next. Two int32 per corpus token (the Python standard
-//    library's 2.8 million tokens: 22 MB, built in about a second), where a CountTable over n =
-//    2..8 takes 0.9 GB and half a minute.
+//    library's 2.8 million tokens: 22 MB, about 5 s with tokenizing), where a CountTable over
+//    n = 2..8 takes 0.9 GB and half a minute.
 //  - shared_corpus: one index per file, tokenizer and depth in the process, shared by every
 //    drafter that asks for it while any of them holds it.
 #pragma once
@@ -18,9 +18,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +27,7 @@
 #include "../../common/fault_point.h"
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
+#include "../common/shared_cache.h"
 #include "specinfer_plugin.h"
 
 namespace specinfer_ngram {
@@ -98,7 +97,6 @@ class CorpusIndex {
 
   bool empty() const { return tok_.empty(); }
   size_t tokens() const { return tok_.size(); }
-  size_t bytes() const { return tok_.size() * sizeof(int32_t) + sa_.size() * sizeof(uint32_t); }
 
   // As CountTable::best over the corpus with this n: the token that most often followed
   // pattern[0 .. k) (the lower id on a tie) when it did so at least min_count times and at least
@@ -175,22 +173,10 @@ inline std::shared_ptr<const CorpusIndex> shared_corpus(const std::string &path,
       path + '|' + std::to_string(st.st_size) + '|' + std::to_string(st.st_mtim.tv_sec) + '.' +
       std::to_string(st.st_mtim.tv_nsec) + '|' + (info && info->name ? info->name : "") + '|' +
       std::to_string(info ? info->vocab_size : 0) + '|' + std::to_string(depth);
-  static std::mutex mutex;
-  static std::map<std::string, std::weak_ptr<const CorpusIndex>> cache;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find(key);
-    if (it != cache.end())
-      if (auto p = it->second.lock()) return p;
-  }
-  auto built = std::make_shared<const CorpusIndex>(tokenize_corpus(path, target, plugin), depth);
-  std::lock_guard<std::mutex> lock(mutex);
-  for (auto it = cache.begin(); it != cache.end();)
-    it = it->second.expired() ? cache.erase(it) : std::next(it);
-  auto &slot = cache[key];
-  if (auto p = slot.lock()) return p;  // another thread built the same meanwhile
-  slot = built;
-  return built;
+  static specinfer_plugin::SharedCache<CorpusIndex> cache;
+  return cache.get(key, [&] {
+    return std::make_shared<const CorpusIndex>(tokenize_corpus(path, target, plugin), depth);
+  });
 }
 
 }  // namespace specinfer_ngram

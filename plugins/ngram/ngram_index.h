@@ -132,4 +132,17 @@ class CountTable {
   std::unordered_map<uint64_t, Followers> map_;
 };
 
+// The follower `table` (a CountTable, or a CorpusIndex of corpus.h) gives for the longest suffix of
+// the text ending at `end` (avail tokens long) that it knows, n from min(n_max, avail) down to
+// n_min; -1 when no n gives one.
+template <typename Table>
+int32_t longest_follower(const Table &table, const int32_t *end, int avail, int n_min, int n_max,
+                         uint32_t min_count, double min_share) {
+  for (int n = std::min(n_max, avail); n >= n_min; --n) {
+    const int32_t t = table.best(end - n, n, min_count, min_share);
+    if (t >= 0) return t;
+  }
+  return -1;
+}
+
 }  // namespace specinfer_ngram

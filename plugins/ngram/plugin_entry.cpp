@@ -85,16 +85,14 @@ int32_t next_token(const Drafter &d) {
     ptrdiff_t p = d.context.find(end - n, n);
     if (p >= 0) return d.context.tokens()[static_cast<size_t>(p)];
   }
-  if (!d.dynamic.empty())
-    for (int n = std::min(d.n_max, avail); n >= d.cache_n_min; --n) {
-      int32_t t = d.dynamic.best(end - n, n, d.min_count, d.min_share);
-      if (t >= 0) return t;
-    }
+  using specinfer_ngram::longest_follower;
+  if (!d.dynamic.empty()) {
+    const int32_t t =
+        longest_follower(d.dynamic, end, avail, d.cache_n_min, d.n_max, d.min_count, d.min_share);
+    if (t >= 0) return t;
+  }
   if (d.stat)
-    for (int n = std::min(d.n_max, avail); n >= d.cache_n_min; --n) {
-      int32_t t = d.stat->best(end - n, n, d.min_count, d.min_share);
-      if (t >= 0) return t;
-    }
+    return longest_follower(*d.stat, end, avail, d.cache_n_min, d.n_max, d.min_count, d.min_share);
   return -1;
 }
 
