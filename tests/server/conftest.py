@@ -103,10 +103,11 @@ class Server:
         return self.proc.returncode
 
 
-def generate(target, drafter, prompt, n):
-    """What `specinfer generate` prints for a greedy run (the text, a newline added if missing)."""
+def generate(target, drafter, prompt, n, *options):
+    """What `specinfer generate` prints (the text, a newline added if missing): a greedy run, or
+    one with `options` (as "--temp", "0.9")."""
     out = subprocess.run(
         [CLI, "generate", "--target", target, "--drafter", drafter, "--threads", "2",
-         "--prompt", prompt, "-n", str(n)],
+         "--prompt", prompt, "-n", str(n), *options],
         capture_output=True, text=True, timeout=TIMEOUT, check=True)
     return out.stdout

@@ -249,6 +249,11 @@ def test_sampling_is_seeded(qwen):
     a = c.completions.create(seed=7, **kw).choices[0].text
     b = c.completions.create(seed=7, **kw).choices[0].text
     assert a == b
+    # Sampled requests use the Gumbel-max coupler, so the text is the one plain sampling gives at
+    # that seed, whatever the server's drafter drafted.
+    plain = generate(qwen.target, "none", PROMPTS[1], 12, "--temp", "0.9", "--top-p", "0.95",
+                     "--seed", "7", "--coupler", "gumbel")
+    assert printed(a) == plain
 
 
 @pytest.mark.parametrize("body,param", [

@@ -24,6 +24,11 @@ std::unique_ptr<Worker> Worker::create(specinfer_registry *reg, specinfer_target
                                        const Options &options, std::string *error) {
   std::unique_ptr<Worker> w(new Worker(target, options));
   char *err = nullptr;
+  if (specinfer_coupler_create("gumbel", &w->sampled_coupler_, &err) != SPECINFER_OK) {
+    *error = std::string("cannot create the coupler: ") + (err ? err : "?");
+    specinfer_free(err);
+    return nullptr;
+  }
   for (Slot &s : w->slots_) {
     if (specinfer_target_share(target, &s.target, &err) != SPECINFER_OK) {
       *error = std::string("cannot share the target: ") + (err ? err : "?");
@@ -57,6 +62,7 @@ Worker::~Worker() {
     specinfer_drafter_destroy(s.drafter);
     specinfer_target_destroy(s.target);
   }
+  specinfer_coupler_destroy(sampled_coupler_);
 }
 
 SubmitStatus Worker::submit(GenParams params, GenCallbacks callbacks,
@@ -131,7 +137,8 @@ bool Worker::start(Slot &slot, Job job) {
   sp.top_p = p.top_p;
   sp.seed = p.seed;
   char *err = nullptr;
-  if (specinfer_session_create(slot.target, slot.drafter, nullptr, &sp, &slot.session, &err) !=
+  specinfer_coupler *coupler = sp.temperature > 0.0f ? sampled_coupler_ : nullptr;
+  if (specinfer_session_create(slot.target, slot.drafter, coupler, &sp, &slot.session, &err) !=
       SPECINFER_OK) {
     result = with_kind(GenResult::Kind::kFailed,
                        std::string("cannot create a session: ") + (err ? err : "?"));

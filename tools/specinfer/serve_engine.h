@@ -124,6 +124,11 @@ class Worker : public Engine {
   void finish(Slot &slot);
 
   specinfer_target *target_;
+  // The coupler of sampled requests: Gumbel-max, drafter-invariant, so the text a seed gives does
+  // not depend on the drafts, which vary with the drafter's counts of earlier requests and with
+  // the batch. Greedy requests use the session's default (greedy). A pure function: one serves
+  // every slot.
+  specinfer_coupler *sampled_coupler_ = nullptr;
   Options options_;
   specinfer_model_info info_;
   std::vector<Slot> slots_;
