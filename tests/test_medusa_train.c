@@ -8,6 +8,8 @@
  *    report already has every token);
  *  - with a time budget already spent, collection stops after the held-out documents and one to
  *    train on, and the training still runs and writes heads;
+ *  - with a budget that stops collection partway, the whole call ends inside it (with a margin for
+ *    the machine's noise; not checked when the held-out documents alone take half the budget);
  *  - a progress callback returning nonzero cancels with SPECINFER_ERR_CANCELLED;
  *  - an unknown config key is refused with SPECINFER_ERR_CONFIG.
  * Lighter with SPECINFER_SANITIZED=1.
@@ -15,6 +17,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "support/models.h"
@@ -36,7 +39,15 @@ typedef struct {
   int n_heads;
   int bad; /* malformed reports */
   int cancel_at_first;
+  int64_t mandatory;     /* tokens collected whatever the budget: the held-out ones */
+  double mandatory_done; /* seconds (now_seconds) when a report first passed them; 0 = never */
 } seen_t;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int on_progress(void *user, const specinfer_train_progress *p) {
   seen_t *s = user;
@@ -48,6 +59,8 @@ static int on_progress(void *user, const specinfer_train_progress *p) {
     if (s->collect_reports++ == 0) s->first_collect_done = p->done;
     if (p->done < s->last_collect_done) s->bad++;
     s->last_collect_done = p->done;
+    if (s->mandatory > 0 && p->done > s->mandatory && s->mandatory_done == 0)
+      s->mandatory_done = now_seconds();
     s->collect_total = p->total;
     if (s->cancel_at_first) return 1;
   } else if (strcmp(p->stage, "train") == 0) {
@@ -224,6 +237,41 @@ static void test_time_budget(void **state) {
   remove_outputs(fx);
 }
 
+static void test_budget_is_kept(void **state) {
+  fixture *fx = *state;
+  if (!fx) skip();
+  if (getenv("SPECINFER_SANITIZED")) {
+    fprintf(stderr, "SKIP: timing under the sanitizers says nothing about the budget\n");
+    skip();
+  }
+  remove_outputs(fx);
+  const double budget = 12.0;
+  seen_t seen;
+  memset(&seen, 0, sizeof seen);
+  seen.mandatory = 256; /* heldout */
+  const char *config =
+      "heads=2,heldout=256,chunk=256,vocab=1024,epochs=3,batch=64,tokens=65536,minutes=0.2";
+  char *err = NULL;
+  const double t0 = now_seconds();
+  specinfer_status rc = train(fx, config, &seen, &err);
+  const double elapsed = now_seconds() - t0;
+  if (rc != SPECINFER_OK) fprintf(stderr, "train: %s\n", err ? err : "?");
+  assert_int_equal(rc, SPECINFER_OK);
+  assert_int_equal(seen.bad, 0);
+  fprintf(stderr, "budget %.0f s: collected %lld of %lld tokens, the call took %.1f s\n", budget,
+          (long long)seen.last_collect_done, (long long)seen.collect_total, elapsed);
+  /* The corpus holds more than 12 s of collection on the machines this runs on. */
+  assert_true(seen.last_collect_done < seen.collect_total);
+  assert_true(seen.mandatory_done > 0);
+  if (seen.mandatory_done - t0 > 0.5 * budget) {
+    fprintf(stderr, "SKIP: the held-out documents took %.1f s of the %.0f s budget\n",
+            seen.mandatory_done - t0, budget);
+  } else {
+    assert_true(elapsed <= 1.3 * budget + 2.0);
+  }
+  remove_outputs(fx);
+}
+
 static void test_cancel_and_config(void **state) {
   fixture *fx = *state;
   if (!fx) skip();
@@ -254,6 +302,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train_and_resume),
       cmocka_unit_test(test_time_budget),
+      cmocka_unit_test(test_budget_is_kept),
       cmocka_unit_test(test_cancel_and_config),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,10 +37,9 @@ using specinfer_plugin::format;
 constexpr int kTop = 8;            // target probabilities kept per position
 constexpr int kMinDocTokens = 32;  // shorter windows (near-empty files) are skipped
 constexpr int kBytesPerToken = 5;  // a window's bytes per wanted token (code: ~3.5 per token)
-// Training's time per token and epoch, for one head per thread, relative to collecting that token
-// (the target's pass): measured 0.19 on Zen 5 at the default vocabulary and token input; a little
-// more, so that a run ends inside its budget.
-constexpr double kTrainPerCollect = 0.22;
+// Training positions of the probe that measures training's cost (measure_training): 16 minibatches
+// of the default size, a few seconds.
+constexpr int64_t kProbeTokens = 2048;
 
 struct Options {
   int32_t heads = 2;
@@ -503,26 +504,34 @@ void check_target(specinfer_status rc, const specinfer_plugin_error &e, const ch
     throw Failure(rc, std::string("medusa: the target's ") + what + " failed: " + e.message);
 }
 
-// When collection has to stop for the run to end inside its time budget: the time spent so far
-// plus training's, estimated from the pass's measured time per token (Options::minutes).
+// What training costs on this machine (measure_training): seconds that do not grow with the data
+// (preparation, every evaluation on the held-out documents) and seconds per training token (all
+// epochs).
+struct TrainCost {
+  double fixed = 0, per_token = 0;
+};
+
+// The time budget of a run (Options::minutes): collection stops before the document whose pass,
+// added to the time spent and to training's cost on everything collected, would end past it.
+// Training's cost is measured once, when the held-out documents and one to train on are in.
 struct Budget {
   double start = 0;    // now_seconds() at the run's start
   double seconds = 0;  // the whole run's budget; 0 = none
-  double train = 0;    // training's time per collected token, in the pass's time per token
-  bool spent(double now, int64_t tokens, double pass_seconds, int64_t fresh) const {
-    if (seconds <= 0 || fresh <= 0) return false;
-    const double per_token = pass_seconds / static_cast<double>(fresh);
-    return now - start + train * per_token * static_cast<double>(tokens) > seconds;
-  }
+  std::function<TrainCost(const Data &)> measure;
 };
 
-// Training's time per token against the pass's: epochs passes, the heads one per thread in
-// rounds, each token's products 2 V H + 3 D H multiply-adds against the default design's.
-double train_share(const Options &o, int32_t hidden, int32_t vocab, int32_t threads) {
-  const double rounds = std::ceil(static_cast<double>(o.heads) / std::max(1, threads));
-  const double d = (1.0 + o.token) * hidden, v = std::min(o.vocab, vocab);
-  const double work = (2.0 * v + 3.0 * d) / (2.0 * 8192 + 3.0 * 2 * hidden);
-  return kTrainPerCollect * o.epochs * rounds * work;
+// Sets data.n, data.end and data.n_heldout for the first n_docs documents of the plan (the ones in
+// data).
+void index_documents(Data &data, const Plan &plan, size_t n_docs) {
+  data.n = static_cast<int64_t>(data.token.size());
+  data.end.resize(static_cast<size_t>(data.n));
+  int64_t pos = 0;
+  for (size_t d = 0; d < n_docs; ++d) {
+    const int64_t end = pos + static_cast<int64_t>(plan.docs[d].tokens.size());
+    for (int64_t i = pos; i < end; ++i) data.end[static_cast<size_t>(i)] = end;
+    if (d + 1 == plan.n_heldout_docs) data.n_heldout = end;
+    pos = end;
+  }
 }
 
 // Collection stops after the document whose end exhausts the budget (Budget::spent), once every
@@ -548,21 +557,33 @@ Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_mo
   const specinfer_kernels *k = cx.host()->kernels;
   std::vector<float> logits, hidden;
   std::vector<int32_t> positions;
-  const double t0 = now_seconds();
+  double pass_seconds = 0;  // the target's pass over the fresh tokens, with their top-kTop
   int64_t fresh = 0;
+  std::optional<TrainCost> cost;
   for (size_t d = first; d < plan.docs.size(); ++d) {
-    const double now = now_seconds();
-    if (d > plan.n_heldout_docs &&
-        budget.spent(now, static_cast<int64_t>(data.token.size()), now - t0, fresh)) {
-      cx.log(SPECINFER_LOG_INFO,
-             format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
-                    "%lld)",
-                    d, plan.docs.size(), data.token.size(), (long long)plan.n_tokens));
-      plan.docs.resize(d);
-      break;
-    }
     const auto &doc = plan.docs[d].tokens;
     const int32_t n = static_cast<int32_t>(doc.size());
+    if (budget.seconds > 0 && d > plan.n_heldout_docs) {
+      if (!cost) {
+        index_documents(data, plan, d);
+        cost = budget.measure(data);
+        cx.log(SPECINFER_LOG_INFO, format("training's cost measured: %.1f s and %.2f ms per token",
+                                          cost->fixed, 1e3 * cost->per_token));
+      }
+      const double pass = fresh > 0 ? pass_seconds / static_cast<double>(fresh) : 0.0;
+      const double train_tokens =
+          static_cast<double>(static_cast<int64_t>(data.token.size()) - data.n_heldout + n);
+      if (now_seconds() - budget.start + pass * n + cost->fixed + cost->per_token * train_tokens >
+          budget.seconds) {
+        cx.log(SPECINFER_LOG_INFO,
+               format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
+                      "%lld)",
+                      d, plan.docs.size(), data.token.size(), (long long)plan.n_tokens));
+        plan.docs.resize(d);
+        break;
+      }
+    }
+    const double t0 = now_seconds();
     logits.resize(static_cast<size_t>(n) * vocab);
     hidden.assign(static_cast<size_t>(n) * H, NAN);
     positions.resize(static_cast<size_t>(n));
@@ -611,26 +632,17 @@ Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_mo
     });
     cache.append(data, static_cast<int64_t>(off), static_cast<uint32_t>(n));
     fresh += n;
+    pass_seconds += now_seconds() - t0;
     cx.progress("collect", static_cast<int64_t>(data.token.size()), plan.n_tokens, NAN, nullptr);
   }
   cache.close();
-  if (fresh > 0) {
-    const double s = now_seconds() - t0;
-    cx.log(SPECINFER_LOG_INFO, format("collected %lld tokens in %.1f s (%.1f tokens/s)",
-                                      (long long)fresh, s, fresh / std::max(s, 1e-9)));
-  }
+  if (fresh > 0)
+    cx.log(SPECINFER_LOG_INFO,
+           format("collected %lld tokens in %.1f s (%.1f tokens/s)", (long long)fresh, pass_seconds,
+                  fresh / std::max(pass_seconds, 1e-9)));
   specinfer_plugin_error e{};
   check_target(t.vtable->kv_truncate(t.self, 0, &e), e, "kv_truncate");
-
-  data.n = static_cast<int64_t>(data.token.size());
-  data.end.resize(static_cast<size_t>(data.n));
-  int64_t pos = 0;
-  for (size_t d = 0; d < plan.docs.size(); ++d) {
-    const int64_t end = pos + static_cast<int64_t>(plan.docs[d].tokens.size());
-    for (int64_t i = pos; i < end; ++i) data.end[static_cast<size_t>(i)] = end;
-    if (d + 1 == plan.n_heldout_docs) data.n_heldout = end;
-    pos = end;
-  }
+  index_documents(data, plan, plan.docs.size());
   return data;
 }
 
@@ -763,9 +775,11 @@ struct Head {
 
 class Trainer {
  public:
-  // emb: the heads' token input (TokenInput), empty without one.
+  // emb: the heads' token input (TokenInput), empty without one. Trains on at most max_train
+  // positions (the first ones).
   Trainer(const Context &cx, const Options &o, const Data &data, const Labels &labels,
-          const std::vector<float> &u, int32_t V, const TokenInput &emb)
+          const std::vector<float> &u, int32_t V, const TokenInput &emb,
+          int64_t max_train = std::numeric_limits<int64_t>::max())
       : cx_(cx),
         o_(o),
         data_(data),
@@ -805,7 +819,7 @@ class Trainer {
       h.dy.resize(B * H);
       h.x.resize(B * D);
     }
-    for (int64_t g = data.n_heldout; g < data.n; ++g)
+    for (int64_t g = data.n_heldout; g < data.n && train_tokens() < max_train; ++g)
       if (g + 1 < data.end[static_cast<size_t>(g)]) train_pos_.push_back(g);
     for (int64_t g = 0; g < data.n_heldout; ++g)
       if (g + 1 < data.end[static_cast<size_t>(g)]) eval_pos_.push_back(g);
@@ -1183,6 +1197,63 @@ int32_t load_checkpoint(const std::string &path, uint64_t key, std::vector<Head>
   return h.epochs_done;
 }
 
+// What the heads train against: the vocabulary, the target's output rows for it (U), the labels
+// and the token input.
+struct Prepared {
+  std::vector<int32_t> vocab;
+  std::vector<float> u;
+  Labels labels;
+  TokenInput emb;
+};
+
+// pad: fill the vocabulary up to `vocab` tokens with the lowest ids not chosen, so that a probe on
+// little data does the work of the whole run's vocabulary.
+Prepared prepare(const Options &o, const Data &data, const specinfer_model_info &info,
+                 const specinfer_host_target &target, bool pad) {
+  Prepared p;
+  p.vocab = choose_vocab(data, info.vocab_size, o.vocab);
+  if (pad && p.vocab.size() < static_cast<size_t>(o.vocab)) {
+    std::vector<bool> in(static_cast<size_t>(info.vocab_size), false);
+    for (int32_t v : p.vocab) in[static_cast<size_t>(v)] = true;
+    for (int32_t v = 0; v < info.vocab_size && p.vocab.size() < static_cast<size_t>(o.vocab); ++v)
+      if (!in[static_cast<size_t>(v)]) p.vocab.push_back(v);
+    std::sort(p.vocab.begin(), p.vocab.end());
+  }
+  const int32_t V = static_cast<int32_t>(p.vocab.size());
+  if (V < 2) fail(SPECINFER_ERR_CONFIG, "medusa: the corpus yields a vocabulary of %d tokens", V);
+  p.u.resize(static_cast<size_t>(V) * static_cast<size_t>(info.hidden_size));
+  specinfer_plugin_error e{};
+  check_target(target.vtable->output_rows(target.self, p.vocab.data(), V, p.u.data(), &e), e,
+               "output_rows");
+  p.labels = make_labels(data, p.vocab, info.vocab_size);
+  if (o.token > 0) p.emb = TokenInput::make(data, info.vocab_size, target);
+  return p;
+}
+
+// Measures training's cost on this machine with the data collected so far (the held-out documents
+// and at least one to train on): the preparation, one evaluation and one epoch over at most
+// kProbeTokens positions at the run's vocabulary size, scaled to the run's epochs and evaluations
+// (one before training, one after each epoch). Progress reports are muted meanwhile.
+TrainCost measure_training(const specinfer_host *host, const specinfer_train_params &params,
+                           const Options &o, const Data &data, const specinfer_model_info &info,
+                           const specinfer_host_target &target) {
+  specinfer_train_params quiet = params;
+  quiet.progress = nullptr;
+  const Context cx(host, &quiet);
+  const double t0 = now_seconds();
+  const Prepared p = prepare(o, data, info, target, true);
+  Trainer tr(cx, o, data, p.labels, p.u, static_cast<int32_t>(p.vocab.size()), p.emb, kProbeTokens);
+  const double t1 = now_seconds();
+  tr.evaluate();
+  const double t2 = now_seconds();
+  tr.epoch(0);
+  const double t3 = now_seconds();
+  TrainCost c;
+  c.fixed = (t1 - t0) + (o.epochs + 1) * (t2 - t1);
+  c.per_token = o.epochs * (t3 - t2) / static_cast<double>(std::max<int64_t>(1, tr.train_tokens()));
+  return c;
+}
+
 std::string join_accuracy(const std::vector<float> &a) {
   std::string s;
   for (float x : a) s += format("%s%.3f", s.empty() ? "" : " ", x);
@@ -1228,20 +1299,17 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
   Budget budget;
   budget.start = start;
   budget.seconds = 60.0 * o.minutes;
-  budget.train = train_share(o, info.hidden_size, info.vocab_size, host->n_threads);
+  budget.measure = [&](const Data &d) {
+    return measure_training(host, *params, o, d, info, *target);
+  };
   Data data = collect(cx, o, plan, info, *target, id, out + ".data", budget);
   plan.docs.clear();
   plan.docs.shrink_to_fit();
 
-  const std::vector<int32_t> vocab = choose_vocab(data, info.vocab_size, o.vocab);
+  const Prepared prep = prepare(o, data, info, *target, false);
+  const std::vector<int32_t> &vocab = prep.vocab;
   const int32_t V = static_cast<int32_t>(vocab.size());
-  if (V < 2) fail(SPECINFER_ERR_CONFIG, "medusa: the corpus yields a vocabulary of %d tokens", V);
-  std::vector<float> u(static_cast<size_t>(V) * static_cast<size_t>(info.hidden_size));
-  {
-    specinfer_plugin_error e{};
-    check_target(vt->output_rows(target->self, vocab.data(), V, u.data(), &e), e, "output_rows");
-  }
-  const Labels labels = make_labels(data, vocab, info.vocab_size);
+  const Labels &labels = prep.labels;
   {
     int64_t covered = 0;
     for (int64_t g = 0; g < data.n_heldout; ++g) covered += labels.top[static_cast<size_t>(g)] >= 0;
@@ -1251,9 +1319,7 @@ void train(const specinfer_host *host, const specinfer_train_params *params,
                   V, 100.0 * static_cast<double>(covered) / std::max<int64_t>(1, data.n_heldout)));
   }
 
-  TokenInput emb;
-  if (o.token > 0) emb = TokenInput::make(data, info.vocab_size, *target);
-  Trainer tr(cx, o, data, labels, u, V, emb);
+  Trainer tr(cx, o, data, labels, prep.u, V, prep.emb);
   const std::string ckpt = out + ".ckpt";
   const uint64_t key = checkpoint_key(o, data, vocab, id.fingerprint);
   int32_t done = o.resume ? load_checkpoint(ckpt, key, tr.heads(), data.H, tr.step()) : 0;
