@@ -514,6 +514,10 @@ struct TrainCost {
 // The time budget of a run (Options::minutes): collection stops before the document whose pass,
 // added to the time spent and to training's cost on everything collected, would end past it.
 // Training's cost is measured once, when the held-out documents and one to train on are in.
+// The share of the budget the estimate may fill: the rest covers the estimate's error and what
+// the caller spent before the run (loading the target).
+constexpr double kBudgetShare = 0.98;
+
 struct Budget {
   double start = 0;    // now_seconds() at the run's start
   double seconds = 0;  // the whole run's budget; 0 = none
@@ -574,7 +578,7 @@ Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_mo
       const double train_tokens =
           static_cast<double>(static_cast<int64_t>(data.token.size()) - data.n_heldout + n);
       if (now_seconds() - budget.start + pass * n + cost->fixed + cost->per_token * train_tokens >
-          budget.seconds) {
+          kBudgetShare * budget.seconds) {
         cx.log(SPECINFER_LOG_INFO,
                format("time budget: collection stops after %zu of %zu documents (%zu tokens of "
                       "%lld)",

@@ -13,11 +13,13 @@
 //     (every stored document is checked against the plan token by token; collection resumes after
 //     the last one that matches). Kept after success, so that training with other settings costs
 //     no second collection; keep_data=0 removes it. With a time budget (minutes, default 15),
-//     collection stops after the document past which the time spent plus training's estimated
-//     time would exceed it. Training's time is estimated from the pass's measured time per token:
-//     per token, epochs passes of the heads (one per host thread at a time), their products
-//     scaled by vocabulary and input size, at a ratio measured on one machine. So a slower
-//     machine trains on fewer tokens rather than for longer; the log says where it stopped.
+//     collection stops before the document whose pass would end the run past it: the time spent,
+//     the document's pass (at the measured time per token) and training's cost on everything
+//     collected with it. That cost is measured on this machine once the held-out documents and one
+//     to train on are in: a probe runs the preparation (steps 3-4), one evaluation and one epoch
+//     over up to 2048 positions at the full vocabulary size, a few seconds, and scales them to the
+//     run's epochs and evaluations. So a slower machine trains on fewer tokens rather than for
+//     longer; the log says where it stopped.
 //  3. Vocabulary. The `vocab` tokens the target chose most often as its top-1 on the training
 //     documents (ties: top-8 probability mass). U = the target's output rows for them.
 //  4. Train. Head k (k = 0 .. heads-1) at position t learns the target's distribution at

@@ -164,6 +164,15 @@ int on_progress(void *user, const specinfer_train_progress *p) {
   return 0;
 }
 
+// The trainer's messages (where collection stopped and why, the vocabulary's coverage, each
+// epoch's losses, the final accuracy), each on a line of its own below the progress.
+void on_log(void *user, specinfer_log_level level, const char *message) {
+  auto *bar = static_cast<ProgressBar *>(user);
+  bar->finish_line();
+  std::fprintf(stderr, "%s%s\n", level >= SPECINFER_LOG_WARN ? "warning: " : "", message);
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int cmd_train_heads(int argc, char **argv) {
@@ -228,12 +237,20 @@ int cmd_train_heads(int argc, char **argv) {
   std::string config;
   for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
 
-  cli::RunOptions ro;
-  ro.threads = o.threads;
-  specinfer_registry *reg = cli::create_registry(ro, "specinfer train-heads");
-  if (!reg) return 1;
-  specinfer_target *target = nullptr;
+  ProgressBar bar;
+  specinfer_registry_params rp;
+  specinfer_registry_params_init(&rp);
+  rp.n_threads = o.threads;
+  rp.log = on_log;
+  rp.log_user = &bar;
+  specinfer_registry *reg = nullptr;
   char *err = nullptr;
+  if (specinfer_registry_create(&rp, &reg, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "specinfer train-heads: %s\n", err ? err : "cannot create the registry");
+    specinfer_free(err);
+    return 1;
+  }
+  specinfer_target *target = nullptr;
   int rc = 1;
   if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "specinfer train-heads: cannot open target: %s\n", err);
@@ -244,7 +261,6 @@ int cmd_train_heads(int argc, char **argv) {
     std::fprintf(stderr, "training %s%s heads on %zu corpus files (%s%s) -> %s\n", count.c_str(),
                  o.plugin.c_str(), files.size(), o.corpus.front().c_str(),
                  o.corpus.size() > 1 ? ", ..." : "", o.out.c_str());
-    ProgressBar bar;
     specinfer_train_params tp;
     specinfer_train_params_init(&tp);
     tp.config = config.c_str();
