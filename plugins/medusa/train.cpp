@@ -511,13 +511,14 @@ struct TrainCost {
   double fixed = 0, per_token = 0;
 };
 
-// The time budget of a run (Options::minutes): collection stops before the document whose pass,
-// added to the time spent and to training's cost on everything collected, would end past it.
-// Training's cost is measured once, when the held-out documents and one to train on are in.
 // The share of the budget the estimate may fill: the rest covers the estimate's error and what
 // the caller spent before the run (loading the target).
 constexpr double kBudgetShare = 0.98;
 
+// The time budget of a run (Options::minutes): collection stops before the document whose pass,
+// added to the time spent and to training's cost on everything collected, would end past
+// kBudgetShare of it. Training's cost is measured once, when the held-out documents and one to
+// train on are in.
 struct Budget {
   double start = 0;    // now_seconds() at the run's start
   double seconds = 0;  // the whole run's budget; 0 = none
@@ -538,8 +539,9 @@ void index_documents(Data &data, const Plan &plan, size_t n_docs) {
   }
 }
 
-// Collection stops after the document whose end exhausts the budget (Budget::spent), once every
-// held-out document and at least one to train on are in; `plan` keeps the documents collected.
+// Collection stops before the document that would end the run past the budget (Budget), once
+// every held-out document and at least one to train on are in; `plan` keeps the documents
+// collected.
 Data collect(const Context &cx, const Options &o, Plan &plan, const specinfer_model_info &info,
              const specinfer_host_target &t, const TargetIdentity &id,
              const std::string &cache_path, const Budget &budget) {
