@@ -116,10 +116,13 @@ specinfer_session_params session_params(const RunOptions &o) {
   return p;
 }
 
-specinfer_registry *create_registry(const RunOptions &o, const char *who) {
+specinfer_registry *create_registry(const RunOptions &o, const char *who, specinfer_log_fn log,
+                                    void *log_user) {
   specinfer_registry_params rp;
   specinfer_registry_params_init(&rp);
   rp.n_threads = o.threads;
+  rp.log = log;
+  rp.log_user = log_user;
   specinfer_registry *reg = nullptr;
   char *err = nullptr;
   if (specinfer_registry_create(&rp, &reg, &err) != SPECINFER_OK) {

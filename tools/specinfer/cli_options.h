@@ -76,8 +76,10 @@ void add_run_options(CLI::App &app, RunOptions *o, int32_t min_tokens);
 // Session parameters as the options ask.
 specinfer_session_params session_params(const RunOptions &o);
 
-// A registry with o.threads backend threads, or nullptr after printing why not (after `who: `).
-specinfer_registry *create_registry(const RunOptions &o, const char *who);
+// A registry with o.threads backend threads and its messages to `log` (NULL: warnings and errors
+// to stderr), or nullptr after printing why not (after `who: `).
+specinfer_registry *create_registry(const RunOptions &o, const char *who,
+                                    specinfer_log_fn log = nullptr, void *log_user = nullptr);
 
 // Open a PLUGIN[:CONFIG] spec as a target or a drafter; on failure *err holds the message (free it
 // with specinfer_free).

@@ -238,19 +238,12 @@ int cmd_train_heads(int argc, char **argv) {
   for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
 
   ProgressBar bar;
-  specinfer_registry_params rp;
-  specinfer_registry_params_init(&rp);
-  rp.n_threads = o.threads;
-  rp.log = on_log;
-  rp.log_user = &bar;
-  specinfer_registry *reg = nullptr;
-  char *err = nullptr;
-  if (specinfer_registry_create(&rp, &reg, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "specinfer train-heads: %s\n", err ? err : "cannot create the registry");
-    specinfer_free(err);
-    return 1;
-  }
+  cli::RunOptions ro;
+  ro.threads = o.threads;
+  specinfer_registry *reg = cli::create_registry(ro, "specinfer train-heads", on_log, &bar);
+  if (!reg) return 1;
   specinfer_target *target = nullptr;
+  char *err = nullptr;
   int rc = 1;
   if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "specinfer train-heads: cannot open target: %s\n", err);
