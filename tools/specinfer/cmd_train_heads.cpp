@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -95,12 +96,16 @@ std::string default_out(const std::string &target_spec) {
 }
 
 // Draws the progress: one line rewritten in place on a terminal, a line every few seconds
-// otherwise (logs, CI).
+// otherwise (logs, CI). During collection the ETA is the earlier of the corpus's end and the time
+// budget's end (the trainer stops collecting before the budget ends, in time to train), and says
+// which.
 struct ProgressBar {
   using Clock = std::chrono::steady_clock;
   bool tty = isatty(fileno(stderr)) != 0;
   std::string stage;
   Clock::time_point stage_start = Clock::now(), last_print{};
+  Clock::time_point run_start = Clock::now();
+  double budget_seconds = 0;  // the run's time budget; 0 = none or unknown
   bool line_open = false;
 
   void finish_line() {
@@ -124,7 +129,16 @@ struct ProgressBar {
 
     const double elapsed = std::chrono::duration<double>(now - stage_start).count();
     const double frac = p.total > 0 ? std::clamp(double(p.done) / double(p.total), 0.0, 1.0) : 0;
-    const double eta = frac > 0 ? elapsed * (1 - frac) / frac : NAN;
+    double eta = frac > 0 ? elapsed * (1 - frac) / frac : NAN;
+    const char *eta_of = "";
+    if (stage == "collect" && budget_seconds > 0) {
+      const double left = budget_seconds - std::chrono::duration<double>(now - run_start).count();
+      eta_of = " (corpus end)";
+      if (!(eta <= left)) {
+        eta = std::max(left, 0.0);
+        eta_of = " (time budget end)";
+      }
+    }
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(frac * kWidth);
     std::string bar(static_cast<size_t>(filled), '#');
@@ -147,7 +161,7 @@ struct ProgressBar {
         line += buf;
       }
     }
-    line += "  " + cli::clock_text(elapsed) + " elapsed, ETA " + cli::clock_text(eta);
+    line += "  " + cli::clock_text(elapsed) + " elapsed, ETA " + cli::clock_text(eta) + eta_of;
     if (tty) {
       std::fprintf(stderr, "\r%s\033[K", line.c_str());
       line_open = true;
@@ -158,6 +172,24 @@ struct ProgressBar {
     std::fflush(stderr);
   }
 };
+
+// The run's time budget in minutes: the config's minutes=, else medusa's default (15, train.h);
+// 0 when there is none or it is not known.
+double budget_minutes(const std::string &config, const std::string &plugin) {
+  for (size_t at = 0; at < config.size();) {
+    size_t end = config.find(',', at);
+    if (end == std::string::npos) end = config.size();
+    const size_t eq = config.find('=', at);
+    if (eq < end) {
+      std::string name = config.substr(at, eq - at);
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      if (name == "minutes") return std::atof(config.substr(eq + 1, end - eq - 1).c_str());
+    }
+    at = end + 1;
+  }
+  return plugin == "medusa" ? 15.0 : 0.0;
+}
 
 int on_progress(void *user, const specinfer_train_progress *p) {
   static_cast<ProgressBar *>(user)->update(*p);
@@ -238,6 +270,7 @@ int cmd_train_heads(int argc, char **argv) {
   for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
 
   ProgressBar bar;
+  bar.budget_seconds = 60.0 * budget_minutes(config, o.plugin);
   cli::RunOptions ro;
   ro.threads = o.threads;
   specinfer_registry *reg = cli::create_registry(ro, "specinfer train-heads", on_log, &bar);
@@ -263,6 +296,7 @@ int cmd_train_heads(int argc, char **argv) {
     tp.progress = on_progress;
     tp.user = &bar;
     const auto t0 = std::chrono::steady_clock::now();
+    bar.run_start = t0;
     const specinfer_status s = specinfer_drafter_train(reg, o.plugin.c_str(), target, &tp, &err);
     bar.finish_line();
     const double secs =
