@@ -2,7 +2,9 @@
 // --help, --opt=value beside --opt value, a repeated option keeping its last value (scripts/demo
 // relies on it), exit code 2 and a message naming the option for unknown options, missing and
 // out-of-range values, and the prompt files of bench: a malformed line named by its line number,
-// a good file through bench with a chart. The kgram and ngram plugins stand in for real models.
+// a good file through bench with a chart, and bench's tables adding up (every speedup the tokens/s
+// of its row over a plain row's in the same table). The kgram and ngram plugins stand in for real
+// models.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,6 +268,113 @@ void test_bench_prompt_files(void **) {
          1, g_dir + "/no/such/dir/c.png", false);
 }
 
+// A markdown table's cells, the first row the header (the --- row left out); other lines skipped.
+std::vector<std::vector<std::string>> table_rows(const std::string &text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.size() < 2 || line[0] != '|' || line.compare(0, 5, "| ---") == 0) continue;
+    std::vector<std::string> cells;
+    size_t at = 1;
+    for (size_t bar; (bar = line.find('|', at)) != std::string::npos; at = bar + 1) {
+      std::string cell = line.substr(at, bar - at);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cell.erase(cell.find_last_not_of(' ') + 1);
+      cells.push_back(cell);
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// Half a unit of the last printed digit of "24.13" or "1.80x".
+double half_unit(const std::string &number) {
+  const size_t dot = number.find('.');
+  int decimals = 0;
+  for (size_t i = dot + 1; dot != std::string::npos && i < number.size(); ++i)
+    decimals += number[i] >= '0' && number[i] <= '9';
+  double h = 0.5;
+  while (decimals-- > 0) h /= 10;
+  return h;
+}
+
+// Whether the printed ratio is num / den for some true values that print as num and den.
+bool ratio_agrees(const std::string &ratio, const std::string &num, const std::string &den) {
+  const double r = std::atof(ratio.c_str()), n = std::atof(num.c_str()), d = std::atof(den.c_str());
+  const double hr = half_unit(ratio), hn = half_unit(num), hd = half_unit(den);
+  if (d - hd <= 0) return false;
+  return r >= (n - hn) / (d + hd) - hr - 1e-9 && r <= (n + hn) / (d - hd) + hr + 1e-9;
+}
+
+// The index of the header cell that starts with `name`; fails when there is none.
+size_t column(const std::vector<std::string> &header, const std::string &name) {
+  for (size_t i = 0; i < header.size(); ++i)
+    if (header[i].compare(0, name.size(), name) == 0) return i;
+  print_error("no column '%s'\n", name.c_str());
+  fail();
+  return 0;
+}
+
+// Fails unless every ratio in column `ratio_col` of the table is the row's tokens/s over the
+// tokens/s of the row that plain_for(row) picks.
+template <typename PlainFor>
+void expect_ratios(const std::string &out, const std::vector<std::vector<std::string>> &rows,
+                   size_t ratio_col, PlainFor plain_for) {
+  const size_t tps = column(rows[0], "tokens/s");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const std::vector<std::string> *plain = plain_for(rows[i]);
+    if (!plain || !ratio_agrees(rows[i][ratio_col], rows[i][tps], (*plain)[tps])) {
+      print_error("row %zu: %s is not %s / %s\n%s\n", i, rows[i][ratio_col].c_str(),
+                  rows[i][tps].c_str(), plain ? (*plain)[tps].c_str() : "(no plain row)",
+                  out.c_str());
+      fail();
+    }
+  }
+}
+
+void test_bench_tables_add_up(void **) {
+  // The check itself: the demo table that asked for this test did not add up.
+  assert_false(ratio_agrees("1.80x", "35.01", "24.13"));
+  assert_true(ratio_agrees("1.45x", "35.01", "24.13"));
+  assert_true(ratio_agrees("2.00x", "10.00", "5.00"));
+
+  const std::string prompts = g_dir + "/tables.jsonl";
+  write_file(prompts, "{\"prompt\": \"The target\"}\n{\"prompt\": \"The drafter\"}\n");
+  // Sequential: each speedup against the plain row of its coupler.
+  const Result r =
+      run({"bench", "--target", kgram(4), "--prompts", prompts, "--drafter", "ngram", "--drafter",
+           kgram(2), "--coupler", "greedy", "--coupler", "rejection", "-n", "32"});
+  if (r.status != 0) print_error("%s\n", r.err.c_str());
+  assert_int_equal(r.status, 0);
+  const auto rows = table_rows(r.out);
+  assert_int_equal(rows.size(), 1 + 6);
+  const size_t config = column(rows[0], "configuration"), coupler = column(rows[0], "coupler");
+  expect_ratios(r.out, rows, column(rows[0], "speedup"), [&](const std::vector<std::string> &row) {
+    for (const auto &p : rows)
+      if (p[config] == "plain" && p[coupler] == row[coupler]) return &p;
+    return static_cast<const std::vector<std::string> *>(nullptr);
+  });
+  // --batch: against plain at the smallest batch, and at the row's own batch.
+  const Result b = run({"bench", "--target", kgram(4), "--prompts", prompts, "--drafter", "ngram",
+                        "-n", "32", "--batch", "2", "--batch", "1"});
+  if (b.status != 0) print_error("%s\n", b.err.c_str());
+  assert_int_equal(b.status, 0);
+  const auto brows = table_rows(b.out);
+  assert_int_equal(brows.size(), 1 + 4);
+  const size_t bconfig = column(brows[0], "configuration"), batch = column(brows[0], "batch");
+  const size_t vs_smallest = column(brows[0], "vs plain at batch ");
+  assert_string_equal(brows[0][vs_smallest].c_str(), "vs plain at batch 1");
+  const auto plain_at = [&](const std::string &n) {
+    for (const auto &p : brows)
+      if (p[bconfig] == "plain" && p[batch] == n) return &p;
+    return static_cast<const std::vector<std::string> *>(nullptr);
+  };
+  expect_ratios(b.out, brows, vs_smallest,
+                [&](const std::vector<std::string> &) { return plain_at("1"); });
+  expect_ratios(b.out, brows, column(brows[0], "x of plain at this batch"),
+                [&](const std::vector<std::string> &row) { return plain_at(row[batch]); });
+}
+
 void test_sketch_eval_synthetic(void **) {
   const std::string prefix = g_dir + "/se";
   const Result r = run({"sketch-eval", "--nnz=100", "--storage", "10:20:10", "--trials", "2",
@@ -292,6 +401,7 @@ int main(void) {
       cmocka_unit_test(test_generate_stop),
       cmocka_unit_test(test_generate_context_shift),
       cmocka_unit_test(test_bench_prompt_files),
+      cmocka_unit_test(test_bench_tables_add_up),
       cmocka_unit_test(test_sketch_eval_synthetic),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
