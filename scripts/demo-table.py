@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Runs `specinfer generate` once per drafter on one prompt and prints one table: tokens/s,
-speedup over plain decoding, tokens per round, nodes verified per round, whether the text equals
-plain decoding's, and the process's peak resident memory.
+"""Runs `specinfer generate` once per drafter on one prompt and prints one table: tokens/s, plain
+decoding's tokens/s in the same process, the speedup (the one divided by the other), tokens per
+round, nodes verified per round, whether the text equals plain decoding's, and the process's peak
+resident memory.
 
-Each drafter runs in its own process with --compare-plain, so its speedup is a ratio measured in
-one run (the plain decoding right after it, on the same loaded target); the plain row is a process
-without a drafter, for its memory. Used by scripts/demo.
+Each drafter runs in its own process with --compare-plain: plain decoding right after it, on the
+same loaded target, so a row's speedup compares two runs under the same conditions. The speedup
+is computed from the two printed (rounded) tokens/s of its row. The plain row is a process without
+a drafter, for its memory; its two tokens/s columns are its own.
+
+The first drafter runs first and its text streams to stdout as it is generated; then the plain
+process and the other drafters run, and the table follows. Progress goes to stderr. Used by
+scripts/demo.
 
 Usage: demo-table.py SPECINFER TARGET_SPEC PROMPT LABEL=DRAFTER_SPEC... [-- generate options]
 """
@@ -17,10 +23,12 @@ import sys
 import tempfile
 
 
-def run(cmd):
-    """Runs cmd; returns (exit code, stdout, stderr, peak RSS in MiB)."""
+def run(cmd, stream=False):
+    """Runs cmd; returns (exit code, stdout, stderr, peak RSS in MiB). With stream, its stdout is
+    ours (the text shows as it is generated) and "" is returned for it."""
+    sys.stdout.flush()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, stdout=None if stream else out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
@@ -32,6 +40,49 @@ def run(cmd):
 def stat(pattern, text, label):
     m = re.search(r"^\[" + label + r"\].*?" + pattern, text, re.M)
     return float(m.group(1)) if m else None
+
+
+def row(label, tps, plain_tps, tpr, npr, same, rss):
+    # Rounded first, so that the printed speedup is the printed tokens/s over the printed plain
+    # tokens/s.
+    tps, plain_tps = round(tps, 2), round(plain_tps, 2)
+    speedup = tps / plain_tps if plain_tps > 0 else 0.0
+    return (label, tps, plain_tps, speedup, tpr, npr, same, rss)
+
+
+def run_drafter(base, label, spec, stream):
+    """One drafter's process (with --compare-plain); returns its row or None."""
+    quiet = [] if stream else ["--quiet"]
+    if stream:
+        print(f"{label}: the text as it is generated", file=sys.stderr, flush=True)
+    rc, _, err, rss = run(base + ["--drafter", spec, "--compare-plain"] + quiet, stream)
+    if rc != 0:
+        sys.stderr.write(f"{label}: failed\n{err}")
+        return None
+    m = re.search(r"speedup over plain decoding: [\d.]+x \((\w+) output\)", err)
+    tps = stat(r"([\d.]+) tokens/s", err, "speculative")
+    plain_tps = stat(r"([\d.]+) tokens/s", err, "plain")
+    tpr = stat(r"mean tokens per round ([\d.]+)", err, "speculative")
+    npr = stat(r"([\d.]+) nodes verified", err, "speculative")
+    if None in (tps, plain_tps, tpr, npr):
+        sys.stderr.write(f"{label}: no statistics in its output\n{err}")
+        return None
+    r = row(label, tps, plain_tps, tpr, npr, m.group(1) if m else "?", rss)
+    print(f"  {label}: {r[1]:.2f} tokens/s, plain {r[2]:.2f} tokens/s in the same process: "
+          f"{r[3]:.2f}x", file=sys.stderr, flush=True)
+    return r
+
+
+def run_plain(base):
+    """The process without a drafter; returns its row or None."""
+    rc, _, err, rss = run(base + ["--quiet"])
+    tps = stat(r"([\d.]+) tokens/s", err, "plain")
+    if rc != 0 or tps is None:
+        sys.stderr.write(f"plain: failed\n{err}")
+        return None
+    r = row("plain", tps, tps, 1.0, 0.0, "-", rss)
+    print(f"  plain: {r[1]:.2f} tokens/s", file=sys.stderr, flush=True)
+    return r
 
 
 def main(argv):
@@ -47,40 +98,29 @@ def main(argv):
     configs = [item.split("=", 1) for item in rest]
     base = [exe, "generate", "--target", target, "--prompt", prompt] + extra
 
-    rows = []
-    rc, _, err, rss = run(base + ["--quiet"])
-    if rc != 0:
-        sys.stderr.write(err)
-        return 1
-    rows.append(("plain", stat(r"([\d.]+) tokens/s", err, "plain"), 1.0, 1.0, 0.0, "-", rss))
-    print(f"  plain: {rows[-1][1]:.2f} tokens/s", file=sys.stderr, flush=True)
-    text = None
-    for label, spec in configs:
-        # The last configuration prints its text: what the demo shows.
-        quiet = [] if (label, spec) == tuple(configs[-1]) else ["--quiet"]
-        rc, out, err, rss = run(base + ["--drafter", spec, "--compare-plain"] + quiet)
-        if rc != 0:
-            sys.stderr.write(f"{label}: failed\n{err}")
+    drafter_rows = []
+    plain = None
+    for i, (label, spec) in enumerate(configs):
+        r = run_drafter(base, label, spec, stream=i == 0)
+        if r is None:
             return 1
-        if not quiet:
-            text = out
-        m = re.search(r"speedup over plain decoding: ([\d.]+)x \((\w+) output\)", err)
-        tps = stat(r"([\d.]+) tokens/s", err, "speculative")
-        tpr = stat(r"mean tokens per round ([\d.]+)", err, "speculative")
-        npr = stat(r"([\d.]+) nodes verified", err, "speculative")
-        rows.append((label, tps, float(m.group(1)) if m else None, tpr, npr,
-                     m.group(2) if m else "?", rss))
-        print(f"  {label}: {tps:.2f} tokens/s, {rows[-1][2]:.2f}x", file=sys.stderr, flush=True)
+        drafter_rows.append(r)
+        if plain is None:  # plain decoding on its own, right after the streamed text
+            plain = run_plain(base)
+            if plain is None:
+                return 1
+    if plain is None:
+        plain = run_plain(base)
+        if plain is None:
+            return 1
 
-    if text is not None:
-        print(text.rstrip("\n"))
-        print()
-    print("| drafter | tokens/s | speedup | tokens/round | nodes/round | same text as plain "
-          "| peak memory |")
-    print("| --- | ---: | ---: | ---: | ---: | --- | ---: |")
-    for label, tps, speedup, tpr, npr, same, rss in rows:
-        print(f"| {label} | {tps:.2f} | {speedup:.2f}x | {tpr:.2f} | {npr:.2f} | {same} "
-              f"| {rss:.0f} MiB |")
+    print()
+    print("| drafter | tokens/s | plain tokens/s, same process | speedup | tokens/round "
+          "| nodes/round | same text as plain | peak memory |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    for label, tps, plain_tps, speedup, tpr, npr, same, rss in [plain] + drafter_rows:
+        print(f"| {label} | {tps:.2f} | {plain_tps:.2f} | {speedup:.2f}x | {tpr:.2f} | {npr:.2f} "
+              f"| {same} | {rss:.0f} MiB |")
     return 0
 
 
