@@ -2,19 +2,34 @@
 //! set up as Hugging Face transformers sets up Jinja2 for chat templates: trim_blocks and
 //! lstrip_blocks on, loop controls, Python string and dict methods (`.strip()`, `.items()`, ...),
 //! `raise_exception(msg)` and `strftime_now(fmt)`. The C side is chat_template.h.
+//! Written for Rust 1.63 (Debian 12's; see Cargo.toml).
 
-use std::ffi::{c_char, c_int};
+use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use minijinja::syntax::SyntaxConfig;
-use minijinja::value::Serde;
-use minijinja::{Environment, Error, ErrorKind, Value};
+use minijinja::value::ValueKind;
+use minijinja::{Environment, Error, ErrorKind, State, Value};
 
 /// Steps a render may take: a template that loops without end fails instead of hanging.
 const FUEL: u64 = 50_000_000;
 
 fn raise_exception(message: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// Python's methods on strings, lists and dicts (minijinja-contrib's pycompat), plus the default
+/// of `dict.get(key, default)`, which pycompat 2.7 does not take.
+fn python_method(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let (ValueKind::Map, "get", [key, default]) = (value.kind(), method, args) {
+        let found = value.as_object().and_then(|map| map.get_value(key));
+        return Ok(found.unwrap_or_else(|| default.clone()));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
 fn strftime_now(format: String) -> Result<Value, Error> {
@@ -87,21 +102,17 @@ fn render(template: &str, context_json: &str) -> Result<String, (c_int, String)>
     let context: serde_json::Value =
         serde_json::from_str(context_json).map_err(|e| (ERR_CONTEXT, e.to_string()))?;
     let mut env = Environment::new();
-    let syntax = SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .build()
-        .map_err(|e| (ERR_INTERNAL, e.to_string()))?;
-    env.set_syntax(syntax);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
     env.set_fuel(Some(FUEL));
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     let template = env
         .template_from_str(template)
         .map_err(|e| (ERR_TEMPLATE, describe(&e)))?;
     template
-        .render(Value::from(Serde(&context)))
+        .render(Value::from_serialize(&context))
         .map_err(|e| (ERR_RENDER, describe(&e)))
 }
 
@@ -188,6 +199,87 @@ pub unsafe extern "C" fn specinfer_chat_template_free(p: *mut c_char) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn ok(template: &str, context: serde_json::Value) -> String {
+        render(template, &context.to_string()).unwrap()
+    }
+
+    fn fails(template: &str, context: &str) -> (c_int, String) {
+        render(template, context).unwrap_err()
+    }
+
+    // The expected texts below are Jinja2's for the same template and variables.
+
+    #[test]
+    fn blocks_trimmed_and_stripped() {
+        let t = "{% for m in messages %}\n  {% if m.role == 'user' %}\n  <{{ m.role }}>{{ m.content }}\n  {% endif %}\n{% endfor %}\n{% if add_generation_prompt %}\n<assistant>\n{% endif %}";
+        let messages =
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]);
+        let context = json!({"messages": messages, "add_generation_prompt": true});
+        assert_eq!(ok(t, context), "  <user>hi\n<assistant>\n");
+    }
+
+    #[test]
+    fn loop_controls() {
+        let t = "{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}";
+        assert_eq!(ok(t, json!({"xs": [1, 2, 3, 4, 5]})), "13");
+    }
+
+    #[test]
+    fn python_string_methods() {
+        let t = "[{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}]{% if s.strip().startswith('hi') and not s.endswith('x') %}!{% endif %}{{ 'a,b'.split(',') | join('+') }}";
+        assert_eq!(
+            ok(t, json!({"s": "  hi there \n"})),
+            "[hi there|hi there \n|  hi there]!a+b"
+        );
+    }
+
+    #[test]
+    fn python_dict_methods_in_json_order() {
+        let t = "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{{ d.keys() | list | join }}|{{ d.get('a') }}|{{ d.get('z', 'none') }}|{{ d.get('a', 0) }}";
+        assert_eq!(ok(t, json!({"d": {"b": 1, "a": 2}})), "b=1;a=2;ba|2|none|2");
+    }
+
+    #[test]
+    fn functions() {
+        let (rc, message) = fails("{{ raise_exception('roles must alternate') }}", "{}");
+        assert_eq!(rc, ERR_RENDER);
+        assert!(message.contains("roles must alternate"), "{message}");
+        assert_eq!(ok("{{ strftime_now('%Y') | length }}", json!({})), "4");
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(fails("{% for %}", "{}").0, ERR_TEMPLATE);
+        assert_eq!(fails("{{ x }}", "{not json").0, ERR_CONTEXT);
+        // A template that would loop for ever runs out of fuel instead.
+        let endless =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let (rc, message) = fails(endless, "{}");
+        assert_eq!(rc, ERR_RENDER);
+        assert!(message.contains("fuel"), "{message}");
+    }
+
+    #[test]
+    fn c_abi() {
+        let (t, c) = ("{{ a }}é", r#"{"a": "x"}"#);
+        let (mut out, mut len) = (std::ptr::null_mut(), 0usize);
+        let rc = unsafe {
+            specinfer_chat_template_render(
+                t.as_ptr().cast(),
+                t.len(),
+                c.as_ptr().cast(),
+                c.len(),
+                &mut out,
+                &mut len,
+            )
+        };
+        assert_eq!(rc, OK);
+        let text = unsafe { std::slice::from_raw_parts(out as *const u8, len + 1) };
+        assert_eq!(text, "xé\0".as_bytes());
+        unsafe { specinfer_chat_template_free(out) };
+    }
 
     #[test]
     fn dates() {
