@@ -408,7 +408,10 @@ typedef struct specinfer_draft_request {
   /* pass_cost[i], i < n_pass_cost: the time of one target pass over i + 1 tokens (the last
    * committed token and i nodes) relative to a one-token pass, as measured by the session on this
    * machine (interpolated where not measured yet). A drafter that chooses its own tree size
-   * weighs the tokens a node is expected to add against this cost. n_pass_cost = max_tokens + 1. */
+   * weighs the tokens a node is expected to add against this cost. n_pass_cost = max_tokens + 1.
+   * When sessions share a pass (specinfer_session_step_many), pass_cost[i] is 1 plus the time i
+   * nodes add to the shared pass over the step's time per expected token without them: a node
+   * pays where it raises the tokens per second of the whole step. */
   const float *pass_cost;
   int32_t n_pass_cost;
 } specinfer_draft_request;

@@ -11,6 +11,7 @@
 
 #include "api/handles.h"
 #include "plugin/registry.h"
+#include "session/pass_cost.h"
 #include "util/error.h"
 
 namespace specinfer {
@@ -190,6 +191,7 @@ TargetObject::TargetObject(Registry &registry, LoadedPlugin *plugin, void *self,
          bad, v, info.n_ctx, info.hidden_size, info.bos_token, info.eos_token, info.eot_token);
   }
   try {
+    pass_cost_ = std::make_shared<PassCost>();
     copy_info(info);
   } catch (...) {  // out of memory: the instance is not taken over
     if (vtable_) destroy_quietly(vtable_->destroy, self_);
@@ -412,6 +414,7 @@ TargetObject *TargetObject::share_locked() {
   auto t = adopt(other, vtable_->destroy, [&] {
     return new (std::nothrow) specinfer_target(registry_, plugin_, other, vtable_);
   });
+  t->pass_cost_ = pass_cost_;  // one loaded model: one table of its pass times
   if (!key_.empty()) {
     // Listed, then given its key without a step that can fail in between: the destructor
     // unlists what has a key (and a target listed without one would be left behind, dangling).

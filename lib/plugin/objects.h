@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@ namespace specinfer {
 
 class Registry;
 struct LoadedPlugin;
+class PassCost;
 
 class TargetObject {
  public:
@@ -48,6 +50,9 @@ class TargetObject {
   // Equal for targets on one loaded model (opened with the same plugin and config, or shared);
   // "" when the plugin cannot share.
   const std::string &model_key() const { return key_; }
+  // The measured time of a pass by its token count (session/pass_cost.h): one table per loaded
+  // model, held by every target shared from it, for the sessions that run on them.
+  const std::shared_ptr<PassCost> &pass_cost() const { return pass_cost_; }
 
   Registry &registry() { return registry_; }
   void *self() const { return self_; }
@@ -70,6 +75,7 @@ class TargetObject {
   std::optional<std::string> chat_template_;  // info_.chat_template (none: NULL)
   std::vector<int32_t> eog_;                  // info_.eog_tokens: checked, sorted, unique
   std::string key_;  // plugin and config it was opened with ("" = not offered for sharing)
+  std::shared_ptr<PassCost> pass_cost_;
   TargetObject *share_locked();  // share() with the registry's targets_mu held
   template <typename Pass>
   static void forward_checked(TargetObject *const *targets, const specinfer_forward_batch *batches,

@@ -11,7 +11,8 @@ void Lookahead::configure(int32_t max_draft, bool adaptive) {
   asked_ = self_stops_ = 0;
   drafts_ = trees_ = 0;
   draft_ms_per_token_ = 0;
-  pass_ms_.fill(0);
+  allowed_at_.fill(0);
+  drafted_at_.fill(0);
   since_plain_ = 0;
   seen_draft_ = false;
   reset();
@@ -25,6 +26,7 @@ void Lookahead::reset() {
   for (auto &a : rejected_) a.fill(0);
   hot_ = false;
   realized_tokens_ = realized_ms_ = realized_rounds_ = 0;
+  round_count_ = round_accepted_ = round_nodes_ = round_draft_ms_ = 0;
   paused_ = 0;
   pause_len_ = pause_rounds;
 }
@@ -34,46 +36,23 @@ double Lookahead::acceptance() const {
   return (accepted_ + 2.0 * prior_acceptance) / (drafted_ + 2.0);
 }
 
-double Lookahead::expected_tokens(int32_t k) const {
-  const int s = hot_ ? 1 : 0;
+void Lookahead::survival(int32_t k, double *s) const {
+  const int st = hot_ ? 1 : 0;
   double hazard = 1.0 - std::clamp(acceptance(), 0.0, 0.999);
-  double survive = 1.0, sum = 1.0;
+  s[0] = 1.0;
   for (int32_t i = 1; i <= k && i <= kMaxBatch; ++i) {
-    if (reached_[s][i] >= 2.0) hazard = std::clamp(rejected_[s][i] / reached_[s][i], 0.001, 1.0);
-    survive *= 1.0 - hazard;
-    sum += survive;
+    if (reached_[st][i] >= 2.0) hazard = std::clamp(rejected_[st][i] / reached_[st][i], 0.001, 1.0);
+    s[i] = s[i - 1] * (1.0 - hazard);
   }
-  return sum;
 }
 
-double Lookahead::pass_ms(int32_t n) const {
-  if (n < 1) n = 1;
-  if (n <= kMaxPass && pass_ms_[static_cast<size_t>(n)] > 0)
-    return pass_ms_[static_cast<size_t>(n)];
-  // Unmeasured: interpolate linearly between the nearest measured sizes; past the largest,
-  // extrapolate with the slope from the smallest measured size (5% of a pass per token when only
-  // one size is known, so that drafting gets tried); below the smallest, its time.
-  int32_t lo = 0, hi = 0, first = 0;
-  for (int32_t m = std::min(n - 1, kMaxPass); m >= 1; --m)
-    if (pass_ms_[static_cast<size_t>(m)] > 0) {
-      lo = m;
-      break;
-    }
-  for (int32_t m = n + 1; m <= kMaxPass; ++m)
-    if (pass_ms_[static_cast<size_t>(m)] > 0) {
-      hi = m;
-      break;
-    }
-  for (int32_t m = 1; m <= kMaxPass && !first; ++m)
-    if (pass_ms_[static_cast<size_t>(m)] > 0) first = m;
-  if (!lo && !hi) return 0.0;
-  if (!lo) return pass_ms_[static_cast<size_t>(hi)];
-  const double t_lo = pass_ms_[static_cast<size_t>(lo)];
-  if (hi) return t_lo + (pass_ms_[static_cast<size_t>(hi)] - t_lo) * (n - lo) / double(hi - lo);
-  const double slope =
-      lo > first ? std::max(0.0, (t_lo - pass_ms_[static_cast<size_t>(first)]) / (lo - first))
-                 : 0.05 * t_lo;
-  return t_lo + slope * (n - lo);
+double Lookahead::expected_tokens(int32_t k) const {
+  k = std::clamp<int32_t>(k, 0, kMaxBatch);
+  std::array<double, kMaxBatch + 1> s;
+  survival(k, s.data());
+  double sum = 0.0;
+  for (int32_t i = 0; i <= k; ++i) sum += s[i];
+  return sum;
 }
 
 double Lookahead::cost_ratio() const {
@@ -133,8 +112,8 @@ int32_t Lookahead::next() {
       // but does not know what a longer verify pass costs: where one more token makes the pass
       // clearly dearer (kSteepPass; a long context, whose attention runs once per token), its
       // drafts stop where the rates say a longer one stops paying.
-      const double one = pass_ms_[static_cast<size_t>(std::min(fixed_ + rounds_, kMaxPass))],
-                   two = pass_ms_[static_cast<size_t>(std::min(fixed_ + 2 * rounds_, kMaxPass))];
+      const double one = pass_->measured(std::min(fixed_ + rounds_, kMaxPass)),
+                   two = pass_->measured(std::min(fixed_ + 2 * rounds_, kMaxPass));
       if (trees || one <= 0 || two < kSteepPass * one) return max_draft_;
       return std::max<int32_t>(1, best_draft(c));
     }
@@ -148,6 +127,88 @@ int32_t Lookahead::next() {
   // (prompt lookup), whose next match may come a few tokens later.
   if (best_k == 0) paused_ = c > 0.05 ? pause_rounds : pause_rounds / 4;
   return best_k;
+}
+
+void Lookahead::wish(int32_t limit, Wish &w) {
+  w.most = 0;
+  w.fixed = w.probe = false;
+  w.value.fill(0);
+  w.nodes.fill(0);
+  w.draft_ms.fill(0);
+  w.value[0] = 1.0;
+  // The round's state, as next() keeps it: refresh rounds, the first draft, pauses and probes.
+  const bool trees = tree_rate() > 0.5;
+  int32_t most = 0;
+  bool fixed = false, probe = false;
+  if (max_draft_ == 0) {
+    most = 0;
+  } else if (!adaptive_) {
+    most = max_draft_;  // a fixed draft length: the caller's choice
+    fixed = true;
+  } else if (pass_ms(fixed_ + rounds_) <= 0 || ++since_plain_ >= kRefreshRounds) {
+    since_plain_ = 0;
+  } else if (!seen_draft_ || (trees && round_count_ < 0.5)) {
+    most = max_draft_;
+    probe = true;
+  } else if (paused_ > 0) {
+    if (--paused_ == 0) {
+      const bool self_limiting = (cost_ratio() > 0.05 && self_stop_rate() > 0.2) || trees;
+      most = self_limiting ? max_draft_ : std::min<int32_t>(2, max_draft_);
+      probe = true;
+    }
+  } else {
+    most = max_draft_;
+  }
+  w.most = std::clamp<int32_t>(most, 0, std::max<int32_t>(limit, 0));
+  w.fixed = fixed && w.most > 0;
+  w.probe = probe && w.most > 0;
+  if (w.most == 0) return;
+
+  if (trees && !w.probe) {
+    // Decayed realized rounds: A tokens accepted from n nodes on average (see the header).
+    const double a_tokens = round_accepted_ / round_count_,
+                 n_nodes = std::max(1.0, round_nodes_ / round_count_),
+                 ms = round_draft_ms_ / round_count_, a = a_tokens / (1.0 + a_tokens);
+    double step = a_tokens / n_nodes;
+    for (int32_t k = 1; k <= w.most; ++k) {
+      if (k > n_nodes) step *= a;
+      // The node that straddles n is worth the straight part up to n, the rest beyond it.
+      const double straight = std::clamp(n_nodes - (k - 1), 0.0, 1.0);
+      w.value[k] = w.value[k - 1] + (straight * a_tokens / n_nodes + (1.0 - straight) * step);
+      w.nodes[k] = k;
+      w.draft_ms[k] = ms;
+    }
+    return;
+  }
+  std::array<double, kMaxBatch + 1> s;
+  survival(w.most, s.data());
+  double optimistic = 1.0;
+  for (int32_t k = 1; k <= w.most; ++k) {
+    // A probe is valued as if its tokens were accepted at kProbeAcceptance at least.
+    optimistic *= kProbeAcceptance;
+    if (w.probe) s[k] = std::max(s[k], optimistic);
+    // One pseudo-round that drafts: a position never allowed yet is assumed drafted.
+    const double d = (drafted_at_[k] + 1.0) / (allowed_at_[k] + 1.0);
+    w.value[k] = w.value[k - 1] + d * s[k];
+    w.nodes[k] = w.nodes[k - 1] + d;
+    w.draft_ms[k] = draft_ms_per_token_ * (w.nodes[k] + 1.0 - d);
+  }
+}
+
+void Lookahead::granted(const Wish &w, int32_t k) {
+  if (w.fixed || w.most == 0) return;
+  if (k > 0) {
+    pause_len_ = pause_rounds;  // drafting pays again: the next pause starts short
+    return;
+  }
+  // Turned down (a probe too): pause as a session alone does when no k pays, long for a costly
+  // drafter (and longer while it keeps being turned down), short for a nearly free one.
+  if (cost_ratio() > 0.05) {
+    paused_ = pause_len_;
+    pause_len_ = std::min(2 * pause_len_, kMaxPauseRounds);
+  } else {
+    paused_ = pause_rounds / 4;
+  }
 }
 
 int32_t Lookahead::best_draft(double c) const {
@@ -204,10 +265,18 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     draft_ms_per_token_ =
         draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
   }
-  if (target_ms > 0 && batch >= 1 && batch <= kMaxPass) {
-    double &m = pass_ms_[static_cast<size_t>(batch)];
-    m = m > 0 ? 0.8 * m + 0.2 * target_ms : target_ms;
+  if (requested > 0) {
+    round_count_ = round_count_ * decay + 1.0;
+    round_accepted_ = round_accepted_ * decay + accepted;
+    round_nodes_ = round_nodes_ * decay + drafted;
+    round_draft_ms_ = round_draft_ms_ * decay + draft_ms;
+    if (!tree)
+      for (int32_t i = 1; i <= kMaxBatch; ++i) {
+        allowed_at_[i] = allowed_at_[i] * decay + (i <= requested ? 1.0 : 0.0);
+        drafted_at_[i] = drafted_at_[i] * decay + (i <= drafted ? 1.0 : 0.0);
+      }
   }
+  if (batch >= 1) pass_->record(batch, target_ms);
 }
 
 }  // namespace specinfer

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "session/budget.h"
+#include "session/pass_cost.h"
 #include "util/error.h"
 
 namespace specinfer {
@@ -78,6 +80,7 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   hidden_size_ = drafter_ ? std::max(0, target_.info().hidden_size) : 0;
   if (!drafter_) params_.max_draft = 0;
   lookahead_.configure(params_.max_draft, params_.adaptive_draft != 0);
+  lookahead_.use_pass_cost(target_.pass_cost());
 
   size_t rows = static_cast<size_t>(params_.max_draft) + 1;
   logits_.assign_zero(rows * vocab_);
@@ -153,10 +156,15 @@ void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
   const auto t0 = Clock::now();
   target_.forward(b);
-  end_round(ms_since(t0), b.n_tokens, 1, 0, draft_.ms, out, done);
+  end_round(ms_since(t0), b.n_tokens, 1, 0, draft_.ms, false, out, done);
 }
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
+  if (const specinfer_forward_batch *chunk = prepare_round(prefill_chunk)) return *chunk;
+  return draft_round(draft_budget(max_emit), nullptr);
+}
+
+const specinfer_forward_batch *Session::prepare_round(int32_t prefill_chunk) {
   if (tokens_.empty()) fail(SPECINFER_ERR_STATE, "nothing to continue: feed a prompt first");
   while (tokens_.size() >= static_cast<size_t>(n_ctx_)) shift_context();
   prefilling_ = false;
@@ -166,20 +174,24 @@ const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t pr
     if (kv_tokens_.size() < want) {
       prefilling_ = true;
       t_prefill_ += ms_since(t0);
-      return prefill_batch(want, static_cast<size_t>(prefill_chunk));
+      return &prefill_batch(want, static_cast<size_t>(prefill_chunk));
     }
     tell_drafter();
     t_prefill_ += ms_since(t0);
   } else {
     catch_up();
   }
-  draft_ = propose(draft_budget(max_emit));
+  return nullptr;
+}
+
+const specinfer_forward_batch &Session::draft_round(int32_t k, const float *pass_cost) {
+  draft_ = propose(k, pass_cost);
   return score_batch(draft_);
 }
 
 void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds,
-                        int32_t pass_fixed, double pass_draft_ms, std::vector<int32_t> &out,
-                        bool &done) {
+                        int32_t pass_fixed, double pass_draft_ms, bool pass_recorded,
+                        std::vector<int32_t> &out, bool &done) {
   done = false;
   round_text_.clear();
   if (prefilling_) {  // a chunk of the prompt: nothing to couple yet
@@ -198,37 +210,60 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
   n_accepted_ += v.n_accepted;
   lookahead_.shared_pass(pass_rounds, pass_fixed, pass_draft_ms - draft_.ms);
   if (drafter_)
-    lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms, pass_tokens,
-                       !draft_.chain);
+    lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms,
+                       pass_recorded ? 0 : pass_tokens, !draft_.chain);
 }
 
 void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_emits,
                         int32_t prefill_chunk, std::vector<int32_t> *outs, bool *dones,
                         std::exception_ptr *errors) {
+  // Each session catches up or takes a prompt chunk; then, group by group, the sessions that
+  // run a round draft and the group makes its pass.
   std::vector<const specinfer_forward_batch *> batches(n, nullptr);
+  std::vector<bool> ready(n, false), grouped(n, false);
+  std::vector<int32_t> emits(n, 1);
   std::vector<Clock::time_point> begun(n);
+  const auto failed = [&](size_t j) {
+    errors[j] = std::current_exception();
+    sessions[j]->t_total_ += ms_since(begun[j]);
+  };
   for (size_t i = 0; i < n; ++i) {
     begun[i] = Clock::now();
     try {
       Session &s = *sessions[i];
       const int32_t most = s.params_.max_draft + 1;
-      batches[i] =
-          &s.begin_round(max_emits ? std::clamp(max_emits[i], 1, most) : most, prefill_chunk);
+      emits[i] = max_emits ? std::clamp(max_emits[i], 1, most) : most;
+      batches[i] = s.prepare_round(prefill_chunk);
+      ready[i] = true;
     } catch (...) {
-      errors[i] = std::current_exception();
-      sessions[i]->t_total_ += ms_since(begun[i]);
+      failed(i);
     }
   }
   // Sessions whose targets share a loaded model make one pass; any other target its own.
-  std::vector<bool> scored(n, false);
   for (size_t i = 0; i < n; ++i) {
-    if (!batches[i] || scored[i]) continue;
+    if (!ready[i] || grouped[i]) continue;
     std::vector<size_t> group{i};
     TargetObject &t = sessions[i]->target_;
     if (!t.model_key().empty())
       for (size_t j = i + 1; j < n; ++j)
-        if (batches[j] && !scored[j] && sessions[j]->target_.model_key() == t.model_key())
+        if (ready[j] && !grouped[j] && sessions[j]->target_.model_key() == t.model_key())
           group.push_back(j);
+    for (size_t j : group) grouped[j] = true;
+    // Drafts: a session alone chooses its own; a group's are chosen together (draft_group).
+    if (group.size() == 1) {
+      Session &s = *sessions[i];
+      try {
+        if (!batches[i]) batches[i] = &s.draft_round(s.draft_budget(emits[i]), nullptr);
+      } catch (...) {
+        failed(i);
+        continue;
+      }
+    } else {
+      draft_group(sessions, group, emits.data(), batches.data(), errors, begun.data());
+      group.erase(std::remove_if(group.begin(), group.end(), [&](size_t j) { return !batches[j]; }),
+                  group.end());
+      if (group.empty()) continue;
+    }
     // The group's logit rows go to one arena, in the pass's row order, instead of each session's
     // own rows: a pass's rows are then resident once per thread, not once per session, and a
     // target can write them with one matrix product.
@@ -239,10 +274,7 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
     try {
       if (arena.size() < rows * vocab) arena.assign_zero(rows * vocab);
     } catch (...) {
-      for (size_t j : group) {
-        errors[j] = std::current_exception();
-        sessions[j]->t_total_ += ms_since(begun[j]);
-      }
+      for (size_t j : group) failed(j);
       continue;
     }
     std::vector<TargetObject *> targets;
@@ -263,29 +295,87 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
         ++pass_rounds;
         pass_draft_ms += sessions[j]->draft_.ms;
       }
-      scored[j] = true;
     }
     const auto t0 = Clock::now();
     try {
       if (group.size() == 1)
-        t.forward(bs[0]);
+        targets[0]->forward(bs[0]);
       else
         TargetObject::forward_many(targets.data(), bs.data(), static_cast<int32_t>(bs.size()));
     } catch (...) {
-      for (size_t j : group) {
-        errors[j] = std::current_exception();
-        sessions[j]->t_total_ += ms_since(begun[j]);
-      }
+      for (size_t j : group) failed(j);
       continue;
     }
     const double ms = ms_since(t0);
+    // A shared pass is timed once for the model's table; a lone round's lookahead records its own.
+    const bool shared = group.size() > 1;
+    if (shared) sessions[group[0]]->target_.pass_cost()->record(pass_tokens, ms);
     for (size_t j : group) {
       Session &s = *sessions[j];
       try {
-        s.end_round(ms, pass_tokens, pass_rounds, pass_fixed, pass_draft_ms, outs[j], dones[j]);
+        s.end_round(ms, pass_tokens, pass_rounds, pass_fixed, pass_draft_ms, shared, outs[j],
+                    dones[j]);
       } catch (...) {
         errors[j] = std::current_exception();
       }
+      s.t_total_ += ms_since(begun[j]);
+    }
+  }
+}
+
+// The drafts of a group that shares one pass, chosen together: every session that runs a round
+// says what it may draft and what that is worth (Lookahead::wish), the budget rule
+// (session/budget.h) picks each one's k for the most expected tokens per unit of time of the
+// whole step, measured pass times of the model pricing the tokens, and each session drafts its k.
+// A session whose drafter fails gets its error and no batch.
+void Session::draft_group(Session *const *sessions, const std::vector<size_t> &group,
+                          const int32_t *emits, const specinfer_forward_batch **batches,
+                          std::exception_ptr *errors, const Clock::time_point *begun) {
+  std::vector<size_t> rounds;
+  double fixed = 0;
+  for (size_t j : group) {
+    if (batches[j])
+      fixed += batches[j]->n_tokens;  // a chunk of a prompt
+    else
+      rounds.push_back(j);
+  }
+  std::vector<Lookahead::Wish> wishes(rounds.size());
+  std::vector<DraftOffer> offers(rounds.size());
+  int32_t most_tokens = static_cast<int32_t>(fixed) + 1;
+  bool any = false;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    Session &s = *sessions[rounds[r]];
+    Lookahead::Wish &w = wishes[r];
+    if (s.drafter_) {
+      s.lookahead_.wish(s.draft_limit(emits[rounds[r]]), w);
+    } else {
+      w.value[0] = 1.0;
+    }
+    offers[r] =
+        DraftOffer{w.fixed ? w.most : 0, w.most, w.value.data(), w.nodes.data(), w.draft_ms.data()};
+    most_tokens += 1 + w.most;
+    any = any || w.most > 0;
+  }
+  // The model's pass times, made monotone, as a function of the expected token count.
+  const PassTime pass_time = interpolated_pass_time(
+      any ? sessions[group[0]]->target_.pass_cost()->monotone_table(most_tokens)
+          : std::vector<double>{});
+  DraftBudget budget;
+  if (any)
+    budget = choose_drafts(offers, fixed, pass_time);
+  else
+    budget.k.assign(rounds.size(), 0);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const size_t j = rounds[r];
+    Session &s = *sessions[j];
+    const int32_t k = budget.k[r];
+    try {
+      if (s.drafter_) s.lookahead_.granted(wishes[r], k);
+      // A drafter that sizes its own tree weighs its nodes against what they cost the step.
+      if (k > 0) group_pass_cost(budget, offers, r, pass_time, s.pass_cost_.data());
+      batches[j] = &s.draft_round(k, k > 0 ? s.pass_cost_.data() : nullptr);
+    } catch (...) {
+      errors[j] = std::current_exception();
       s.t_total_ += ms_since(begun[j]);
     }
   }
@@ -407,15 +497,20 @@ void Session::catch_up() {
   t_prefill_ += ms_since(t0);
 }
 
-// Nodes to ask the drafter for: the lookahead's choice, within what may still be emitted and what
-// still fits the context (the scored batch is the last token plus the draft).
-int32_t Session::draft_budget(int32_t max_emit) {
-  if (!drafter_) return 0;
+// The most nodes a round may draft: what may still be emitted and what still fits the context
+// (the scored batch is the last token plus the draft).
+int32_t Session::draft_limit(int32_t max_emit) const {
   const int32_t room = static_cast<int32_t>(n_ctx_ - static_cast<int64_t>(tokens_.size()));
-  return std::max(0, std::min({lookahead_.next(), max_emit - 1, room - 1}));
+  return std::min(max_emit - 1, room - 1);
 }
 
-Session::Draft Session::propose(int32_t k) {
+// Nodes to ask the drafter for in a round of its own: the lookahead's choice, within the limit.
+int32_t Session::draft_budget(int32_t max_emit) {
+  if (!drafter_) return 0;
+  return std::max(0, std::min(lookahead_.next(), draft_limit(max_emit)));
+}
+
+Session::Draft Session::propose(int32_t k, const float *pass_cost) {
   Draft d;
   d.requested = k;
   if (k == 0) return d;
@@ -438,8 +533,11 @@ Session::Draft Session::propose(int32_t k) {
   } else {
     req.hidden_position = -1;
   }
-  for (int32_t i = 0; i <= k; ++i) pass_cost_[i] = static_cast<float>(lookahead_.batch_ratio(i));
-  req.pass_cost = pass_cost_.data();
+  if (!pass_cost) {
+    for (int32_t i = 0; i <= k; ++i) pass_cost_[i] = static_cast<float>(lookahead_.batch_ratio(i));
+    pass_cost = pass_cost_.data();
+  }
+  req.pass_cost = pass_cost;
   req.n_pass_cost = k + 1;
   specinfer_draft out{};
   out.struct_size = sizeof(out);

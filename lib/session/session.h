@@ -1,7 +1,10 @@
 // A session: the speculate -> verify -> commit loop over one target, an optional drafter and a
-// coupler, with adaptive draft length, UTF-8-safe streaming and statistics.
+// coupler, with adaptive draft length, UTF-8-safe streaming and statistics. Sessions stepped
+// together (step_many) share one target pass per loaded model, and their draft lengths are
+// chosen together for the goodput of the whole step (session/budget.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -48,6 +51,9 @@ class Session {
   // prefill_chunk > 0: a session whose cache is behind its text scores at most that many of the
   // missing tokens in this pass instead of a round (and emits nothing), so that a long prompt does
   // not stall the others; 0: it catches up alone first, as step() does.
+  // The draft lengths of sessions that share a pass are chosen together (draft_group): for the
+  // most expected tokens per unit of time of the whole step. A session alone in its pass chooses
+  // its own, as step() does.
   static void step_many(Session *const *sessions, size_t n, const int32_t *max_emits,
                         int32_t prefill_chunk, std::vector<int32_t> *outs, bool *dones,
                         std::exception_ptr *errors);
@@ -83,11 +89,22 @@ class Session {
   // The round, in order: catch up, draft, score, couple, commit. begin_round does all before the
   // target pass (catch up, draft) and returns the pass's batch; end_round all after it, given the
   // pass's time, token count, rounds, prompt-chunk tokens and the rounds' drafting time (several
-  // sessions' batches when step_many ran them as one).
+  // sessions' batches when step_many ran them as one), and whether the pass's time was recorded
+  // in the model's table already (else the lookahead records it).
+  // begin_round is prepare_round (catch up; with a prefill chunk, the chunk's batch when the cache
+  // is behind, else nullptr) and then draft_round (k nodes drafted, their batch); between the two,
+  // step_many chooses a group's k together (draft_group). pass_cost: what draft_round hands the
+  // drafter as the request's pass_cost (nullptr: the lookahead's ratios).
   void round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   const specinfer_forward_batch &begin_round(int32_t max_emit, int32_t prefill_chunk);
+  const specinfer_forward_batch *prepare_round(int32_t prefill_chunk);
+  const specinfer_forward_batch &draft_round(int32_t k, const float *pass_cost);
   void end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds, int32_t pass_fixed,
-                 double pass_draft_ms, std::vector<int32_t> &out, bool &done);
+                 double pass_draft_ms, bool pass_recorded, std::vector<int32_t> &out, bool &done);
+  static void draft_group(Session *const *sessions, const std::vector<size_t> &group,
+                          const int32_t *emits, const specinfer_forward_batch **batches,
+                          std::exception_ptr *errors,
+                          const std::chrono::steady_clock::time_point *begun);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void shift_context();
   void catch_up();
@@ -95,8 +112,9 @@ class Session {
   const specinfer_forward_batch &prefill_batch(size_t want, size_t chunk);
   void prefill_done(const specinfer_forward_batch &b);
   void tell_drafter();
+  int32_t draft_limit(int32_t max_emit) const;
   int32_t draft_budget(int32_t max_emit);
-  Draft propose(int32_t k);
+  Draft propose(int32_t k, const float *pass_cost);
   const specinfer_forward_batch &score_batch(const Draft &d);
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
@@ -140,7 +158,7 @@ class Session {
   // drafter; the verify pass writes one row per scored token into verify_hidden_.
   std::vector<float> hidden_, verify_hidden_;  // [hidden_size], [k+1][hidden_size]
   int64_t hidden_pos_ = -1;
-  std::vector<float> pass_cost_;  // [k+1]: the lookahead's cost of a pass over i+1 tokens
+  std::vector<float> pass_cost_;  // [k+1]: the cost of a pass over i+1 tokens (propose's request)
 
   Lookahead lookahead_;
 
