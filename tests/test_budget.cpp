@@ -7,6 +7,7 @@
 //  - a drafter that is always wrong, stepped with good ones through Lookahead::wish / granted and
 //    simulated rounds, is turned off within a few steps (then probed now and then, a costly one
 //    more rarely); where passes are bound by arithmetic nobody drafts, probes included;
+//  - a draft model's catch-up after plain rounds does not price its next drafts;
 //  - the pass cost table (lib/session/pass_cost.h) interpolates and its monotone form never lets a
 //    larger pass cost less;
 //  - through real sessions on kgram models, step_many with the rule choosing the drafts gives the
@@ -354,6 +355,31 @@ void test_always_wrong_turned_off(void **) {
   for (const SimSession &s : ss) assert_true(s.drafted_steps <= 2);
 }
 
+// A draft model that skipped plain rounds catches up on the text in its next draft, which takes
+// longer than a draft: that round's time does not price the next drafts (wish), while the
+// adaptive rule of a lone session keeps its own average.
+void test_catch_up_not_priced(void **) {
+  Lookahead la;
+  la.configure(8, true);
+  // Drafting rounds: 3 tokens in 6 ms (2 ms a step), passes of 40 ms.
+  for (int i = 0; i < 10; ++i) la.observe(3, 3, 3, 6.0, 40.0, 4);
+  Lookahead::Wish w;
+  la.wish(8, w);
+  const double before = w.draft_ms[3];
+  // Plain rounds, then a draft of 3 tokens that first feeds the 20 skipped tokens: 60 ms.
+  for (int i = 0; i < 20; ++i) la.observe(0, 0, 0, 0.0, 40.0, 1);
+  la.observe(3, 3, 3, 60.0, 40.0, 4);
+  la.wish(8, w);
+  print_message("3 tokens priced at %.2f ms before the catch-up, %.2f after\n", before,
+                w.draft_ms[3]);
+  assert_true(before > 5.0 && before < 7.0);
+  assert_float_equal(w.draft_ms[3], before, 1e-9);
+  // The next drafting round is timed again.
+  la.observe(3, 3, 3, 9.0, 40.0, 4);
+  la.wish(8, w);
+  assert_true(w.draft_ms[3] > before);
+}
+
 // Through the public ABI on kgram models: four sessions on shares of one target, three with
 // drafters (prompt lookup and a lower-order kgram, chosen by the rule; the same model at a fixed
 // draft length, always right), stepped together until each has the text a lone plain session
@@ -468,6 +494,7 @@ int main() {
       cmocka_unit_test(test_probe_and_tree_cost),
       cmocka_unit_test(test_pass_cost_table),
       cmocka_unit_test(test_always_wrong_turned_off),
+      cmocka_unit_test(test_catch_up_not_priced),
       cmocka_unit_test(test_step_many_equals_plain_kgram),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);

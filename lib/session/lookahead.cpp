@@ -10,7 +10,8 @@ void Lookahead::configure(int32_t max_draft, bool adaptive) {
   adaptive_ = adaptive;
   asked_ = self_stops_ = 0;
   drafts_ = trees_ = 0;
-  draft_ms_per_token_ = 0;
+  draft_ms_per_token_ = steady_draft_ms_ = 0;
+  drafted_last_ = false;
   allowed_at_.fill(0);
   drafted_at_.fill(0);
   since_plain_ = 0;
@@ -191,7 +192,7 @@ void Lookahead::wish(int32_t limit, Wish &w) {
     const double d = (drafted_at_[k] + 1.0) / (allowed_at_[k] + 1.0);
     w.value[k] = w.value[k - 1] + d * s[k];
     w.nodes[k] = w.nodes[k - 1] + d;
-    w.draft_ms[k] = draft_ms_per_token_ * (w.nodes[k] + 1.0 - d);
+    w.draft_ms[k] = steady_draft_ms_ * (w.nodes[k] + 1.0 - d);
   }
 }
 
@@ -264,6 +265,10 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
     double per_token = draft_ms / (drafted + (drafted < requested ? 1 : 0));
     draft_ms_per_token_ =
         draft_ms_per_token_ > 0 ? 0.8 * draft_ms_per_token_ + 0.2 * per_token : per_token;
+    if (steady_draft_ms_ == 0)
+      steady_draft_ms_ = per_token;
+    else if (drafted_last_)
+      steady_draft_ms_ = 0.8 * steady_draft_ms_ + 0.2 * per_token;
   }
   if (requested > 0) {
     round_count_ = round_count_ * decay + 1.0;
@@ -277,6 +282,7 @@ void Lookahead::observe(int32_t requested, int32_t drafted, int32_t accepted, do
       }
   }
   if (batch >= 1) pass_->record(batch, target_ms);
+  drafted_last_ = requested > 0;
 }
 
 }  // namespace specinfer

@@ -51,7 +51,8 @@
 //    above and d_i the share of recent rounds allowed an i-th token that drafted one (a drafter
 //    ending its own drafts, or prompt lookup without a match, drafts less than allowed); the
 //    tokens added are sum_{i<=k} d_i, the time one draft step per token drafted plus one for a
-//    token declined;
+//    token declined (timed in rounds that follow a round that asked for a draft: the first
+//    draft after plain rounds also catches a draft model up on the text it skipped);
 //  - a tree drafter, whose nodes have no positions: from decayed realized rounds, A accepted
 //    tokens per round with n nodes on average, the curve through (0, 1) and (n, 1 + A), straight
 //    (a lower bound where the drafter fills a smaller budget with its best nodes first), and past
@@ -163,6 +164,11 @@ class Lookahead {
   // Decayed tokens and time (draft + target pass) of recent drafting rounds, and their number.
   double realized_tokens_ = 0, realized_ms_ = 0, realized_rounds_ = 0;
   double draft_ms_per_token_ = 0;  // moving average
+  // The same from rounds that follow a drafting round (and the first one), for wish(): a draft
+  // after plain rounds also brings a drafter with a model of its own up to the text it skipped,
+  // which says nothing of what the next draft costs.
+  double steady_draft_ms_ = 0;
+  bool drafted_last_ = false;  // the last round asked the drafter for a draft
   // Decayed counts, per draft position i, of chain rounds allowed an i-th token and of those
   // that drafted one (d_i for wish()).
   std::array<double, kMaxBatch + 1> allowed_at_{}, drafted_at_{};
