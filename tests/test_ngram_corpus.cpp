@@ -1,4 +1,4 @@
-// White-box tests of the static corpus index (plugins/ngram/corpus.h):
+// White-box tests of the static corpus index (plugins/common/corpus.h):
 //  - CorpusIndex::best gives what a CountTable over the same tokens gives, for every pattern of
 //    1 .. depth - 1 tokens taken from the corpus and for patterns it does not hold, at several
 //    min_count and min_share (random corpora over small vocabularies, so that n-grams repeat and
@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "ngram/corpus.h"
-#include "ngram/ngram_index.h"
+#include "common/corpus.h"
+#include "common/ngram_index.h"
 
 #include "support/cmocka_setup.h"
 

@@ -59,8 +59,8 @@
 #include <vector>
 
 #include "../common/drafter_plugin.h"
+#include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
-#include "../ngram/ngram_index.h"
 #include "specinfer_plugin.h"
 
 using specinfer_plugin::Config;

@@ -30,7 +30,7 @@
 //    candidates; they are merged into the same tree (following head candidates where the tokens
 //    agree). Where the context has no match, n-gram counts over the drafter's earlier sequences
 //    (dynamic=1, as the ngram plugin's dynamic cache) continue a chain, and where they have none
-//    either, a static corpus (static=FILE, ngram/corpus.h). Each chain token is valued by the
+//    either, a static corpus (static=FILE, common/corpus.h). Each chain token is valued by the
 //    recent acceptance of tokens from the same source (a match of that many tokens, the counts,
 //    the corpus) and place (first of its chain, or a continuation): longer matches are right
 //    more often.
@@ -57,12 +57,12 @@
 
 #include <sys/stat.h>
 
+#include "../common/corpus.h"
 #include "../common/drafter_plugin.h"
+#include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
 #include "../common/shared_cache.h"
-#include "../ngram/corpus.h"
-#include "../ngram/ngram_index.h"
 #include "f16.h"
 #include "heads.h"
 #include "specinfer_plugin.h"

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "../common/corpus.h"
 #include "../common/drafter_plugin.h"
+#include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
-#include "corpus.h"
-#include "ngram_index.h"
 #include "specinfer_plugin.h"
 
 using specinfer_plugin::Config;

@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 
 #include "../../common/fault_point.h"
-#include "../common/plugin_config.h"
-#include "../common/plugin_error.h"
-#include "../common/shared_cache.h"
+#include "plugin_config.h"
+#include "plugin_error.h"
+#include "shared_cache.h"
 #include "specinfer_plugin.h"
 
 namespace specinfer_ngram {
