@@ -599,9 +599,10 @@ specinfer_drafter *open_drafter(Env *e, const char *plugin, const std::string &c
 }
 
 std::vector<int32_t> run(Env *e, specinfer_drafter *d, const char *prompt, int n,
-                         specinfer_session_stats *st) {
+                         specinfer_session_stats *st, bool adaptive = true) {
   RunParams rp;
   rp.max_draft = 16;
+  rp.adaptive = adaptive;
   return run_session(e->target, d, prompt, n, rp, st);
 }
 
@@ -803,7 +804,9 @@ void test_requests_without_hidden(void **state) {
 
 // static=FILE (with lookup=1): a corpus holding the plain continuations of the prompts gives
 // chains the target accepts where the context has none. Greedy text stays equal to plain decoding,
-// and more drafted tokens are accepted than without the corpus.
+// and more drafted tokens are accepted than without the corpus. The draft length is fixed: whether
+// drafting pays on this machine's timings (a sanitizer build, a loaded machine) is not the
+// question.
 void test_static_corpus(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);
@@ -832,7 +835,7 @@ void test_static_corpus(void **state) {
     specinfer_drafter *d = open_drafter(e, "medusa", cfg);
     for (size_t pi = 0; pi < n_prompts; ++pi) {
       specinfer_session_stats st;
-      expect_same_tokens(plain[pi], run(e, d, kPrompts[pi], g_tokens, &st), "drafter " + cfg,
+      expect_same_tokens(plain[pi], run(e, d, kPrompts[pi], g_tokens, &st, false), "drafter " + cfg,
                          kPrompts[pi]);
       accepted[with] += st.n_accepted;
     }
