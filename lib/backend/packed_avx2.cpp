@@ -87,8 +87,8 @@ __attribute__((always_inline)) inline void q4k_x8_blocks(const uint8_t *row, con
 // activations (5 tokens: 35 x 5 x 320 bytes = 56 KB) does not fit L1 and comes from L2. Doing
 // such rows in column chunks instead (rows in groups, accumulators parked between chunks) would
 // keep the activations in L1 but breaks the weights' sequential stream, which costs more than the
-// L2 reads when the weights come from memory (bench_kernels BM_MatmulStream; docs/BENCHMARKS.md,
-// "What does not pay"); in cache whole rows are as fast or faster too.
+// L2 reads when the weights come from memory (bench_kernels BM_MatmulStream;
+// docs/benchmarks/what-does-not-pay.md); in cache whole rows are as fast or faster too.
 template <int NT>
 __attribute__((noinline)) void q4k_x8_tile(const PackedArgs &a, int64_t r0, int64_t r1,
                                            int64_t t0) {

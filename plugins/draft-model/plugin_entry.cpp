@@ -13,7 +13,7 @@
 //    drafts (draft confidence and acceptance at every position) under each stopping rule with the
 //    measured costs: a confidence cut with a cap of 4 beats lower cuts, longer caps and any fixed
 //    length, and a verify pass of more than 5 tokens costs markedly more than one of 5
-//    (docs/BENCHMARKS.md).
+//    (docs/benchmarks/verify-cost.md).
 //  - Staged drafting (stage=N, 3 by default): up to N tokens that prompt lookup predicts after the
 //    context (matches of lookup_n_max down to stage_n_min tokens) are fed along in the draft's
 //    first forward, with logits for each. While the model's own choice equals the staged token,
