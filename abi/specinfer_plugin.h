@@ -441,6 +441,18 @@ typedef struct specinfer_drafter_vtable {
   /* Tokens appended to the sequence (prompt, or accepted draft plus the corrected token). */
   specinfer_status (*commit)(void *self, const int32_t *tokens, size_t n,
                              specinfer_plugin_error *err);
+
+  /* Added after commit (read only if struct_size covers it; may be NULL): drafts for n drafters
+   * of this plugin at once, each as its own propose would (the same nodes and distributions):
+   * selves[i] answers reqs[i] into outs[i], with status[i] and errs[i] its result. A drafter that
+   * runs a model of its own can then run one pass for all of them per draft depth (the target's
+   * forward_many) instead of one after another. The host calls it for the sessions stepped
+   * together (specinfer_session_step_many) whose drafters come from this plugin, each drafter at
+   * most once. Returns SPECINFER_OK when every status[i] is; a failure of one drafter is its own
+   * and leaves the others' drafts standing. */
+  specinfer_status (*propose_many)(void *const *selves, const specinfer_draft_request *reqs,
+                                   specinfer_draft *outs, int32_t n, specinfer_status *status,
+                                   specinfer_plugin_error *errs);
 } specinfer_drafter_vtable;
 
 typedef struct specinfer_drafter_factory {

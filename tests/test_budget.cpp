@@ -25,7 +25,9 @@
 #include "session/pass_cost.h"
 #include "specinfer.h"
 
+#include "support/step_together.h"
 #include "support/test_util.h"
+#include "support/uniform.h"
 
 using specinfer::choose_drafts;
 using specinfer::DraftBudget;
@@ -35,15 +37,6 @@ using specinfer::PassCost;
 using specinfer::PassTime;
 
 namespace {
-
-// A fixed pseudo-random sequence, uniform in [0, 1).
-struct Uniform {
-  uint32_t state;
-  double operator()() {
-    state = state * 1664525u + 1013904223u;
-    return (state >> 8) / 16777216.0;
-  }
-};
 
 // A session's curves: each drafted token drafted with probability d[i] and, given the ones before
 // it were, accepted with probability 1 - hazard[i]; ms per draft step.
@@ -436,32 +429,10 @@ void test_step_many_equals_plain_kgram(void **) {
     specinfer_step_params params;
     specinfer_step_params_init(&params);
     params.prefill_chunk = chunk;
-    std::vector<std::vector<int32_t>> room(n, std::vector<int32_t>(64));
-    for (int steps = 0;; ++steps) {
-      std::vector<specinfer_session *> active;
-      std::vector<specinfer_step_result> results;
-      std::vector<size_t> which;
-      for (size_t i = 0; i < n; ++i) {
-        if (got[i].size() >= lone[i].size()) continue;
-        specinfer_step_result r{};
-        r.struct_size = sizeof r;
-        r.tokens = room[i].data();
-        r.cap = room[i].size();
-        active.push_back(s[i]);
-        results.push_back(r);
-        which.push_back(i);
-      }
-      if (active.empty()) break;
-      assert_int_equal(
-          specinfer_session_step_many(active.data(), results.data(), active.size(), &params),
-          SPECINFER_OK);
-      for (size_t k = 0; k < which.size(); ++k) {
-        const size_t i = which[k];
-        got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
-        if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
-      }
-      assert_true(steps < 4 * kTokens);
-    }
+    std::vector<size_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = lone[i].size();
+    step_together(s, got, want, params, 4 * kTokens,
+                  [](int, size_t, const specinfer_step_result &) {});
     for (size_t i = 0; i < n; ++i) {
       got[i].resize(lone[i].size());
       assert_true(got[i] == lone[i]);

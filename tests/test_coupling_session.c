@@ -183,8 +183,8 @@ static specinfer_status iid_commit(void *self, const int32_t *t, size_t n,
   (void)err;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_vtable iid_vtable = {sizeof(specinfer_drafter_vtable), iid_destroy,
-                                                    iid_begin, iid_propose, iid_commit};
+static const specinfer_drafter_vtable iid_vtable = {
+    sizeof(specinfer_drafter_vtable), iid_destroy, iid_begin, iid_propose, iid_commit, NULL};
 static specinfer_status iid_create(const specinfer_host *host, const char *config,
                                    const specinfer_model_info *ti,
                                    const specinfer_host_target *target, void **self,
@@ -301,8 +301,8 @@ static specinfer_status tree_propose(void *self, const specinfer_draft_request *
   out->has_probs = 0;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_vtable tree_vtable = {sizeof(specinfer_drafter_vtable), iid_destroy,
-                                                     iid_begin, tree_propose, iid_commit};
+static const specinfer_drafter_vtable tree_vtable = {
+    sizeof(specinfer_drafter_vtable), iid_destroy, iid_begin, tree_propose, iid_commit, NULL};
 static specinfer_status tree_create(const specinfer_host *host, const char *config,
                                     const specinfer_model_info *ti,
                                     const specinfer_host_target *target, void **self,

@@ -111,8 +111,12 @@ static specinfer_status probe_propose(void *self, const specinfer_draft_request 
   return SPECINFER_OK;
 }
 
-static const specinfer_drafter_vtable probe_vtable = {
-    sizeof(specinfer_drafter_vtable), probe_destroy, probe_begin, probe_propose, probe_commit};
+static const specinfer_drafter_vtable probe_vtable = {sizeof(specinfer_drafter_vtable),
+                                                      probe_destroy,
+                                                      probe_begin,
+                                                      probe_propose,
+                                                      probe_commit,
+                                                      NULL};
 
 static specinfer_status probe_create(const specinfer_host *host, const char *config,
                                      const specinfer_model_info *info,

@@ -474,8 +474,8 @@ static specinfer_status rep_commit(void *self, const int32_t *t, size_t n,
   g_commits++;
   return SPECINFER_OK;
 }
-static const specinfer_drafter_vtable rep_vtable = {sizeof(specinfer_drafter_vtable), rep_destroy,
-                                                    rep_begin, rep_propose, rep_commit};
+static const specinfer_drafter_vtable rep_vtable = {
+    sizeof(specinfer_drafter_vtable), rep_destroy, rep_begin, rep_propose, rep_commit, NULL};
 static specinfer_status rep_create(const specinfer_host *host, const char *config,
                                    const specinfer_model_info *ti,
                                    const specinfer_host_target *target, void **self,

@@ -151,8 +151,8 @@ specinfer_status d_commit(void *, const int32_t *, size_t, specinfer_plugin_erro
 
 void d_destroy(void *) {}
 
-const specinfer_drafter_vtable kHostileDrafterVtable = {sizeof(specinfer_drafter_vtable), d_destroy,
-                                                        d_begin, d_propose, d_commit};
+const specinfer_drafter_vtable kHostileDrafterVtable = {
+    sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, nullptr};
 
 int g_drafter_self;
 

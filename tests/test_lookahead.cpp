@@ -9,19 +9,11 @@
 #include <algorithm>
 
 #include "support/cmocka_setup.h"
+#include "support/uniform.h"
 
 using specinfer::Lookahead;
 
 namespace {
-
-// A fixed pseudo-random sequence, uniform in [0, 1).
-struct Uniform {
-  uint32_t state;
-  double operator()() {
-    state = state * 1664525u + 1013904223u;
-    return (state >> 8) / 16777216.0;
-  }
-};
 
 // One round: ask for k, draft it, accept `accept(k)` tokens; passes cost base * (1 + slope * k).
 template <class F>

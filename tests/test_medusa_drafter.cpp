@@ -451,8 +451,8 @@ specinfer_status w_propose(void *self, const specinfer_draft_request *req, speci
   if (!chain) ++g_seen.trees;
   return rc;
 }
-const specinfer_drafter_vtable kWrappedVt = {sizeof(specinfer_drafter_vtable), w_destroy, w_begin,
-                                             w_propose, w_commit};
+const specinfer_drafter_vtable kWrappedVt = {
+    sizeof(specinfer_drafter_vtable), w_destroy, w_begin, w_propose, w_commit, nullptr};
 
 specinfer_status w_create(const specinfer_host *host, const char *config,
                           const specinfer_model_info *info, const specinfer_host_target *target,

@@ -8,9 +8,9 @@
 //    drafter (its draft model is shared too);
 //  - the first target may be destroyed before its shares;
 //  - specinfer_session_step_many: sessions on shared targets stepped together (one target pass
-//    per round) emit what each emits alone, greedy and Gumbel-sampled, with and without a
-//    drafter, with prompts scored whole or in chunks alongside the others' rounds; bad calls
-//    are refused per session;
+//    per round) emit what each emits alone, greedy and Gumbel-sampled, with no drafter, prompt
+//    lookup and draft-model drafters (theirs drafting in one call when both draft), with prompts
+//    scored whole or in chunks alongside the others' rounds; bad calls are refused per session;
 //  - a pass's activations are allocated once per loaded model, not once per target.
 #include <stdint.h>
 
@@ -31,6 +31,7 @@
 #include "support/real_sessions.h"
 #include "support/resident.h"
 #include "support/same_tokens.h"
+#include "support/step_together.h"
 
 namespace {
 
@@ -205,15 +206,17 @@ void test_step_many_equals_lone_sessions(void **) {
   specinfer_coupler *gumbel = nullptr;
   assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
   struct Case {
-    bool ngram;
+    const char *drafter;  // nullptr: plain decoding
     const specinfer_coupler *coupler;
     float temperature;
     const char *prompt;
   };
-  const Case cases[] = {{false, nullptr, 0.0f, kPrompts[0]},
-                        {true, nullptr, 0.0f, kPrompts[1]},
-                        {true, gumbel, 0.8f, kPrompts[2]},
-                        {false, gumbel, 0.8f, kPrompts[0]}};
+  // Two draft-model drafters: their drafts are made in one call (propose_many) when the budget
+  // rule lets both draft in a step.
+  const Case cases[] = {
+      {nullptr, nullptr, 0.0f, kPrompts[0]},       {"ngram", nullptr, 0.0f, kPrompts[1]},
+      {"ngram", gumbel, 0.8f, kPrompts[2]},        {nullptr, gumbel, 0.8f, kPrompts[0]},
+      {"draft-model", nullptr, 0.0f, kPrompts[1]}, {"draft-model", gumbel, 0.8f, kPrompts[2]}};
   const size_t n = sizeof cases / sizeof cases[0];
   std::vector<specinfer_target *> t(n, nullptr);
   std::vector<specinfer_drafter *> d(n, nullptr);
@@ -221,7 +224,9 @@ void test_step_many_equals_lone_sessions(void **) {
   std::vector<std::vector<int32_t>> lone(n);
   for (size_t i = 0; i < n; ++i) {
     assert_int_equal(specinfer_target_share(env.target, &t[i], nullptr), SPECINFER_OK);
-    if (cases[i].ngram) d[i] = open_drafter(env.reg, "ngram", "", t[i]);
+    if (cases[i].drafter)
+      d[i] = open_drafter(env.reg, cases[i].drafter,
+                          std::strcmp(cases[i].drafter, "ngram") ? "path=" + g_model : "", t[i]);
     RunParams rp;
     rp.coupler = cases[i].coupler;
     rp.temperature = cases[i].temperature;
@@ -247,43 +252,25 @@ void test_step_many_equals_lone_sessions(void **) {
     specinfer_step_params params;
     specinfer_step_params_init(&params);
     params.prefill_chunk = chunk;
-    std::vector<std::vector<int32_t>> room(n, std::vector<int32_t>(64));
-    int rounds = 0, mixed = 0;
-    for (;; ++rounds) {
-      std::vector<specinfer_session *> active;
-      std::vector<specinfer_step_result> results;
-      std::vector<size_t> which;
-      for (size_t i = 0; i < n; ++i) {
-        if (got[i].size() >= lone[i].size()) continue;
-        specinfer_step_result r{};
-        r.struct_size = sizeof r;
-        r.tokens = room[i].data();
-        r.cap = room[i].size();
-        active.push_back(s[i]);
-        results.push_back(r);
-        which.push_back(i);
-      }
-      if (active.empty()) break;
-      const specinfer_status rc =
-          specinfer_session_step_many(active.data(), results.data(), active.size(), &params);
-      if (rc != SPECINFER_OK) std::fprintf(stderr, "step_many: %s\n", specinfer_status_str(rc));
-      assert_int_equal(rc, SPECINFER_OK);
-      bool some_empty = false, some_emitted = false;
-      for (size_t k = 0; k < which.size(); ++k) {
-        const size_t i = which[k];
-        assert_int_equal(results[k].status, SPECINFER_OK);
-        if (chunk == 0) assert_true(results[k].n_tokens >= 1);
-        (results[k].n_tokens == 0 ? some_empty : some_emitted) = true;
-        got[i].insert(got[i].end(), results[k].tokens, results[k].tokens + results[k].n_tokens);
-        const char *text = nullptr;
-        size_t text_len = 0;
-        assert_int_equal(specinfer_session_step_text(s[i], &text, &text_len), SPECINFER_OK);
-        texts[i].append(text, text_len);
-        if (results[k].done) got[i].resize(std::min(got[i].size(), lone[i].size()));
-      }
-      mixed += some_empty && some_emitted;
-      assert_true(rounds < 4 * g_tokens + 64);
-    }
+    std::vector<size_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = lone[i].size();
+    // Steps in which one session scored a prompt chunk (no token) and another emitted.
+    std::vector<std::pair<bool, bool>> empty_emitted;
+    step_together(s, got, want, params, 4 * g_tokens + 64,
+                  [&](int step, size_t i, const specinfer_step_result &r) {
+                    if (chunk == 0) assert_true(r.n_tokens >= 1);
+                    if (empty_emitted.size() <= static_cast<size_t>(step))
+                      empty_emitted.resize(static_cast<size_t>(step) + 1);
+                    auto &[empty, emitted] = empty_emitted[static_cast<size_t>(step)];
+                    (r.n_tokens == 0 ? empty : emitted) = true;
+                    const char *text = nullptr;
+                    size_t text_len = 0;
+                    assert_int_equal(specinfer_session_step_text(s[i], &text, &text_len),
+                                     SPECINFER_OK);
+                    texts[i].append(text, text_len);
+                  });
+    const auto mixed = std::count_if(empty_emitted.begin(), empty_emitted.end(),
+                                     [](const auto &e) { return e.first && e.second; });
     if (chunk > 0) assert_true(mixed > 0);
     for (size_t i = 0; i < n; ++i) {
       got[i].resize(lone[i].size());  // a last round may emit past the lone run's end

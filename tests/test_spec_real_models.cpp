@@ -11,7 +11,9 @@
 //  - the draft model follows the accepted text: drafting for the 0.5B with the 0.5B itself is
 //    accepted (almost) always;
 //  - staged drafting (prompt-lookup tokens fed along, draft-model's stage option) drafts exactly
-//    what the model drafts without it.
+//    what the model drafts without it;
+//  - drafts made for several drafters in one call (propose_many) are the drafts each makes
+//    alone.
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
 // and fewer tokens are generated.
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -273,6 +276,135 @@ void test_staged_drafts_unchanged(void **state) {
   assert_int_equal(specinfer_drafter_destroy(staged), SPECINFER_OK);
 }
 
+// The coupler's draft side, as a session hands it to a drafter.
+struct SampleCtx {
+  const specinfer::Coupler *coupler;
+  uint64_t seed;
+};
+int32_t sample_draft(const void *ctx, const float *q, int32_t vocab, int64_t position) {
+  const auto *c = static_cast<const SampleCtx *>(ctx);
+  return c->coupler->draft_sample(vocab, q, c->seed, position);
+}
+
+// Drafts made for several drafters in one call (the draft-model plugin's propose_many: one pass
+// of the draft model per draft depth for all of them) are the drafts each makes alone: the same
+// nodes and, sampled, the same distributions, bit for bit. Three drafters draft together and
+// three others alone, for three texts of different lengths over several rounds (each round keeps
+// part of the draft and adds a token, so that caches are cut back and fed again), greedy and
+// with the Gumbel coupler's draft side, with staging, with prompt lookup first, and unstaged (with
+// SPECINFER_SANITIZED=1 staged only).
+void test_batched_drafts_equal_lone(void **state) {
+  skip_without_models(state);
+  // A registry of its own, whose log shows whether the draft model's pass for all drafts failed
+  // (then they would have drafted one after another): the draft model is its target too.
+  struct Log {
+    static void sink(void *user, specinfer_log_level level, const char *message) {
+      if (level >= SPECINFER_LOG_WARN) static_cast<std::string *>(user)->append(message);
+    }
+  };
+  std::string warnings;
+  specinfer_registry_params rp;
+  specinfer_registry_params_init(&rp);
+  rp.n_threads = 2;
+  rp.log = Log::sink;
+  rp.log_user = &warnings;
+  Env own;
+  assert_int_equal(specinfer_registry_create(&rp, &own.reg, nullptr), SPECINFER_OK);
+  const std::string target_cfg = "path=" + g_draft + ",n_ctx=1024";
+  assert_int_equal(specinfer_target_open(own.reg, "gguf", target_cfg.c_str(), &own.target, nullptr),
+                   SPECINFER_OK);
+  Env *e = &own;
+  specinfer_coupler *gumbel = nullptr;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
+  constexpr int kN = 3, kMost = 4;
+  const int32_t vocab = e->target->info().vocab_size;
+  std::vector<std::string> configs = {",stage=4,stage_n_min=1", ",lookup=1", ",stage=0"};
+  if (g_sanitized) configs.resize(1);
+  for (const std::string &cfg : configs) {
+    for (const float temp : {0.0f, 0.8f}) {
+      specinfer_drafter *together[kN], *alone[kN];
+      std::vector<std::vector<int32_t>> text(kN);
+      for (int i = 0; i < kN; ++i) {
+        together[i] = open_drafter(e, "draft-model:path=" + g_draft + cfg);
+        alone[i] = open_drafter(e, "draft-model:path=" + g_draft + cfg);
+        text[static_cast<size_t>(i)] =
+            e->target->tokenize(kPrompts[i], std::strlen(kPrompts[i]), true, true);
+        together[i]->begin(text[static_cast<size_t>(i)].data(),
+                           text[static_cast<size_t>(i)].size());
+        alone[i]->begin(text[static_cast<size_t>(i)].data(), text[static_cast<size_t>(i)].size());
+      }
+      SampleCtx sctx{gumbel->impl.get(), 5};
+      int drafted = 0;
+      for (int round = 0; round < (g_sanitized ? 3 : 6); ++round) {
+        // Buffers [drafter][side]: side 0 together, side 1 alone.
+        std::vector<int32_t> tokens(kN * 2 * kMost), parents(kN * 2 * kMost);
+        std::vector<float> probs(static_cast<size_t>(kN) * 2 * kMost * static_cast<size_t>(vocab));
+        specinfer_draft_request reqs[kN];
+        specinfer_draft outs[2][kN];
+        for (int i = 0; i < kN; ++i) {
+          const auto &t = text[static_cast<size_t>(i)];
+          specinfer_draft_request &r = reqs[i];
+          r = specinfer_draft_request{};
+          r.struct_size = sizeof r;
+          r.max_tokens = kMost;
+          r.context = t.data();
+          r.n_context = t.size();
+          r.temperature = temp;
+          r.seed = 5;
+          r.sample = sample_draft;
+          r.sample_ctx = &sctx;
+          r.hidden_position = -1;
+          for (int side = 0; side < 2; ++side) {
+            const size_t at = static_cast<size_t>((i * 2 + side) * kMost);
+            specinfer_draft &o = outs[side][i];
+            o = specinfer_draft{};
+            o.struct_size = sizeof o;
+            o.cap = kMost;
+            o.vocab_size = vocab;
+            o.tokens = tokens.data() + at;
+            o.parents = parents.data() + at;
+            o.probs = probs.data() + at * static_cast<size_t>(vocab);
+          }
+        }
+        specinfer::DrafterObject *group[kN] = {together[0], together[1], together[2]};
+        std::exception_ptr errors[kN];
+        specinfer::DrafterObject::propose_many(group, reqs, outs[0], kN, errors);
+        for (int i = 0; i < kN; ++i) {
+          assert_true(errors[i] == nullptr);
+          alone[i]->propose(reqs[i], outs[1][i]);
+          const specinfer_draft &a = outs[0][i], &b = outs[1][i];
+          assert_int_equal(a.n_nodes, b.n_nodes);
+          assert_int_equal(a.has_probs, b.has_probs);
+          for (int j = 0; j < a.n_nodes; ++j) {
+            assert_int_equal(a.tokens[j], b.tokens[j]);
+            assert_int_equal(a.parents[j], b.parents[j]);
+            if (a.has_probs)
+              assert_memory_equal(a.probs + static_cast<size_t>(j) * vocab,
+                                  b.probs + static_cast<size_t>(j) * vocab, sizeof(float) * vocab);
+          }
+          drafted += a.n_nodes;
+          // The text goes on with part of the draft and a token of the prompt.
+          auto &t = text[static_cast<size_t>(i)];
+          const int keep = a.n_nodes == 0 ? 0 : (round + i) % (a.n_nodes + 1);
+          t.insert(t.end(), a.tokens, a.tokens + keep);
+          t.push_back(t[static_cast<size_t>(round + i) % t.size()]);
+        }
+      }
+      std::fprintf(stderr, "batched drafts (%s, T=%.1f): %d nodes, each as drafted alone\n",
+                   cfg.c_str() + 1, temp, drafted);
+      assert_true(drafted > 0);
+      for (int i = 0; i < kN; ++i) {
+        assert_int_equal(specinfer_drafter_destroy(together[i]), SPECINFER_OK);
+        assert_int_equal(specinfer_drafter_destroy(alone[i]), SPECINFER_OK);
+      }
+    }
+  }
+  specinfer_coupler_destroy(gumbel);
+  own.close();
+  if (!warnings.empty()) std::fprintf(stderr, "%s\n", warnings.c_str());
+  assert_true(warnings.empty());
+}
+
 void test_bad_configs(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -334,6 +466,7 @@ int main(void) {
       cmocka_unit_test(test_rollback_logits),
       cmocka_unit_test(test_draft_model_follows_text),
       cmocka_unit_test(test_staged_drafts_unchanged),
+      cmocka_unit_test(test_batched_drafts_equal_lone),
       cmocka_unit_test(test_bad_configs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -138,8 +138,8 @@ specinfer_status od_commit(void *, const int32_t *, size_t n, specinfer_plugin_e
   return SPECINFER_OK;
 }
 
-const specinfer_drafter_vtable od_vtable = {sizeof(specinfer_drafter_vtable), od_destroy, od_begin,
-                                            od_propose, od_commit};
+const specinfer_drafter_vtable od_vtable = {
+    sizeof(specinfer_drafter_vtable), od_destroy, od_begin, od_propose, od_commit, nullptr};
 
 specinfer_status od_create(const specinfer_host *, const char *config, const specinfer_model_info *,
                            const specinfer_host_target *, void **self,

@@ -456,8 +456,9 @@ void TargetObject::forward_many(TargetObject *const *targets,
 DrafterObject::DrafterObject(Registry &registry, LoadedPlugin *plugin, void *self,
                              const specinfer_drafter_vtable *vtable, TargetObject *target)
     : registry_(registry), plugin_(plugin), self_(self), vtable_(vtable), target_(target) {
-  if (!vtable_ || vtable_->struct_size < sizeof(specinfer_drafter_vtable) || !vtable_->begin ||
-      !vtable_->propose || !vtable_->commit) {
+  if (!vtable_ ||
+      vtable_->struct_size < offsetof(specinfer_drafter_vtable, commit) + sizeof(vtable_->commit) ||
+      !vtable_->begin || !vtable_->propose || !vtable_->commit) {
     if (vtable_) destroy_quietly(vtable_->destroy, self_);
     vtable_ = nullptr;
     fail(SPECINFER_ERR_PLUGIN, "drafter plugin returned an incomplete vtable");
@@ -487,6 +488,59 @@ void DrafterObject::propose(const specinfer_draft_request &request, specinfer_dr
     rc = call_plugin(err, [&] { return vtable_->propose(self_, &request, &draft, &err); });
   });
   check_plugin(rc, err, "drafter propose");
+  check_draft(draft);
+}
+
+bool DrafterObject::can_propose_many() const {
+  return vtable_->struct_size >=
+             offsetof(specinfer_drafter_vtable, propose_many) + sizeof(vtable_->propose_many) &&
+         vtable_->propose_many != nullptr;
+}
+
+void DrafterObject::propose_many(DrafterObject *const *drafters,
+                                 const specinfer_draft_request *requests, specinfer_draft *drafts,
+                                 int32_t n, std::exception_ptr *errors) {
+  if (n <= 0) return;
+  const specinfer_drafter_vtable *vt = drafters[0]->vtable_;
+  std::vector<void *> selves(static_cast<size_t>(n));
+  std::vector<specinfer_status> status(static_cast<size_t>(n), SPECINFER_ERR_PLUGIN);
+  std::vector<specinfer_plugin_error> errs(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    if (drafters[i]->vtable_ != vt || !drafters[i]->can_propose_many())
+      fail(SPECINFER_ERR_INTERNAL, "propose_many: drafter %d is of another plugin", i);
+    selves[static_cast<size_t>(i)] = drafters[i]->self_;
+    errs[static_cast<size_t>(i)] = fresh_error();
+  }
+  // The call's own error (a crash caught by call_plugin) is every drafter's.
+  auto err = fresh_error();
+  specinfer_status rc = SPECINFER_OK;
+  drafters[0]->registry_.run([&] {
+    rc = call_plugin(err, [&] {
+      return vt->propose_many(selves.data(), requests, drafts, n, status.data(), errs.data());
+    });
+  });
+  // A message of the call's own (an exception the plugin let out, an unknown status) is every
+  // drafter's error; else each drafter's status says.
+  const bool call_failed = rc != SPECINFER_OK && err.message[0] != '\0';
+  for (int32_t i = 0; i < n; ++i) {
+    const auto u = static_cast<size_t>(i);
+    try {
+      if (call_failed) check_plugin(rc, err, "drafter propose_many");
+      int v;  // read as an int: a status outside the enum must not be loaded as one
+      static_assert(sizeof v == sizeof(specinfer_status));
+      std::memcpy(&v, &status[u], sizeof v);
+      if (v != SPECINFER_OK) {
+        if (v < SPECINFER_OK || v > SPECINFER_ERR_INTERNAL) v = SPECINFER_ERR_PLUGIN;
+        check_plugin(static_cast<specinfer_status>(v), errs[u], "drafter propose");
+      }
+      drafters[i]->check_draft(drafts[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  }
+}
+
+void DrafterObject::check_draft(const specinfer_draft &draft) {
   if (draft.n_nodes < 0 || draft.n_nodes > draft.cap)
     fail(SPECINFER_ERR_PLUGIN, "drafter proposed %d nodes with room for %d", draft.n_nodes,
          draft.cap);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,10 +98,22 @@ class DrafterObject {
   // (finite, >= 0, summing to 1) that gives its node's token a positive probability.
   void propose(const specinfer_draft_request &request, specinfer_draft &draft);
   void commit(const int32_t *tokens, size_t n);
+  // The plugin drafts for several of its drafters in one call (vtable propose_many).
+  bool can_propose_many() const;
+  // Drafts for drafters[0..n), all of one plugin that can_propose_many(), in one call: each
+  // request into its draft, checked as propose() checks it. A drafter that fails gets its error
+  // in errors[i] (the others' drafts stand); errors[i] stays empty otherwise.
+  static void propose_many(DrafterObject *const *drafters, const specinfer_draft_request *requests,
+                           specinfer_draft *drafts, int32_t n, std::exception_ptr *errors);
+  const specinfer_drafter_vtable *vtable() const { return vtable_; }
 
   TargetObject *target() const { return target_; }
   std::string last_error;
   std::atomic<bool> in_session{false};  // claimed by exchange, as TargetObject::in_session
+  // Measured time of begin() per token of its text (a draft model scores the text): what a
+  // session weighs before a drafter that has yet to hear of a long text drafts in a group. Kept
+  // here, across the sessions that use this drafter one after another; 0 until measured.
+  double begin_ms_per_token = 0;
 
  private:
   Registry &registry_;
@@ -108,6 +121,7 @@ class DrafterObject {
   void *self_;
   const specinfer_drafter_vtable *vtable_;
   TargetObject *target_;
+  void check_draft(const specinfer_draft &draft);
 };
 
 // Opens a target / drafter through `registry` (loading the plugin from the search path if needed).

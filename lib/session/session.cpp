@@ -35,11 +35,6 @@ size_t utf8_complete_prefix(const std::string &s) {
   return n;
 }
 
-struct DraftSampleCtx {
-  const Coupler *coupler;
-  uint64_t seed;
-};
-
 int32_t draft_sample_cb(const void *ctx, const float *q, int32_t vocab, int64_t position) {
   auto *c = static_cast<const DraftSampleCtx *>(ctx);
   try {
@@ -176,7 +171,6 @@ const specinfer_forward_batch *Session::prepare_round(int32_t prefill_chunk) {
       t_prefill_ += ms_since(t0);
       return &prefill_batch(want, static_cast<size_t>(prefill_chunk));
     }
-    tell_drafter();
     t_prefill_ += ms_since(t0);
   } else {
     catch_up();
@@ -185,8 +179,34 @@ const specinfer_forward_batch *Session::prepare_round(int32_t prefill_chunk) {
 }
 
 const specinfer_forward_batch &Session::draft_round(int32_t k, const float *pass_cost) {
+  if (k > 0) timed_tell_drafter();
   draft_ = propose(k, pass_cost);
   return score_batch(draft_);
+}
+
+// The drafter hears of the text when it is to draft (see tell_drafter): prompt processing, timed
+// as prefill. The time of a begin() over a text long enough to time is the drafter's
+// begin_ms_per_token.
+void Session::timed_tell_drafter() {
+  const bool begins = drafter_ && !drafter_begun_;
+  const size_t n = tokens_.size();
+  const auto t0 = Clock::now();
+  tell_drafter();
+  const double ms = ms_since(t0);
+  t_prefill_ += ms;
+  if (begins && n >= 16) {
+    const double per_token = ms / static_cast<double>(n);
+    double &m = drafter_->begin_ms_per_token;
+    m = m > 0 ? 0.5 * m + 0.5 * per_token : per_token;
+  }
+}
+
+// The tokens the drafter has not heard of (all of them before its begin): what it catches up on
+// before its next draft, in begin() or, for a drafter that feeds the text it missed with its
+// first forward (a draft model), inside the draft, at about the same cost per token.
+size_t Session::drafter_missed() const {
+  if (!drafter_) return 0;
+  return drafter_begun_ ? tokens_.size() - drafter_known_ : tokens_.size();
 }
 
 void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds,
@@ -339,6 +359,18 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
     else
       rounds.push_back(j);
   }
+  // Each drafter plugin's begin time per token, as timed by any of its drafters in the group
+  // (0: none has begun on a text long enough to time it yet).
+  std::vector<std::pair<const specinfer_drafter_vtable *, double>> begin_cost;
+  const auto cost_of = [&](const DrafterObject &d) -> double & {
+    for (auto &[vt, ms] : begin_cost)
+      if (vt == d.vtable()) return ms;
+    return begin_cost.emplace_back(d.vtable(), 0.0).second;
+  };
+  for (size_t j : rounds)
+    if (const DrafterObject *d = sessions[j]->drafter_)
+      cost_of(*d) = std::max(cost_of(*d), d->begin_ms_per_token);
+  std::vector<const specinfer_drafter_vtable *> timing;  // plugins whose begin one session times
   std::vector<Lookahead::Wish> wishes(rounds.size());
   std::vector<DraftOffer> offers(rounds.size());
   int32_t most_tokens = static_cast<int32_t>(fixed) + 1;
@@ -348,6 +380,20 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
     Lookahead::Wish &w = wishes[r];
     if (s.drafter_) {
       s.lookahead_.wish(s.draft_limit(emits[rounds[r]]), w);
+      // A drafter that has to catch up on text it missed first (a fresh prompt, or the rounds of
+      // a pause) charges that to this step's draft: it drafts only where the step pays for it.
+      // While its plugin's cost is untimed, one session of the plugin at a time may draft (and
+      // time it); the others take plain rounds meanwhile, without a pause.
+      const double per_token = cost_of(*s.drafter_);
+      const size_t missed = s.drafter_missed();
+      if (!w.fixed && w.most > 0 && per_token == 0 && missed >= 16) {
+        if (std::find(timing.begin(), timing.end(), s.drafter_->vtable()) != timing.end())
+          w.most = 0;
+        else
+          timing.push_back(s.drafter_->vtable());
+      }
+      const double catch_up = w.fixed ? 0.0 : static_cast<double>(missed) * per_token;
+      for (int32_t k = 1; k <= w.most; ++k) w.draft_ms[static_cast<size_t>(k)] += catch_up;
     } else {
       w.value[0] = 1.0;
     }
@@ -365,18 +411,88 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
     budget = choose_drafts(offers, fixed, pass_time);
   else
     budget.k.assign(rounds.size(), 0);
+  std::vector<size_t> drafting;  // the sessions that draft this step, and their k
+  std::vector<int32_t> ks;
   for (size_t r = 0; r < rounds.size(); ++r) {
     const size_t j = rounds[r];
     Session &s = *sessions[j];
     const int32_t k = budget.k[r];
+    s.draft_ = Draft{};
     try {
       if (s.drafter_) s.lookahead_.granted(wishes[r], k);
-      // A drafter that sizes its own tree weighs its nodes against what they cost the step.
-      if (k > 0) group_pass_cost(budget, offers, r, pass_time, s.pass_cost_.data());
-      batches[j] = &s.draft_round(k, k > 0 ? s.pass_cost_.data() : nullptr);
+      if (k > 0) {
+        // A drafter that sizes its own tree weighs its nodes against what they cost the step.
+        group_pass_cost(budget, offers, r, pass_time, s.pass_cost_.data());
+        s.timed_tell_drafter();
+        drafting.push_back(j);
+        ks.push_back(k);
+      }
     } catch (...) {
       errors[j] = std::current_exception();
-      s.t_total_ += ms_since(begun[j]);
+    }
+  }
+  propose_together(sessions, drafting, ks, errors);
+  for (size_t j : rounds) {
+    Session &s = *sessions[j];
+    try {
+      if (!errors[j]) batches[j] = &s.score_batch(s.draft_);
+    } catch (...) {
+      errors[j] = std::current_exception();
+    }
+    if (errors[j]) s.t_total_ += ms_since(begun[j]);
+  }
+}
+
+// The drafts of the sessions members[i] drafting ks[i] nodes each: the drafters of one plugin
+// that drafts for several at once (propose_many: a draft model runs one pass per draft depth for
+// all of them) in one call, each other drafter on its own. Sets each session's draft_, or its
+// error; a drafting time shared by one call is split evenly among its sessions.
+void Session::propose_together(Session *const *sessions, const std::vector<size_t> &members,
+                               const std::vector<int32_t> &ks, std::exception_ptr *errors) {
+  std::vector<bool> taken(members.size(), false);
+  for (size_t a = 0; a < members.size(); ++a) {
+    if (taken[a]) continue;
+    DrafterObject &first = *sessions[members[a]]->drafter_;
+    std::vector<size_t> together{a};
+    if (first.can_propose_many())
+      for (size_t b = a + 1; b < members.size(); ++b)
+        if (!taken[b] && sessions[members[b]]->drafter_->vtable() == first.vtable())
+          together.push_back(b);
+    for (size_t b : together) taken[b] = true;
+    if (together.size() == 1) {
+      Session &s = *sessions[members[a]];
+      try {
+        s.draft_ = s.propose(ks[a], s.pass_cost_.data());
+      } catch (...) {
+        errors[members[a]] = std::current_exception();
+      }
+      continue;
+    }
+    const size_t n = together.size();
+    const auto t0 = Clock::now();
+    std::vector<DrafterObject *> drafters(n);
+    std::vector<specinfer_draft_request> reqs(n);
+    std::vector<specinfer_draft> outs(n);
+    std::vector<std::exception_ptr> errs(n);
+    for (size_t t = 0; t < n; ++t) {
+      Session &s = *sessions[members[together[t]]];
+      s.draft_request(ks[together[t]], s.pass_cost_.data(), reqs[t], outs[t]);
+      drafters[t] = s.drafter_;
+    }
+    try {
+      DrafterObject::propose_many(drafters.data(), reqs.data(), outs.data(),
+                                  static_cast<int32_t>(n), errs.data());
+    } catch (...) {
+      for (size_t t = 0; t < n; ++t) errs[t] = std::current_exception();
+    }
+    const double ms = ms_since(t0) / static_cast<double>(n);
+    for (size_t t = 0; t < n; ++t) {
+      const size_t i = together[t];
+      Session &s = *sessions[members[i]];
+      if (errs[t])
+        errors[members[i]] = errs[t];
+      else
+        s.draft_ = s.drafted(ks[i], outs[t], ms);
     }
   }
 }
@@ -466,7 +582,11 @@ void Session::prefill_done(const specinfer_forward_batch &b) {
   if (b.hidden) hidden_pos_ = static_cast<int64_t>(kv_tokens_.size()) - 1;
 }
 
-// The drafter hears of tokens fed since it last heard (the prompt, at first).
+// The drafter hears of tokens fed since it last heard (the prompt, at first): before a round in
+// which it drafts, and after one in which it drafted. A drafter that is not asked to draft (a
+// plain round, or a draft the group's budget rule turned down) hears nothing, so that a drafter
+// with a model of its own costs nothing while it rests: the text it missed comes in one batch
+// when it drafts again.
 void Session::tell_drafter() {
   if (!drafter_ || (drafter_begun_ && drafter_known_ >= tokens_.size())) return;
   if (!drafter_begun_) {
@@ -483,8 +603,8 @@ void Session::tell_drafter() {
   drafter_known_ = tokens_.size();
 }
 
-// Brings the target's KV cache to every token but the last in passes of up to 512 tokens, and
-// tells the drafter of new tokens. Both are prompt processing, timed as prefill.
+// Brings the target's KV cache to every token but the last in passes of up to 512 tokens: prompt
+// processing, timed as prefill.
 void Session::catch_up() {
   const auto t0 = Clock::now();
   const size_t want = trim_cache();
@@ -493,7 +613,6 @@ void Session::catch_up() {
     target_.forward(b);
     prefill_done(b);
   }
-  tell_drafter();
   t_prefill_ += ms_since(t0);
 }
 
@@ -511,12 +630,21 @@ int32_t Session::draft_budget(int32_t max_emit) {
 }
 
 Session::Draft Session::propose(int32_t k, const float *pass_cost) {
-  Draft d;
-  d.requested = k;
-  if (k == 0) return d;
+  if (k == 0) return Draft{};
   const auto t0 = Clock::now();
-  DraftSampleCtx sctx{coupler_, params_.seed};
   specinfer_draft_request req{};
+  specinfer_draft out{};
+  draft_request(k, pass_cost, req, out);
+  drafter_->propose(req, out);  // checks node count, tokens and parent links
+  return drafted(k, out, ms_since(t0));
+}
+
+// The request for a draft of k nodes and the session's buffers it goes to (the request refers to
+// the session, which must outlive it).
+void Session::draft_request(int32_t k, const float *pass_cost, specinfer_draft_request &req,
+                            specinfer_draft &out) {
+  sample_ctx_ = DraftSampleCtx{coupler_, params_.seed};
+  req = specinfer_draft_request{};
   req.struct_size = sizeof(req);
   req.max_tokens = k;
   req.allow_tree = 1;
@@ -525,7 +653,7 @@ Session::Draft Session::propose(int32_t k, const float *pass_cost) {
   req.temperature = params_.temperature;
   req.seed = params_.seed;
   req.sample = draft_sample_cb;
-  req.sample_ctx = &sctx;
+  req.sample_ctx = &sample_ctx_;
   if (hidden_size_ > 0 && hidden_pos_ == static_cast<int64_t>(tokens_.size()) - 2) {
     req.hidden = hidden_.data();
     req.hidden_size = hidden_size_;
@@ -539,18 +667,23 @@ Session::Draft Session::propose(int32_t k, const float *pass_cost) {
   }
   req.pass_cost = pass_cost;
   req.n_pass_cost = k + 1;
-  specinfer_draft out{};
+  out = specinfer_draft{};
   out.struct_size = sizeof(out);
   out.cap = k;
   out.vocab_size = vocab_;
   out.tokens = draft_tokens_.data();
   out.parents = draft_parents_.data();
   out.probs = draft_probs_.data();
-  drafter_->propose(req, out);  // checks node count, tokens and parent links
+}
+
+// The round's draft from what the drafter wrote (already checked) in `ms` of drafting.
+Session::Draft Session::drafted(int32_t k, const specinfer_draft &out, double ms) {
+  Draft d;
+  d.requested = k;
   d.n = out.n_nodes;
   d.has_probs = out.has_probs != 0;
   for (int32_t i = 0; i < d.n; ++i) d.chain = d.chain && draft_parents_[i] == i - 1;
-  d.ms = ms_since(t0);
+  d.ms = ms;
   t_draft_ += d.ms;
   return d;
 }
@@ -611,8 +744,8 @@ VerifyResult Session::couple(const Draft &d) {
 }
 
 // Appends the accepted path and the coupler's token to the text, up to the first end-of-text
-// token; the target's cache keeps what was scored on that path, once; the drafter hears of the
-// new tokens now.
+// token; the target's cache keeps what was scored on that path, once; a drafter that drafted
+// this round hears of the new tokens now.
 size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out,
                        bool &done) {
   // All or nothing: the room every step below needs is taken first, and a step that fails (a
@@ -671,9 +804,9 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
                 hidden_size_, hidden_.begin());
     hidden_pos_ = static_cast<int64_t>(tokens_.size()) - 2;
   }
-  if (drafter_) {
+  if (drafter_ && drafter_begun_ && d.requested > 0) {
     // The text is committed: a drafter that fails to hear of it starts again from the whole
-    // text at the next round (begin), where a failure is reported before anything changes.
+    // text at its next draft (begin), where a failure is reported before anything changes.
     try {
       drafter_->commit(tokens_.data() + drafter_known_, tokens_.size() - drafter_known_);
       drafter_known_ = tokens_.size();

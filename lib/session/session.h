@@ -26,6 +26,12 @@ namespace specinfer {
 // greedy speculative output identical to plain greedy output.
 constexpr int32_t kMaxDraft = 16;
 
+// What a drafter's request hands the coupler's draft side (specinfer_draft_request.sample_ctx).
+struct DraftSampleCtx {
+  const Coupler *coupler = nullptr;
+  uint64_t seed = 0;
+};
+
 class Session {
  public:
   // Borrows target and drafter (may be nullptr); `coupler` nullptr picks greedy / rejection.
@@ -112,9 +118,16 @@ class Session {
   const specinfer_forward_batch &prefill_batch(size_t want, size_t chunk);
   void prefill_done(const specinfer_forward_batch &b);
   void tell_drafter();
+  void timed_tell_drafter();
+  size_t drafter_missed() const;
   int32_t draft_limit(int32_t max_emit) const;
   int32_t draft_budget(int32_t max_emit);
   Draft propose(int32_t k, const float *pass_cost);
+  void draft_request(int32_t k, const float *pass_cost, specinfer_draft_request &req,
+                     specinfer_draft &out);
+  Draft drafted(int32_t k, const specinfer_draft &out, double ms);
+  static void propose_together(Session *const *sessions, const std::vector<size_t> &members,
+                               const std::vector<int32_t> &ks, std::exception_ptr *errors);
   const specinfer_forward_batch &score_batch(const Draft &d);
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
@@ -159,6 +172,7 @@ class Session {
   std::vector<float> hidden_, verify_hidden_;  // [hidden_size], [k+1][hidden_size]
   int64_t hidden_pos_ = -1;
   std::vector<float> pass_cost_;  // [k+1]: the cost of a pass over i+1 tokens (propose's request)
+  DraftSampleCtx sample_ctx_;     // the request's sample_ctx
 
   Lookahead lookahead_;
 

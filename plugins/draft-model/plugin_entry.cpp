@@ -50,6 +50,7 @@
 // n_ctx; 0 = the whole context).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -146,9 +147,10 @@ struct Drafter {
     return n - static_cast<size_t>(window);
   }
 
-  // Brings the cache to the window of ctx[0 .. n) followed by extra[0 .. n_extra), in one batch;
-  // logits row i (0 <= i <= n_extra) is the distribution after it and extra[0 .. i).
-  void sync(const int32_t *ctx, size_t n, const int32_t *extra = nullptr, size_t n_extra = 0) {
+  // Readies the cache for the window of ctx[0 .. n) followed by extra[0 .. n_extra): keeps the
+  // longest cached prefix that agrees with it and leaves the rest in `pending` (at least the last
+  // token of ctx, whose logits are wanted), to be fed in one batch.
+  void prepare_sync(const int32_t *ctx, size_t n, const int32_t *extra, size_t n_extra) {
     const size_t start = window_start(n);
     if (start != base) {  // a new window: its text is fed from position 0
       truncate(0);
@@ -162,6 +164,12 @@ struct Drafter {
     keep = kv.size();
     pending.assign(ctx + keep, ctx + n);
     pending.insert(pending.end(), extra, extra + n_extra);
+  }
+
+  // Brings the cache to the window of ctx[0 .. n) followed by extra[0 .. n_extra), in one batch;
+  // logits row i (0 <= i <= n_extra) is the distribution after it and extra[0 .. i).
+  void sync(const int32_t *ctx, size_t n, const int32_t *extra = nullptr, size_t n_extra = 0) {
+    prepare_sync(ctx, n, extra, n_extra);
     feed(pending.data(), pending.size(), n_extra + 1);
   }
 
@@ -200,48 +208,98 @@ struct Drafter {
     return k;
   }
 
-  void propose(const specinfer_draft_request &req, specinfer_draft &out) {
-    out.n_nodes = 0;
-    out.has_probs = 0;
-    int32_t want = std::min(req.max_tokens, out.cap);
-    if (want <= 0 || req.n_context == 0) return;
-    if (out.vocab_size <= 0)
+  // A draft is made in steps, so that drafts for several sessions can share the draft model's
+  // passes (propose_many) and still be the drafts each would make alone: start() readies the
+  // first forward (the text the cache lacks, then the staged tokens), next_batch() gives the
+  // pending forward's next batch and fed() takes its result; after the last batch of a forward,
+  // advance() picks tokens from the logits until the draft ends or the next token needs a
+  // forward of its own. Each returns whether a forward is pending.
+  const specinfer_draft_request *req = nullptr;
+  specinfer_draft *out = nullptr;
+  int32_t want = 0, k = 0;  // nodes wanted, nodes drafted
+  size_t n_cand = 0;        // staged tokens in the cache after the context
+  size_t first = 0;         // cache index of the first drafted token
+  size_t fed_n = 0;         // tokens of `pending` fed so far
+  size_t n_out = 1;         // logits rows wanted from the pending forward's last tokens
+  const float *row = nullptr;
+
+  bool start(const specinfer_draft_request &r, specinfer_draft &o) {
+    req = &r;
+    out = &o;
+    k = 0;
+    o.n_nodes = 0;
+    o.has_probs = 0;
+    want = std::min(r.max_tokens, o.cap);
+    if (want <= 0 || r.n_context == 0) return false;
+    if (o.vocab_size <= 0)
       throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
-    for (size_t i = 0; i < req.n_context; ++i)
-      if (req.context[i] < 0 || req.context[i] >= vocab)
+    for (size_t i = 0; i < r.n_context; ++i)
+      if (r.context[i] < 0 || r.context[i] >= vocab)
         throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
                       "draft-model: a context token is outside the draft model's vocabulary");
     if (lookup) {
-      int32_t k = lookup_draft(req, out, want);
+      k = lookup_draft(r, o, want);
       if (k > 0) {
-        out.n_nodes = k;
-        return;
+        o.n_nodes = k;
+        return false;
       }
     }
     // The draft model's context window: stop drafting where it ends.
     want = std::min(want, max_draft);
-    want = std::min<int64_t>(want,
-                             static_cast<int64_t>(n_ctx) -
-                                 static_cast<int64_t>(req.n_context - window_start(req.n_context)));
-    if (want <= 0) return;
+    want =
+        std::min<int64_t>(want, static_cast<int64_t>(n_ctx) -
+                                    static_cast<int64_t>(r.n_context - window_start(r.n_context)));
+    if (want <= 0) return false;
     // Staged drafting: the tokens prompt lookup predicts ride along in the first forward; while
     // the model's own choice equals them, its next distribution is already computed. The draft
     // is the same as without them (up to float rounding: the kernels score each token alike).
-    size_t n_cand = 0;
+    n_cand = 0;
     if (stage > 0)
-      n_cand =
-          lookup_tokens(req.context, req.n_context, std::min(stage, want - 1), stage_n_min, cand);
-    sync(req.context, req.n_context, cand.data(), n_cand);
-    const size_t first = req.n_context - base;  // cache index of the first drafted token
+      n_cand = lookup_tokens(r.context, r.n_context, std::min(stage, want - 1), stage_n_min, cand);
+    prepare_sync(r.context, r.n_context, cand.data(), n_cand);
+    first = r.n_context - base;
+    fed_n = 0;
+    n_out = n_cand + 1;
+    return true;
+  }
 
-    const bool sample = req.temperature > 0 && req.sample != nullptr;
-    const int32_t v = std::min(vocab, out.vocab_size);
-    const float *row = logits.data();
-    int32_t k = 0;
+  // The pending forward's next batch (at most 512 tokens; the last one holds the n_out tokens
+  // whose logits are wanted), referring to this drafter's buffers.
+  void next_batch(specinfer_forward_batch &b) {
+    const size_t chunk = 512, rest = pending.size() - fed_n;
+    size_t m = std::min(chunk, rest);
+    if (m < rest && rest - m < n_out) m = rest - n_out;
+    batch_tokens.assign(pending.begin() + static_cast<std::ptrdiff_t>(fed_n),
+                        pending.begin() + static_cast<std::ptrdiff_t>(fed_n + m));
+    batch_pos.resize(m);
+    for (size_t i = 0; i < m; ++i) batch_pos[i] = static_cast<int32_t>(kv.size() + i);
+    const bool last = fed_n + m == pending.size();
+    b = specinfer_forward_batch{};
+    b.struct_size = sizeof(b);
+    b.n_tokens = static_cast<int32_t>(m);
+    b.tokens = batch_tokens.data();
+    b.positions = batch_pos.data();
+    b.n_logits = last ? static_cast<int32_t>(n_out) : 0;
+    b.logits = last ? logits.data() : nullptr;
+  }
+
+  // The batch of next_batch() went through the model.
+  bool fed() {
+    kv.insert(kv.end(), batch_tokens.begin(), batch_tokens.end());
+    fed_n += batch_tokens.size();
+    if (fed_n < pending.size()) return true;
+    row = logits.data();
+    return advance();
+  }
+
+  bool advance() {
+    specinfer_draft &o = *out;
+    const bool sample = req->temperature > 0 && req->sample != nullptr;
+    const int32_t v = std::min(vocab, o.vocab_size);
     for (; k < want; ++k) {
-      float *q = sample ? out.probs + static_cast<size_t>(k) * out.vocab_size : scratch.data();
+      float *q = sample ? o.probs + static_cast<size_t>(k) * o.vocab_size : scratch.data();
       // q = softmax(logits / T) over the shared vocabulary (T = 1 for the greedy confidence).
-      const float inv_t = sample ? 1.0f / req.temperature : 1.0f;
+      const float inv_t = sample ? 1.0f / req->temperature : 1.0f;
       float mx = -INFINITY;
       int32_t arg = 0;
       for (int32_t i = 0; i < v; ++i)
@@ -253,17 +311,17 @@ struct Drafter {
       // a drafted token's time.
       for (int32_t i = 0; i < v; ++i) q[i] = row[i] * inv_t;
       host->kernels->softmax(q, v);
-      for (int32_t i = v; i < out.vocab_size; ++i) q[i] = 0.0f;
+      for (int32_t i = v; i < o.vocab_size; ++i) q[i] = 0.0f;
       if (q[arg] < p_min) break;  // not confident: end the draft here
       int32_t tok = arg;
       if (sample) {
         tok =
-            req.sample(req.sample_ctx, q, out.vocab_size, static_cast<int64_t>(req.n_context) + k);
+            req->sample(req->sample_ctx, q, o.vocab_size, static_cast<int64_t>(req->n_context) + k);
         if (tok < 0 || tok >= v)
           throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the coupler's draft sampler failed");
       }
-      out.tokens[k] = tok;
-      out.parents[k] = k - 1;
+      o.tokens[k] = tok;
+      o.parents[k] = k - 1;
       if (k + 1 >= want) continue;
       if (static_cast<size_t>(k) < n_cand) {
         if (tok == cand[static_cast<size_t>(k)]) {  // the staged token: its row is ready
@@ -275,13 +333,88 @@ struct Drafter {
           throw Failure(SPECINFER_ERR_PLUGIN, "draft-model: the draft model's cache kept too few");
         n_cand = static_cast<size_t>(k);
       }
-      feed(&tok, 1);
-      row = logits.data();
+      ++k;  // the token is drafted; its forward gives the next row
+      pending.assign(1, tok);
+      fed_n = 0;
+      n_out = 1;
+      return true;
     }
-    out.n_nodes = k;
-    out.has_probs = sample && k > 0 ? 1 : 0;
+    o.n_nodes = k;
+    o.has_probs = sample && k > 0 ? 1 : 0;
+    return false;
+  }
+
+  // One forward of this drafter's pending batch.
+  void forward_alone() {
+    specinfer_forward_batch b{};
+    next_batch(b);
+    specinfer_plugin_error e{};
+    check(model.vtable->forward(model.self, &b, &e), e, "forward");
+  }
+
+  bool can_forward_many() const {
+    const specinfer_target_vtable *vt = model.vtable;
+    return vt->struct_size >=
+               offsetof(specinfer_target_vtable, forward_many) + sizeof(vt->forward_many) &&
+           vt->forward_many != nullptr;
   }
 };
+
+// Drafts for ds[0..n) (requests reqs, drafts outs; statuses and errors per drafter). The forwards
+// of the drafts in progress run as one pass of the draft model (forward_many) when their models
+// are one loaded model (drafters opened with one config share it); when such a pass fails, each
+// runs its own, so that a failure is the failing drafter's alone.
+void draft_many(Drafter *const *ds, const specinfer_draft_request *reqs, specinfer_draft *outs,
+                int32_t n, specinfer_status *status, specinfer_plugin_error *errs) {
+  std::vector<bool> active(static_cast<size_t>(n), false);
+  for (int32_t i = 0; i < n; ++i)
+    status[i] = guarded(&errs[i], "draft-model", [&] {
+      if (!ds[i] || (!reqs[i].context && reqs[i].n_context) || !outs[i].tokens || !outs[i].parents)
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: malformed draft request");
+      if (reqs[i].temperature > 0 && reqs[i].sample && !outs[i].probs)
+        throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
+                      "draft-model: no room for the draft distributions");
+      active[static_cast<size_t>(i)] = ds[i]->start(reqs[i], outs[i]);
+    });
+  std::vector<int32_t> run;
+  std::vector<void *> selves;
+  std::vector<specinfer_forward_batch> batches;
+  for (;;) {
+    run.clear();
+    for (int32_t i = 0; i < n; ++i)
+      if (active[static_cast<size_t>(i)]) run.push_back(i);
+    if (run.empty()) return;
+    bool together = run.size() > 1 && ds[run[0]]->can_forward_many();
+    if (together) {
+      selves.clear();
+      batches.assign(run.size(), specinfer_forward_batch{});
+      for (size_t r = 0; r < run.size(); ++r) {
+        selves.push_back(ds[run[r]]->model.self);
+        ds[run[r]]->next_batch(batches[r]);
+      }
+      specinfer_plugin_error e{};
+      together =
+          ds[run[0]]->model.vtable->forward_many(
+              selves.data(), batches.data(), static_cast<int32_t>(run.size()), &e) == SPECINFER_OK;
+      const specinfer_host *host = ds[run[0]]->host;
+      if (!together && host->log) {
+        const std::string msg = "draft-model: one pass for " + std::to_string(run.size()) +
+                                " drafts failed (" +
+                                std::string(e.message, strnlen(e.message, sizeof e.message)) +
+                                "): they draft one after another";
+        host->log(host, SPECINFER_LOG_WARN, msg.c_str());
+      }
+    }
+    for (int32_t i : run) {
+      const auto u = static_cast<size_t>(i);
+      status[i] = guarded(&errs[i], "draft-model", [&] {
+        if (!together) ds[i]->forward_alone();
+        active[u] = ds[i]->fed();
+      });
+      if (status[i] != SPECINFER_OK) active[u] = false;
+    }
+  }
+}
 
 void d_destroy(void *self) {
   delete static_cast<Drafter *>(self);
@@ -313,19 +446,32 @@ specinfer_status d_commit(void *, const int32_t *tokens, size_t n, specinfer_plu
 
 specinfer_status d_propose(void *self, const specinfer_draft_request *req, specinfer_draft *out,
                            specinfer_plugin_error *err) {
+  if (!req || !out) {
+    set_error(err, "draft-model: malformed draft request");
+    return SPECINFER_ERR_INVALID_ARGUMENT;
+  }
   auto *d = static_cast<Drafter *>(self);
-  return guarded(err, "draft-model", [&] {
-    if (!req || !out || (!req->context && req->n_context) || !out->tokens || !out->parents)
-      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: malformed draft request");
-    if (req->temperature > 0 && req->sample && !out->probs)
-      throw Failure(SPECINFER_ERR_INVALID_ARGUMENT,
-                    "draft-model: no room for the draft distributions");
-    d->propose(*req, *out);
-  });
+  specinfer_status status = SPECINFER_OK;
+  specinfer_plugin_error own{};
+  draft_many(&d, req, out, 1, &status, err ? err : &own);
+  return status;
 }
 
-const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
-                                          d_propose, d_commit};
+specinfer_status d_propose_many(void *const *selves, const specinfer_draft_request *reqs,
+                                specinfer_draft *outs, int32_t n, specinfer_status *status,
+                                specinfer_plugin_error *errs) {
+  if (!selves || !reqs || !outs || !status || !errs || n <= 0)
+    return SPECINFER_ERR_INVALID_ARGUMENT;
+  std::vector<Drafter *> ds(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) ds[static_cast<size_t>(i)] = static_cast<Drafter *>(selves[i]);
+  draft_many(ds.data(), reqs, outs, n, status, errs);
+  for (int32_t i = 0; i < n; ++i)
+    if (status[i] != SPECINFER_OK) return status[i];
+  return SPECINFER_OK;
+}
+
+const specinfer_drafter_vtable kVtable = {
+    sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, d_propose_many};
 
 // The draft model must speak the target's vocabulary: same size, and the same bytes for a spread
 // of token ids.

@@ -354,8 +354,8 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
   });
 }
 
-const specinfer_drafter_vtable kDrafterVtable = {sizeof(specinfer_drafter_vtable), d_destroy,
-                                                 d_begin, d_propose, d_commit};
+const specinfer_drafter_vtable kDrafterVtable = {
+    sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, nullptr};
 
 specinfer_status drafter_create(const specinfer_host *, const char *config,
                                 const specinfer_model_info *target_info,

@@ -672,8 +672,8 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
   });
 }
 
-const specinfer_drafter_vtable kVtable = {sizeof(specinfer_drafter_vtable), d_destroy, d_begin,
-                                          d_propose, d_commit};
+const specinfer_drafter_vtable kVtable = {
+    sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, nullptr};
 
 // Fetches U, the target's output rows for the heads' vocabulary, a chunk at a time.
 void load_output_rows(Drafter &d, Prepared &p, const specinfer_host_target &target, int32_t wtype) {

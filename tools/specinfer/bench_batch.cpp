@@ -21,6 +21,8 @@ void close_session(Slot &s, BatchRun *out) {
     out->rounds += st.n_rounds;
     out->drafted += st.n_drafted;
     out->accepted += st.n_accepted;
+    out->prefill_ms += st.t_prefill_ms;
+    out->draft_ms += st.t_draft_ms;
   }
   specinfer_session_destroy(s.session);
   s.session = nullptr;

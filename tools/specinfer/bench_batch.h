@@ -14,6 +14,9 @@
 struct BatchRun {
   double wall_ms = 0;
   int64_t generated = 0, rounds = 0, drafted = 0, accepted = 0;
+  // Summed over the sessions: scoring prompts (the target's, and a drafter's catching up on the
+  // text) and drafting, each spent outside the shared target passes.
+  double prefill_ms = 0, draft_ms = 0;
   std::vector<std::vector<int32_t>> outputs;  // per prompt, the first max_tokens generated
 };
 

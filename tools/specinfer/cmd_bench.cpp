@@ -75,8 +75,9 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
       if (!run_batched(reg, target, configs[ci].drafter_spec, configs[ci].coupler, o, prompts, b,
                        prefill_chunk, &r.run))
         return false;
-      std::fprintf(stderr, "bench: %s, batch %d: %.1f s\n", configs[ci].label.c_str(), b,
-                   r.run.wall_ms / 1000);
+      std::fprintf(stderr, "bench: %s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s)\n",
+                   configs[ci].label.c_str(), b, r.run.wall_ms / 1000, r.run.prefill_ms / 1000,
+                   r.run.draft_ms / 1000);
       rows.push_back(std::move(r));
     }
   const auto tps = [](const BatchRun &r) {
