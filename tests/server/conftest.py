@@ -16,7 +16,23 @@ import pytest
 CLI = os.environ.get("SPECINFER_CLI", "")
 # Seconds: every request, every wait. Sanitizer builds run several times slower: a request that
 # fills the context takes over a minute there.
-TIMEOUT = 240 if os.environ.get("SPECINFER_SANITIZED") else 60
+SANITIZED = bool(os.environ.get("SPECINFER_SANITIZED"))
+TIMEOUT = 240 if SANITIZED else 60
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "release_only(why): the test's subject is not memory or threads (a rendering, "
+        "a resident-memory figure); the sanitizer builds skip it, the release build runs it")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SANITIZED:
+        return
+    for item in items:
+        mark = item.get_closest_marker("release_only")
+        if mark:
+            item.add_marker(pytest.mark.skip(reason="release build only: " + mark.args[0]))
 
 
 def models_dir():
