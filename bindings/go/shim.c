@@ -70,7 +70,7 @@ static specinfer_status inst_commit(void *self, const int32_t *tokens, size_t n,
 }
 
 static const specinfer_drafter_vtable si_go_vtable = {
-    sizeof(specinfer_drafter_vtable), inst_destroy, inst_begin, inst_propose, inst_commit};
+    sizeof(specinfer_drafter_vtable), inst_destroy, inst_begin, inst_propose, inst_commit, NULL};
 
 static specinfer_status si_go_create(int slot, const char *config, const specinfer_model_info *info,
                                      void **self, const specinfer_drafter_vtable **vt,

@@ -141,8 +141,9 @@ COMMIT_FN = CFUNCTYPE(c_int, c_void_p, POINTER(c_int32), c_size_t, POINTER(Plugi
 
 
 class DrafterVtable(Structure):
+    # propose_many (drafts for several drafters in one call) is left NULL: the host calls propose.
     _fields_ = [("struct_size", c_uint32), ("destroy", DESTROY_FN), ("begin", BEGIN_FN),
-                ("propose", PROPOSE_FN), ("commit", COMMIT_FN)]
+                ("propose", PROPOSE_FN), ("commit", COMMIT_FN), ("propose_many", c_void_p)]
 
 
 # create(host, config, target_info, target, self**, vtable**, err)

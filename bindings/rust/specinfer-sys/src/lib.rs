@@ -599,6 +599,16 @@ pub struct specinfer_drafter_vtable {
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
     >,
+    pub propose_many: Option<
+        unsafe extern "C" fn(
+            selves: *const *mut c_void,
+            reqs: *const specinfer_draft_request,
+            outs: *mut specinfer_draft,
+            n: i32,
+            status: *mut specinfer_status,
+            errs: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
 }
 
 #[repr(C)]

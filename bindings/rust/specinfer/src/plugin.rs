@@ -295,6 +295,7 @@ static VTABLE: sys::specinfer_drafter_vtable = sys::specinfer_drafter_vtable {
     begin: Some(inst_begin),
     propose: Some(inst_propose),
     commit: Some(inst_commit),
+    propose_many: None,
 };
 
 // ---- slots ----
