@@ -104,32 +104,6 @@ struct Drafter {
           rc, std::string("draft-model: the draft model's ") + what + " failed: " + e.message);
   }
 
-  // Feeds tokens[0 .. n) at positions kv.size() ..; keeps the logits of the last n_out of them
-  // (n_out <= n and <= the rows `logits` holds), row i for token n - n_out + i.
-  void feed(const int32_t *tokens, size_t n, size_t n_out = 1) {
-    const size_t chunk = 512;
-    // The last chunk holds at least the n_out tokens whose logits are wanted.
-    for (size_t start = 0; start < n;) {
-      size_t m = std::min(chunk, n - start);
-      if (start + m < n && n - (start + m) < n_out) m = n - start - n_out;
-      batch_tokens.assign(tokens + start, tokens + start + m);
-      batch_pos.resize(m);
-      for (size_t i = 0; i < m; ++i) batch_pos[i] = static_cast<int32_t>(kv.size() + i);
-      bool last = start + m == n;
-      specinfer_forward_batch b{};
-      b.struct_size = sizeof(b);
-      b.n_tokens = static_cast<int32_t>(m);
-      b.tokens = batch_tokens.data();
-      b.positions = batch_pos.data();
-      b.n_logits = last ? static_cast<int32_t>(n_out) : 0;
-      b.logits = last ? logits.data() : nullptr;
-      specinfer_plugin_error e{};
-      check(model.vtable->forward(model.self, &b, &e), e, "forward");
-      kv.insert(kv.end(), batch_tokens.begin(), batch_tokens.end());
-      start += m;
-    }
-  }
-
   void truncate(size_t keep) {
     if (keep >= kv.size()) return;
     specinfer_plugin_error e{};
@@ -166,11 +140,16 @@ struct Drafter {
     pending.insert(pending.end(), extra, extra + n_extra);
   }
 
-  // Brings the cache to the window of ctx[0 .. n) followed by extra[0 .. n_extra), in one batch;
-  // logits row i (0 <= i <= n_extra) is the distribution after it and extra[0 .. i).
-  void sync(const int32_t *ctx, size_t n, const int32_t *extra = nullptr, size_t n_extra = 0) {
-    prepare_sync(ctx, n, extra, n_extra);
-    feed(pending.data(), pending.size(), n_extra + 1);
+  // Brings the cache to the window of ctx[0 .. n) (batches of at most 512 tokens); the logits
+  // row is the distribution after it.
+  void sync(const int32_t *ctx, size_t n) {
+    prepare_sync(ctx, n, nullptr, 0);
+    fed_n = 0;
+    n_out = 1;
+    while (fed_n < pending.size()) {
+      forward_alone();
+      took_batch();
+    }
   }
 
   // Up to `want` tokens that prompt lookup predicts after ctx (the context index's continuation,
@@ -283,10 +262,15 @@ struct Drafter {
     b.logits = last ? logits.data() : nullptr;
   }
 
-  // The batch of next_batch() went through the model.
-  bool fed() {
+  // The batch of next_batch() went through the model: the cache holds its tokens.
+  void took_batch() {
     kv.insert(kv.end(), batch_tokens.begin(), batch_tokens.end());
     fed_n += batch_tokens.size();
+  }
+
+  // After the batch of next_batch() went through the model.
+  bool fed() {
+    took_batch();
     if (fed_n < pending.size()) return true;
     row = logits.data();
     return advance();
