@@ -804,9 +804,9 @@ void test_requests_without_hidden(void **state) {
 
 // static=FILE (with lookup=1): a corpus holding the plain continuations of the prompts gives
 // chains the target accepts where the context has none. Greedy text stays equal to plain decoding,
-// and more drafted tokens are accepted than without the corpus. The draft length is fixed: whether
-// drafting pays on this machine's timings (a sanitizer build, a loaded machine) is not the
-// question.
+// and more drafted tokens are accepted than without the corpus. The draft length and the costs
+// of drafting and of a pass's nodes are fixed: whether drafting pays on this machine's timings (a
+// sanitizer build, a loaded machine) is not the question.
 void test_static_corpus(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);
@@ -830,8 +830,9 @@ void test_static_corpus(void **state) {
   std::fclose(f);
   int64_t accepted[2] = {0, 0};
   for (int with = 0; with < 2; ++with) {
-    const std::string cfg =
-        "path=" + e->zero + ",lookup=1,dynamic=0" + (with ? ",static=" + path : std::string());
+    const std::string cfg = "path=" + e->zero +
+                            ",lookup=1,dynamic=0,draft_cost=0.02,node_cost=0.05" +
+                            (with ? ",static=" + path : std::string());
     specinfer_drafter *d = open_drafter(e, "medusa", cfg);
     for (size_t pi = 0; pi < n_prompts; ++pi) {
       specinfer_session_stats st;
