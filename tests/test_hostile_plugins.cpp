@@ -12,7 +12,9 @@
 //    KV cache whose size disagrees with what was fed, an error with no message or unterminated,
 //    an unknown status, an exception, model info with a bad vocabulary size or special token,
 //    share() giving back the instance itself or none, and forward_many with a NaN in one
-//    sequence's logits (every session of the pass fails, then all go on with the right text).
+//    sequence's logits (every session of the pass fails, then all go on with the right text);
+//  - drafting for several drafters at once (propose_many): an unknown status for one drafter
+//    (that session alone fails), an exception out of the call (every session of it fails).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -154,13 +156,39 @@ void d_destroy(void *) {}
 const specinfer_drafter_vtable kHostileDrafterVtable = {
     sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, nullptr};
 
+// The same drafter drafting for several at once (propose_many, config "many"): each draft as
+// propose makes it, except at one call (g_bad_many) where it does g_mmode.
+enum class M { good, unknown_status, throws };
+M g_mmode = M::good;
+int g_many_calls = 0, g_bad_many = 2;
+
+specinfer_status d_propose_many(void *const *selves, const specinfer_draft_request *reqs,
+                                specinfer_draft *outs, int32_t n, specinfer_status *status,
+                                specinfer_plugin_error *errs) {
+  const M m = g_many_calls++ == g_bad_many ? g_mmode : M::good;
+  if (m == M::throws) throw std::runtime_error("propose_many went wrong");
+  specinfer_status rc = SPECINFER_OK;
+  for (int32_t i = 0; i < n; ++i) {
+    status[i] = d_propose(selves[i], &reqs[i], &outs[i], &errs[i]);
+    if (m == M::unknown_status && i == n - 1) {  // the last drafter's draft goes wrong
+      std::snprintf(errs[i].message, sizeof errs[i].message, "its own words");
+      status[i] = static_cast<specinfer_status>(-7);
+    }
+    if (status[i] != SPECINFER_OK) rc = SPECINFER_ERR_PLUGIN;
+  }
+  return rc;
+}
+
+const specinfer_drafter_vtable kHostileManyVtable = {
+    sizeof(specinfer_drafter_vtable), d_destroy, d_begin, d_propose, d_commit, d_propose_many};
+
 int g_drafter_self;
 
-specinfer_status d_create(const specinfer_host *, const char *, const specinfer_model_info *,
+specinfer_status d_create(const specinfer_host *, const char *config, const specinfer_model_info *,
                           const specinfer_host_target *, void **self,
                           const specinfer_drafter_vtable **vt, specinfer_plugin_error *) {
   *self = &g_drafter_self;
-  *vt = &kHostileDrafterVtable;
+  *vt = std::strcmp(config, "many") == 0 ? &kHostileManyVtable : &kHostileDrafterVtable;
   return SPECINFER_OK;
 }
 
@@ -719,12 +747,90 @@ void test_hostile_forward_many(void **) {
   }
 }
 
+// Two sessions on shares of one target with drafters of one plugin, stepped together: their
+// drafts come from one propose_many call. An unknown status for one drafter fails that session
+// alone, its value and the plugin's message named; an exception out of the call fails both. Then
+// both finish with the text of plain decoding.
+void test_hostile_propose_many(void **) {
+  Env env;
+  struct {
+    M mode;
+    const char *needle[2];
+  } cases[] = {
+      {M::unknown_status,
+       {nullptr, "drafter propose: the plugin returned unknown status -7: its own words"}},
+      {M::throws,
+       {"drafter propose_many: the plugin threw (propose_many went wrong)",
+        "drafter propose_many: the plugin threw (propose_many went wrong)"}},
+  };
+  for (bool sampled : {false, true}) {
+    const std::vector<int32_t> ref = reference(env, sampled);
+    const specinfer_session_params p = params_for(sampled);
+    for (const auto &c : cases) {
+      specinfer_target *t[2] = {nullptr, nullptr};
+      specinfer_drafter *d[2] = {nullptr, nullptr};
+      specinfer_session *s[2] = {nullptr, nullptr};
+      for (int i = 0; i < 2; ++i) {
+        assert_int_equal(specinfer_target_share(env.plain, &t[i], nullptr), SPECINFER_OK);
+        d[i] = open_drafter(env.reg, t[i], "hostile", "many");
+        assert_int_equal(specinfer_session_create(t[i], d[i], sampled ? env.gumbel : nullptr, &p,
+                                                  &s[i], nullptr),
+                         SPECINFER_OK);
+        assert_int_equal(specinfer_session_feed_text(s[i], kPrompt, std::strlen(kPrompt)),
+                         SPECINFER_OK);
+      }
+      g_mmode = c.mode;
+      g_many_calls = 0;
+      int failed_calls = 0;
+      int32_t buf[2][8];
+      for (int call = 0; call < 4 * kTokens; ++call) {
+        if (tokens_of(s[0]).size() >= ref.size() && tokens_of(s[1]).size() >= ref.size()) break;
+        specinfer_step_result r[2]{};
+        for (int i = 0; i < 2; ++i) {
+          r[i].struct_size = sizeof r[i];
+          r[i].tokens = buf[i];
+          r[i].cap = 8;
+        }
+        if (specinfer_session_step_many(s, r, 2, nullptr) != SPECINFER_OK) {
+          ++failed_calls;
+          for (int i = 0; i < 2; ++i) {
+            if (!c.needle[i]) {
+              assert_int_equal(r[i].status, SPECINFER_OK);
+              continue;
+            }
+            const char *msg = specinfer_session_errmsg(s[i]);
+            if (r[i].status != SPECINFER_ERR_PLUGIN || !std::strstr(msg, c.needle[i]))
+              std::fprintf(stderr, "session %d: %s \"%s\", wanted \"%s\"\n", i,
+                           specinfer_status_str(r[i].status), msg, c.needle[i]);
+            assert_int_equal(r[i].status, SPECINFER_ERR_PLUGIN);
+            assert_non_null(std::strstr(msg, c.needle[i]));
+          }
+        }
+        for (int i = 0; i < 2; ++i) {
+          std::vector<int32_t> got = tokens_of(s[i]);
+          got.resize(std::min(got.size(), ref.size()));  // a last round may emit past the end
+          expect_prefix(got, ref, "propose_many");
+        }
+      }
+      g_mmode = M::good;
+      assert_true(g_many_calls > g_bad_many);  // the drafts were made together
+      assert_int_equal(failed_calls, 1);
+      for (int i = 0; i < 2; ++i) {
+        assert_true(tokens_of(s[i]).size() >= ref.size());
+        specinfer_session_destroy(s[i]);
+        assert_int_equal(specinfer_drafter_destroy(d[i]), SPECINFER_OK);
+        assert_int_equal(specinfer_target_destroy(t[i]), SPECINFER_OK);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hostile_drafters), cmocka_unit_test(test_hostile_targets),
-      cmocka_unit_test(test_hostile_target_info), cmocka_unit_test(test_hostile_share),
-      cmocka_unit_test(test_hostile_forward_many)};
+      cmocka_unit_test(test_hostile_drafters),     cmocka_unit_test(test_hostile_targets),
+      cmocka_unit_test(test_hostile_target_info),  cmocka_unit_test(test_hostile_share),
+      cmocka_unit_test(test_hostile_forward_many), cmocka_unit_test(test_hostile_propose_many)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

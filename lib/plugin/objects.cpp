@@ -43,6 +43,24 @@ specinfer_plugin_error fresh_error() {
   return e;
 }
 
+// A status a plugin returned, read as an int: loading a value outside the enum as
+// specinfer_status would be undefined (UBSan's enum check stops the process on it). An unknown
+// one becomes SPECINFER_ERR_PLUGIN, its value put before the plugin's message in err.
+specinfer_status known_status(const specinfer_status &r, specinfer_plugin_error &err) noexcept {
+  int v;
+  static_assert(sizeof v == sizeof r);
+  std::memcpy(&v, &r, sizeof v);
+  if (v >= SPECINFER_OK && v <= SPECINFER_ERR_INTERNAL) return static_cast<specinfer_status>(v);
+  try {
+    const std::string own(err.message, strnlen(err.message, sizeof(err.message)));
+    snprintf(err.message, sizeof(err.message), "the plugin returned unknown status %d%s%s", v,
+             own.empty() ? "" : ": ", own.c_str());
+  } catch (...) {  // no memory for the copy: the status alone
+    snprintf(err.message, sizeof(err.message), "the plugin returned unknown status %d", v);
+  }
+  return SPECINFER_ERR_PLUGIN;
+}
+
 // Calls a plugin function; an exception it lets out (which the ABI forbids) becomes
 // SPECINFER_ERR_PLUGIN with a message instead of unwinding through the host.
 template <typename F>
@@ -50,17 +68,8 @@ specinfer_status call_plugin(specinfer_plugin_error &err, F &&fn) noexcept {
   const char *why = "an exception of unknown type";
   std::string what;
   try {
-    // A status outside the enum is read as an int: loading it as specinfer_status would be
-    // undefined (UBSan's enum check stops the process on it).
     const specinfer_status r = fn();
-    int v;
-    static_assert(sizeof v == sizeof r);
-    std::memcpy(&v, &r, sizeof v);
-    if (v >= SPECINFER_OK && v <= SPECINFER_ERR_INTERNAL) return static_cast<specinfer_status>(v);
-    const std::string own(err.message, strnlen(err.message, sizeof(err.message)));
-    snprintf(err.message, sizeof(err.message), "the plugin returned unknown status %d%s%s", v,
-             own.empty() ? "" : ": ", own.c_str());
-    return SPECINFER_ERR_PLUGIN;
+    return known_status(r, err);
   } catch (const std::exception &e) {
     try {
       what = e.what();
@@ -526,13 +535,7 @@ void DrafterObject::propose_many(DrafterObject *const *drafters,
     const auto u = static_cast<size_t>(i);
     try {
       if (call_failed) check_plugin(rc, err, "drafter propose_many");
-      int v;  // read as an int: a status outside the enum must not be loaded as one
-      static_assert(sizeof v == sizeof(specinfer_status));
-      std::memcpy(&v, &status[u], sizeof v);
-      if (v != SPECINFER_OK) {
-        if (v < SPECINFER_OK || v > SPECINFER_ERR_INTERNAL) v = SPECINFER_ERR_PLUGIN;
-        check_plugin(static_cast<specinfer_status>(v), errs[u], "drafter propose");
-      }
+      check_plugin(known_status(status[u], errs[u]), errs[u], "drafter propose");
       drafters[i]->check_draft(drafts[i]);
     } catch (...) {
       errors[i] = std::current_exception();
