@@ -674,6 +674,35 @@ SPECINFER_API void specinfer_session_stats_init(specinfer_session_stats *stats);
 SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_session *session,
                                                            specinfer_session_stats *stats);
 
+/* The session's last round (specinfer_session_step, a step_many call, or a round of
+ * specinfer_session_generate): how many tokens it could draft, drafted and kept, and the time of
+ * its target pass beside the time the model's measured pass costs predicted for that many tokens
+ * before it ran, so that a caller can see why a round drafted what it did. For a session stepped
+ * with others on one loaded model (specinfer_session_step_many) the pass fields are the shared
+ * pass's and the goodput fields are the budget rule's plan for the whole step: the expected
+ * tokens per second of the drafts it chose, and of the same step with no session drafting (the
+ * rule never picks a plan expected to be slower). A call that only scored a chunk of the prompt
+ * leaves it unchanged; before any round every field is 0. */
+typedef struct specinfer_round_info {
+  uint32_t struct_size;     /* sizeof(specinfer_round_info) (specinfer_round_info_init) */
+  int32_t n_sessions;       /* sessions whose rounds shared the pass (1: alone) */
+  int32_t n_pass_tokens;    /* tokens the pass scored, prompt chunks of other sessions included */
+  int32_t draft_budget;     /* most tokens this session could draft this round (0: plain) */
+  int32_t n_drafted;        /* tokens its drafter proposed */
+  int32_t n_accepted;       /* of them, kept */
+  double draft_ms;          /* its drafting time */
+  double pass_ms;           /* the pass's measured time */
+  double predicted_pass_ms; /* the pass time predicted for n_pass_tokens (0: nothing measured) */
+  double goodput;           /* the step's plan: expected tokens per second (0: a session alone) */
+  double plain_goodput;     /* the same step with no session drafting */
+} specinfer_round_info;
+
+SPECINFER_API void specinfer_round_info_init(specinfer_round_info *info);
+/* Fills as much of `info` as its struct_size covers. Errors: INVALID_ARGUMENT (NULL, or
+ * struct_size below 4). */
+SPECINFER_API specinfer_status specinfer_session_round_info(const specinfer_session *session,
+                                                            specinfer_round_info *info);
+
 /* Forgets the text and the statistics; the session can be fed a new prompt. */
 SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session);
 

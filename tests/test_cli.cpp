@@ -373,6 +373,12 @@ void test_bench_tables_add_up(void **) {
                 [&](const std::vector<std::string> &) { return plain_at("1"); });
   expect_ratios(b.out, brows, column(brows[0], "x of plain at this batch"),
                 [&](const std::vector<std::string> &row) { return plain_at(row[batch]); });
+  // What each run drafted per session and step, and its pass time beside the predicted one.
+  const size_t drafts = column(brows[0], "draft/session/step");
+  for (const auto &row : brows)
+    if (row[bconfig] == "plain") assert_string_equal(row[drafts].c_str(), "0.00");
+  assert_true(b.err.find("per step: ") != std::string::npos &&
+              b.err.find("allowed per session, pass ") != std::string::npos);
 }
 
 void test_sketch_eval_synthetic(void **) {

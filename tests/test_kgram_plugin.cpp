@@ -463,6 +463,10 @@ void test_api_step_many(void **state) {
     specinfer_step_params_init(&params);
     params.prefill_chunk = chunk;
     std::vector<std::vector<int32_t>> got(m), room(m, std::vector<int32_t>(7));
+    // What each round reports (specinfer_session_round_info), summed: it must add up to the
+    // sessions' statistics.
+    std::vector<int64_t> drafted(m, 0), accepted(m, 0);
+    int64_t shared_rounds = 0;
     for (int calls = 0;; ++calls) {
       std::vector<specinfer_step_result> r(m);
       for (size_t i = 0; i < m; ++i) {
@@ -475,6 +479,22 @@ void test_api_step_many(void **state) {
       for (size_t i = 0; i < m; ++i) {
         assert_int_equal(r[i].status, SPECINFER_OK);
         got[i].insert(got[i].end(), r[i].tokens, r[i].tokens + r[i].n_tokens);
+        if (r[i].n_tokens > 0) {  // a round (not a prompt chunk)
+          specinfer_round_info info;
+          specinfer_round_info_init(&info);
+          assert_int_equal(specinfer_session_round_info(s[i], &info), SPECINFER_OK);
+          assert_true(info.n_sessions >= 1 && info.n_sessions <= static_cast<int32_t>(m));
+          assert_true(info.n_pass_tokens >= info.n_sessions + info.n_drafted);
+          assert_true(0 <= info.n_accepted && info.n_accepted <= info.n_drafted &&
+                      info.n_drafted <= info.draft_budget);
+          assert_true(info.pass_ms > 0 && info.predicted_pass_ms >= 0);
+          // A plan chosen for the step is never expected to be slower than plain batching.
+          assert_true(info.goodput >= info.plain_goodput);
+          if (info.n_sessions == 1) assert_true(info.goodput == 0);
+          shared_rounds += info.n_sessions > 1;
+          drafted[i] += info.n_drafted;
+          accepted[i] += info.n_accepted;
+        }
         short_of = short_of || got[i].size() < n;
       }
       if (!short_of) break;
@@ -483,7 +503,25 @@ void test_api_step_many(void **state) {
     for (size_t i = 0; i < m; ++i) {
       got[i].resize(n);
       assert_true(got[i] == want[i]);
+      specinfer_session_stats st;
+      specinfer_session_stats_init(&st);
+      assert_int_equal(specinfer_session_get_stats(s[i], &st), SPECINFER_OK);
+      assert_int_equal(drafted[i], st.n_drafted);
+      assert_int_equal(accepted[i], st.n_accepted);
     }
+    assert_true(shared_rounds > 0);
+    // A caller of an older, shorter struct gets its fields and nothing past them.
+    specinfer_round_info older;
+    std::memset(&older, 0x5a, sizeof older);
+    older.struct_size = offsetof(specinfer_round_info, n_pass_tokens);
+    assert_int_equal(specinfer_session_round_info(s[0], &older), SPECINFER_OK);
+    assert_true(older.n_sessions >= 1 && older.n_pass_tokens == 0x5a5a5a5a);
+    specinfer_round_info bad;
+    specinfer_round_info_init(&bad);
+    bad.struct_size = 0;
+    assert_int_equal(specinfer_session_round_info(s[0], &bad), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_round_info(s[0], nullptr), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_round_info(nullptr, &bad), SPECINFER_ERR_INVALID_ARGUMENT);
     // Refused as a whole: a session twice; nothing runs, the message is on that session.
     size_t before = 0;
     const int32_t *toks = nullptr;

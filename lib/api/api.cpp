@@ -637,6 +637,23 @@ SPECINFER_API specinfer_status specinfer_session_get_stats(const specinfer_sessi
   return SPECINFER_OK;
 }
 
+SPECINFER_API void specinfer_round_info_init(specinfer_round_info *info) {
+  if (!info) return;
+  std::memset(info, 0, sizeof(*info));
+  info->struct_size = sizeof(*info);
+}
+
+SPECINFER_API specinfer_status specinfer_session_round_info(const specinfer_session *session,
+                                                            specinfer_round_info *info) {
+  if (!session || !struct_ok(info)) return SPECINFER_ERR_INVALID_ARGUMENT;
+  // A caller built with an older, shorter struct gets the fields its version has.
+  const uint32_t size = info->struct_size;
+  specinfer_round_info full = session->impl->round_info();
+  full.struct_size = size;
+  std::memcpy(info, &full, std::min<size_t>(size, sizeof full));
+  return SPECINFER_OK;
+}
+
 SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *session) {
   if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
   return guard(&session->impl->last_error, nullptr, [&] { session->impl->reset(); });

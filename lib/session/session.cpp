@@ -149,9 +149,19 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
 // One round of speculative decoding: draft -> score -> couple -> commit.
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
+  plan_round(1, b.n_tokens, nullptr);
   const auto t0 = Clock::now();
   target_.forward(b);
   end_round(ms_since(t0), b.n_tokens, 1, 0, draft_.ms, false, out, done);
+}
+
+void Session::plan_round(int32_t n_sessions, int32_t pass_tokens, const DraftBudget *plan) {
+  if (prefilling_) return;  // a prompt chunk is not a round
+  round_info_.n_sessions = n_sessions;
+  round_info_.predicted_pass_ms = target_.pass_cost()->ms(pass_tokens);
+  // The plan's goodputs are in tokens per millisecond.
+  round_info_.goodput = plan ? plan->goodput * 1000.0 : 0.0;
+  round_info_.plain_goodput = plan ? plan->plain_goodput * 1000.0 : 0.0;
 }
 
 const specinfer_forward_batch &Session::begin_round(int32_t max_emit, int32_t prefill_chunk) {
@@ -228,6 +238,12 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
   n_generated_ += static_cast<int64_t>(emitted);
   n_drafted_ += draft_.n;
   n_accepted_ += v.n_accepted;
+  round_info_.n_pass_tokens = pass_tokens;
+  round_info_.draft_budget = draft_.requested;
+  round_info_.n_drafted = draft_.n;
+  round_info_.n_accepted = v.n_accepted;
+  round_info_.draft_ms = draft_.ms;
+  round_info_.pass_ms = pass_ms;
   lookahead_.shared_pass(pass_rounds, pass_fixed, pass_draft_ms - draft_.ms);
   if (drafter_)
     lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms,
@@ -242,6 +258,7 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
   std::vector<const specinfer_forward_batch *> batches(n, nullptr);
   std::vector<bool> ready(n, false), grouped(n, false);
   std::vector<int32_t> emits(n, 1);
+  std::vector<DraftBudget> budgets(n);  // each session's group's plan (a group of several)
   std::vector<Clock::time_point> begun(n);
   const auto failed = [&](size_t j) {
     errors[j] = std::current_exception();
@@ -279,7 +296,8 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
         continue;
       }
     } else {
-      draft_group(sessions, group, emits.data(), batches.data(), errors, begun.data());
+      draft_group(sessions, group, emits.data(), batches.data(), errors, begun.data(),
+                  budgets.data());
       group.erase(std::remove_if(group.begin(), group.end(), [&](size_t j) { return !batches[j]; }),
                   group.end());
       if (group.empty()) continue;
@@ -316,6 +334,8 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
         pass_draft_ms += sessions[j]->draft_.ms;
       }
     }
+    for (size_t j : group)
+      sessions[j]->plan_round(pass_rounds, pass_tokens, group.size() > 1 ? &budgets[j] : nullptr);
     const auto t0 = Clock::now();
     try {
       if (group.size() == 1)
@@ -350,7 +370,8 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
 // A session whose drafter fails gets its error and no batch.
 void Session::draft_group(Session *const *sessions, const std::vector<size_t> &group,
                           const int32_t *emits, const specinfer_forward_batch **batches,
-                          std::exception_ptr *errors, const Clock::time_point *begun) {
+                          std::exception_ptr *errors, const Clock::time_point *begun,
+                          DraftBudget *plans) {
   std::vector<size_t> rounds;
   double fixed = 0;
   for (size_t j : group) {
@@ -411,6 +432,10 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
     budget = choose_drafts(offers, fixed, pass_time);
   else
     budget.k.assign(rounds.size(), 0);
+  for (size_t j : group) {
+    plans[j].goodput = budget.goodput;
+    plans[j].plain_goodput = budget.plain_goodput;
+  }
   std::vector<size_t> drafting;  // the sessions that draft this step, and their k
   std::vector<int32_t> ks;
   for (size_t r = 0; r < rounds.size(); ++r) {
@@ -880,6 +905,7 @@ void Session::reset() {
   drafter_known_ = 0;
   lookahead_.reset();
   n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = n_shifts_ = 0;
+  round_info_ = specinfer_round_info{};
   t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = 0;
 }
 

@@ -14,6 +14,7 @@
 #include "coupling/coupler.h"
 #include "plugin/objects.h"
 #include "sampling/sampler.h"
+#include "session/budget.h"
 #include "session/lookahead.h"
 #include "session/stop_strings.h"
 #include "specinfer.h"
@@ -69,6 +70,8 @@ class Session {
   void reset();
 
   void stats(specinfer_session_stats &out) const;
+  // The last round's draft and pass (specinfer_session_round_info).
+  const specinfer_round_info &round_info() const { return round_info_; }
   const std::vector<int32_t> &tokens() const { return tokens_; }
   // Most tokens one round can emit.
   size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
@@ -110,7 +113,10 @@ class Session {
   static void draft_group(Session *const *sessions, const std::vector<size_t> &group,
                           const int32_t *emits, const specinfer_forward_batch **batches,
                           std::exception_ptr *errors,
-                          const std::chrono::steady_clock::time_point *begun);
+                          const std::chrono::steady_clock::time_point *begun, DraftBudget *plans);
+  // Before a pass: the round's share of it for round_info_ (n_sessions rounds, pass_tokens
+  // tokens, the step's plan when the rounds' drafts were chosen together).
+  void plan_round(int32_t n_sessions, int32_t pass_tokens, const DraftBudget *plan);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void shift_context();
   void catch_up();
@@ -175,6 +181,9 @@ class Session {
   DraftSampleCtx sample_ctx_;     // the request's sample_ctx
 
   Lookahead lookahead_;
+  // The last round, as end_round saw it; the pass's prediction and the step's plan are set by
+  // whoever runs the pass (round, step_many) before end_round.
+  specinfer_round_info round_info_{};
 
   // statistics
   int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,

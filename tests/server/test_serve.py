@@ -327,6 +327,23 @@ def test_metrics(qwen):
     assert metric(qwen, "specinfer_queue_depth") == 0
     assert metric(qwen, "specinfer_round_seconds_count") > 0
     assert 0 <= metric(qwen, "specinfer_acceptance_rate") <= 1
+    # The batched steps: every round of every request went through one, and the budget rule's
+    # choices and the passes' times are there to compare.
+    steps = metric(qwen, "specinfer_steps_total")
+    rounds = metric(qwen, "specinfer_step_rounds_total")
+    assert 0 < steps <= rounds
+    assert rounds == metric(qwen, "specinfer_round_seconds_count")
+    assert metric(qwen, "specinfer_step_tokens_total") == metric(qwen, "specinfer_generated_tokens_total")
+    assert 0 <= metric(qwen, "specinfer_step_drafted_tokens_total") <= \
+        metric(qwen, "specinfer_step_draft_budget_tokens_total")
+    assert metric(qwen, "specinfer_step_drafted_tokens_total") == \
+        metric(qwen, "specinfer_drafted_tokens_total")
+    assert 0 < metric(qwen, "specinfer_step_pass_seconds_total") <= \
+        metric(qwen, "specinfer_step_seconds_total")
+    assert metric(qwen, "specinfer_step_predicted_pass_seconds_total") > 0
+    assert metric(qwen, "specinfer_goodput_tokens_per_second") > 0
+    chosen = metric(qwen, 'specinfer_planned_goodput_tokens_per_second{plan="chosen"}')
+    assert chosen >= metric(qwen, 'specinfer_planned_goodput_tokens_per_second{plan="plain"}')
     _, text = get(qwen, "/metrics")
     assert 'specinfer_http_requests_total{path="/v1/completions",status="200"}' in text
 
@@ -412,6 +429,30 @@ def test_command_line():
     assert out.returncode == 2 and "--port" in out.stderr
     out = run("--target", "gguf:path=/nonexistent.gguf", "--port", "0")
     assert out.returncode == 1 and "/nonexistent.gguf" in out.stderr
+
+
+def test_default_drafter(tmp_path):
+    """With no --drafter a model gets prompt lookup, or Medusa heads with lookup when a heads file
+    for it lies beside it (MODEL.medusa.gguf); --drafter none turns drafting off."""
+    model = tmp_path / "m.gguf"
+    model.symlink_to(model_path(GEMMA))
+    for drafter, said in [([], ", drafter ngram\n"), (["--drafter", "none"], None)]:
+        server = Server(["--target", f"gguf:path={model}", "--threads", "2", "-n", "4", *drafter])
+        try:
+            named = [line for line in server.log if ", drafter " in line]
+            if said is None:
+                assert named == [], server.log
+            else:
+                assert len(named) == 1 and named[0].endswith(said), server.log
+            r = client(server).completions.create(model="m", prompt="The sea is", max_tokens=2)
+            assert 1 <= r.usage.completion_tokens <= 2
+        finally:
+            assert server.stop() == 0
+    # The heads file is the one beside the model: one for another model is refused, named.
+    (tmp_path / "m.medusa.gguf").write_bytes(b"GGUF")
+    out = subprocess.run([CLI, "serve", "--target", f"gguf:path={model}", "--port", "0"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 1 and "m.medusa.gguf" in out.stderr, out.stderr
 
 
 def test_port_in_use(gemma):
@@ -612,7 +653,7 @@ def test_served_draft_model_is_loaded_once():
         finally:
             assert server.stop() == 0
 
-    alone, texts, drafted, _ = measure()
+    alone, texts, drafted, _ = measure("--drafter", "none")
     assert drafted == 0
     shared, shared_texts, drafted, log = measure("--drafter",
                                                  f"coder=draft-model:path={small}")

@@ -68,18 +68,30 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
     int32_t batch;
     BatchRun run;
   };
+  // Batch-major: the configurations at one batch size run one after another, so that a ratio to
+  // plain compares runs minutes apart at most on a machine whose speed drifts.
   std::vector<Row> rows;
-  for (size_t ci = 0; ci < configs.size(); ++ci)
-    for (int32_t b : batches) {
+  for (int32_t b : batches)
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
       Row r{ci, b, {}};
       if (!run_batched(reg, target, configs[ci].drafter_spec, configs[ci].coupler, o, prompts, b,
                        prefill_chunk, &r.run))
         return false;
-      std::fprintf(stderr, "bench: %s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s)\n",
-                   configs[ci].label.c_str(), b, r.run.wall_ms / 1000, r.run.prefill_ms / 1000,
-                   r.run.draft_ms / 1000);
+      const BatchRun &x = r.run;
+      const double per_step = x.steps ? 1.0 / static_cast<double>(x.steps) : 0.0;
+      std::fprintf(stderr,
+                   "bench: %s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s); per step: "
+                   "%.2f sessions, draft %.2f of %.2f allowed per session, pass %.1f ms (predicted "
+                   "%.1f ms)\n",
+                   configs[ci].label.c_str(), b, x.wall_ms / 1000, x.prefill_ms / 1000,
+                   x.draft_ms / 1000, static_cast<double>(x.step_rounds) * per_step,
+                   x.step_rounds ? static_cast<double>(x.step_drafted) / x.step_rounds : 0.0,
+                   x.step_rounds ? static_cast<double>(x.budget_tokens) / x.step_rounds : 0.0,
+                   x.pass_ms * per_step, x.predicted_pass_ms * per_step);
       rows.push_back(std::move(r));
     }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row &a, const Row &b) { return a.config < b.config; });
   const auto tps = [](const BatchRun &r) {
     return r.wall_ms > 0 ? static_cast<double>(r.generated) * 1000.0 / r.wall_ms : 0.0;
   };
@@ -92,9 +104,9 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
   const int32_t smallest = *std::min_element(batches.begin(), batches.end());
   std::printf(
       "| configuration | coupler | batch | tokens/s | vs plain at batch %d | x of plain at this "
-      "batch | tokens/round | identical to plain |\n",
+      "batch | tokens/round | draft/session/step | pass ms (predicted) | identical to plain |\n",
       smallest);
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Row &r : rows) {
     const Config &c = configs[r.config];
     const Row *base = nullptr, *plain = nullptr;
@@ -106,10 +118,13 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
     size_t same = 0;
     for (size_t i = 0; plain && i < prompts.size(); ++i)
       same += r.run.outputs[i] == plain->run.outputs[i];
-    std::printf("| %s | %s | %d | %.2f | %.2fx | %.2fx | %.2f | %zu/%zu |\n", c.label.c_str(),
-                c.coupler_spec.c_str(), r.batch, tps(r.run), ratio(r, base), ratio(r, plain),
-                r.run.rounds ? static_cast<double>(r.run.generated) / r.run.rounds : 0.0, same,
-                prompts.size());
+    const BatchRun &x = r.run;
+    std::printf("| %s | %s | %d | %.2f | %.2fx | %.2fx | %.2f | %.2f | %.1f (%.1f) | %zu/%zu |\n",
+                c.label.c_str(), c.coupler_spec.c_str(), r.batch, tps(x), ratio(r, base),
+                ratio(r, plain), x.rounds ? static_cast<double>(x.generated) / x.rounds : 0.0,
+                x.step_rounds ? static_cast<double>(x.step_drafted) / x.step_rounds : 0.0,
+                x.steps ? x.pass_ms / x.steps : 0.0, x.steps ? x.predicted_pass_ms / x.steps : 0.0,
+                same, prompts.size());
   }
   return true;
 }

@@ -113,10 +113,12 @@ int cmd_serve(int argc, char **argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--drafter", mo.drafters,
                  "drafter of every model, e.g. ngram or draft-model:path=draft.gguf; NAME=SPEC "
-                 "for model NAME only (repeatable; none: plain decoding)")
+                 "for model NAME only (repeatable; none: plain decoding). auto: Medusa heads with "
+                 "prompt lookup when MODEL.medusa.gguf is beside the model's MODEL.gguf, else "
+                 "prompt lookup (ngram); a request drafts only where that pays in its batch")
       ->type_name("[NAME=]" + std::string(cli::kSpec))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->default_str("none");
+      ->default_str("auto");
   app.add_option("--host", host, "address to listen on")->capture_default_str();
   cli::add_number(app, "--port", port, "TCP port (0: any free port; the one chosen is printed)",
                   "N", 0, 65535)

@@ -419,6 +419,39 @@ std::string Routes::metrics_text() {
   series("specinfer_round_seconds_count", "", [](const EngineMetrics &m) { return m.rounds; });
   metric("specinfer_prefill_seconds_total", "counter", "Time scoring prompts.",
          [](const EngineMetrics &m) { return m.prefill_seconds; });
+  // The batched steps: what the draft budget allowed and what it cost.
+  metric("specinfer_steps_total", "counter",
+         "Batched steps (one target pass for every running request) that ran rounds.",
+         [](const EngineMetrics &m) { return m.steps; });
+  metric("specinfer_step_rounds_total", "counter", "Requests' rounds in those steps.",
+         [](const EngineMetrics &m) { return m.step_rounds; });
+  metric("specinfer_step_draft_budget_tokens_total", "counter",
+         "Tokens the draft budget let those rounds draft.",
+         [](const EngineMetrics &m) { return m.step_budget; });
+  metric("specinfer_step_drafted_tokens_total", "counter", "Tokens those rounds drafted.",
+         [](const EngineMetrics &m) { return m.step_drafted; });
+  metric("specinfer_step_tokens_total", "counter", "Tokens those steps emitted.",
+         [](const EngineMetrics &m) { return m.step_tokens; });
+  metric("specinfer_step_seconds_total", "counter",
+         "Wall time of those steps (drafting, the pass, coupling).",
+         [](const EngineMetrics &m) { return m.step_seconds; });
+  metric("specinfer_step_pass_seconds_total", "counter", "Time of their target passes.",
+         [](const EngineMetrics &m) { return m.pass_seconds; });
+  metric("specinfer_step_predicted_pass_seconds_total", "counter",
+         "Time the measured pass costs predicted for those passes before they ran.",
+         [](const EngineMetrics &m) { return m.predicted_pass_seconds; });
+  metric("specinfer_goodput_tokens_per_second", "gauge",
+         "Tokens the steps emitted over their wall time, since the start.",
+         [](const EngineMetrics &m) {
+           return m.step_seconds > 0 ? double(m.step_tokens) / m.step_seconds : 0.0;
+         });
+  head("specinfer_planned_goodput_tokens_per_second", "gauge",
+       "The last step's plan (several requests): expected tokens/s of the drafts the budget rule "
+       "chose, and of the same step without drafts.");
+  series("specinfer_planned_goodput_tokens_per_second", "plan=\"chosen\"",
+         [](const EngineMetrics &m) { return m.planned_goodput; });
+  series("specinfer_planned_goodput_tokens_per_second", "plan=\"plain\"",
+         [](const EngineMetrics &m) { return m.plain_goodput; });
   return o.str();
 }
 

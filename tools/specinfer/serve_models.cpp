@@ -201,10 +201,32 @@ bool read_models(const ModelOptions &o, std::vector<ModelSpec> *out, std::string
       !apply_per_model(models, o.templates, "--chat-template", true, &ModelSpec::chat_template,
                        error))
     return false;
-  for (ModelSpec &m : models)
-    if (m.drafter == "none") m.drafter.clear();
+  for (ModelSpec &m : models) {
+    if (m.drafter.empty() || m.drafter == "auto")
+      m.drafter = auto_drafter(m.target);
+    else if (m.drafter == "none")
+      m.drafter.clear();
+  }
   *out = std::move(models);
   return true;
+}
+
+std::string auto_drafter(const std::string &target) {
+  std::string plugin, config;
+  cli::split_spec(target, &plugin, &config);
+  const std::string path = config_value(target, "path");
+  if (plugin == "gguf" && !path.empty()) {
+    std::string heads = path;
+    if (heads.size() > 5 && heads.compare(heads.size() - 5, 5, ".gguf") == 0)
+      heads.resize(heads.size() - 5);
+    heads += ".medusa.gguf";
+    struct stat st;
+    // A heads file's path in a config may hold no ',' (the config's separator).
+    if (heads.find(',') == std::string::npos && stat(heads.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      return "medusa:path=" + heads + ",lookup=1";
+  }
+  return "ngram";
 }
 
 std::vector<std::string> share_draft_models(std::vector<ModelSpec> *models) {

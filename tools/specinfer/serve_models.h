@@ -21,7 +21,8 @@ struct ModelSpec {
 struct ModelOptions {
   std::string target;               // --target ("" when absent)
   std::vector<std::string> models;  // --model: NAME=PATH, NAME=PLUGIN:CONFIG, or NAME (--target's)
-  std::vector<std::string> drafters;   // --drafter: SPEC (every model) or NAME=SPEC; "none" = none
+  std::vector<std::string> drafters;   // --drafter: SPEC (every model) or NAME=SPEC; "none" = none,
+                                       // "auto" (or none given) = auto_drafter
   std::vector<std::string> templates;  // --chat-template: FILE (every model) or NAME=FILE
 };
 
@@ -31,6 +32,13 @@ struct ModelOptions {
 // false with a usage message in *error: no model, a name given twice or not valid, a per-model
 // option naming no served model.
 bool read_models(const ModelOptions &options, std::vector<ModelSpec> *out, std::string *error);
+
+// The drafter a served model gets when the command line names none for it (or names "auto"):
+// Medusa heads with prompt lookup when a heads file for the target's GGUF is beside it (the
+// target's path with ".gguf" replaced by ".medusa.gguf", as scripts/train-heads writes it),
+// otherwise prompt lookup (ngram). Within a batch the draft budget lets a session draft only where
+// that is expected to raise the tokens per second of the whole step.
+std::string auto_drafter(const std::string &target);
 
 // PATH, or a PLUGIN:CONFIG spec, as a target spec: an existing file or anything not of the form
 // PLUGIN:KEY=... is a GGUF path.

@@ -242,6 +242,22 @@ pub struct specinfer_session_stats {
 }
 
 #[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct specinfer_round_info {
+    pub struct_size: u32,
+    pub n_sessions: i32,
+    pub n_pass_tokens: i32,
+    pub draft_budget: i32,
+    pub n_drafted: i32,
+    pub n_accepted: i32,
+    pub draft_ms: f64,
+    pub pass_ms: f64,
+    pub predicted_pass_ms: f64,
+    pub goodput: f64,
+    pub plain_goodput: f64,
+}
+
+#[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct specinfer_sketcher_info {
     pub struct_size: u32,
@@ -911,6 +927,11 @@ extern "C" {
     pub fn specinfer_session_get_stats(
         session: *const specinfer_session,
         stats: *mut specinfer_session_stats,
+    ) -> specinfer_status;
+    pub fn specinfer_round_info_init(info: *mut specinfer_round_info);
+    pub fn specinfer_session_round_info(
+        session: *const specinfer_session,
+        info: *mut specinfer_round_info,
     ) -> specinfer_status;
     pub fn specinfer_session_reset(session: *mut specinfer_session) -> specinfer_status;
     pub fn specinfer_session_tokens(

@@ -426,6 +426,9 @@ fn struct_sizes_match_library() {
         let mut st: specinfer_session_stats = std::mem::zeroed();
         specinfer_session_stats_init(&mut st);
         assert_eq!(st.struct_size as usize, size_of::<specinfer_session_stats>());
+        let mut ri: specinfer_round_info = std::mem::zeroed();
+        specinfer_round_info_init(&mut ri);
+        assert_eq!(ri.struct_size as usize, size_of::<specinfer_round_info>());
         let mut stp: specinfer_step_params = std::mem::zeroed();
         specinfer_step_params_init(&mut stp);
         assert_eq!(stp.struct_size as usize, size_of::<specinfer_step_params>());
