@@ -100,23 +100,7 @@ bool run_batched(specinfer_registry *reg, specinfer_target *target, const std::s
       owners.push_back(&s);
     }
     specinfer_session_step_many(active.data(), results.data(), active.size(), &step);
-    bool pass_counted = false;
-    for (size_t k = 0; k < owners.size(); ++k) {
-      specinfer_round_info info;
-      specinfer_round_info_init(&info);
-      if (results[k].status != SPECINFER_OK || results[k].n_tokens == 0 ||
-          specinfer_session_round_info(owners[k]->session, &info) != SPECINFER_OK)
-        continue;
-      ++out->step_rounds;
-      out->budget_tokens += info.draft_budget;
-      out->step_drafted += info.n_drafted;
-      if (!pass_counted) {  // one shared pass per step: every session of it reports the same
-        pass_counted = true;
-        ++out->steps;
-        out->predicted_pass_ms += info.predicted_pass_ms;
-        out->pass_ms += info.pass_ms;
-      }
-    }
+    tally_step(active.data(), results.data(), active.size(), &out->step);
     for (size_t k = 0; k < owners.size(); ++k) {
       Slot &s = *owners[k];
       if (results[k].status != SPECINFER_OK) {

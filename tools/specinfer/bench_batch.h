@@ -10,6 +10,7 @@
 
 #include "cli_options.h"
 #include "specinfer.h"
+#include "step_tally.h"
 
 struct BatchRun {
   double wall_ms = 0;
@@ -17,11 +18,7 @@ struct BatchRun {
   // Summed over the sessions: scoring prompts (the target's, and a drafter's catching up on the
   // text) and drafting, each spent outside the shared target passes.
   double prefill_ms = 0, draft_ms = 0;
-  // Per step that ran rounds (specinfer_session_round_info of its sessions): rounds, the tokens
-  // the budget rule let them draft and they drafted, and the shared pass's time predicted by the
-  // model's measured pass costs and measured, summed over steps.
-  int64_t steps = 0, step_rounds = 0, budget_tokens = 0, step_drafted = 0;
-  double predicted_pass_ms = 0, pass_ms = 0;
+  StepTally step;                             // what the steps' rounds drafted and cost
   std::vector<std::vector<int32_t>> outputs;  // per prompt, the first max_tokens generated
 };
 

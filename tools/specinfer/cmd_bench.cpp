@@ -78,16 +78,17 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
                        prefill_chunk, &r.run))
         return false;
       const BatchRun &x = r.run;
-      const double per_step = x.steps ? 1.0 / static_cast<double>(x.steps) : 0.0;
+      const StepTally &t = x.step;
+      const double per_step = t.steps ? 1.0 / static_cast<double>(t.steps) : 0.0;
       std::fprintf(stderr,
                    "bench: %s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s); per step: "
                    "%.2f sessions, draft %.2f of %.2f allowed per session, pass %.1f ms (predicted "
                    "%.1f ms)\n",
                    configs[ci].label.c_str(), b, x.wall_ms / 1000, x.prefill_ms / 1000,
-                   x.draft_ms / 1000, static_cast<double>(x.step_rounds) * per_step,
-                   x.step_rounds ? static_cast<double>(x.step_drafted) / x.step_rounds : 0.0,
-                   x.step_rounds ? static_cast<double>(x.budget_tokens) / x.step_rounds : 0.0,
-                   x.pass_ms * per_step, x.predicted_pass_ms * per_step);
+                   x.draft_ms / 1000, static_cast<double>(t.rounds) * per_step,
+                   t.rounds ? static_cast<double>(t.drafted) / t.rounds : 0.0,
+                   t.rounds ? static_cast<double>(t.budget) / t.rounds : 0.0, t.pass_ms * per_step,
+                   t.predicted_pass_ms * per_step);
       rows.push_back(std::move(r));
     }
   std::stable_sort(rows.begin(), rows.end(),
@@ -119,11 +120,12 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
     for (size_t i = 0; plain && i < prompts.size(); ++i)
       same += r.run.outputs[i] == plain->run.outputs[i];
     const BatchRun &x = r.run;
+    const StepTally &t = x.step;
     std::printf("| %s | %s | %d | %.2f | %.2fx | %.2fx | %.2f | %.2f | %.1f (%.1f) | %zu/%zu |\n",
                 c.label.c_str(), c.coupler_spec.c_str(), r.batch, tps(x), ratio(r, base),
                 ratio(r, plain), x.rounds ? static_cast<double>(x.generated) / x.rounds : 0.0,
-                x.step_rounds ? static_cast<double>(x.step_drafted) / x.step_rounds : 0.0,
-                x.steps ? x.pass_ms / x.steps : 0.0, x.steps ? x.predicted_pass_ms / x.steps : 0.0,
+                t.rounds ? static_cast<double>(t.drafted) / t.rounds : 0.0,
+                t.steps ? t.pass_ms / t.steps : 0.0, t.steps ? t.predicted_pass_ms / t.steps : 0.0,
                 same, prompts.size());
   }
   return true;

@@ -199,41 +199,12 @@ void Worker::finish(Slot &slot) {
   job.callbacks.on_done(slot.result);
 }
 
-void Worker::count_step(const std::vector<Slot *> &active,
+void Worker::count_step(const std::vector<specinfer_session *> &sessions,
                         const std::vector<specinfer_step_result> &results,
                         std::chrono::steady_clock::duration took) {
-  EngineMetrics add;
-  bool pass_counted = false;
-  for (size_t i = 0; i < active.size(); ++i) {
-    specinfer_round_info info;
-    specinfer_round_info_init(&info);
-    if (results[i].status != SPECINFER_OK || results[i].n_tokens == 0 ||
-        specinfer_session_round_info(active[i]->session, &info) != SPECINFER_OK)
-      continue;  // failed, or scored a chunk of its prompt
-    add.step_rounds++;
-    add.step_budget += info.draft_budget;
-    add.step_drafted += info.n_drafted;
-    add.step_tokens += static_cast<int64_t>(results[i].n_tokens);
-    if (!pass_counted) {  // every session of the shared pass reports the same pass and plan
-      pass_counted = true;
-      add.pass_seconds = info.pass_ms / 1000.0;
-      add.predicted_pass_seconds = info.predicted_pass_ms / 1000.0;
-      add.planned_goodput = info.goodput;
-      add.plain_goodput = info.plain_goodput;
-    }
-  }
-  if (!pass_counted) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  metrics_.steps++;
-  metrics_.step_rounds += add.step_rounds;
-  metrics_.step_budget += add.step_budget;
-  metrics_.step_drafted += add.step_drafted;
-  metrics_.step_tokens += add.step_tokens;
-  metrics_.step_seconds += std::chrono::duration<double>(took).count();
-  metrics_.pass_seconds += add.pass_seconds;
-  metrics_.predicted_pass_seconds += add.predicted_pass_seconds;
-  metrics_.planned_goodput = add.planned_goodput;
-  metrics_.plain_goodput = add.plain_goodput;
+  if (tally_step(sessions.data(), results.data(), sessions.size(), &metrics_.step))
+    metrics_.step_seconds += std::chrono::duration<double>(took).count();
 }
 
 void Worker::loop() {
@@ -297,7 +268,7 @@ void Worker::loop() {
     }
     const auto step_start = std::chrono::steady_clock::now();
     specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
-    count_step(active, results, std::chrono::steady_clock::now() - step_start);
+    count_step(sessions, results, std::chrono::steady_clock::now() - step_start);
     for (size_t i = 0; i < active.size(); ++i) {
       Slot &s = *active[i];
       const specinfer_step_result &r = results[i];

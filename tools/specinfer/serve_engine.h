@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "specinfer.h"
+#include "step_tally.h"
 
 namespace serve {
 
@@ -61,13 +62,10 @@ struct EngineMetrics {
   double prefill_seconds = 0;  // time scoring prompts, summed
   int32_t queue_depth = 0;     // requests waiting
   int32_t running = 0;         // requests generating
-  // Steps (one specinfer_session_step_many call for every running request) that ran rounds, from
-  // their sessions' specinfer_session_round_info: the rounds, the tokens the budget rule let them
-  // draft and they drafted, the shared pass's measured and predicted time, the tokens the steps
-  // emitted over their wall time (the measured goodput), and the last step's plan.
-  int64_t steps = 0, step_rounds = 0, step_budget = 0, step_drafted = 0, step_tokens = 0;
-  double step_seconds = 0, pass_seconds = 0, predicted_pass_seconds = 0;
-  double planned_goodput = 0, plain_goodput = 0;  // tokens/s, the last shared step's plan
+  // The steps (one specinfer_session_step_many call for every running request) that ran rounds:
+  // what their rounds drafted and cost, and their wall time (tokens over it: measured goodput).
+  StepTally step;
+  double step_seconds = 0;
 };
 
 enum class SubmitStatus { kQueued, kQueueFull, kStopped };
@@ -131,7 +129,7 @@ class Worker : public Engine {
   // Ends the slot's request: its session's counts into the metrics, then on_done.
   void finish(Slot &slot);
   // Adds a step's rounds (specinfer_session_round_info of the slots that ran one) to metrics_.
-  void count_step(const std::vector<Slot *> &active,
+  void count_step(const std::vector<specinfer_session *> &sessions,
                   const std::vector<specinfer_step_result> &results,
                   std::chrono::steady_clock::duration took);
 

@@ -422,36 +422,36 @@ std::string Routes::metrics_text() {
   // The batched steps: what the draft budget allowed and what it cost.
   metric("specinfer_steps_total", "counter",
          "Batched steps (one target pass for every running request) that ran rounds.",
-         [](const EngineMetrics &m) { return m.steps; });
+         [](const EngineMetrics &m) { return m.step.steps; });
   metric("specinfer_step_rounds_total", "counter", "Requests' rounds in those steps.",
-         [](const EngineMetrics &m) { return m.step_rounds; });
+         [](const EngineMetrics &m) { return m.step.rounds; });
   metric("specinfer_step_draft_budget_tokens_total", "counter",
          "Tokens the draft budget let those rounds draft.",
-         [](const EngineMetrics &m) { return m.step_budget; });
+         [](const EngineMetrics &m) { return m.step.budget; });
   metric("specinfer_step_drafted_tokens_total", "counter", "Tokens those rounds drafted.",
-         [](const EngineMetrics &m) { return m.step_drafted; });
+         [](const EngineMetrics &m) { return m.step.drafted; });
   metric("specinfer_step_tokens_total", "counter", "Tokens those steps emitted.",
-         [](const EngineMetrics &m) { return m.step_tokens; });
+         [](const EngineMetrics &m) { return m.step.tokens; });
   metric("specinfer_step_seconds_total", "counter",
          "Wall time of those steps (drafting, the pass, coupling).",
          [](const EngineMetrics &m) { return m.step_seconds; });
   metric("specinfer_step_pass_seconds_total", "counter", "Time of their target passes.",
-         [](const EngineMetrics &m) { return m.pass_seconds; });
+         [](const EngineMetrics &m) { return m.step.pass_ms / 1000.0; });
   metric("specinfer_step_predicted_pass_seconds_total", "counter",
          "Time the measured pass costs predicted for those passes before they ran.",
-         [](const EngineMetrics &m) { return m.predicted_pass_seconds; });
+         [](const EngineMetrics &m) { return m.step.predicted_pass_ms / 1000.0; });
   metric("specinfer_goodput_tokens_per_second", "gauge",
          "Tokens the steps emitted over their wall time, since the start.",
          [](const EngineMetrics &m) {
-           return m.step_seconds > 0 ? double(m.step_tokens) / m.step_seconds : 0.0;
+           return m.step_seconds > 0 ? double(m.step.tokens) / m.step_seconds : 0.0;
          });
   head("specinfer_planned_goodput_tokens_per_second", "gauge",
        "The last step's plan (several requests): expected tokens/s of the drafts the budget rule "
        "chose, and of the same step without drafts.");
   series("specinfer_planned_goodput_tokens_per_second", "plan=\"chosen\"",
-         [](const EngineMetrics &m) { return m.planned_goodput; });
+         [](const EngineMetrics &m) { return m.step.goodput; });
   series("specinfer_planned_goodput_tokens_per_second", "plan=\"plain\"",
-         [](const EngineMetrics &m) { return m.plain_goodput; });
+         [](const EngineMetrics &m) { return m.step.plain_goodput; });
   return o.str();
 }
 
