@@ -169,12 +169,16 @@ specinfer_status d_propose_many(void *const *selves, const specinfer_draft_reque
   if (m == M::throws) throw std::runtime_error("propose_many went wrong");
   specinfer_status rc = SPECINFER_OK;
   for (int32_t i = 0; i < n; ++i) {
-    status[i] = d_propose(selves[i], &reqs[i], &outs[i], &errs[i]);
+    const specinfer_status st = d_propose(selves[i], &reqs[i], &outs[i], &errs[i]);
     if (m == M::unknown_status && i == n - 1) {  // the last drafter's draft goes wrong
       std::snprintf(errs[i].message, sizeof errs[i].message, "its own words");
-      status[i] = static_cast<specinfer_status>(-7);
+      const int unknown = -7;  // stored as an int: no value of the enum, never loaded as one
+      std::memcpy(&status[i], &unknown, sizeof unknown);
+      rc = SPECINFER_ERR_PLUGIN;
+      continue;
     }
-    if (status[i] != SPECINFER_OK) rc = SPECINFER_ERR_PLUGIN;
+    status[i] = st;
+    if (st != SPECINFER_OK) rc = SPECINFER_ERR_PLUGIN;
   }
   return rc;
 }
