@@ -737,7 +737,8 @@ SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session 
  *                 Both samplers: variance at most (2/m) max(||a_I||^2 ||b||^2, ||a||^2 ||b_I||^2),
  *                 far below the linear sketches when a and b overlap little.
  * Options common to all kinds: "simd=auto|avx2|scalar" picks the kernels (the bytes of a sketch do
- * not depend on it beyond float rounding of the projections).
+ * not depend on it beyond float rounding of the projections); auto follows the library's
+ * instruction set, which the environment variable SPECINFER_ISA caps, as for the model kernels.
  *
  * Sketches are self-describing byte strings (magic, kind, format version, d, m, a hash of the seed
  * and options, payload). Every call that reads sketches checks them: bytes that are not a sketch,

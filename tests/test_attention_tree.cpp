@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/isa.h"
 #include "backend/ops.h"
+#include "util/isa.h"
 
 #include "support/backend_util.h"
 #include "support/cmocka_setup.h"

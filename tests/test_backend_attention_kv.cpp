@@ -24,9 +24,9 @@
 
 #include "backend/attention.h"
 #include "backend/attention_args.h"
-#include "backend/isa.h"
 #include "backend/kernel_table.h"
 #include "backend/quant.h"
+#include "util/isa.h"
 
 #include "support/backend_util.h"
 #include "support/cmocka_setup.h"

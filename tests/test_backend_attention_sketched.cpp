@@ -29,8 +29,8 @@
 #include "backend/attention.h"
 #include "backend/attention_args.h"
 #include "backend/attention_sketch.h"
-#include "backend/isa.h"
 #include "backend/kernel_table.h"
+#include "util/isa.h"
 
 #include "support/backend_util.h"
 #include "support/cmocka_setup.h"

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "backend/attention_args.h"
-#include "backend/isa.h"
 #include "backend/kernel_table.h"
 #include "backend/ops.h"
 #include "util/error.h"
+#include "util/isa.h"
 
 #include "support/backend_util.h"
 #include "support/cmocka_setup.h"

@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/isa.h"
 #include "backend/kernel_table.h"
+#include "util/isa.h"
 
 #include "support/cmocka_setup.h"
 

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "backend/isa.h"
 #include "coupling/step_coupler.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
+#include "util/isa.h"
 
 #include <stdint.h>
 

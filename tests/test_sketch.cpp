@@ -21,6 +21,7 @@
 #include "specinfer.h"
 #include "support/sample_stats.h"
 #include "util/error.h"
+#include "util/isa.h"
 
 #include <stdint.h>
 
@@ -392,6 +393,23 @@ void test_simd_variants(void **) {
 
 // Large d*m: the projection is generated column by column instead of materialized; it must still
 // be unbiased and the sketch of a vector with one nonzero is that column.
+// simd=auto follows the library's one instruction-set choice (util/isa.h, which SPECINFER_ISA
+// caps), as the model kernels do; an explicit simd=avx2 asks the CPU only.
+void test_auto_follows_isa(void **) {
+  const specinfer::Isa before = specinfer::set_active_isa(specinfer::Isa::scalar);
+  auto capped = sk::make_sketcher("jl", kDim, 16, 1, "simd=auto");
+  assert_string_equal(capped->kernels().name, "scalar");
+  specinfer::set_active_isa(specinfer::Isa::avx512);
+  auto best = sk::make_sketcher("jl", kDim, 16, 1, "");
+  assert_string_equal(best->kernels().name, sk::avx2_kernels() ? "avx2" : "scalar");
+  if (sk::avx2_kernels()) {
+    specinfer::set_active_isa(specinfer::Isa::scalar);
+    auto asked = sk::make_sketcher("jl", kDim, 16, 1, "simd=avx2");
+    assert_string_equal(asked->kernels().name, "avx2");
+  }
+  specinfer::set_active_isa(before);
+}
+
 void test_lazy_projection(void **) {
   const uint32_t d = 300000, m = 16;  // d*m > 2^22: not materialized
   std::vector<float> a(d, 0.0f), b(d, 0.0f);
@@ -576,13 +594,13 @@ void test_golden_bytes(void **) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_zero_vector),
-      cmocka_unit_test(test_sizes),         cmocka_unit_test(test_determinism),
-      cmocka_unit_test(test_simd_variants), cmocka_unit_test(test_jl_gaussian),
-      cmocka_unit_test(test_jl_sign),       cmocka_unit_test(test_countsketch),
-      cmocka_unit_test(test_qjl),           cmocka_unit_test(test_samplers),
-      cmocka_unit_test(test_distance),      cmocka_unit_test(test_lazy_projection),
-      cmocka_unit_test(test_golden_bytes),
+      cmocka_unit_test(test_bad_input),       cmocka_unit_test(test_zero_vector),
+      cmocka_unit_test(test_sizes),           cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_simd_variants),   cmocka_unit_test(test_auto_follows_isa),
+      cmocka_unit_test(test_jl_gaussian),     cmocka_unit_test(test_jl_sign),
+      cmocka_unit_test(test_countsketch),     cmocka_unit_test(test_qjl),
+      cmocka_unit_test(test_samplers),        cmocka_unit_test(test_distance),
+      cmocka_unit_test(test_lazy_projection), cmocka_unit_test(test_golden_bytes),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/splitmix64.h"
 #include "api/handles.h"
 #include "specinfer.h"
 #include "specinfer_plugin.h"
@@ -60,11 +61,8 @@ struct Oracle {
 };
 Oracle g_oracle;
 
-uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, well-spread choice per (round, level)
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+uint64_t mix(uint64_t x) {  // a fixed, well-spread choice per (round, level)
+  return specinfer::splitmix64(x);
 }
 
 struct OracleDrafter {

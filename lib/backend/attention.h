@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "backend/isa.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

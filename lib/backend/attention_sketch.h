@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/isa.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

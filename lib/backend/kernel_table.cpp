@@ -4,12 +4,12 @@
 
 #include "backend/attention.h"
 #include "backend/attention_sketch.h"
-#include "backend/isa.h"
 #include "backend/matmul.h"
 #include "backend/ops.h"
 #include "backend/packed.h"
 #include "backend/quant.h"
 #include "util/error.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

@@ -16,8 +16,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include "backend/isa.h"
 #include "backend/quant.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

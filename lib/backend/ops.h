@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "backend/isa.h"
 #include "specinfer_plugin.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

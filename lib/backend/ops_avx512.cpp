@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "backend/ops.h"
+#include "backend/simd_x86.h"
 
 namespace specinfer {
 
@@ -36,13 +37,6 @@ inline __m512 exp16(__m512 x) {
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
   const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~zero_below), y);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 float exp_sub_sum_x(float *x, float m, int64_t n) {

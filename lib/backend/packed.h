@@ -84,8 +84,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/isa.h"
 #include "backend/quant.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/packed.h"
+#include "backend/simd_x86.h"
 
 namespace specinfer {
 
@@ -16,17 +17,6 @@ namespace {
 // Tokens per pass over a row. 8 beats 5 at 8 and 16 tokens (one pass instead of two) and ties at
 // 5 even though NT = 8 spills a few sums.
 constexpr int kTile = 8;
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void *p) {
-  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
-}
 
 // The n_blocks super-blocks of one row for NT tokens (x[t * n_blocks + i]) into acc. Per
 // super-block the nibbles are unpacked one 32-byte chunk (two registers) at a time and applied to

@@ -46,6 +46,7 @@
 #include <type_traits>
 
 #include "backend/packed.h"
+#include "backend/simd_x86.h"
 
 // Full unrolling of the q4k_r16 loops (the compiler left them rolled, with register copies between
 // iterations). Not in the emulated build: over software intrinsics it only multiplies compile time
@@ -60,17 +61,6 @@
 namespace specinfer {
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void *p) {
-  return _mm256_loadu_si256(static_cast<const __m256i *>(p));
-}
 
 // q4k_x8: rows [r0, r1) for NT tokens from t0. Per super-block and token: eight vpdpbusd give the
 // eight groups' exact sums (lane s = group s), one float multiply by the group scales (exact:

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/isa.h"
 #include "coupling/row_check.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
 #include "util/error.h"
+#include "util/isa.h"
 
 namespace specinfer {
 

@@ -2,8 +2,8 @@
 // constants between rounds.
 #include "sampling/rng.h"
 
-#include "backend/isa.h"
 #include "sampling/rng_bulk.h"
+#include "util/isa.h"
 
 #include <algorithm>
 

@@ -5,26 +5,23 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../../common/splitmix64.h"
+
 namespace specinfer::sketch {
 
 // The splitmix64 finalizer: a bijection on 64 bits with full avalanche.
 inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
+  return splitmix64_mix(x);
 }
 
 // A stream key: one per (seed, purpose), so that different purposes draw independent numbers.
 inline uint64_t stream_key(uint64_t seed, uint64_t purpose) {
-  return mix64(mix64(seed ^ 0x5eed5eed5eed5eedULL) + purpose * 0x9e3779b97f4a7c15ULL);
+  return mix64(mix64(seed ^ 0x5eed5eed5eed5eedULL) + purpose * kSplitMix64Gamma);
 }
 
 // The counter-th 64-bit word of the stream `key`.
 inline uint64_t hash_at(uint64_t key, uint64_t counter) {
-  return mix64(key + (counter + 1) * 0x9e3779b97f4a7c15ULL);
+  return mix64(key + (counter + 1) * kSplitMix64Gamma);
 }
 
 // Uniform in [0, 1) with 53 random bits.

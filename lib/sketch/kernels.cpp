@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/isa.h"
 
 namespace specinfer::sketch {
 
@@ -57,12 +58,11 @@ const Kernels &scalar_kernels() {
 }
 
 const Kernels *avx2_kernels() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok ? &avx2_kernel_table() : nullptr;
+  return isa_available(Isa::avx2) ? &avx2_kernel_table() : nullptr;
 }
 
 Simd best_simd() {
-  return avx2_kernels() ? Simd::avx2 : Simd::scalar;
+  return active_isa() >= Isa::avx2 ? Simd::avx2 : Simd::scalar;
 }
 
 const Kernels &kernels_for(Simd simd) {

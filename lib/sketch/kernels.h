@@ -25,9 +25,11 @@ struct Kernels {
 
 // The scalar kernels (always available).
 const Kernels &scalar_kernels();
-// The AVX2+FMA kernels, or nullptr when this CPU lacks them.
+// The AVX2+FMA kernels, or nullptr when this CPU lacks them (util/isa.h's avx2 set).
 const Kernels *avx2_kernels();
-// The best variant this CPU runs.
+// The variant "simd=auto" picks: the one of the library's active instruction set (util/isa.h:
+// the CPU's best, capped by SPECINFER_ISA), so that the sketchers and the backend's kernels
+// follow one choice.
 Simd best_simd();
 // The kernels of a variant; throws SPECINFER_ERR_UNSUPPORTED when the CPU cannot run it.
 const Kernels &kernels_for(Simd simd);

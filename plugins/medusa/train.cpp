@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/splitmix64.h"
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
 #include "f16.h"
@@ -90,16 +91,8 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
 // ---- small utilities ------------------------------------------------------------------------
 
 // splitmix64: a fixed generator, so that plans and shuffles are the same on every platform.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+struct Rng : specinfer::SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64{seed} {}
   template <typename T>
   void shuffle(std::vector<T> &v) {
     for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<size_t>(below(i))]);
@@ -844,7 +837,7 @@ class Trainer {
   // One epoch (index e) of minibatch AdamW steps; returns the epoch's mean training loss.
   double epoch(int32_t e) {
     std::vector<int64_t> order = train_pos_;
-    Rng rng(o_.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(e) + 1);
+    Rng rng(o_.seed * specinfer::kSplitMix64Gamma + static_cast<uint64_t>(e) + 1);
     rng.shuffle(order);
     const int64_t total = steps_per_epoch() * o_.epochs;
     const int64_t warm = std::max<int64_t>(1, static_cast<int64_t>(o_.warmup * total));

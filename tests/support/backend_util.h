@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "backend/attention_args.h"
-#include "backend/isa.h"
 #include "backend/kernel_table.h"
 #include "specinfer_plugin.h"
 #include "support/cmocka_setup.h"
+#include "util/isa.h"
 
 namespace specinfer_test {
 

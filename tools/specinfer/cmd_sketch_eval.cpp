@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/splitmix64.h"
 #include "cli_options.h"
 #include "commands.h"
 #include "png_chart.h"
@@ -59,16 +60,7 @@ bool parse_storage(const std::string &s, Config *cfg) {
 }
 
 // splitmix64: the synthetic data's generator (independent of the library's sketch hashing).
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  uint64_t below(uint64_t n) { return next() % n; }
+struct Rng : specinfer::SplitMix64 {
   double normal() {
     const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53, u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/splitmix64.h"
 #include "cli_options.h"
 #include "png_chart.h"
 #include "prompts.h"
@@ -132,10 +133,7 @@ bool read_text(const std::string &path, std::string *text, std::string *error) {
 
 // splitmix64, for sampling query positions and deriving sketch seeds.
 uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return specinfer::splitmix64(z);
 }
 
 // ---- captured vectors ----

@@ -1,4 +1,5 @@
-// The instruction sets the backend has kernels for, and the one choice of which to use.
+// The instruction sets the library has kernels for (the backend's, the sketchers'), and the one
+// choice of which to use.
 #pragma once
 
 namespace specinfer {

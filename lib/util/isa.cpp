@@ -1,4 +1,4 @@
-#include "backend/isa.h"
+#include "util/isa.h"
 
 #include <atomic>
 #include <cstdlib>
