@@ -52,6 +52,7 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
     b.k = k;
     b.value = t.value;
     b.pass_tokens = t.tokens;
+    b.fixed_tokens = std::max(0.0, fixed_tokens);
     b.pass_ms = pass_ms(t.tokens);
     b.draft_ms = t.draft;
     b.goodput = goodput(t, pass_ms);
@@ -60,6 +61,11 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
   };
   const double plain = goodput(cur, pass_ms);
   if (!(pass_ms(cur.tokens) > 0)) return finish(b.k, cur, plain);
+  // What a step's added time must buy at least: the plain goodput of the step without its prompt
+  // chunks (see the header).
+  Totals decode = cur;
+  decode.tokens -= std::max(0.0, fixed_tokens);
+  const double floor_rate = std::max(plain, goodput(decode, pass_ms));
 
   std::vector<int32_t> k = b.k, best_k = b.k;
   Totals best = cur;
@@ -80,6 +86,7 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
         const double dn = o.nodes[to] - o.nodes[from], dd = o.draft_ms[to] - o.draft_ms[from];
         const double dt = std::max(0.0, pass_ms(cur.tokens + dn) - t0) + std::max(0.0, dd);
         const double ratio = dt > 0 ? dv / dt : std::numeric_limits<double>::max();
+        if (!(ratio > floor_rate)) continue;
         if (ratio > step_ratio) {
           step_ratio = ratio;
           step_i = i;
@@ -117,7 +124,10 @@ void group_pass_cost(const DraftBudget &budget, const std::vector<DraftOffer> &o
   const double t_base = pass_ms(base);
   const double others_ms = t_base + std::max(0.0, budget.draft_ms - draft);
   const double others_tokens = std::max(1.0, budget.value - value + (o.value ? o.value[0] : 1.0));
-  const double unit = others_ms / others_tokens;  // the step's time per expected token
+  // The step's time per expected token, at most a step's without prompt chunks (see the header).
+  const double decode_ms =
+      pass_ms(std::max(1.0, base - budget.fixed_tokens)) + std::max(0.0, budget.draft_ms - draft);
+  const double unit = std::min(others_ms, decode_ms) / others_tokens;
   for (int32_t n = 0; n <= k; ++n)
     out[n] = unit > 0 ? static_cast<float>(1.0 + std::max(0.0, pass_ms(base + n) - t_base) / unit)
                       : 1.0f;

@@ -21,6 +21,14 @@
 // first plan (every session at its least: plain batching, when no session insists on a probe) is
 // always a candidate, so the chosen plan's predicted goodput is never below it.
 //
+// A step that also scores prompt chunks takes long and commits few tokens, so that nearly any
+// draft would raise its own goodput G; but the time a draft adds to it delays every later step
+// as well, and is worth what a step without prompt chunks makes of it. So a move is taken only
+// when its added value per added time beats the plain goodput of the step without its F tokens
+// too (the same as plain goodput when F = 0, where every move that raises G beats it anyway): a
+// draft model's catch-up on a fresh prompt is not bought in a prompt step just because that step
+// is slow.
+//
 // A pure function of the curves, the pass time and F: tests/test_budget.cpp checks it on
 // synthetic costs and acceptance curves.
 #pragma once
@@ -48,6 +56,7 @@ struct DraftBudget {
   std::vector<int32_t> k;    // per offer, least .. most
   double value = 0;          // expected tokens committed by the step
   double pass_tokens = 0;    // expected tokens of the pass (F included)
+  double fixed_tokens = 0;   // F
   double pass_ms = 0;        // T(pass_tokens)
   double draft_ms = 0;       // expected drafting time of the step
   double goodput = 0;        // value / (pass_ms + draft_ms)
@@ -66,9 +75,10 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
 // For a drafter that sizes its own token tree within the k_i it was given: out[n], n = 0 .. k_i,
 // the cost of session i's round with n nodes, in the unit the drafter compares expected tokens
 // with (specinfer_draft_request.pass_cost: 1 is its round without a draft). The time its nodes add
-// to the pass is divided by the step's time per expected token without them, so that a node pays
-// for the drafter where it raises the goodput of the whole step. A session alone (no other
-// offer, F = 0) gets T(1 + n) / T(1).
+// to the pass is divided by the step's time per expected token without them (without its prompt
+// chunks either, where that is less: as for the moves above), so that a node pays for the drafter
+// where it raises the goodput of the whole step. A session alone (no other offer, F = 0) gets
+// T(1 + n) / T(1).
 void group_pass_cost(const DraftBudget &budget, const std::vector<DraftOffer> &offers, size_t i,
                      const PassTime &pass_ms, float *out);
 
