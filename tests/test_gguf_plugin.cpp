@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
@@ -365,6 +366,55 @@ void test_shared_sequences(void **state) {
 
 }  // namespace
 
+// With a vocabulary limit, a sequence keeps computing the logits of the ids above it that it was
+// fed, but at most vocab_extra of them besides the end-of-generation ids (pinned at creation):
+// past that the older ones go, so a long-lived draft model that sees ever new rare tokens stays
+// bounded. Fed one id above the limit per pass, the ids with logits are always the pinned ones,
+// the one just fed, and at most vocab_extra - 1 others; the first one fed is dropped in the end.
+void test_vocab_extra_cap(void **state) {
+  auto *fx = static_cast<Fixture *>(*state);
+  void *t = nullptr;
+  const specinfer_target_vtable *vt = nullptr;
+  specinfer_plugin_error err;
+  const int32_t V = fx->cfg.n_vocab, E = fx->cfg.n_embd, limit = 40, cap = 4;
+  assert_int_equal(create(fx, "path=" + fx->model_path + ",n_ctx=64,vocab_limit=40,vocab_extra=4",
+                          &t, &vt, &err),
+                   SPECINFER_OK);
+  const auto above_with_logits = [&](const Pass &p) {
+    std::vector<int32_t> ids;
+    for (int32_t v = limit; v < V; v++)
+      if (std::isfinite(p.logits[size_t(v)])) ids.push_back(v);
+    return ids;
+  };
+  Pass first = chain(1, 1, 0, 1);
+  specinfer_forward_batch b = first.batch(V, E);
+  assert_int_equal(vt->forward(t, &b, &err), SPECINFER_OK);
+  const std::vector<int32_t> pinned = above_with_logits(first);
+  const auto is_pinned = [&](int32_t v) {
+    return std::find(pinned.begin(), pinned.end(), v) != pinned.end();
+  };
+  std::vector<int32_t> fed;
+  for (int32_t id = limit + 1; id < V && fed.size() < 10; id++) {
+    if (is_pinned(id)) continue;
+    Pass p;
+    p.tokens = {id};
+    p.positions = {vt->kv_size(t)};
+    p.n_logits = 1;
+    b = p.batch(V, E);
+    assert_int_equal(vt->forward(t, &b, &err), SPECINFER_OK);
+    fed.push_back(id);
+    const std::vector<int32_t> have = above_with_logits(p);
+    for (int32_t v : pinned) assert_true(std::find(have.begin(), have.end(), v) != have.end());
+    assert_true(std::find(have.begin(), have.end(), id) != have.end());
+    assert_true(have.size() <= pinned.size() + size_t(cap));
+    for (int32_t v : have)
+      assert_true(is_pinned(v) || std::find(fed.begin(), fed.end(), v) != fed.end());
+    if (fed.size() == 10) assert_true(std::find(have.begin(), have.end(), fed[0]) == have.end());
+  }
+  assert_int_equal(fed.size(), 10);
+  vt->destroy(t);
+}
+
 // A target over a tiny model written to a temporary file (removed when the target is made).
 specinfer_status create_from(Fixture *fx, const std::vector<uint8_t> &bytes,
                              const std::string &options, void **self,
@@ -631,7 +681,7 @@ int main(void) {
       cmocka_unit_test(test_config_errors),    cmocka_unit_test(test_target),
       cmocka_unit_test(test_chat_template),    cmocka_unit_test(test_qk_observer),
       cmocka_unit_test(test_shared_sequences), cmocka_unit_test(test_sliding_window_host),
-      cmocka_unit_test(test_kv_tiles_default),
+      cmocka_unit_test(test_kv_tiles_default), cmocka_unit_test(test_vocab_extra_cap),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

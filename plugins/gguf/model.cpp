@@ -436,18 +436,32 @@ Model::Model(std::shared_ptr<const Weights> weights) : w_(std::move(weights)) {
   if (w_->n_out < w_->hp.n_vocab) is_extra_.assign(size_t(w_->hp.n_vocab), 0);
 }
 
-void Model::add_output_ids(const int32_t *ids, int32_t n) {
+void Model::add_output_ids(const int32_t *ids, int32_t n, bool pinned) {
   if (n > 0 && ids == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: add_output_ids: NULL ids");
   const Weights &W = *w_;
   if (W.n_out == W.hp.n_vocab) return;
   const int64_t E = W.hp.n_embd;
+  int32_t n_new = 0;
   for (int32_t i = 0; i < n; i++) {
     const int32_t id = ids[i];
     if (id < 0 || id >= W.hp.n_vocab)
       fail(SPECINFER_ERR_INVALID_ARGUMENT,
            "gguf: add_output_ids: id %d is outside the vocabulary of %d", id, W.hp.n_vocab);
+    if (id >= W.n_out && !is_extra_[size_t(id)]) ++n_new;
+  }
+  if (n_new == 0) return;
+  // Over the cap: the unpinned ids added before go (see the header).
+  if (!pinned && extra_ids_.size() + size_t(n_new) > n_pinned_ + size_t(extra_cap_)) {
+    for (size_t j = n_pinned_; j < extra_ids_.size(); j++) is_extra_[size_t(extra_ids_[j])] = 0;
+    extra_ids_.resize(n_pinned_);
+    extra_rows_.resize(n_pinned_ * W.output.row_bytes);
+    extra_packed_.reset();
+  }
+  for (int32_t i = 0; i < n; i++) {
+    const int32_t id = ids[i];
     if (id < W.n_out || is_extra_[size_t(id)]) continue;
+    if (!pinned && extra_ids_.size() >= n_pinned_ + size_t(extra_cap_)) break;
     // The file's row, in the output matrix's type (re-quantized like the rest if it was).
     const auto *src =
         static_cast<const uint8_t *>(W.output_file.data) + size_t(id) * W.output_file.row_bytes;
@@ -466,6 +480,7 @@ void Model::add_output_ids(const int32_t *ids, int32_t n) {
     is_extra_[size_t(id)] = 1;
     extra_packed_.reset();
   }
+  if (pinned) n_pinned_ = extra_ids_.size();
 }
 
 void Model::ensure_capacity(int32_t n_pos) {

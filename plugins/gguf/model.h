@@ -107,6 +107,10 @@ struct ModelOptions {
 // What a model's sequences share: hyperparameters and every weight, immutable once loaded, so
 // that any number of Models (sequences, each with its own KV cache) on other threads read it at
 // once.
+// Ids above a vocabulary limit whose logits a sequence keeps computing, unpinned (Model::
+// add_output_ids): the rows of 8192 ids are 4 MB for the 0.5B draft re-quantized to Q4_0.
+constexpr int32_t kDefaultExtraCap = 8192;
+
 class Weights {
  public:
   // Reads hyperparameters and weights (checking every shape); n_ctx <= 0 picks the trained
@@ -250,9 +254,14 @@ class Model {
 
   // With a vocabulary limit: also compute logits for these ids from now on, in this sequence (ids
   // below the limit or already added are skipped). The plugin adds the end-of-generation tokens
-  // when it creates a sequence; forward adds every token it is fed. Throws INVALID_ARGUMENT for an
-  // id outside the vocabulary.
-  void add_output_ids(const int32_t *ids, int32_t n);
+  // when it creates a sequence, pinned; forward adds every token it is fed. At most
+  // extra_cap() unpinned ids are kept: when a call's new ids would pass that, the unpinned ones
+  // added before are dropped first (their rows and logits go; the draft model no longer proposes
+  // them until it is fed them again), so that a long-lived sequence that sees ever new rare tokens
+  // stays bounded. Throws INVALID_ARGUMENT for an id outside the vocabulary.
+  void add_output_ids(const int32_t *ids, int32_t n, bool pinned = false);
+  void set_extra_cap(int32_t cap) { extra_cap_ = cap < 0 ? 0 : cap; }
+  int32_t extra_cap() const { return extra_cap_; }
   // Ids at or above the limit whose logits are computed (empty without a limit).
   const std::vector<int32_t> &extra_output_ids() const { return extra_ids_; }
 
@@ -330,7 +339,9 @@ class Model {
   // With a vocabulary limit, the rows of ids above it that are computed too: their rows in the
   // output matrix's type in the order of extra_ids_, and which ids are in.
   std::vector<uint8_t> extra_rows_;
-  std::vector<int32_t> extra_ids_;
+  std::vector<int32_t> extra_ids_;  // the pinned ones first
+  size_t n_pinned_ = 0;
+  int32_t extra_cap_ = kDefaultExtraCap;
   std::vector<uint8_t> is_extra_;
   std::vector<float> extra_logits_, extra_row_f_;
   // With a packed output matrix, the extra rows packed the same way, the last row repeated up to

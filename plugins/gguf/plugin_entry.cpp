@@ -28,6 +28,8 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const Weights> weights;
   std::vector<int32_t> eog;  // with a vocabulary limit: ids every sequence computes logits for
+  // With a vocabulary limit: the most other ids above it a sequence keeps (Model::extra_cap).
+  int32_t vocab_extra = kDefaultExtraCap;
   std::string name, arch;
   std::optional<std::string> chat_template;  // tokenizer.chat_template
 };
@@ -42,7 +44,8 @@ struct Target {
 std::unique_ptr<Target> new_sequence(std::shared_ptr<const Loaded> loaded) {
   auto t = std::make_unique<Target>();
   t->model = std::make_unique<Model>(loaded->weights);
-  t->model->add_output_ids(loaded->eog.data(), static_cast<int32_t>(loaded->eog.size()));
+  t->model->set_extra_cap(loaded->vocab_extra);
+  t->model->add_output_ids(loaded->eog.data(), static_cast<int32_t>(loaded->eog.size()), true);
   t->loaded = std::move(loaded);
   return t;
 }
@@ -59,12 +62,15 @@ struct Config {
   // A q8_0 cache's keys in tiles of 16 positions (1) or rows (0); -1: tiles unless attn=qjl, whose
   // picked keys are gathered faster from rows than lane by lane from tiles.
   int32_t kv_tiles = -1;
+  // With vocab_limit: the most other ids above it a sequence keeps (Model::extra_cap).
+  int32_t vocab_extra = kDefaultExtraCap;
 };
 
 Config parse_config(const char *text) {
   const specinfer_plugin::Config kv(
-      text, {"path", "n_ctx", "pack", "vocab_limit", "requant", "kv_type", "attn", "attn_bits",
-             "attn_keys", "attn_window", "attn_sink", "attn_rescore", "swa_full", "kv_tiles"});
+      text, {"path", "n_ctx", "pack", "vocab_limit", "vocab_extra", "requant", "kv_type", "attn",
+             "attn_bits", "attn_keys", "attn_window", "attn_sink", "attn_rescore", "swa_full",
+             "kv_tiles"});
   const auto int_of = [&](const char *key, int32_t def, long lo) {
     return int32_t(kv.get_int(key, def, lo, 1L << 24));
   };
@@ -73,6 +79,7 @@ Config parse_config(const char *text) {
   if (cfg.path.empty()) fail(SPECINFER_ERR_CONFIG, "config key 'path' is required");
   cfg.n_ctx = int_of("n_ctx", cfg.n_ctx, 1);
   cfg.vocab_limit = int_of("vocab_limit", cfg.vocab_limit, 0);
+  cfg.vocab_extra = int_of("vocab_extra", cfg.vocab_extra, 0);
   cfg.requant = kv.get_choice<int32_t>(
       "requant", cfg.requant,
       {{"q4_0", SPECINFER_WTYPE_Q4_0}, {"q8_0", SPECINFER_WTYPE_Q8_0}, {"none", -1}, {"0", -1}});
@@ -315,6 +322,7 @@ specinfer_status target_create(const specinfer_host *host, const char *config, v
       for (int32_t id = 0; id < l->tokenizer->vocab_size(); ++id)
         if (l->tokenizer->is_eog(id)) l->eog.push_back(id);
     }
+    l->vocab_extra = cfg.vocab_extra;
     l->name = hp.name;
     l->arch = hp.arch;
     try {  // a template of the wrong type is no template, not a model that fails to load
