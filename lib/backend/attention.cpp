@@ -272,25 +272,14 @@ void absorb(const Call &c, float *s, const float *mp, int64_t rows, int64_t nb, 
   }
 }
 
-// The fresh state of queries q0 .. q0 + nq (nq <= kTileQueries), kv head kvh, over the keys each
-// sees among its visible positions [t0, t0 + kAttnChunk). A block that every query of the tile sees
-// at the same slots is scored and accumulated for all their rows at once; any other block query
-// by query. Either way a query meets the blocks it would meet alone, and the kernels treat each row
-// alike whatever shares the call, so its result is the same bits.
-void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, State st) {
+// The rows of queries q0 .. q0 + nq of a tile on kv head kvh, one after another, into *q (and,
+// for key tiles, rounded into *q8): in place when they are (one query, or one kv head), else
+// gathered into this thread's buffers.
+void tile_queries(const Call &c, int64_t q0, int64_t nq, int64_t kvh, const float **q_out,
+                  QuantRows *q8_out) {
   const specinfer_attention_args &a = *c.a;
   const int64_t g = c.g, hd = c.hd, rows = nq * g;
-  const View *views[kTileQueries];
-  int64_t t1[kTileQueries];
-  int64_t t_end = t0, shared = std::numeric_limits<int64_t>::max();
-  for (int64_t t = 0; t < nq; ++t) {
-    views[t] = &view_of(c, q0 + t, kvh);
-    t1[t] = std::min(views[t]->size(), t0 + kAttnChunk);
-    t_end = std::max(t_end, t1[t]);
-    shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
-  }
-  // The tile's query rows, one after another.
-  thread_local std::vector<float> qbuf, sbuf, dbuf, pbuf, mbuf;
+  thread_local std::vector<float> qbuf, dbuf;
   thread_local std::vector<int8_t> q8buf;
   thread_local std::vector<int32_t> biasbuf;
   const int64_t r0 = q0 * a.n_head + kvh * g, nb = hd / 32;
@@ -317,6 +306,62 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       q8 = QuantRows{q8buf.data(), dbuf.data(), biasbuf.data()};
     }
   }
+  *q_out = q;
+  *q8_out = q8;
+}
+
+// Listed keys come from scattered rows, which the kernels' own prefetches (a few rows ahead)
+// reach too late: the listed rows of view v's block from t on are asked into L2 while the current
+// one runs (keys in rows only, and not those whose scores the view holds). A run streams in order,
+// which the hardware prefetchers follow.
+[[gnu::always_inline]] inline void prefetch_listed(const Call &c, const View &v, int64_t t,
+                                                   const uint8_t *kb, const uint8_t *vb) {
+  const int64_t end = std::min(v.size(), t + kAttnBlock);
+  for (t = std::max(t, v.run); t < end; ++t) {
+    const auto slot = size_t(v.slot(t));
+    if (!c.k_tiled && (t < v.s0 || t >= v.s1)) prefetch_l2(kb + slot * c.k_pos, c.k_head_bytes);
+    prefetch_l2(vb + slot * c.v_pos, c.v_head_bytes);
+  }
+}
+
+// The exact scores view v holds for keys [b0 + k0, b0 + k1) into rows of sp (kAttnBlock apart)
+// at k0 .., their largest per row into mp.
+[[gnu::always_inline]] inline void copy_held_scores(const View &v, int64_t nr, int64_t b0,
+                                                    int64_t k0, int64_t k1, float *sp, float *mp) {
+  for (int64_t h = 0; h < nr; ++h) {
+    const float *from = v.scores + h * v.s_stride + (b0 + k0 - v.s0);
+    float *to = sp + h * kAttnBlock;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = k0; j < k1; ++j) {
+      to[j] = from[j - k0];
+      m = std::max(m, to[j]);
+    }
+    mp[h] = m;
+  }
+}
+
+// The fresh state of queries q0 .. q0 + nq (nq <= kTileQueries), kv head kvh, over the keys each
+// sees among its visible positions [t0, t0 + kAttnChunk). A block that every query of the tile sees
+// at the same slots is scored and accumulated for all their rows at once; any other block query
+// by query. Either way a query meets the blocks it would meet alone, and the kernels treat each row
+// alike whatever shares the call, so its result is the same bits.
+void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, State st) {
+  const specinfer_attention_args &a = *c.a;
+  const int64_t g = c.g, hd = c.hd, rows = nq * g;
+  const View *views[kTileQueries];
+  int64_t t1[kTileQueries];
+  int64_t t_end = t0, shared = std::numeric_limits<int64_t>::max();
+  for (int64_t t = 0; t < nq; ++t) {
+    views[t] = &view_of(c, q0 + t, kvh);
+    t1[t] = std::min(views[t]->size(), t0 + kAttnChunk);
+    t_end = std::max(t_end, t1[t]);
+    shared = views[t]->first == views[0]->first ? std::min(shared, views[t]->run) : 0;
+  }
+  const int64_t nb = hd / 32;
+  const float *q = nullptr;
+  QuantRows q8;
+  tile_queries(c, q0, nq, kvh, &q, &q8);
+  thread_local std::vector<float> sbuf, pbuf, mbuf;
   sbuf.resize(size_t(rows * (kAttnBlock + 1)));
   float *sp = sbuf.data(), *mp = sp + rows * kAttnBlock;
   for (int64_t h = 0; h < rows; ++h) {
@@ -326,20 +371,8 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
   std::fill(st.o, st.o + rows * hd, 0.0f);
   const uint8_t *kb = c.k + size_t(kvh) * c.k_head, *vb = c.v + size_t(kvh) * c.v_head;
   const uint8_t *krows[kAttnBlock], *vrows[kAttnBlock];
-  // Keys [b0, b0 + n) of view v, scored and accumulated for rows [r, r + nr) of the tile into s.
-  // Listed keys come from scattered rows, which the kernels' own prefetches (a few rows ahead)
-  // reach too late: the listed rows of the block from t on are asked into L2 while this one runs
-  // (keys in rows only, and not those whose scores the view holds). A run streams in order, which
-  // the hardware prefetchers follow.
-  const auto prefetch_next = [&](const View &v, int64_t t) {
-    const int64_t end = std::min(v.size(), t + kAttnBlock);
-    for (t = std::max(t, v.run); t < end; ++t) {
-      const auto slot = size_t(v.slot(t));
-      if (!c.k_tiled && (t < v.s0 || t >= v.s1)) prefetch_l2(kb + slot * c.k_pos, c.k_head_bytes);
-      prefetch_l2(vb + slot * c.v_pos, c.v_head_bytes);
-    }
-  };
-  // Rows one after another by position (a head-major cache): a run can be prefetched ahead.
+  // Keys [b0, b0 + n) of view v are scored and accumulated for rows [r, r + nr) of the tile by
+  // step(). Rows one after another by position (a head-major cache): a run can be prefetched ahead.
   const bool head_major = c.k_pos == c.k_head_bytes && c.v_pos == c.v_head_bytes;
   // Scores of keys [b0 + j0, b0 + j1) of view v into sp + j0, their largest per row into m.
   const auto score = [&](const View &v, int64_t r, int64_t nr, int64_t b0, int64_t j0, int64_t j1,
@@ -369,22 +402,13 @@ void run_tile(const Call &c, int64_t q0, int64_t nq, int64_t kvh, int64_t t0, St
       if (!c.k_tiled) krows[j] = kb + slot * c.k_pos;
       vrows[j] = vb + slot * c.v_pos;
     }
-    if (b0 + n + kAttnBlock > v.run) prefetch_next(v, b0 + n);
+    if (b0 + n + kAttnBlock > v.run) prefetch_listed(c, v, b0 + n, kb, vb);
     // Keys whose exact scores the view holds are copied, the rest scored.
     const int64_t k0 = std::clamp(v.s0 - b0, int64_t(0), n), k1 = std::clamp(v.s1 - b0, k0, n);
     if (v.scores == nullptr || k0 == k1) {
       score(v, r, nr, b0, 0, n, mp);
     } else {
-      for (int64_t h = 0; h < nr; ++h) {
-        const float *from = v.scores + h * v.s_stride + (b0 + k0 - v.s0);
-        float *to = sp + h * kAttnBlock;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = k0; j < k1; ++j) {
-          to[j] = from[j - k0];
-          m = std::max(m, to[j]);
-        }
-        mp[h] = m;
-      }
+      copy_held_scores(v, nr, b0, k0, k1, sp, mp);
       pbuf.resize(size_t(nr));
       for (const auto &[j0, j1] : {std::pair{int64_t(0), k0}, std::pair{k1, n}}) {
         if (j0 == j1) continue;
@@ -699,7 +723,10 @@ void kv_store(int32_t type, const float *src, void *dst, int64_t n) {
   }
 }
 
-void attention(const specinfer_attention_args &a) {
+namespace {
+
+// Throws unless the arguments' sizes, pointers and scale make a call.
+void check_args(const specinfer_attention_args &a) {
   if (a.struct_size < offsetof(specinfer_attention_args, k_type))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: struct_size %u too small", a.struct_size);
   if (a.n_q <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.n_kv <= 0)
@@ -713,8 +740,11 @@ void attention(const specinfer_attention_args &a) {
   if (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: NULL q, k, v or out");
   if (!std::isfinite(a.scale)) fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: scale not finite");
+}
+
+// The call's types, kernels, shapes and cache layout (strides, key tiles).
+void set_layout(const specinfer_attention_args &a, Isa isa, Call &c) {
   const bool typed = a.struct_size >= offsetof(specinfer_attention_args, v_type) + sizeof a.v_type;
-  Call c;
   c.a = &a;
   c.k_type = typed ? a.k_type : SPECINFER_WTYPE_F32;
   c.v_type = typed ? a.v_type : SPECINFER_WTYPE_F32;
@@ -728,7 +758,6 @@ void attention(const specinfer_attention_args &a) {
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: head_dim %d is not a multiple of %s's %lld",
            a.head_dim, wtype_name(t), (long long)wtype_block_size(t));
   }
-  const Isa isa = active_isa();
   c.vec = &vec_ops(isa);
   c.kern = a.head_dim % 32 == 0 ? &attn_kernels(isa) : &attn_kernels_scalar();
   c.hd = a.head_dim;
@@ -754,42 +783,47 @@ void attention(const specinfer_attention_args &a) {
            (long long)tiled_kv);
     c.k_tiled = true;
   }
-  if (a.struct_size >= offsetof(specinfer_attention_args, n_sink) + sizeof a.n_sink &&
-      a.k_sketch != nullptr) {
-    if (!sketch_bits_valid(a.sketch_bits))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT,
-           "attention: sketch_bits %d (expected a multiple of 32 in 32..1024)", a.sketch_bits);
-    if (a.n_select < 1 || a.n_window < 0 || a.n_sink < 0 ||
-        int64_t(a.n_select) + a.n_window + a.n_sink > (int64_t{1} << 30))
-      fail(SPECINFER_ERR_INVALID_ARGUMENT,
-           "attention: sketched attention needs n_select >= 1, n_window >= 0, n_sink >= 0 "
-           "(got %d, %d, %d)",
-           a.n_select, a.n_window, a.n_sink);
-    if (int64_t(a.n_head_kv) * int64_t(key_sketch_bytes(a.sketch_bits)) * 16 > INT32_MAX)
-      fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: %d kv heads too many for sketches",
-           a.n_head_kv);
-    c.ks = a.k_sketch;
-    c.ks_row = key_sketch_bytes(a.sketch_bits);
-    c.bits = a.sketch_bits;
-    c.n_select = a.n_select;
-    c.n_window = a.n_window;
-    c.n_sink = a.n_sink;
-    if (a.struct_size >= offsetof(specinfer_attention_args, n_rescore) + sizeof a.n_rescore) {
-      if (a.n_rescore < 0 || a.n_rescore > (1 << 30))
-        fail(SPECINFER_ERR_INVALID_ARGUMENT,
-             "attention: n_rescore %d (expected 0 .. 2^30: candidates scored exactly)",
-             a.n_rescore);
-      c.n_rescore = a.n_rescore;
-    }
-  }
+}
 
-  // Each query's visible keys. Causal: the prefix up to the query. A mask: the first run of
-  // visible keys and then the rest listed, so that a tree node sees its cached prefix as one run
-  // and its ancestors listed: the same keys in the same order as plain decoding of its path, whose
-  // result it then equals bit for bit.
+// Sketched attention's parameters, when the arguments carry key sketches.
+void set_sketching(const specinfer_attention_args &a, Call &c) {
+  if (a.struct_size < offsetof(specinfer_attention_args, n_sink) + sizeof a.n_sink ||
+      a.k_sketch == nullptr)
+    return;
+  if (!sketch_bits_valid(a.sketch_bits))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT,
+         "attention: sketch_bits %d (expected a multiple of 32 in 32..1024)", a.sketch_bits);
+  if (a.n_select < 1 || a.n_window < 0 || a.n_sink < 0 ||
+      int64_t(a.n_select) + a.n_window + a.n_sink > (int64_t{1} << 30))
+    fail(SPECINFER_ERR_INVALID_ARGUMENT,
+         "attention: sketched attention needs n_select >= 1, n_window >= 0, n_sink >= 0 "
+         "(got %d, %d, %d)",
+         a.n_select, a.n_window, a.n_sink);
+  if (int64_t(a.n_head_kv) * int64_t(key_sketch_bytes(a.sketch_bits)) * 16 > INT32_MAX)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "attention: %d kv heads too many for sketches",
+         a.n_head_kv);
+  c.ks = a.k_sketch;
+  c.ks_row = key_sketch_bytes(a.sketch_bits);
+  c.bits = a.sketch_bits;
+  c.n_select = a.n_select;
+  c.n_window = a.n_window;
+  c.n_sink = a.n_sink;
+  if (a.struct_size >= offsetof(specinfer_attention_args, n_rescore) + sizeof a.n_rescore) {
+    if (a.n_rescore < 0 || a.n_rescore > (1 << 30))
+      fail(SPECINFER_ERR_INVALID_ARGUMENT,
+           "attention: n_rescore %d (expected 0 .. 2^30: candidates scored exactly)", a.n_rescore);
+    c.n_rescore = a.n_rescore;
+  }
+}
+
+// Each query's visible keys into c.views, the listed ones kept in *tails (which must outlive the
+// call). Causal: the prefix up to the query. A mask: the first run of visible keys and then the
+// rest listed, so that a tree node sees its cached prefix as one run and its ancestors listed: the
+// same keys in the same order as plain decoding of its path, whose result it then equals bit for
+// bit.
+void build_views(const specinfer_attention_args &a, Call &c, std::vector<int32_t> *tails) {
   const int64_t n_q = a.n_q, n_kv = a.n_kv;
   c.views.resize(size_t(n_q));
-  std::vector<int32_t> tails;
   std::vector<int64_t> tail_at(size_t(n_q), 0);
   for (int64_t qi = 0; qi < n_q; ++qi) {
     View &vw = c.views[size_t(qi)];
@@ -803,99 +837,105 @@ void attention(const specinfer_attention_args &a) {
     vw.first = j;
     while (j < n_kv && mq[j] != 0) ++j;
     vw.run = j - vw.first;
-    tail_at[size_t(qi)] = int64_t(tails.size());
+    tail_at[size_t(qi)] = int64_t(tails->size());
     for (; j < n_kv; ++j)
-      if (mq[j] != 0) tails.push_back(int32_t(j));
-    vw.n_tail = int64_t(tails.size()) - tail_at[size_t(qi)];
+      if (mq[j] != 0) tails->push_back(int32_t(j));
+    vw.n_tail = int64_t(tails->size()) - tail_at[size_t(qi)];
   }
   for (int64_t qi = 0; qi < n_q; ++qi)
     if (c.views[size_t(qi)].n_tail > 0)
-      c.views[size_t(qi)].tail = tails.data() + tail_at[size_t(qi)];
+      c.views[size_t(qi)].tail = tails->data() + tail_at[size_t(qi)];
+}
 
-  const int64_t hkv = c.hkv, items = n_q * hkv;
-  if (c.k_tiled) {
-    const int64_t n_rows = n_q * a.n_head, nb = c.hd / 32;
-    c.q8.resize(size_t(n_rows * c.hd));
-    c.q8_d.resize(size_t(n_rows * nb));
-    c.q8_bias.resize(size_t(n_rows * nb));
-    tbb::parallel_for(int64_t(0), n_rows, [&](int64_t r) {
-      quantize_query_q8(a.q + r * c.hd, c.hd, c.q8.data() + r * c.hd, c.q8_d.data() + r * nb,
-                        c.q8_bias.data() + r * nb);
-    });
-  }
-  if (c.ks) {
-    const int64_t total = c.n_sink + c.n_select + c.n_window;
-    c.item_views.resize(size_t(items));
-    c.picked.resize(size_t(items * total));
-    if (c.n_rescore > c.n_select && n_q <= kSplitMaxQueries)
-      c.picked_scores.resize(size_t(items * c.g * c.n_select));
-    const SketchScoreFn score = sketch_scorer(isa);
-    tbb::parallel_for(int64_t(0), items,
-                      [&](int64_t it) { pick_keys(c, it / hkv, it % hkv, score); });
-  }
-  // Tasks over (tile of consecutive queries, kv head); a tile's chunks are those of its query that
-  // sees the most keys, and a query's partials merge in key order over its own chunks only.
-  const int64_t n_tiles = (n_q + kTileQueries - 1) / kTileQueries, tasks = n_tiles * hkv;
-  const int64_t tile_q = std::min(n_q, kTileQueries);
-  const size_t sf = state_floats(c, tile_q);
-  auto tile_of = [&](int64_t it, int64_t &q0, int64_t &nq, int64_t &nc) {
-    q0 = it / hkv * kTileQueries;
-    nq = std::min(kTileQueries, n_q - q0);
-    nc = 0;
-    for (int64_t t = 0; t < nq; ++t)
-      nc = std::max(nc, n_chunks(view_of(c, q0 + t, it % hkv).size()));
-  };
-  if (n_q <= kSplitMaxQueries) {
-    // Few queries: every chunk is a task of its own, its partial kept, then merged in order.
-    std::vector<int64_t> first_task(size_t(tasks) + 1, 0);
-    for (int64_t it = 0; it < tasks; ++it) {
-      int64_t q0, nq, nc;
-      tile_of(it, q0, nq, nc);
-      first_task[size_t(it) + 1] = first_task[size_t(it)] + nc;
-    }
-    std::vector<float> part(size_t(first_task.back()) * sf);
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, tasks),
-                      [&](const tbb::blocked_range<int64_t> &r) {
-                        for (int64_t it = r.begin(); it < r.end(); ++it) {
-                          int64_t q0, nq, nc;
-                          tile_of(it, q0, nq, nc);
-                          tbb::parallel_for(int64_t(0), nc, [&](int64_t ch) {
-                            float *p = part.data() + size_t(first_task[size_t(it)] + ch) * sf;
-                            run_tile(c, q0, nq, it % hkv, ch * kAttnChunk, state_at(c, p, nq));
-                          });
-                        }
-                      });
-    tbb::parallel_for(int64_t(0), tasks, [&](int64_t it) {
-      int64_t q0, nq, nc;
-      tile_of(it, q0, nq, nc);
-      const int64_t kvh = it % hkv;
-      auto chunk = [&](int64_t ch) {
-        return state_at(c, part.data() + size_t(first_task[size_t(it)] + ch) * sf, nq);
-      };
-      for (int64_t t = 0; t < nq; ++t) {
-        const int64_t nc_t = n_chunks(view_of(c, q0 + t, kvh).size());
-        if (nc_t == 0) {
-          finish(c, q0 + t, kvh, State{});
-          continue;
+// The queries rounded for key tiles (c.q8, c.q8_d, c.q8_bias).
+void quantize_queries(const specinfer_attention_args &a, Call &c) {
+  const int64_t n_rows = int64_t(a.n_q) * a.n_head, nb = c.hd / 32;
+  c.q8.resize(size_t(n_rows * c.hd));
+  c.q8_d.resize(size_t(n_rows * nb));
+  c.q8_bias.resize(size_t(n_rows * nb));
+  tbb::parallel_for(int64_t(0), n_rows, [&](int64_t r) {
+    quantize_query_q8(a.q + r * c.hd, c.hd, c.q8.data() + r * c.hd, c.q8_d.data() + r * nb,
+                      c.q8_bias.data() + r * nb);
+  });
+}
+
+// Sketched attention: the keys each (query, kv head) attends to.
+void pick_all_keys(Call &c, Isa isa) {
+  const int64_t n_q = c.a->n_q, hkv = c.hkv, items = n_q * hkv;
+  const int64_t total = c.n_sink + c.n_select + c.n_window;
+  c.item_views.resize(size_t(items));
+  c.picked.resize(size_t(items * total));
+  if (c.n_rescore > c.n_select && n_q <= kSplitMaxQueries)
+    c.picked_scores.resize(size_t(items * c.g * c.n_select));
+  const SketchScoreFn score = sketch_scorer(isa);
+  tbb::parallel_for(int64_t(0), items,
+                    [&](int64_t it) { pick_keys(c, it / hkv, it % hkv, score); });
+}
+
+// Task `it` over (tile of consecutive queries, kv head): its first query q0, its nq queries, and
+// nc, the chunks of its query that sees the most keys.
+struct Tile {
+  int64_t q0, nq, nc;
+};
+Tile tile_of(const Call &c, int64_t it) {
+  Tile t;
+  t.q0 = it / c.hkv * kTileQueries;
+  t.nq = std::min(kTileQueries, int64_t(c.a->n_q) - t.q0);
+  t.nc = 0;
+  for (int64_t i = 0; i < t.nq; ++i)
+    t.nc = std::max(t.nc, n_chunks(view_of(c, t.q0 + i, it % c.hkv).size()));
+  return t;
+}
+
+// Few queries: every chunk is a task of its own, its partial kept, then each query's partials
+// merged in key order over its own chunks only.
+void run_chunks_apart(const Call &c, int64_t tasks, size_t sf) {
+  const int64_t hkv = c.hkv;
+  std::vector<int64_t> first_task(size_t(tasks) + 1, 0);
+  for (int64_t it = 0; it < tasks; ++it)
+    first_task[size_t(it) + 1] = first_task[size_t(it)] + tile_of(c, it).nc;
+  std::vector<float> part(size_t(first_task.back()) * sf);
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, tasks), [&](const tbb::blocked_range<int64_t> &r) {
+        for (int64_t it = r.begin(); it < r.end(); ++it) {
+          const Tile tl = tile_of(c, it);
+          tbb::parallel_for(int64_t(0), tl.nc, [&](int64_t ch) {
+            float *p = part.data() + size_t(first_task[size_t(it)] + ch) * sf;
+            run_tile(c, tl.q0, tl.nq, it % hkv, ch * kAttnChunk, state_at(c, p, tl.nq));
+          });
         }
-        const State acc = rows_of(c, chunk(0), t);
-        for (int64_t ch = 1; ch < nc_t; ++ch) merge(c, acc, rows_of(c, chunk(ch), t));
-        finish(c, q0 + t, kvh, acc);
+      });
+  tbb::parallel_for(int64_t(0), tasks, [&](int64_t it) {
+    const Tile tl = tile_of(c, it);
+    const int64_t kvh = it % hkv;
+    auto chunk = [&](int64_t ch) {
+      return state_at(c, part.data() + size_t(first_task[size_t(it)] + ch) * sf, tl.nq);
+    };
+    for (int64_t t = 0; t < tl.nq; ++t) {
+      const int64_t nc_t = n_chunks(view_of(c, tl.q0 + t, kvh).size());
+      if (nc_t == 0) {
+        finish(c, tl.q0 + t, kvh, State{});
+        continue;
       }
-    });
-    return;
-  }
-  // Queries enough to keep every thread busy: a task per (tile, kv head), its chunks in turn,
-  // merged as above.
+      const State acc = rows_of(c, chunk(0), t);
+      for (int64_t ch = 1; ch < nc_t; ++ch) merge(c, acc, rows_of(c, chunk(ch), t));
+      finish(c, tl.q0 + t, kvh, acc);
+    }
+  });
+}
+
+// Queries enough to keep every thread busy: a task per (tile, kv head), its chunks in turn,
+// merged in key order as they come.
+void run_chunks_in_turn(const Call &c, int64_t tasks, size_t sf) {
+  const int64_t hkv = c.hkv;
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, tasks), [&](const tbb::blocked_range<int64_t> &r) {
         std::vector<float> buf(2 * sf);
         for (int64_t it = r.begin(); it < r.end(); ++it) {
-          int64_t q0, nq, nc;
-          tile_of(it, q0, nq, nc);
-          const int64_t kvh = it % hkv;
+          const Tile tl = tile_of(c, it);
+          const int64_t q0 = tl.q0, nq = tl.nq, kvh = it % hkv;
           const State acc = state_at(c, buf.data(), nq), cur = state_at(c, buf.data() + sf, nq);
-          for (int64_t ch = 0; ch < nc; ++ch) {
+          for (int64_t ch = 0; ch < tl.nc; ++ch) {
             run_tile(c, q0, nq, kvh, ch * kAttnChunk, ch == 0 ? acc : cur);
             if (ch == 0) continue;
             for (int64_t t = 0; t < nq; ++t)
@@ -907,6 +947,29 @@ void attention(const specinfer_attention_args &a) {
                    n_chunks(view_of(c, q0 + t, kvh).size()) == 0 ? State{} : rows_of(c, acc, t));
         }
       });
+}
+
+}  // namespace
+
+void attention(const specinfer_attention_args &a) {
+  check_args(a);
+  const Isa isa = active_isa();
+  Call c;
+  set_layout(a, isa, c);
+  set_sketching(a, c);
+  std::vector<int32_t> tails;
+  build_views(a, c, &tails);
+  if (c.k_tiled) quantize_queries(a, c);
+  if (c.ks) pick_all_keys(c, isa);
+  // Tasks over (tile of consecutive queries, kv head); a tile's chunks are those of its query that
+  // sees the most keys, and a query's partials merge in key order over its own chunks only.
+  const int64_t n_q = a.n_q;
+  const int64_t n_tiles = (n_q + kTileQueries - 1) / kTileQueries, tasks = n_tiles * c.hkv;
+  const size_t sf = state_floats(c, std::min(n_q, kTileQueries));
+  if (n_q <= kSplitMaxQueries)
+    run_chunks_apart(c, tasks, sf);
+  else
+    run_chunks_in_turn(c, tasks, sf);
 }
 
 }  // namespace specinfer

@@ -381,31 +381,39 @@ File::~File() {
   if (map_ != nullptr) munmap(map_, size_t(size_));
 }
 
-void File::parse() {
-  Cursor c{base_, size_};
+namespace {
+
+using KeyValues = std::vector<std::pair<std::string, std::unique_ptr<File::Value>>>;
+
+// Reads and checks the fixed header; the version into *version, the counts into *n_tensors and
+// *n_kv.
+void read_header(Cursor &c, uint32_t *version, uint64_t *n_tensors, uint64_t *n_kv) {
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic)
     fail(SPECINFER_ERR_FORMAT, "gguf: bad magic 0x%08x (not a GGUF file)", magic);
-  version_ = c.read<uint32_t>("version");
-  if (version_ == 1)
+  *version = c.read<uint32_t>("version");
+  if (*version == 1)
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: version 1 files are not supported (only 2 and 3)");
-  if (version_ != 2 && version_ != 3) {
-    if ((version_ & 0xffffu) == 0 && version_ != 0)
+  if (*version != 2 && *version != 3) {
+    if ((*version & 0xffffu) == 0 && *version != 0)
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: big-endian GGUF files are not supported");
-    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: unsupported version %u (only 2 and 3)", version_);
+    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: unsupported version %u (only 2 and 3)", *version);
   }
-  uint64_t n_tensors = c.read<uint64_t>("tensor count");
-  uint64_t n_kv = c.read<uint64_t>("metadata count");
+  *n_tensors = c.read<uint64_t>("tensor count");
+  *n_kv = c.read<uint64_t>("metadata count");
   // Every key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes, every tensor info at
   // least 8 + 4 + 8 + 4 + 8; so counts larger than this are corrupt, whatever else follows.
-  if (n_kv > c.remaining() / 13)
+  if (*n_kv > c.remaining() / 13)
     fail(SPECINFER_ERR_FORMAT, "gguf: metadata count %llu cannot fit in a %llu-byte file",
-         (unsigned long long)n_kv, (unsigned long long)size_);
-  if (n_tensors > c.remaining() / 32)
+         (unsigned long long)*n_kv, (unsigned long long)c.size);
+  if (*n_tensors > c.remaining() / 32)
     fail(SPECINFER_ERR_FORMAT, "gguf: tensor count %llu cannot fit in a %llu-byte file",
-         (unsigned long long)n_tensors, (unsigned long long)size_);
+         (unsigned long long)*n_tensors, (unsigned long long)c.size);
+}
 
-  kv_.reserve(size_t(n_kv));
+// Reads n_kv metadata pairs into *kv, each value checked and pointed at in place.
+void read_metadata(Cursor &c, uint64_t n_kv, KeyValues *kv) {
+  kv->reserve(size_t(n_kv));
   std::unordered_set<std::string_view> seen;
   for (uint64_t i = 0; i < n_kv; i++) {
     std::string_view key = c.read_string("metadata key");
@@ -416,17 +424,96 @@ void File::parse() {
       fail(SPECINFER_ERR_FORMAT, "gguf: duplicate metadata key '%s'", k.c_str());
     uint32_t t = c.read<uint32_t>("metadata value type");
     if (t > 12) fail(SPECINFER_ERR_FORMAT, "gguf: key '%s': invalid value type %u", k.c_str(), t);
-    auto v = std::make_unique<Value>();
+    auto v = std::make_unique<File::Value>();
     v->type = ValueType(t);
-    v->raw = base_ + c.pos;
+    v->raw = c.base + c.pos;
     if (t == 9) {
       c.need(12, "array header");
-      v->elem_type = ValueType(load<uint32_t>(base_ + c.pos));
-      v->count = load<uint64_t>(base_ + c.pos + 4);
+      v->elem_type = ValueType(load<uint32_t>(c.base + c.pos));
+      v->count = load<uint64_t>(c.base + c.pos + 4);
     }
     skip_value(c, t, 0, k);
-    kv_.emplace_back(std::move(k), std::move(v));
+    kv->emplace_back(std::move(k), std::move(v));
   }
+}
+
+// Reads and checks one tensor info; `names` are the names read so far.
+TensorInfo read_tensor_info(Cursor &c, uint64_t alignment,
+                            std::unordered_set<std::string_view> &names) {
+  TensorInfo t{};
+  std::string_view name = c.read_string("tensor name");
+  t.name = std::string(name);
+  if (!names.insert(name).second)
+    fail(SPECINFER_ERR_FORMAT, "gguf: duplicate tensor name '%s'", t.name.c_str());
+  uint32_t nd = c.read<uint32_t>("tensor dimension count");
+  if (nd == 0 || nd > 4)
+    fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has %u dimensions (must be 1..4)", t.name.c_str(),
+         nd);
+  t.n_dims = int32_t(nd);
+  uint64_t n_elem = 1;
+  for (int d = 0; d < 4; d++) t.ne[d] = 1;
+  for (uint32_t d = 0; d < nd; d++) {
+    uint64_t ne = c.read<uint64_t>("tensor dimension");
+    if (ne == 0 || ne > (uint64_t(1) << 40))
+      fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' dimension %u is %llu (must be 1..2^40)",
+           t.name.c_str(), d, (unsigned long long)ne);
+    if (n_elem > (uint64_t(1) << 50) / ne)
+      fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has too many elements", t.name.c_str());
+    n_elem *= ne;
+    t.ne[d] = int64_t(ne);
+  }
+  uint32_t type = c.read<uint32_t>("tensor type");
+  t.type = int32_t(type);
+  TypeBlock b = type_block(t.type);
+  if (type > 1000 || b.block_values == 0)
+    fail(SPECINFER_ERR_UNSUPPORTED, "gguf: tensor '%s' has unknown type %u", t.name.c_str(), type);
+  if (t.ne[0] % b.block_values != 0)
+    fail(SPECINFER_ERR_FORMAT,
+         "gguf: tensor '%s': row length %lld is not a multiple of the %s block size %lld",
+         t.name.c_str(), (long long)t.ne[0], type_name(t.type), (long long)b.block_values);
+  t.n_bytes = n_elem / uint64_t(b.block_values) * uint64_t(b.block_bytes);
+  t.offset = c.read<uint64_t>("tensor offset");
+  if (t.offset % alignment != 0)
+    fail(SPECINFER_ERR_FORMAT,
+         "gguf: tensor '%s' offset %llu is not a multiple of the alignment %llu", t.name.c_str(),
+         (unsigned long long)t.offset, (unsigned long long)alignment);
+  return t;
+}
+
+// Points every tensor at its data, which must lie inside the data section (data_size bytes from
+// base + data_offset) without overlapping another tensor's.
+void place_tensors(std::vector<TensorInfo> &tensors, const uint8_t *base, uint64_t data_offset,
+                   uint64_t data_size) {
+  for (TensorInfo &t : tensors) {
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
+      fail(SPECINFER_ERR_FORMAT,
+           "gguf: tensor '%s' data [%llu, +%llu) lies past the end of the file (data section is "
+           "%llu bytes)",
+           t.name.c_str(), (unsigned long long)t.offset, (unsigned long long)t.n_bytes,
+           (unsigned long long)data_size);
+    t.data = base + data_offset + t.offset;
+  }
+  // Tensor data ranges must not overlap.
+  std::vector<const TensorInfo *> order;
+  order.reserve(tensors.size());
+  for (const TensorInfo &t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const TensorInfo *a, const TensorInfo *b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < order.size(); i++) {
+    const TensorInfo *p = order[i - 1], *q = order[i];
+    if (p->offset + p->n_bytes > q->offset)
+      fail(SPECINFER_ERR_FORMAT, "gguf: tensors '%s' and '%s' overlap in the data section",
+           p->name.c_str(), q->name.c_str());
+  }
+}
+
+}  // namespace
+
+void File::parse() {
+  Cursor c{base_, size_};
+  uint64_t n_tensors = 0, n_kv = 0;
+  read_header(c, &version_, &n_tensors, &n_kv);
+  read_metadata(c, n_kv, &kv_);
 
   if (const Value *a = find("general.alignment")) {
     if (!is_int_type(a->type))
@@ -441,47 +528,8 @@ void File::parse() {
 
   tensors_.reserve(size_t(n_tensors));
   std::unordered_set<std::string_view> names;
-  for (uint64_t i = 0; i < n_tensors; i++) {
-    TensorInfo t{};
-    std::string_view name = c.read_string("tensor name");
-    t.name = std::string(name);
-    if (!names.insert(name).second)
-      fail(SPECINFER_ERR_FORMAT, "gguf: duplicate tensor name '%s'", t.name.c_str());
-    uint32_t nd = c.read<uint32_t>("tensor dimension count");
-    if (nd == 0 || nd > 4)
-      fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has %u dimensions (must be 1..4)",
-           t.name.c_str(), nd);
-    t.n_dims = int32_t(nd);
-    uint64_t n_elem = 1;
-    for (int d = 0; d < 4; d++) t.ne[d] = 1;
-    for (uint32_t d = 0; d < nd; d++) {
-      uint64_t ne = c.read<uint64_t>("tensor dimension");
-      if (ne == 0 || ne > (uint64_t(1) << 40))
-        fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' dimension %u is %llu (must be 1..2^40)",
-             t.name.c_str(), d, (unsigned long long)ne);
-      if (n_elem > (uint64_t(1) << 50) / ne)
-        fail(SPECINFER_ERR_FORMAT, "gguf: tensor '%s' has too many elements", t.name.c_str());
-      n_elem *= ne;
-      t.ne[d] = int64_t(ne);
-    }
-    uint32_t type = c.read<uint32_t>("tensor type");
-    t.type = int32_t(type);
-    TypeBlock b = type_block(t.type);
-    if (type > 1000 || b.block_values == 0)
-      fail(SPECINFER_ERR_UNSUPPORTED, "gguf: tensor '%s' has unknown type %u", t.name.c_str(),
-           type);
-    if (t.ne[0] % b.block_values != 0)
-      fail(SPECINFER_ERR_FORMAT,
-           "gguf: tensor '%s': row length %lld is not a multiple of the %s block size %lld",
-           t.name.c_str(), (long long)t.ne[0], type_name(t.type), (long long)b.block_values);
-    t.n_bytes = n_elem / uint64_t(b.block_values) * uint64_t(b.block_bytes);
-    t.offset = c.read<uint64_t>("tensor offset");
-    if (t.offset % alignment_ != 0)
-      fail(SPECINFER_ERR_FORMAT,
-           "gguf: tensor '%s' offset %llu is not a multiple of the alignment %llu", t.name.c_str(),
-           (unsigned long long)t.offset, (unsigned long long)alignment_);
-    tensors_.push_back(std::move(t));
-  }
+  for (uint64_t i = 0; i < n_tensors; i++)
+    tensors_.push_back(read_tensor_info(c, alignment_, names));
 
   // The data section starts at the next multiple of the alignment after the header.
   uint64_t header_end = c.pos;
@@ -491,27 +539,7 @@ void File::parse() {
          "gguf: file truncated: tensor data would start at %llu, file has %llu bytes",
          (unsigned long long)data_offset_, (unsigned long long)size_);
   uint64_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
-  for (TensorInfo &t : tensors_) {
-    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      fail(SPECINFER_ERR_FORMAT,
-           "gguf: tensor '%s' data [%llu, +%llu) lies past the end of the file (data section is "
-           "%llu bytes)",
-           t.name.c_str(), (unsigned long long)t.offset, (unsigned long long)t.n_bytes,
-           (unsigned long long)data_size);
-    t.data = base_ + data_offset_ + t.offset;
-  }
-  // Tensor data ranges must not overlap.
-  std::vector<const TensorInfo *> order;
-  order.reserve(tensors_.size());
-  for (const TensorInfo &t : tensors_) order.push_back(&t);
-  std::sort(order.begin(), order.end(),
-            [](const TensorInfo *a, const TensorInfo *b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < order.size(); i++) {
-    const TensorInfo *p = order[i - 1], *q = order[i];
-    if (p->offset + p->n_bytes > q->offset)
-      fail(SPECINFER_ERR_FORMAT, "gguf: tensors '%s' and '%s' overlap in the data section",
-           p->name.c_str(), q->name.c_str());
-  }
+  place_tensors(tensors_, base_, data_offset_, data_size);
 }
 
 // ---------------------------------------------------------------------------------------------

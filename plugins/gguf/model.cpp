@@ -51,19 +51,45 @@ void check_status(specinfer_status st, const char *what) {
   if (st != SPECINFER_OK) fail(st, "gguf: kernel '%s' failed (status %d)", what, int(st));
 }
 
+// v's storage, grown to at least `size` floats (scratch kept from pass to pass).
+float *grow(std::vector<float> &v, int64_t size) {
+  if (v.size() < size_t(size)) v.resize(size_t(size));
+  return v.data();
+}
+
 }  // namespace
 
 Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const ModelOptions &opt)
     : file(f), host(h) {
-  const int32_t vocab_limit = opt.vocab_limit;
   if (h == nullptr || h->kernels == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: the host provides no kernel table");
   k = h->kernels;
   if (k->struct_size < offsetof(specinfer_kernels, add) + sizeof(k->add))
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: the host's kernel table is too old (struct_size %u)",
          unsigned(k->struct_size));
+  read_hparams();
+  const std::vector<float> freq_factors = read_rope_freqs();
+  const TensorInfo *emb = file.find_tensor("token_embd.weight");
+  if (!emb) fail(SPECINFER_ERR_FORMAT, "gguf: tensor 'token_embd.weight' is missing");
+  if (emb->ne[1] < 1 || emb->ne[1] > (int64_t(1) << 24))
+    fail(SPECINFER_ERR_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)emb->ne[1]);
+  const int64_t n_vocab = emb->ne[1];
+  tok_embd = weight("token_embd.weight", n_vocab, hp.n_embd);
+  output =
+      file.find_tensor("output.weight") ? weight("output.weight", n_vocab, hp.n_embd) : tok_embd;
+  hp.n_vocab = int32_t(n_vocab);
+  output_norm = vec("output_norm.weight", hp.n_embd, true);
+  read_layers(freq_factors);
+  prepare_matrices(opt);
+  choose_kv_cache(opt);
+  if (ctx <= 0) ctx = hp.n_ctx_train;
+  if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
+  n_ctx = ctx;
+}
 
-  std::optional<std::string> arch = f.get_string("general.architecture");
+// The architecture and hyperparameters from the file's metadata, checked.
+void Weights::read_hparams() {
+  std::optional<std::string> arch = file.get_string("general.architecture");
   if (!arch) fail(SPECINFER_ERR_FORMAT, "gguf: general.architecture is missing");
   hp.arch = *arch;
   if (hp.arch == "qwen2" || hp.arch == "qwen3") {
@@ -139,6 +165,11 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     if (file.has(a + "final_logit_softcapping") || file.has(a + "attn_logit_softcapping"))
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: logit soft-capping is not supported");
   }
+}
+
+// The file's RoPE frequency factors (empty: none), checked; and the host's scaled rope, which
+// scaling of any kind needs.
+std::vector<float> Weights::read_rope_freqs() {
   std::vector<float> freq_factors;
   if (file.find_tensor("rope_freqs.weight"))
     freq_factors = vec("rope_freqs.weight", hp.n_rot / 2, true);
@@ -150,18 +181,13 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
   if (scaled && (k->struct_size < offsetof(specinfer_kernels, rope_freqs) + sizeof(k->rope_freqs) ||
                  !k->rope_freqs))
     fail(SPECINFER_ERR_UNSUPPORTED, "gguf: the host's kernels have no scaled rope (rope_freqs)");
+  return freq_factors;
+}
 
-  const TensorInfo *emb = file.find_tensor("token_embd.weight");
-  if (!emb) fail(SPECINFER_ERR_FORMAT, "gguf: tensor 'token_embd.weight' is missing");
-  if (emb->ne[1] < 1 || emb->ne[1] > (int64_t(1) << 24))
-    fail(SPECINFER_ERR_FORMAT, "gguf: token_embd.weight has %lld rows", (long long)emb->ne[1]);
-  const int64_t n_vocab = emb->ne[1];
-  tok_embd = weight("token_embd.weight", n_vocab, hp.n_embd);
-  output =
-      file.find_tensor("output.weight") ? weight("output.weight", n_vocab, hp.n_embd) : tok_embd;
-  hp.n_vocab = int32_t(n_vocab);
-  output_norm = vec("output_norm.weight", hp.n_embd, true);
-
+// Every layer's weights, checked against the hyperparameters.
+void Weights::read_layers(const std::vector<float> &freq_factors) {
+  // RoPE scaling of any kind, or frequency factors: each layer gets its own frequencies.
+  const bool scaled = hp.rope_scaling != "none" || !freq_factors.empty();
   const int64_t E = hp.n_embd, QD = int64_t(hp.n_head) * hp.head_dim,
                 KV = int64_t(hp.n_head_kv) * hp.head_dim, F = hp.n_ff;
   layers.resize(size_t(hp.n_layer));
@@ -195,7 +221,12 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     if (file.find_tensor(p + "attn_output.bias"))
       fail(SPECINFER_ERR_UNSUPPORTED, "gguf: '%sattn_output.bias' is not supported", p.c_str());
   }
+}
 
+// The output rows computed (vocab_limit), then every matrix re-quantized (requant) and packed
+// (pack) as the options ask.
+void Weights::prepare_matrices(const ModelOptions &opt) {
+  const int32_t vocab_limit = opt.vocab_limit;
   if (vocab_limit < 0) fail(SPECINFER_ERR_CONFIG, "gguf: vocab_limit %d is negative", vocab_limit);
   n_out = vocab_limit > 0 && vocab_limit < hp.n_vocab ? vocab_limit : hp.n_vocab;
   output_file = output;
@@ -220,7 +251,11 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
       for (Weight *w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) pack(*w);
     pack(output);
   }
+}
 
+// The KV cache's type and layout, and sketched attention, from the options and what the host's
+// kernels read.
+void Weights::choose_kv_cache(const ModelOptions &opt) {
   const bool has_kv_store =
       k->struct_size >= offsetof(specinfer_kernels, kv_store) + sizeof(k->kv_store) && k->kv_store;
   kv_type = opt.kv_type >= 0 ? opt.kv_type
@@ -266,9 +301,6 @@ Weights::Weights(const File &f, const specinfer_host *h, int32_t ctx, const Mode
     if ((attn_features & SPECINFER_ATTN_RESCORE) == 0) attn.rescore = 0;
     sketch_pos_bytes = size_t(hp.n_head_kv) * (4 + size_t(attn.bits) / 8);
   }
-  if (ctx <= 0) ctx = hp.n_ctx_train;
-  if (ctx > (1 << 24)) fail(SPECINFER_ERR_CONFIG, "gguf: n_ctx %d is too large", ctx);
-  n_ctx = ctx;
 }
 
 RopeFreqs rope_freqs_for(const Hparams &hp, double base, const float *freq_factors) {
@@ -637,7 +669,108 @@ void Model::forward(const int32_t *tokens, const int32_t *positions, int32_t n,
   forward_many(&self, &b, 1);
 }
 
-void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq) {
+namespace {
+
+// The batch's token embeddings (scaled where the model scales them) into rows x[0..b.n).
+void embed_tokens(const Weights &W, const Batch &b, float *x) {
+  const specinfer_kernels *k = W.k;
+  const int64_t E = W.hp.n_embd;
+  for (int32_t i = 0; i < b.n; i++) {
+    const auto *row =
+        static_cast<const uint8_t *>(W.tok_embd.data) + size_t(b.tokens[i]) * W.tok_embd.row_bytes;
+    float *xi = x + i * E;
+    check_status(k->dequantize_row(W.tok_embd.type, row, xi, E), "dequantize_row");
+    if (W.hp.embd_scale != 1.0f)
+      for (int64_t j = 0; j < E; j++) xi[j] *= W.hp.embd_scale;
+  }
+}
+
+// The attention arguments of a batch that do not change from layer to layer: queries at q,
+// output at out, n_kv positions after the batch.
+specinfer_attention_args attention_args(const Weights &W, const Batch &b, int32_t n_kv, float *q,
+                                        float *out) {
+  const Hparams &hp = W.hp;
+  specinfer_attention_args a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = sizeof a;
+  a.n_q = b.n;
+  a.n_head = int32_t(hp.n_head);
+  a.n_head_kv = int32_t(hp.n_head_kv);
+  a.head_dim = int32_t(hp.head_dim);
+  a.n_kv = n_kv;
+  a.q = q;
+  a.scale = hp.attn_scale;
+  a.out = out;
+  a.k_type = W.kv_type;
+  a.v_type = W.kv_type;
+  a.sketch_bits = W.attn.bits;
+  a.n_select = W.attn.keys;
+  a.n_window = W.attn.window;
+  a.n_sink = W.attn.sink;
+  a.n_rescore = W.attn.rescore;
+  return a;
+}
+
+// Biases, per-head norms and RoPE of layer L on a batch's query rows q and key rows kn (and the
+// value bias on vn), in place.
+void finish_qkv(const Weights &W, const Weights::Layer &L, const Batch &b, float *q, float *kn,
+                float *vn) {
+  const Hparams &hp = W.hp;
+  const specinfer_kernels *k = W.k;
+  const int64_t hd = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
+  const int64_t QD = H * hd, KV = Hkv * hd;
+  const float eps = hp.norm_eps;
+  for (int32_t i = 0; i < b.n; i++) {
+    if (!L.bq.empty()) k->add(q + i * QD, L.bq.data(), QD);
+    if (!L.bk.empty()) k->add(kn + i * KV, L.bk.data(), KV);
+    if (!L.bv.empty()) k->add(vn + i * KV, L.bv.data(), KV);
+    if (!L.q_norm.empty())
+      for (int64_t j = 0; j < H; j++)
+        k->rmsnorm(q + i * QD + j * hd, L.q_norm.data(), hd, eps, q + i * QD + j * hd);
+    if (!L.k_norm.empty())
+      for (int64_t j = 0; j < Hkv; j++)
+        k->rmsnorm(kn + i * KV + j * hd, L.k_norm.data(), hd, eps, kn + i * KV + j * hd);
+    const int32_t neox = hp.rope_neox ? 1 : 0;
+    if (L.rope.inv_freq.empty()) {
+      k->rope(q + i * QD, H, hd, hp.n_rot, b.positions[i], L.rope_base, neox);
+      k->rope(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[i], L.rope_base, neox);
+    } else {
+      const double *f = L.rope.inv_freq.data();
+      k->rope_freqs(q + i * QD, H, hd, hp.n_rot, b.positions[i], f, L.rope.mscale, neox);
+      k->rope_freqs(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[i], f, L.rope.mscale, neox);
+    }
+  }
+}
+
+// Rows y[0..n) of width E: normed with `norm` (if the layer has one) and added to x.
+void add_residual(const Weights &W, const std::vector<float> &norm, int32_t n, float *y, float *x) {
+  const specinfer_kernels *k = W.k;
+  const int64_t E = W.hp.n_embd;
+  if (!norm.empty())
+    for (int32_t i = 0; i < n; i++) k->rmsnorm(y + i * E, norm.data(), E, W.hp.norm_eps, y + i * E);
+  k->add(x, y, n * E);
+}
+
+// The feed-forward block of layer L on the pass's N rows x, with h, g, u as scratch.
+void feed_forward(const Weights &W, const Weights::Layer &L, int32_t N, float *x, float *h,
+                  float *g, float *u) {
+  const specinfer_kernels *k = W.k;
+  const int64_t E = W.hp.n_embd, F = W.hp.n_ff;
+  for (int32_t i = 0; i < N; i++)
+    k->rmsnorm(x + i * E, L.ffn_norm.data(), E, W.hp.norm_eps, h + i * E);
+  W.matmul(L.gate, h, N, g);
+  W.matmul(L.up, h, N, u);
+  if (W.hp.gemma)
+    gelu_mul(g, u, N * F);
+  else
+    k->silu_mul(g, u, N * F);
+  W.matmul(L.down, g, N, h);
+  add_residual(W, L.post_ffn_norm, N, h, x);
+}
+
+}  // namespace
+
+void Model::check_many(Model *const *seqs, const Batch *batches, int32_t n_seq) {
   if (n_seq <= 0 || seqs == nullptr || batches == nullptr)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: forward_many needs sequences and their batches");
   for (int32_t s = 0; s < n_seq; s++) {
@@ -652,6 +785,59 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
              r, s);
     seqs[s]->check(batches[s]);
   }
+}
+
+void Model::store_kv(size_t li, const Batch &b, const float *kb, const float *vb) {
+  const Weights &W = *w_;
+  const specinfer_kernels *k = W.k;
+  const int64_t hd = W.hp.head_dim, KV = W.hp.n_head_kv * hd;
+  Cache &c = cache_[li];
+  for (int32_t t = 0; t < b.n; t++)
+    for (int32_t u = 0; u < kv_units_; u++) {
+      // Unit u of position n_cached + t: kv head u's row, or every head's rows.
+      const size_t at = size_t(u) * head_stride_ + size_t(n_cached_ + t) * pos_stride_;
+      const int64_t from = int64_t(t) * KV + int64_t(u) * hd, n = KV / kv_units_;
+      if (W.kv_tiles) {
+        uint8_t *row = key_row_.data();
+        const int32_t p = n_cached_ + t, lane = p % SPECINFER_KEY_TILE;
+        check_status(k->kv_store(W.kv_type, kb + from, row, n), "kv_store");
+        specinfer_key_tile_put(c.k + at - size_t(lane) * pos_stride_, lane, row, n);
+        check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
+      } else if (W.kv_type == SPECINFER_WTYPE_F32) {
+        std::memcpy(c.k + at, kb + from, size_t(n) * sizeof(float));
+        std::memcpy(c.v + at, vb + from, size_t(n) * sizeof(float));
+      } else {
+        check_status(k->kv_store(W.kv_type, kb + from, c.k + at, n), "kv_store");
+        check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
+      }
+    }
+  if (c.s)
+    check_status(k->key_sketch(kb, int64_t(b.n) * W.hp.n_head_kv, hd, W.attn.bits,
+                               c.s + size_t(n_cached_) * W.sketch_pos_bytes),
+                 "key_sketch");
+}
+
+void Model::attend(size_t li, const Batch &b, const float *q, const float *kb, const uint8_t *mask,
+                   specinfer_attention_args &a) {
+  const Weights &W = *w_;
+  const Cache &c = cache_[li];
+  if (qk_observer_) qk_observer_(int32_t(li), q, kb, b.n);
+  // The cache's bytes, read in their own type (k_type, v_type); the ABI types the pointers as
+  // floats.
+  a.k = reinterpret_cast<const float *>(c.k);
+  a.v = reinterpret_cast<const float *>(c.v);
+  if (W.kv_head_major) {
+    a.k_pos_stride = a.v_pos_stride = int64_t(pos_stride_);
+    a.k_head_stride = a.v_head_stride = int64_t(head_stride_);
+  }
+  a.k_tile = W.kv_tiles ? SPECINFER_KEY_TILE : 0;
+  a.mask = mask;
+  a.k_sketch = c.s;
+  check_status(W.k->attention(&a), "attention");
+}
+
+void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq) {
+  check_many(seqs, batches, n_seq);
   const Weights &W = *seqs[0]->w_;
   const Hparams &hp = W.hp;
   const specinfer_kernels *k = W.k;
@@ -674,10 +860,6 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
   const float eps = hp.norm_eps;
   const Weights::ScratchLease lease(W);
   Weights::Scratch &sc = *lease;
-  auto grow = [](std::vector<float> &v, int64_t size) {
-    if (v.size() < size_t(size)) v.resize(size_t(size));
-    return v.data();
-  };
   float *x = grow(sc.x, N * E), *h = grow(sc.h, N * E), *q = grow(sc.q, N * QD),
         *att = grow(sc.att, N * QD);
   float *g = grow(sc.gate, N * F), *u = grow(sc.up, N * F), *kn = grow(sc.kn, N * KV),
@@ -688,33 +870,10 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
   std::vector<specinfer_attention_args> args(static_cast<size_t>(n_seq));
   for (int32_t s = 0; s < n_seq; s++) {
     const Batch &b = batches[s];
-    for (int32_t i = 0; i < b.n; i++) {
-      const auto *row = static_cast<const uint8_t *>(W.tok_embd.data) +
-                        size_t(b.tokens[i]) * W.tok_embd.row_bytes;
-      float *xi = x + (off[size_t(s)] + i) * E;
-      check_status(k->dequantize_row(W.tok_embd.type, row, xi, E), "dequantize_row");
-      if (hp.embd_scale != 1.0f)
-        for (int64_t j = 0; j < E; j++) xi[j] *= hp.embd_scale;
-    }
+    const int64_t o = off[size_t(s)];
+    embed_tokens(W, b, x + o * E);
     seqs[s]->prepare_masks(b, &mask[size_t(s)], &swa_mask[size_t(s)]);
-    specinfer_attention_args &a = args[size_t(s)];
-    std::memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    a.n_q = b.n;
-    a.n_head = int32_t(H);
-    a.n_head_kv = int32_t(Hkv);
-    a.head_dim = int32_t(hd);
-    a.n_kv = seqs[s]->n_cached_ + b.n;
-    a.q = q + off[size_t(s)] * QD;
-    a.scale = hp.attn_scale;
-    a.out = att + off[size_t(s)] * QD;
-    a.k_type = W.kv_type;
-    a.v_type = W.kv_type;
-    a.sketch_bits = W.attn.bits;
-    a.n_select = W.attn.keys;
-    a.n_window = W.attn.window;
-    a.n_sink = W.attn.sink;
-    a.n_rescore = W.attn.rescore;
+    args[size_t(s)] = attention_args(W, b, seqs[s]->n_cached_ + b.n, q + o * QD, att + o * QD);
   }
 
   for (size_t li = 0; li < W.layers.size(); li++) {
@@ -725,95 +884,41 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     W.matmul(L.wv, h, N, vn);
     for (int32_t s = 0; s < n_seq; s++) {
       const Batch &b = batches[s];
-      for (int32_t t = 0; t < b.n; t++) {
-        const int64_t i = off[size_t(s)] + t;
-        if (!L.bq.empty()) k->add(q + i * QD, L.bq.data(), QD);
-        if (!L.bk.empty()) k->add(kn + i * KV, L.bk.data(), KV);
-        if (!L.bv.empty()) k->add(vn + i * KV, L.bv.data(), KV);
-        if (!L.q_norm.empty())
-          for (int64_t j = 0; j < H; j++)
-            k->rmsnorm(q + i * QD + j * hd, L.q_norm.data(), hd, eps, q + i * QD + j * hd);
-        if (!L.k_norm.empty())
-          for (int64_t j = 0; j < Hkv; j++)
-            k->rmsnorm(kn + i * KV + j * hd, L.k_norm.data(), hd, eps, kn + i * KV + j * hd);
-        const int32_t neox = hp.rope_neox ? 1 : 0;
-        if (L.rope.inv_freq.empty()) {
-          k->rope(q + i * QD, H, hd, hp.n_rot, b.positions[t], L.rope_base, neox);
-          k->rope(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[t], L.rope_base, neox);
-        } else {
-          const double *f = L.rope.inv_freq.data();
-          k->rope_freqs(q + i * QD, H, hd, hp.n_rot, b.positions[t], f, L.rope.mscale, neox);
-          k->rope_freqs(kn + i * KV, Hkv, hd, hp.n_rot, b.positions[t], f, L.rope.mscale, neox);
-        }
-      }
+      float *qs = q + off[size_t(s)] * QD, *ks = kn + off[size_t(s)] * KV,
+            *vs = vn + off[size_t(s)] * KV;
+      finish_qkv(W, L, b, qs, ks, vs);
       // The new keys and values into the sequence's cache, after the positions it holds.
-      Model &m = *seqs[s];
-      Cache &c = m.cache_[li];
-      const float *kb = kn + off[size_t(s)] * KV, *vb = vn + off[size_t(s)] * KV;
-      for (int32_t t = 0; t < b.n; t++)
-        for (int32_t u = 0; u < m.kv_units_; u++) {
-          // Unit u of position n_cached + t: kv head u's row, or every head's rows.
-          const size_t at = size_t(u) * m.head_stride_ + size_t(m.n_cached_ + t) * m.pos_stride_;
-          const int64_t from = int64_t(t) * KV + int64_t(u) * hd, n = KV / m.kv_units_;
-          if (W.kv_tiles) {
-            uint8_t *row = m.key_row_.data();
-            const int32_t p = m.n_cached_ + t, lane = p % SPECINFER_KEY_TILE;
-            check_status(k->kv_store(W.kv_type, kb + from, row, n), "kv_store");
-            specinfer_key_tile_put(c.k + at - size_t(lane) * m.pos_stride_, lane, row, n);
-            check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
-          } else if (W.kv_type == SPECINFER_WTYPE_F32) {
-            std::memcpy(c.k + at, kb + from, size_t(n) * sizeof(float));
-            std::memcpy(c.v + at, vb + from, size_t(n) * sizeof(float));
-          } else {
-            check_status(k->kv_store(W.kv_type, kb + from, c.k + at, n), "kv_store");
-            check_status(k->kv_store(W.kv_type, vb + from, c.v + at, n), "kv_store");
-          }
-        }
-      if (c.s)
-        check_status(k->key_sketch(kb, int64_t(b.n) * Hkv, hd, W.attn.bits,
-                                   c.s + size_t(m.n_cached_) * W.sketch_pos_bytes),
-                     "key_sketch");
-      if (m.qk_observer_) m.qk_observer_(int32_t(li), q + off[size_t(s)] * QD, kb, b.n);
-      specinfer_attention_args &a = args[size_t(s)];
-      // The cache's bytes, read in their own type (k_type, v_type); the ABI types the pointers as
-      // floats.
-      a.k = reinterpret_cast<const float *>(c.k);
-      a.v = reinterpret_cast<const float *>(c.v);
-      if (W.kv_head_major) {
-        a.k_pos_stride = a.v_pos_stride = int64_t(m.pos_stride_);
-        a.k_head_stride = a.v_head_stride = int64_t(m.head_stride_);
-      }
-      a.k_tile = W.kv_tiles ? SPECINFER_KEY_TILE : 0;
-      a.mask = L.swa ? swa_mask[size_t(s)] : mask[size_t(s)];
-      a.k_sketch = c.s;
-      check_status(k->attention(&a), "attention");
+      seqs[s]->store_kv(li, b, ks, vs);
+      seqs[s]->attend(li, b, qs, ks, L.swa ? swa_mask[size_t(s)] : mask[size_t(s)],
+                      args[size_t(s)]);
     }
     W.matmul(L.wo, att, N, h);
-    if (!L.post_attn_norm.empty())
-      for (int32_t i = 0; i < N; i++)
-        k->rmsnorm(h + i * E, L.post_attn_norm.data(), E, eps, h + i * E);
-    k->add(x, h, N * E);
-
-    for (int32_t i = 0; i < N; i++) k->rmsnorm(x + i * E, L.ffn_norm.data(), E, eps, h + i * E);
-    W.matmul(L.gate, h, N, g);
-    W.matmul(L.up, h, N, u);
-    if (hp.gemma)
-      gelu_mul(g, u, N * F);
-    else
-      k->silu_mul(g, u, N * F);
-    W.matmul(L.down, g, N, h);
-    if (!L.post_ffn_norm.empty())
-      for (int32_t i = 0; i < N; i++)
-        k->rmsnorm(h + i * E, L.post_ffn_norm.data(), E, eps, h + i * E);
-    k->add(x, h, N * E);
+    add_residual(W, L.post_attn_norm, N, h, x);
+    feed_forward(W, L, N, x, h, g, u);
   }
 
+  output_logits(seqs, batches, n_seq, off, x, sc);
+  for (int32_t s = 0; s < n_seq; s++) {
+    Model &m = *seqs[s];
+    m.n_cached_ += batches[s].n;
+    m.used_ = std::max(m.used_, m.n_cached_);
+    m.release_window(*std::min_element(batches[s].positions, batches[s].positions + batches[s].n));
+  }
+}
+
+void Model::output_logits(Model *const *seqs, const Batch *batches, int32_t n_seq,
+                          const std::vector<int64_t> &off, const float *x, Weights::Scratch &sc) {
+  const Weights &W = *seqs[0]->w_;
+  const Hparams &hp = W.hp;
+  const specinfer_kernels *k = W.k;
+  const int64_t E = hp.n_embd;
+  float *h = sc.h.data();
   // The rows that get logits (each batch's last n_logits), normed and gathered in order into h.
   int64_t n_rows = 0;
   for (int32_t s = 0; s < n_seq; s++) {
     const Batch &b = batches[s];
     for (int64_t i = off[size_t(s) + 1] - b.n_logits; i < off[size_t(s) + 1]; i++, n_rows++)
-      k->rmsnorm(x + i * E, W.output_norm.data(), E, eps, h + n_rows * E);
+      k->rmsnorm(x + i * E, W.output_norm.data(), E, hp.norm_eps, h + n_rows * E);
   }
   int64_t row = 0;
   for (int32_t s = 0; s < n_seq; s++) {
@@ -823,40 +928,33 @@ void Model::forward_many(Model *const *seqs, const Batch *batches, int32_t n_seq
     if (W.n_out < hp.n_vocab && b.n_logits > 0) seqs[s]->limited_logits(b, h + row * E);
     row += b.n_logits;
   }
-  if (W.n_out == hp.n_vocab && n_rows > 0) {
-    // Rows the caller laid out one after another in the pass's order (a session step_many's
-    // arena) take the product directly; otherwise it goes through the scratch and is copied out.
-    const size_t V = size_t(hp.n_vocab);
-    float *first = nullptr;
-    bool in_order = true;
-    int64_t before = 0;
-    for (int32_t s = 0; s < n_seq; s++) {
-      const Batch &b = batches[s];
-      if (b.n_logits == 0) continue;
-      if (!first) first = b.logits - size_t(before) * V;
-      in_order = in_order && b.logits == first + size_t(before) * V;
-      before += b.n_logits;
-    }
-    if (in_order) {
-      W.matmul(W.output, h, n_rows, first);
-    } else {
-      // One pass over the output matrix for every sequence's rows, then each its own.
-      float *lg = grow(sc.lg, n_rows * int64_t(V));
-      W.matmul(W.output, h, n_rows, lg);
-      row = 0;
-      for (int32_t s = 0; s < n_seq; s++) {
-        const Batch &b = batches[s];
-        if (b.n_logits > 0)
-          std::memcpy(b.logits, lg + size_t(row) * V, size_t(b.n_logits) * V * sizeof(float));
-        row += b.n_logits;
-      }
-    }
-  }
+  if (W.n_out != hp.n_vocab || n_rows == 0) return;
+  // Rows the caller laid out one after another in the pass's order (a session step_many's
+  // arena) take the product directly; otherwise it goes through the scratch and is copied out.
+  const size_t V = size_t(hp.n_vocab);
+  float *first = nullptr;
+  bool in_order = true;
+  int64_t before = 0;
   for (int32_t s = 0; s < n_seq; s++) {
-    Model &m = *seqs[s];
-    m.n_cached_ += batches[s].n;
-    m.used_ = std::max(m.used_, m.n_cached_);
-    m.release_window(*std::min_element(batches[s].positions, batches[s].positions + batches[s].n));
+    const Batch &b = batches[s];
+    if (b.n_logits == 0) continue;
+    if (!first) first = b.logits - size_t(before) * V;
+    in_order = in_order && b.logits == first + size_t(before) * V;
+    before += b.n_logits;
+  }
+  if (in_order) {
+    W.matmul(W.output, h, n_rows, first);
+    return;
+  }
+  // One pass over the output matrix for every sequence's rows, then each its own.
+  float *lg = grow(sc.lg, n_rows * int64_t(V));
+  W.matmul(W.output, h, n_rows, lg);
+  row = 0;
+  for (int32_t s = 0; s < n_seq; s++) {
+    const Batch &b = batches[s];
+    if (b.n_logits > 0)
+      std::memcpy(b.logits, lg + size_t(row) * V, size_t(b.n_logits) * V * sizeof(float));
+    row += b.n_logits;
   }
 }
 

@@ -193,6 +193,12 @@ class Weights {
   };
 
  private:
+  // The constructor's steps, in order.
+  void read_hparams();
+  std::vector<float> read_rope_freqs();
+  void read_layers(const std::vector<float> &freq_factors);
+  void prepare_matrices(const ModelOptions &opt);
+  void choose_kv_cache(const ModelOptions &opt);
   Weight weight(const std::string &name, int64_t rows, int64_t cols) const;
   std::vector<float> vec(const std::string &name, int64_t n, bool required) const;
   void pack(Weight &w);
@@ -300,6 +306,18 @@ class Model {
   // Logits (and hidden states) of rows h[0..b.n_logits), the batch's last tokens after the
   // output norm, with this sequence's extra output rows.
   void limited_logits(const Batch &b, const float *h);
+  // forward_many's steps. check_many: throws unless every sequence and batch may run together.
+  static void check_many(Model *const *seqs, const Batch *batches, int32_t n_seq);
+  // Layer li's new keys kb and values vb (the batch's rows) into the cache after n_cached_, and
+  // their key sketches.
+  void store_kv(size_t li, const Batch &b, const float *kb, const float *vb);
+  // Layer li's attention of the batch's queries q over the cache (kb: its new keys, for the
+  // observer), with `mask`, completing a.
+  void attend(size_t li, const Batch &b, const float *q, const float *kb, const uint8_t *mask,
+              specinfer_attention_args &a);
+  // The final norm of every batch's last n_logits rows of x, then their hidden states and logits.
+  static void output_logits(Model *const *seqs, const Batch *batches, int32_t n_seq,
+                            const std::vector<int64_t> &off, const float *x, Weights::Scratch &sc);
 
   std::shared_ptr<const Weights> w_;
   const specinfer_kernels *k_;

@@ -213,6 +213,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_spec(TokenizerSpec spec) {
 }
 
 void Tokenizer::build(TokenizerSpec &spec) {
+  build_vocabulary(spec);
+  build_special_ids(spec);
+  const std::vector<bool> has_key = build_token_bytes();
+  if (kind_ == Kind::Bpe)
+    build_bpe_merges(spec.merges, has_key);
+  else
+    build_spm_byte_fallback();
+  build_special_trie();
+}
+
+// The kind, the spellings, scores and types of the tokens, and the lookup by spelling.
+void Tokenizer::build_vocabulary(TokenizerSpec &spec) {
   if (spec.model == "gpt2") {
     kind_ = Kind::Bpe;
   } else if (spec.model == "llama") {
@@ -257,8 +269,11 @@ void Tokenizer::build(TokenizerSpec &spec) {
     const int32_t id = find_token(name);
     if (id >= 0) types_[id] = TokenType::UserDefined;
   }
+}
 
-  // Special ids and flags: llama.cpp's defaults, then the file's values.
+// Special ids and flags: llama.cpp's defaults, then the file's values; the end-of-generation set.
+void Tokenizer::build_special_ids(const TokenizerSpec &spec) {
+  const size_t n = texts_.size();
   const auto valid = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < n ? id : -1; };
   if (kind_ == Kind::Spm) {
     bos_ = valid(1);
@@ -317,8 +332,12 @@ void Tokenizer::build(TokenizerSpec &spec) {
   if (present("<|tool_response>") || present("<|plamo:eos|>")) demote("</s>", TokenType::Normal);
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+}
 
-  // What each token stands for, and the table the merges look tokens up in.
+// What each token stands for (bytes_), and for BPE the table the merges look tokens up in
+// (keys_); returns which tokens have a key.
+std::vector<bool> Tokenizer::build_token_bytes() {
+  const size_t n = texts_.size();
   bytes_.resize(n);
   std::vector<bool> has_key(n, false);
   if (kind_ == Kind::Bpe) keys_.resize(n);
@@ -352,37 +371,46 @@ void Tokenizer::build(TokenizerSpec &spec) {
       }
     }
   }
+  return has_key;
+}
 
-  if (kind_ == Kind::Bpe) {
-    by_key_.build(&keys_, has_key);
-    for (int b = 0; b < 256; ++b) byte_token_[b] = lookup(std::string(1, static_cast<char>(b)));
-    merges_.reserve(spec.merges.size());
-    for (size_t r = 0; r < spec.merges.size(); ++r) {
-      const std::string &m = spec.merges[r];
-      const size_t space = m.find(' ', 1);
-      if (space == std::string::npos) continue;
-      auto left = unicode::byte_level_to_bytes(std::string_view(m).substr(0, space));
-      auto right = unicode::byte_level_to_bytes(std::string_view(m).substr(space + 1));
-      if (!left || !right) continue;
-      const int32_t l = lookup(*left), rr = lookup(*right), res = lookup(*left + *right);
-      // A merge whose parts or result are not tokens can never produce a token; skip it.
-      if (l < 0 || rr < 0 || res < 0) continue;
-      merges_.try_emplace(pair_key(l, rr),
-                          Merge{static_cast<int32_t>(std::min<size_t>(r, INT32_MAX)), res});
-    }
-    bool known = false;
-    pretok_ = std::make_unique<PreTokenizer>(PreTokenizer::patterns_for(pre_, &known));
-  } else {
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      int32_t id = find_token(name);
-      if (id < 0) id = find_token(std::string(1, static_cast<char>(b)));
-      byte_fallback_[b] = id;
-    }
+// The BPE merges by pair of token ids, the byte tokens and the pre-tokenizer.
+void Tokenizer::build_bpe_merges(const std::vector<std::string> &merges,
+                                 const std::vector<bool> &has_key) {
+  by_key_.build(&keys_, has_key);
+  for (int b = 0; b < 256; ++b) byte_token_[b] = lookup(std::string(1, static_cast<char>(b)));
+  merges_.reserve(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const std::string &m = merges[r];
+    const size_t space = m.find(' ', 1);
+    if (space == std::string::npos) continue;
+    auto left = unicode::byte_level_to_bytes(std::string_view(m).substr(0, space));
+    auto right = unicode::byte_level_to_bytes(std::string_view(m).substr(space + 1));
+    if (!left || !right) continue;
+    const int32_t l = lookup(*left), rr = lookup(*right), res = lookup(*left + *right);
+    // A merge whose parts or result are not tokens can never produce a token; skip it.
+    if (l < 0 || rr < 0 || res < 0) continue;
+    merges_.try_emplace(pair_key(l, rr),
+                        Merge{static_cast<int32_t>(std::min<size_t>(r, INT32_MAX)), res});
   }
+  bool known = false;
+  pretok_ = std::make_unique<PreTokenizer>(PreTokenizer::patterns_for(pre_, &known));
+}
 
-  // Special spellings, longest first (ties: lower id first).
+// The token of each byte for SentencePiece's byte fallback.
+void Tokenizer::build_spm_byte_fallback() {
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    int32_t id = find_token(name);
+    if (id < 0) id = find_token(std::string(1, static_cast<char>(b)));
+    byte_fallback_[b] = id;
+  }
+}
+
+// The trie of special spellings, longest first (ties: lower id first).
+void Tokenizer::build_special_trie() {
+  const size_t n = texts_.size();
   std::vector<int32_t> specials;
   for (size_t i = 0; i < n; ++i) {
     const TokenType ty = types_[i];

@@ -132,7 +132,14 @@ class Tokenizer {
   };
 
   Tokenizer() = default;
+  // build's steps, in order.
   void build(TokenizerSpec &spec);
+  void build_vocabulary(TokenizerSpec &spec);
+  void build_special_ids(const TokenizerSpec &spec);
+  std::vector<bool> build_token_bytes();
+  void build_bpe_merges(const std::vector<std::string> &merges, const std::vector<bool> &has_key);
+  void build_spm_byte_fallback();
+  void build_special_trie();
   void check_id(int32_t id) const;
   int32_t lookup(std::string_view key) const;
   std::vector<Fragment> partition(std::string_view text, bool parse_special) const;

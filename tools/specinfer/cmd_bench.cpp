@@ -131,6 +131,208 @@ bool run_batches(specinfer_registry *reg, specinfer_target *target,
   return true;
 }
 
+// The command line of specinfer bench.
+struct BenchOptions {
+  cli::RunOptions o;
+  std::string prompts_file, chart;
+  std::vector<std::string> drafters, couplers;
+  int32_t limit = 0, prefill_chunk = 64;
+  std::vector<int32_t> batches;
+  bool verbose = false;
+};
+
+void define_options(cli::App &app, BenchOptions *b) {
+  b->o.max_tokens = 64;
+  cli::add_run_options(app, &b->o, 1);
+  app.add_option("--prompts", b->prompts_file,
+                 "JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)")
+      ->type_name("FILE")
+      ->required();
+  app.add_option("--drafter", b->drafters, "a drafter to compare with plain decoding (repeatable)")
+      ->type_name(cli::kSpec)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->default_str("");
+  app.add_option("--coupler", b->couplers,
+                 "coupler (repeatable; default: greedy at --temp 0, else rejection)")
+      ->type_name("SPEC")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->default_str("");
+  cli::add_number(app, "--limit", b->limit, "the first N prompts only", "N", 1, 1 << 24)
+      ->default_str("all");
+  app.add_option("--chart", b->chart, "write a chart of tokens/s per prompt")
+      ->type_name("FILE.png");
+  app.add_flag("--verbose", b->verbose, "one line per prompt and configuration");
+  app.add_option("--batch", b->batches,
+                 "run the prompts N at a time, sessions on one shared model stepped together "
+                 "(continuous batching); tokens/s is then the aggregate, prompts included "
+                 "(repeatable: one row per N)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 64))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cli::add_number(app, "--prefill-chunk", b->prefill_chunk,
+                  "with --batch: most prompt tokens a session scores per step (0: all at once)",
+                  "N", 0, 1 << 20)
+      ->default_val(64);
+}
+
+// The registry, the target and every configuration's drafter and coupler, destroyed together.
+struct BenchModels {
+  specinfer_registry *reg = nullptr;
+  specinfer_target *target = nullptr;
+  std::vector<Config> configs;
+  BenchModels() = default;
+  BenchModels(const BenchModels &) = delete;
+  BenchModels &operator=(const BenchModels &) = delete;
+  ~BenchModels() {
+    for (Config &c : configs) {
+      specinfer_drafter_destroy(c.drafter);
+      specinfer_coupler_destroy(c.coupler);
+    }
+    specinfer_target_destroy(target);
+    specinfer_registry_destroy(reg);
+  }
+};
+
+// Per coupler, a plain configuration followed by one per drafter, into m->configs; false after
+// printing why not.
+bool open_configs(const BenchOptions &b, BenchModels *m) {
+  char *err = nullptr;
+  for (const std::string &cs : b.couplers) {
+    Config plain;
+    plain.label = "plain";
+    plain.coupler_spec = cs;
+    if (specinfer_coupler_create(cs.c_str(), &plain.coupler, &err) != SPECINFER_OK) {
+      std::fprintf(stderr, "specinfer bench: bad coupler '%s': %s\n", cs.c_str(), err);
+      specinfer_free(err);
+      return false;
+    }
+    int plain_index = static_cast<int>(m->configs.size());
+    plain.plain_index = plain_index;
+    m->configs.push_back(plain);
+    for (const std::string &ds : b.drafters) {
+      Config c;
+      c.label = short_label(ds);
+      c.drafter_spec = ds;
+      c.coupler_spec = cs;
+      c.plain_index = plain_index;
+      specinfer_coupler_create(cs.c_str(), &c.coupler, nullptr);
+      if (cli::open_drafter(m->reg, ds, m->target, &c.drafter, &err) != SPECINFER_OK) {
+        std::fprintf(stderr, "specinfer bench: cannot open drafter '%s': %s\n", ds.c_str(), err);
+        specinfer_free(err);
+        specinfer_coupler_destroy(c.coupler);
+        return false;
+      }
+      m->configs.push_back(c);
+    }
+  }
+  return true;
+}
+
+// Generates from prompt number pi (0-based) with configuration c and adds the run to its totals;
+// false after printing why not.
+bool run_one(const BenchOptions &b, specinfer_target *target, const std::string &prompt, size_t pi,
+             Config &c, const std::vector<Config> &configs) {
+  char *err = nullptr;
+  const specinfer_session_params p = cli::session_params(b.o);
+  specinfer_session *s = nullptr;
+  if (specinfer_session_create(target, c.drafter, c.coupler, &p, &s, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "specinfer bench: cannot create a session: %s\n", err);
+    specinfer_free(err);
+    return false;
+  }
+  specinfer_status st = specinfer_session_feed_text(s, prompt.data(), prompt.size());
+  if (st == SPECINFER_OK) st = specinfer_session_generate(s, b.o.max_tokens, nullptr, nullptr);
+  if (st != SPECINFER_OK) {
+    std::fprintf(stderr, "specinfer bench: prompt %zu, %s: %s\n", pi + 1, c.label.c_str(),
+                 specinfer_session_errmsg(s));
+    specinfer_session_destroy(s);
+    return false;
+  }
+  specinfer_session_stats ss;
+  specinfer_session_stats_init(&ss);
+  specinfer_session_get_stats(s, &ss);
+  const int32_t *toks = nullptr;
+  size_t n = 0;
+  specinfer_session_tokens(s, &toks, &n);
+  size_t first = static_cast<size_t>(ss.n_prompt_tokens);
+  c.outputs.emplace_back(toks + std::min(first, n), toks + n);
+  specinfer_session_destroy(s);
+  double gen_ms = ss.t_total_ms - ss.t_prefill_ms;
+  c.gen_ms += gen_ms;
+  c.generated += ss.n_generated;
+  c.rounds += ss.n_rounds;
+  c.drafted += ss.n_drafted;
+  c.accepted += ss.n_accepted;
+  c.tps.push_back(ss.tokens_per_second);
+  if (c.outputs.back() == configs[static_cast<size_t>(c.plain_index)].outputs.back()) ++c.identical;
+  if (b.verbose)
+    std::fprintf(stderr, "  prompt %3zu  %-44s %-10s %7.2f tok/s  %4lld tokens  accept %.3f\n",
+                 pi + 1, c.label.c_str(), c.coupler_spec.c_str(), ss.tokens_per_second,
+                 static_cast<long long>(ss.n_generated), ss.acceptance_rate);
+  return true;
+}
+
+// Prompt-major: every configuration on each prompt in turn; false after printing why not.
+bool run_prompts(const BenchOptions &b, BenchModels *m, const std::vector<std::string> &prompts) {
+  std::fprintf(stderr, "bench: %zu prompts x %zu configurations, %d tokens each, %d threads\n",
+               prompts.size(), m->configs.size(), b.o.max_tokens,
+               specinfer_registry_threads(m->reg));
+  bool ok = true;
+  for (size_t pi = 0; pi < prompts.size() && ok; ++pi) {
+    for (Config &c : m->configs)
+      if (!(ok = run_one(b, m->target, prompts[pi], pi, c, m->configs))) break;
+    if (!b.verbose) std::fprintf(stderr, "\rbench: %zu/%zu prompts", pi + 1, prompts.size());
+  }
+  if (!b.verbose) std::fprintf(stderr, "\n");
+  return ok;
+}
+
+// A speedup is the row's tokens/s over the tokens/s of the plain row with the same coupler.
+void print_table(const std::vector<Config> &configs, size_t n_prompts) {
+  std::printf(
+      "| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | nodes/round "
+      "| "
+      "drafted | identical to plain |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Config &c : configs) {
+    const Config &pl = configs[static_cast<size_t>(c.plain_index)];
+    double tps = c.gen_ms > 0 ? c.generated * 1000.0 / c.gen_ms : 0;
+    double ptps = pl.gen_ms > 0 ? pl.generated * 1000.0 / pl.gen_ms : 0;
+    char acc[32] = "-";
+    if (c.drafted > 0)
+      std::snprintf(acc, sizeof acc, "%.3f", static_cast<double>(c.accepted) / c.drafted);
+    std::printf("| %s | %s | %.2f | %.2fx | %s | %.2f | %.2f | %lld | %lld/%zu |\n",
+                c.label.c_str(), c.coupler_spec.c_str(), tps, ptps > 0 ? tps / ptps : 0.0, acc,
+                c.rounds ? static_cast<double>(c.generated) / c.rounds : 0.0,
+                c.rounds ? static_cast<double>(c.drafted) / c.rounds : 0.0,
+                static_cast<long long>(c.drafted), static_cast<long long>(c.identical), n_prompts);
+  }
+}
+
+// The chart of tokens/s per prompt; false after printing why it could not be written.
+bool write_chart(const BenchOptions &b, const std::vector<Config> &configs) {
+  pngchart::Chart ch;
+  ch.title = "specinfer bench: " + short_label(b.o.target);
+  ch.x_label = "prompt";
+  ch.y_label = "tokens/s";
+  for (const Config &c : configs) {
+    pngchart::Series se;
+    se.name = b.couplers.size() > 1 ? c.label + " / " + c.coupler_spec : c.label;
+    for (size_t i = 0; i < c.tps.size(); ++i) {
+      se.x.push_back(static_cast<double>(i + 1));
+      se.y.push_back(c.tps[i]);
+    }
+    ch.series.push_back(se);
+  }
+  std::string e;
+  if (!pngchart::write_png(b.chart, ch, &e)) {
+    std::fprintf(stderr, "specinfer bench: %s\n", e.c_str());
+    return false;
+  }
+  std::fprintf(stderr, "bench: chart written to %s\n", b.chart.c_str());
+  return true;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char **argv) {
@@ -139,205 +341,40 @@ int cmd_bench(int argc, char **argv) {
       "(tokens/s, speedup, acceptance, tokens per round, outputs identical to plain) and "
       "can write a PNG chart of tokens/s per prompt.",
       "specinfer bench"};
-  cli::RunOptions o;
-  o.max_tokens = 64;
-  std::string prompts_file, chart;
-  std::vector<std::string> drafters, couplers;
-  int32_t limit = 0, prefill_chunk = 64;
-  std::vector<int32_t> batches;
-  bool verbose = false;
-  cli::add_run_options(app, &o, 1);
-  app.add_option("--prompts", prompts_file,
-                 "JSON lines with a \"prompt\" string each (bench/prompts/*.jsonl)")
-      ->type_name("FILE")
-      ->required();
-  app.add_option("--drafter", drafters, "a drafter to compare with plain decoding (repeatable)")
-      ->type_name(cli::kSpec)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->default_str("");
-  app.add_option("--coupler", couplers,
-                 "coupler (repeatable; default: greedy at --temp 0, else rejection)")
-      ->type_name("SPEC")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->default_str("");
-  cli::add_number(app, "--limit", limit, "the first N prompts only", "N", 1, 1 << 24)
-      ->default_str("all");
-  app.add_option("--chart", chart, "write a chart of tokens/s per prompt")->type_name("FILE.png");
-  app.add_flag("--verbose", verbose, "one line per prompt and configuration");
-  app.add_option("--batch", batches,
-                 "run the prompts N at a time, sessions on one shared model stepped together "
-                 "(continuous batching); tokens/s is then the aggregate, prompts included "
-                 "(repeatable: one row per N)")
-      ->type_name("N")
-      ->check(CLI::Range(1, 64))
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cli::add_number(app, "--prefill-chunk", prefill_chunk,
-                  "with --batch: most prompt tokens a session scores per step (0: all at once)",
-                  "N", 0, 1 << 20)
-      ->default_val(64);
+  BenchOptions b;
+  define_options(app, &b);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   std::vector<std::string> prompts;
   try {
-    prompts = read_prompts(prompts_file, static_cast<size_t>(limit));
+    prompts = read_prompts(b.prompts_file, static_cast<size_t>(b.limit));
   } catch (const std::exception &e) {
     std::fprintf(stderr, "specinfer bench: %s\n", e.what());
     return 1;
   }
   if (prompts.empty()) {
-    std::fprintf(stderr, "specinfer bench: %s holds no prompts\n", prompts_file.c_str());
+    std::fprintf(stderr, "specinfer bench: %s holds no prompts\n", b.prompts_file.c_str());
     return 1;
   }
-  if (couplers.empty()) couplers.push_back(o.temp > 0 ? "rejection" : "greedy");
+  if (b.couplers.empty()) b.couplers.push_back(b.o.temp > 0 ? "rejection" : "greedy");
 
-  specinfer_registry *reg = cli::create_registry(o, "specinfer");
-  if (!reg) return 1;
-  specinfer_target *target = nullptr;
-  std::vector<Config> configs;
-  int rc = 1;
+  BenchModels m;
+  m.reg = cli::create_registry(b.o, "specinfer");
+  if (!m.reg) return 1;
   char *err = nullptr;
-  if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
+  if (cli::open_target(m.reg, b.o.target, &m.target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "specinfer bench: cannot open target: %s\n", err);
     specinfer_free(err);
-    specinfer_registry_destroy(reg);
     return 1;
   }
-  do {
-    bool ok = true;
-    for (const std::string &cs : couplers) {
-      Config plain;
-      plain.label = "plain";
-      plain.coupler_spec = cs;
-      if (specinfer_coupler_create(cs.c_str(), &plain.coupler, &err) != SPECINFER_OK) {
-        std::fprintf(stderr, "specinfer bench: bad coupler '%s': %s\n", cs.c_str(), err);
-        ok = false;
-        break;
-      }
-      int plain_index = static_cast<int>(configs.size());
-      plain.plain_index = plain_index;
-      configs.push_back(plain);
-      for (const std::string &ds : drafters) {
-        Config c;
-        c.label = short_label(ds);
-        c.drafter_spec = ds;
-        c.coupler_spec = cs;
-        c.plain_index = plain_index;
-        specinfer_coupler_create(cs.c_str(), &c.coupler, nullptr);
-        if (cli::open_drafter(reg, ds, target, &c.drafter, &err) != SPECINFER_OK) {
-          std::fprintf(stderr, "specinfer bench: cannot open drafter '%s': %s\n", ds.c_str(), err);
-          specinfer_coupler_destroy(c.coupler);
-          ok = false;
-          break;
-        }
-        configs.push_back(c);
-      }
-      if (!ok) break;
-    }
-    if (!ok) break;
-
-    if (!batches.empty()) {
-      rc = run_batches(reg, target, configs, o, prompts, batches, prefill_chunk) ? 0 : 1;
-      break;
-    }
-    std::fprintf(stderr, "bench: %zu prompts x %zu configurations, %d tokens each, %d threads\n",
-                 prompts.size(), configs.size(), o.max_tokens, specinfer_registry_threads(reg));
-    for (size_t pi = 0; pi < prompts.size() && ok; ++pi) {
-      for (Config &c : configs) {
-        const specinfer_session_params p = cli::session_params(o);
-        specinfer_session *s = nullptr;
-        if (specinfer_session_create(target, c.drafter, c.coupler, &p, &s, &err) != SPECINFER_OK) {
-          std::fprintf(stderr, "specinfer bench: cannot create a session: %s\n", err);
-          ok = false;
-          break;
-        }
-        specinfer_status st =
-            specinfer_session_feed_text(s, prompts[pi].data(), prompts[pi].size());
-        if (st == SPECINFER_OK) st = specinfer_session_generate(s, o.max_tokens, nullptr, nullptr);
-        if (st != SPECINFER_OK) {
-          std::fprintf(stderr, "specinfer bench: prompt %zu, %s: %s\n", pi + 1, c.label.c_str(),
-                       specinfer_session_errmsg(s));
-          specinfer_session_destroy(s);
-          ok = false;
-          break;
-        }
-        specinfer_session_stats ss;
-        specinfer_session_stats_init(&ss);
-        specinfer_session_get_stats(s, &ss);
-        const int32_t *toks = nullptr;
-        size_t n = 0;
-        specinfer_session_tokens(s, &toks, &n);
-        size_t first = static_cast<size_t>(ss.n_prompt_tokens);
-        c.outputs.emplace_back(toks + std::min(first, n), toks + n);
-        specinfer_session_destroy(s);
-        double gen_ms = ss.t_total_ms - ss.t_prefill_ms;
-        c.gen_ms += gen_ms;
-        c.generated += ss.n_generated;
-        c.rounds += ss.n_rounds;
-        c.drafted += ss.n_drafted;
-        c.accepted += ss.n_accepted;
-        c.tps.push_back(ss.tokens_per_second);
-        if (c.outputs.back() == configs[static_cast<size_t>(c.plain_index)].outputs.back())
-          ++c.identical;
-        if (verbose)
-          std::fprintf(stderr,
-                       "  prompt %3zu  %-44s %-10s %7.2f tok/s  %4lld tokens  accept %.3f\n",
-                       pi + 1, c.label.c_str(), c.coupler_spec.c_str(), ss.tokens_per_second,
-                       static_cast<long long>(ss.n_generated), ss.acceptance_rate);
-      }
-      if (!verbose) std::fprintf(stderr, "\rbench: %zu/%zu prompts", pi + 1, prompts.size());
-    }
-    if (!verbose) std::fprintf(stderr, "\n");
-    if (!ok) break;
-
-    // A speedup is the row's tokens/s over the tokens/s of the plain row with the same coupler.
-    std::printf(
-        "| configuration | coupler | tokens/s | speedup | acceptance | tokens/round | nodes/round "
-        "| "
-        "drafted | identical to plain |\n");
-    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (const Config &c : configs) {
-      const Config &pl = configs[static_cast<size_t>(c.plain_index)];
-      double tps = c.gen_ms > 0 ? c.generated * 1000.0 / c.gen_ms : 0;
-      double ptps = pl.gen_ms > 0 ? pl.generated * 1000.0 / pl.gen_ms : 0;
-      char acc[32] = "-";
-      if (c.drafted > 0)
-        std::snprintf(acc, sizeof acc, "%.3f", static_cast<double>(c.accepted) / c.drafted);
-      std::printf("| %s | %s | %.2f | %.2fx | %s | %.2f | %.2f | %lld | %lld/%zu |\n",
-                  c.label.c_str(), c.coupler_spec.c_str(), tps, ptps > 0 ? tps / ptps : 0.0, acc,
-                  c.rounds ? static_cast<double>(c.generated) / c.rounds : 0.0,
-                  c.rounds ? static_cast<double>(c.drafted) / c.rounds : 0.0,
-                  static_cast<long long>(c.drafted), static_cast<long long>(c.identical),
-                  prompts.size());
-    }
-    if (!chart.empty()) {
-      pngchart::Chart ch;
-      ch.title = "specinfer bench: " + short_label(o.target);
-      ch.x_label = "prompt";
-      ch.y_label = "tokens/s";
-      for (const Config &c : configs) {
-        pngchart::Series se;
-        se.name = couplers.size() > 1 ? c.label + " / " + c.coupler_spec : c.label;
-        for (size_t i = 0; i < c.tps.size(); ++i) {
-          se.x.push_back(static_cast<double>(i + 1));
-          se.y.push_back(c.tps[i]);
-        }
-        ch.series.push_back(se);
-      }
-      std::string e;
-      if (!pngchart::write_png(chart, ch, &e)) {
-        std::fprintf(stderr, "specinfer bench: %s\n", e.c_str());
-        break;
-      }
-      std::fprintf(stderr, "bench: chart written to %s\n", chart.c_str());
-    }
-    rc = 0;
-  } while (false);
-  specinfer_free(err);
-  for (Config &c : configs) {
-    specinfer_drafter_destroy(c.drafter);
-    specinfer_coupler_destroy(c.coupler);
+  if (!open_configs(b, &m)) return 1;
+  if (!b.batches.empty()) {
+    const bool ok =
+        run_batches(m.reg, m.target, m.configs, b.o, prompts, b.batches, b.prefill_chunk);
+    return ok ? 0 : 1;
   }
-  specinfer_target_destroy(target);
-  specinfer_registry_destroy(reg);
-  return rc;
+  if (!run_prompts(b, &m, prompts)) return 1;
+  print_table(m.configs, prompts.size());
+  if (!b.chart.empty() && !write_chart(b, m.configs)) return 1;
+  return 0;
 }

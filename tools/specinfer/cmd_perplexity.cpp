@@ -233,8 +233,239 @@ bool open_base(const std::string &path, BaseFile *b) {
   return true;
 }
 
+// The tokens to score into *tokens and the chunk length into *n_ctx: the base file's with
+// --kl-divergence (opened into *base), else the text's; false after printing why not.
+bool load_tokens(const Options &o, specinfer_target *target, const specinfer_model_info &info,
+                 BaseFile *base, std::vector<int32_t> *tokens, int32_t *n_ctx) {
+  const int32_t vocab = info.vocab_size;
+  *n_ctx = o.ctx;
+  if (o.kl) {
+    if (!open_base(o.kl_base, base)) return false;
+    if (base->vocab != vocab) {
+      std::fprintf(stderr, "specinfer perplexity: %s has a vocabulary of %d ids, the target %d\n",
+                   o.kl_base.c_str(), base->vocab, vocab);
+      return false;
+    }
+    *n_ctx = base->n_ctx;
+    *tokens = base->tokens;
+  }
+  if (!o.file.empty()) {
+    std::string text;
+    if (!read_text(o.file, &text)) {
+      std::fprintf(stderr, "specinfer perplexity: cannot read %s: %s\n", o.file.c_str(),
+                   std::strerror(errno));
+      return false;
+    }
+    std::vector<int32_t> ours;
+    if (!tokenize(target, text, &ours)) return false;
+    if (o.kl) {
+      // The base run's tokens are scored; say whether our tokenizer gives the same ones.
+      size_t i = 0;
+      while (i < tokens->size() && i < ours.size() && (*tokens)[i] == ours[i]) ++i;
+      if (i == tokens->size())
+        std::printf("tokenization: the base file's %zu tokens equal ours\n", tokens->size());
+      else
+        std::printf("tokenization: ours differs from the base file's from token %zu on\n", i);
+    } else {
+      *tokens = std::move(ours);
+    }
+  }
+  if (*n_ctx > info.n_ctx) {
+    std::fprintf(stderr, "specinfer perplexity: a context of %d exceeds the model's %d\n", *n_ctx,
+                 info.n_ctx);
+    return false;
+  }
+  if (int64_t(tokens->size()) < 2 * int64_t(*n_ctx)) {
+    std::fprintf(stderr,
+                 "specinfer perplexity: the text gives %zu tokens; a context of %d needs at "
+                 "least %d\n",
+                 tokens->size(), *n_ctx, 2 * *n_ctx);
+    return false;
+  }
+  for (int32_t t : *tokens)
+    if (t < 0 || t >= vocab) {
+      std::fprintf(stderr, "specinfer perplexity: token %d is outside the vocabulary\n", t);
+      return false;
+    }
+  return true;
+}
+
+// How the tokens are cut and scored.
+struct Plan {
+  int32_t vocab = 0, n_ctx = 0, n_chunk = 0, batch = 0;
+  int32_t first = 0;  // the first position whose logits are kept
+  int32_t rows = 0;   // positions with logits; the last predicts nothing
+  int64_t width = 0;  // of a saved row, in uint16 units
+  bool save = false;  // writing a base file
+};
+
+Plan make_plan(const Options &o, int32_t vocab, int32_t n_ctx, size_t n_tokens) {
+  Plan p;
+  p.vocab = vocab;
+  p.n_ctx = n_ctx;
+  p.n_chunk = static_cast<int32_t>(n_tokens / size_t(n_ctx));
+  if (o.chunks > 0) p.n_chunk = std::min(p.n_chunk, o.chunks);
+  p.batch = o.batch > 0 ? std::min(o.batch, n_ctx) : n_ctx;
+  p.first = n_ctx / 2;
+  p.rows = n_ctx - p.first;
+  p.width = row_width(vocab);
+  p.save = !o.kl_base.empty() && !o.kl;
+  return p;
+}
+
+// Creates the base file o.kl_base and writes its header and tokens; false after printing why not.
+bool open_output(const Options &o, const Plan &p, const std::vector<int32_t> &tokens,
+                 std::ofstream *out) {
+  out->open(o.kl_base, std::ios::binary | std::ios::trunc);
+  if (!*out) {
+    std::fprintf(stderr, "specinfer perplexity: cannot write %s: %s\n", o.kl_base.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  out->write(kMagic, 8);
+  out->write(reinterpret_cast<const char *>(&p.n_ctx), 4);
+  out->write(reinterpret_cast<const char *>(&p.vocab), 4);
+  out->write(reinterpret_cast<const char *>(&p.n_chunk), 4);
+  out->write(reinterpret_cast<const char *>(tokens.data()),
+             std::streamsize(size_t(p.n_chunk) * size_t(p.n_ctx) * sizeof(int32_t)));
+  return true;
+}
+
+// Runs one chunk from an empty cache in passes of p.batch tokens, the logits of positions
+// p.first .. into logits; false after printing why not.
+bool eval_chunk(specinfer_target *target, const Plan &p, const std::vector<int32_t> &chunk,
+                std::vector<float> &logits, const Progress &progress) {
+  for (int32_t at = 0; at < p.n_ctx; at += p.batch) {
+    const int32_t n = std::min(p.batch, p.n_ctx - at);
+    specinfer_eval_params ep;
+    specinfer_eval_params_init(&ep);
+    ep.tokens = chunk.data() + at;
+    ep.n_tokens = size_t(n);
+    ep.n_past = at;
+    ep.n_logits = std::max(0, at + n - std::max(at, p.first));
+    ep.logits = logits.data() + size_t(std::max(at, p.first) - p.first) * size_t(p.vocab);
+    if (specinfer_target_eval(target, &ep, nullptr) != SPECINFER_OK) {
+      if (progress.open) std::fputc('\n', stderr);
+      std::fprintf(stderr, "specinfer perplexity: forward pass failed: %s\n",
+                   specinfer_target_errmsg(target));
+      return false;
+    }
+  }
+  return true;
+}
+
+// Adds the predictions of one chunk's rows to *t: against the base rows in rows16 with kl, else
+// the negative log-likelihood (and, when saving, the quantized rows into rows16).
+void score_rows(const Plan &p, bool kl, const std::vector<int32_t> &chunk,
+                const std::vector<float> &logits, std::vector<uint16_t> &rows16, Totals *t) {
+  for (int32_t r = 0; r + 1 < p.rows; ++r) {
+    const float *row = logits.data() + size_t(r) * size_t(p.vocab);
+    const int32_t next = chunk[size_t(p.first + r + 1)];
+    const RowNorm norm = normalize(row, p.vocab);
+    if (kl) {
+      add_kl_row(row, p.vocab, norm, rows16.data() + size_t(r) * size_t(p.width), next, t);
+    } else {
+      const double nll = norm.log_z - row[next];
+      t->nll += nll;
+      t->nll2 += nll * nll;
+      ++t->count;
+      if (p.save) quantize_row(row, p.vocab, norm, rows16.data() + size_t(r) * size_t(p.width));
+    }
+  }
+}
+
+// Scores every chunk into *t; false after printing why not.
+bool score_chunks(const Options &o, specinfer_target *target, const specinfer_model_info &info,
+                  const Plan &p, const std::vector<int32_t> &tokens, BaseFile *base,
+                  std::ofstream *out, Totals *t) {
+  std::vector<float> logits(size_t(p.rows) * size_t(p.vocab));
+  std::vector<uint16_t> rows16(size_t(p.rows - 1) * size_t(p.width));
+  std::vector<int32_t> chunk(static_cast<size_t>(p.n_ctx));
+  Progress progress;
+  progress.update(0, p.n_chunk, 0, NAN);
+  for (int32_t c = 0; c < p.n_chunk; ++c) {
+    std::copy_n(tokens.begin() + ptrdiff_t(c) * p.n_ctx, p.n_ctx, chunk.begin());
+    if (info.add_bos && info.bos_token >= 0) chunk[0] = info.bos_token;
+    if (!eval_chunk(target, p, chunk, logits, progress)) return false;
+    if (o.kl) {
+      base->f.read(reinterpret_cast<char *>(rows16.data()),
+                   std::streamsize(rows16.size() * sizeof(uint16_t)));
+      if (!base->f) {
+        std::fprintf(stderr, "specinfer perplexity: %s ends inside chunk %d\n", o.kl_base.c_str(),
+                     c + 1);
+        return false;
+      }
+    }
+    score_rows(p, o.kl, chunk, logits, rows16, t);
+    if (p.save)
+      out->write(reinterpret_cast<const char *>(rows16.data()),
+                 std::streamsize(rows16.size() * sizeof(uint16_t)));
+    progress.update(c + 1, p.n_chunk, int64_t(c + 1) * p.n_ctx,
+                    std::exp(t->nll / double(t->count)));
+  }
+  return true;
+}
+
+// The perplexity and, with kl, the comparison with the base run, in llama-perplexity's words.
+void print_results(const Options &o, const Plan &p, const Totals &t) {
+  const MeanErr lp = mean_err(t.nll, t.nll2, t.count);
+  const double ppl = std::exp(lp.mean);
+  std::printf("scored %lld tokens in %d chunks of %d (ctx %d)\n", (long long)t.count, p.n_chunk,
+              p.n_ctx, p.n_ctx);
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * lp.err);
+  if (o.kl) {
+    const MeanErr lb = mean_err(t.nll_base, t.nll_base2, t.count);
+    const double cov =
+        t.count > 10 ? (t.nll_cross / double(t.count) - lp.mean * lb.mean) / double(t.count - 1)
+                     : 0;
+    const double ratio_err = std::sqrt(std::max(0.0, lp.err * lp.err + lb.err * lb.err - 2 * cov));
+    const MeanErr kl = mean_err(t.kld, t.kld2, t.count);
+    const double top = double(t.same_top) / double(t.count);
+    std::vector<float> k = t.kld_values;
+    std::sort(k.begin(), k.end());
+    auto pct = [&](double q) { return k[size_t(q * double(k.size() - 1))]; };
+    std::printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", ppl, ppl * lp.err);
+    std::printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", std::exp(lb.mean),
+                std::exp(lb.mean) * lb.err);
+    std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", lp.mean - lb.mean,
+                ratio_err);
+    std::printf("Mean KLD                      : %10.6f +/- %10.6f\n", kl.mean, kl.err);
+    std::printf("Median KLD                    : %10.6f\n", double(pct(0.5)));
+    std::printf("99.0%%   KLD                   : %10.6f\n", double(pct(0.99)));
+    std::printf("Maximum KLD                   : %10.6f\n", double(k.back()));
+    std::printf("Same top p                    : %6.3f +/- %6.3f %%\n", 100 * top,
+                t.count > 1 ? 100 * std::sqrt(top * (1 - top) / double(t.count - 1)) : 0.0);
+  }
+  if (p.save) std::printf("log-probabilities saved to %s\n", o.kl_base.c_str());
+}
+
+// Loads, cuts and scores the tokens with an open target; the exit code.
+int score(const Options &o, specinfer_target *target) {
+  specinfer_model_info info;
+  specinfer_model_info_init(&info);
+  specinfer_target_info(target, &info);
+
+  BaseFile base;
+  std::vector<int32_t> tokens;
+  int32_t n_ctx = 0;
+  if (!load_tokens(o, target, info, &base, &tokens, &n_ctx)) return 1;
+  const Plan p = make_plan(o, info.vocab_size, n_ctx, tokens.size());
+  std::ofstream out;
+  if (p.save && !open_output(o, p, tokens, &out)) return 1;
+  std::fprintf(stderr,
+               "specinfer perplexity: %zu tokens, %d chunks of %d, passes of %d tokens, bos %s\n",
+               tokens.size(), p.n_chunk, p.n_ctx, p.batch, info.add_bos ? "first" : "none");
+  Totals t;
+  if (!score_chunks(o, target, info, p, tokens, &base, &out, &t)) return 1;
+  if (p.save && !out.flush()) {
+    std::fprintf(stderr, "specinfer perplexity: cannot write %s\n", o.kl_base.c_str());
+    return 1;
+  }
+  print_results(o, p, t);
+  return 0;
+}
+
 int run(const Options &o) {
-  const bool save = !o.kl_base.empty() && !o.kl;
   cli::RunOptions ro;
   ro.threads = o.threads;
   specinfer_registry *reg = cli::create_registry(ro, "specinfer perplexity");
@@ -247,187 +478,7 @@ int run(const Options &o) {
     specinfer_registry_destroy(reg);
     return 1;
   }
-  int rc = 1;
-  do {
-    specinfer_model_info info;
-    specinfer_model_info_init(&info);
-    specinfer_target_info(target, &info);
-    const int32_t vocab = info.vocab_size;
-
-    BaseFile base;
-    std::vector<int32_t> tokens;
-    int32_t n_ctx = o.ctx;
-    if (o.kl) {
-      if (!open_base(o.kl_base, &base)) break;
-      if (base.vocab != vocab) {
-        std::fprintf(stderr, "specinfer perplexity: %s has a vocabulary of %d ids, the target %d\n",
-                     o.kl_base.c_str(), base.vocab, vocab);
-        break;
-      }
-      n_ctx = base.n_ctx;
-      tokens = base.tokens;
-    }
-    if (!o.file.empty()) {
-      std::string text;
-      if (!read_text(o.file, &text)) {
-        std::fprintf(stderr, "specinfer perplexity: cannot read %s: %s\n", o.file.c_str(),
-                     std::strerror(errno));
-        break;
-      }
-      std::vector<int32_t> ours;
-      if (!tokenize(target, text, &ours)) break;
-      if (o.kl) {
-        // The base run's tokens are scored; say whether our tokenizer gives the same ones.
-        size_t i = 0;
-        while (i < tokens.size() && i < ours.size() && tokens[i] == ours[i]) ++i;
-        if (i == tokens.size())
-          std::printf("tokenization: the base file's %zu tokens equal ours\n", tokens.size());
-        else
-          std::printf("tokenization: ours differs from the base file's from token %zu on\n", i);
-      } else {
-        tokens = std::move(ours);
-      }
-    }
-    if (n_ctx > info.n_ctx) {
-      std::fprintf(stderr, "specinfer perplexity: a context of %d exceeds the model's %d\n", n_ctx,
-                   info.n_ctx);
-      break;
-    }
-    if (int64_t(tokens.size()) < 2 * int64_t(n_ctx)) {
-      std::fprintf(stderr,
-                   "specinfer perplexity: the text gives %zu tokens; a context of %d needs at "
-                   "least %d\n",
-                   tokens.size(), n_ctx, 2 * n_ctx);
-      break;
-    }
-    for (int32_t t : tokens)
-      if (t < 0 || t >= vocab) {
-        std::fprintf(stderr, "specinfer perplexity: token %d is outside the vocabulary\n", t);
-        tokens.clear();
-        break;
-      }
-    if (tokens.empty()) break;
-    int32_t n_chunk = static_cast<int32_t>(tokens.size() / size_t(n_ctx));
-    if (o.chunks > 0) n_chunk = std::min(n_chunk, o.chunks);
-    const int32_t batch = o.batch > 0 ? std::min(o.batch, n_ctx) : n_ctx;
-    const int32_t first = n_ctx / 2;
-    const int32_t rows = n_ctx - first;  // positions with logits; the last predicts nothing
-    const int64_t width = row_width(vocab);
-
-    std::ofstream out;
-    if (save) {
-      out.open(o.kl_base, std::ios::binary | std::ios::trunc);
-      if (!out) {
-        std::fprintf(stderr, "specinfer perplexity: cannot write %s: %s\n", o.kl_base.c_str(),
-                     std::strerror(errno));
-        break;
-      }
-      out.write(kMagic, 8);
-      out.write(reinterpret_cast<const char *>(&n_ctx), 4);
-      out.write(reinterpret_cast<const char *>(&vocab), 4);
-      out.write(reinterpret_cast<const char *>(&n_chunk), 4);
-      out.write(reinterpret_cast<const char *>(tokens.data()),
-                std::streamsize(size_t(n_chunk) * size_t(n_ctx) * sizeof(int32_t)));
-    }
-    std::fprintf(stderr,
-                 "specinfer perplexity: %zu tokens, %d chunks of %d, passes of %d tokens, bos %s\n",
-                 tokens.size(), n_chunk, n_ctx, batch, info.add_bos ? "first" : "none");
-
-    std::vector<float> logits(size_t(rows) * size_t(vocab));
-    std::vector<uint16_t> rows16(size_t(rows - 1) * size_t(width));
-    std::vector<int32_t> chunk(static_cast<size_t>(n_ctx));
-    Totals t;
-    Progress progress;
-    progress.update(0, n_chunk, 0, NAN);
-    bool failed = false;
-    for (int32_t c = 0; c < n_chunk && !failed; ++c) {
-      std::copy_n(tokens.begin() + ptrdiff_t(c) * n_ctx, n_ctx, chunk.begin());
-      if (info.add_bos && info.bos_token >= 0) chunk[0] = info.bos_token;
-      for (int32_t at = 0; at < n_ctx; at += batch) {
-        const int32_t n = std::min(batch, n_ctx - at);
-        specinfer_eval_params ep;
-        specinfer_eval_params_init(&ep);
-        ep.tokens = chunk.data() + at;
-        ep.n_tokens = size_t(n);
-        ep.n_past = at;
-        ep.n_logits = std::max(0, at + n - std::max(at, first));
-        ep.logits = logits.data() + size_t(std::max(at, first) - first) * size_t(vocab);
-        if (specinfer_target_eval(target, &ep, nullptr) != SPECINFER_OK) {
-          if (progress.open) std::fputc('\n', stderr);
-          std::fprintf(stderr, "specinfer perplexity: forward pass failed: %s\n",
-                       specinfer_target_errmsg(target));
-          failed = true;
-          break;
-        }
-      }
-      if (failed) break;
-      if (o.kl) {
-        base.f.read(reinterpret_cast<char *>(rows16.data()),
-                    std::streamsize(rows16.size() * sizeof(uint16_t)));
-        if (!base.f) {
-          std::fprintf(stderr, "specinfer perplexity: %s ends inside chunk %d\n", o.kl_base.c_str(),
-                       c + 1);
-          failed = true;
-          break;
-        }
-      }
-      for (int32_t r = 0; r + 1 < rows; ++r) {
-        const float *row = logits.data() + size_t(r) * size_t(vocab);
-        const int32_t next = chunk[size_t(first + r + 1)];
-        const RowNorm norm = normalize(row, vocab);
-        if (o.kl) {
-          add_kl_row(row, vocab, norm, rows16.data() + size_t(r) * size_t(width), next, &t);
-        } else {
-          const double nll = norm.log_z - row[next];
-          t.nll += nll;
-          t.nll2 += nll * nll;
-          ++t.count;
-          if (save) quantize_row(row, vocab, norm, rows16.data() + size_t(r) * size_t(width));
-        }
-      }
-      if (save)
-        out.write(reinterpret_cast<const char *>(rows16.data()),
-                  std::streamsize(rows16.size() * sizeof(uint16_t)));
-      progress.update(c + 1, n_chunk, int64_t(c + 1) * n_ctx, std::exp(t.nll / double(t.count)));
-    }
-    if (failed) break;
-    if (save && !out.flush()) {
-      std::fprintf(stderr, "specinfer perplexity: cannot write %s\n", o.kl_base.c_str());
-      break;
-    }
-
-    const MeanErr lp = mean_err(t.nll, t.nll2, t.count);
-    const double ppl = std::exp(lp.mean);
-    std::printf("scored %lld tokens in %d chunks of %d (ctx %d)\n", (long long)t.count, n_chunk,
-                n_ctx, n_ctx);
-    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, ppl * lp.err);
-    if (o.kl) {
-      const MeanErr lb = mean_err(t.nll_base, t.nll_base2, t.count);
-      const double cov =
-          t.count > 10 ? (t.nll_cross / double(t.count) - lp.mean * lb.mean) / double(t.count - 1)
-                       : 0;
-      const double ratio_err =
-          std::sqrt(std::max(0.0, lp.err * lp.err + lb.err * lb.err - 2 * cov));
-      const MeanErr kl = mean_err(t.kld, t.kld2, t.count);
-      const double top = double(t.same_top) / double(t.count);
-      std::vector<float> k = t.kld_values;
-      std::sort(k.begin(), k.end());
-      auto pct = [&](double p) { return k[size_t(p * double(k.size() - 1))]; };
-      std::printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", ppl, ppl * lp.err);
-      std::printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", std::exp(lb.mean),
-                  std::exp(lb.mean) * lb.err);
-      std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", lp.mean - lb.mean,
-                  ratio_err);
-      std::printf("Mean KLD                      : %10.6f +/- %10.6f\n", kl.mean, kl.err);
-      std::printf("Median KLD                    : %10.6f\n", double(pct(0.5)));
-      std::printf("99.0%%   KLD                   : %10.6f\n", double(pct(0.99)));
-      std::printf("Maximum KLD                   : %10.6f\n", double(k.back()));
-      std::printf("Same top p                    : %6.3f +/- %6.3f %%\n", 100 * top,
-                  t.count > 1 ? 100 * std::sqrt(top * (1 - top) / double(t.count - 1)) : 0.0);
-    }
-    if (save) std::printf("log-probabilities saved to %s\n", o.kl_base.c_str());
-    rc = 0;
-  } while (false);
+  const int rc = score(o, target);
   specinfer_target_destroy(target);
   specinfer_registry_destroy(reg);
   return rc;

@@ -91,6 +91,187 @@ ApiError error_of(const GenResult &r) {
   return e;
 }
 
+// The prompt of a chat request: `messages` rendered with the model's chat template, into
+// params->prompt; the error to answer with when the model has no template or rendering fails.
+std::optional<ApiError> render_chat(const ModelEntry &m, const json &messages, GenParams *params) {
+  if (m.chat.source.empty()) {
+    ApiError e;
+    e.message = m.chat_unavailable;
+    e.code = "chat_unavailable";
+    return e;
+  }
+  std::string error;
+  std::string rendered;
+  if (!m.chat.render(messages, &rendered, &error)) return bad_param("messages", error);
+  params->prompt = m.chat.prompt_of(std::move(rendered));
+  return std::nullopt;
+}
+
+// The error for a request the engine of `m` did not queue.
+ApiError not_queued(SubmitStatus st, const ModelEntry &m) {
+  ApiError e;
+  if (st == SubmitStatus::kQueueFull) {
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "queue_full";
+    e.message = "the server is busy: " + std::to_string(m.max_queue) + " requests for " + m.name +
+                " are waiting already; try again later";
+  } else {
+    e.status = 503;
+    e.type = "server_error";
+    e.message = "the server is stopping";
+  }
+  return e;
+}
+
+json usage_of(const GenResult &r) {
+  return json{{"prompt_tokens", r.prompt_tokens},
+              {"completion_tokens", r.completion_tokens},
+              {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+}
+
+// What every response object of one request carries, and the objects made from it.
+struct Reply {
+  bool chat = false;
+  std::string id;
+  std::time_t created = 0;
+  std::string model;
+
+  // The whole answer (not streamed).
+  json answer(const GenResult &result, const std::string &text) const {
+    json choice = {{"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      choice["text"] = text;
+    return json{{"id", id},
+                {"object", chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})},
+                {"usage", usage_of(result)}};
+  }
+
+  // One streamed event's object.
+  json chunk(const json &delta_or_text, const json &finish) const {
+    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+    if (chat)
+      choice["delta"] = delta_or_text;
+    else
+      choice["text"] = delta_or_text;
+    return json{{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+  }
+};
+
+// Answers with the whole text at once: now if the generation is done, else written (chunked) once
+// the text is complete, and meanwhile the provider checks every 200 ms that the client is still
+// there, so that a client gone away cancels its request. The status is 200 by then: a generation
+// that fails later (a plugin error, the server stopping) answers with an error body.
+void answer_whole(httplib::Response &res, const std::shared_ptr<Exchange> &x, const Reply &reply) {
+  {
+    std::lock_guard<std::mutex> lock(x->m);
+    if (x->done) {
+      if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
+      return send_json(res, 200, reply.answer(x->result, x->pending));
+    }
+  }
+  res.set_chunked_content_provider(
+      "application/json",
+      [x, reply](size_t, httplib::DataSink &sink) {
+        std::unique_lock<std::mutex> lock(x->m);
+        x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return x->done; });
+        if (!x->done) {
+          lock.unlock();
+          if (sink.is_writable()) return true;
+          x->cancelled->store(true);
+          return false;
+        }
+        const json body = x->result.kind == GenResult::Kind::kOk
+                              ? reply.answer(x->result, x->pending)
+                              : error_body(error_of(x->result));
+        lock.unlock();
+        const std::string text = dump(body);
+        if (!sink.write(text.data(), text.size())) {
+          x->cancelled->store(true);
+          return false;
+        }
+        sink.done();
+        return true;
+      },
+      [x](bool success) {
+        if (!success) x->cancelled->store(true);
+      });
+}
+
+bool write_event(httplib::DataSink &sink, const json &j) {
+  const std::string event = "data: " + dump(j) + "\n\n";
+  return sink.write(event.data(), event.size());
+}
+
+// The events after the text of a finished generation: the finish_reason (and usage), or the
+// error, then [DONE]; false when the client is gone.
+bool write_end(httplib::DataSink &sink, const Reply &reply, const GenResult &result,
+               bool include_usage) {
+  bool ok = true;
+  if (result.kind == GenResult::Kind::kOk) {
+    ok = write_event(sink,
+                     reply.chunk(reply.chat ? json::object() : json(""), result.finish_reason));
+    if (ok && include_usage) {
+      json u = reply.chunk(nullptr, nullptr);
+      u["choices"] = json::array();
+      u["usage"] = usage_of(result);
+      ok = write_event(sink, u);
+    }
+  } else {
+    ok = write_event(sink, error_body(error_of(result)));
+  }
+  static const char kDone[] = "data: [DONE]\n\n";
+  if (ok) ok = sink.write(kDone, sizeof kDone - 1);
+  if (ok) sink.done();
+  return ok;
+}
+
+// Streaming: one SSE event per round with text, a last one with finish_reason, then [DONE].
+void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, const Reply &reply,
+                   bool include_usage) {
+  auto first = std::make_shared<bool>(true);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [x, reply, first, include_usage](size_t, httplib::DataSink &sink) {
+        std::unique_lock<std::mutex> lock(x->m);
+        x->cv.wait_for(lock, std::chrono::milliseconds(200),
+                       [&] { return !x->pending.empty() || x->done; });
+        std::string text;
+        text.swap(x->pending);
+        const bool done = x->done;
+        const GenResult result = x->result;
+        lock.unlock();
+        // A client that has gone away cancels its request; the engine ends it at the next round.
+        if (!sink.is_writable()) {
+          x->cancelled->store(true);
+          return false;
+        }
+        bool ok = true;
+        if (reply.chat && *first)
+          ok = write_event(sink, reply.chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+        *first = false;
+        if (ok && !text.empty())
+          ok = write_event(sink,
+                           reply.chunk(reply.chat ? json{{"content", text}} : json(text), nullptr));
+        if (ok && done) ok = write_end(sink, reply, result, include_usage);
+        if (!ok) x->cancelled->store(true);
+        return ok;
+      },
+      [x](bool success) {
+        if (!success) x->cancelled->store(true);
+      });
+}
+
 }  // namespace
 
 class Routes {
@@ -196,38 +377,13 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
     return send_error(res, *e);
   const ModelEntry &model_entry = cfg_.models[r.model];
   GenParams params = std::move(r.params);
-  if (chat) {
-    if (model_entry.chat.source.empty()) {
-      ApiError e;
-      e.message = model_entry.chat_unavailable;
-      e.code = "chat_unavailable";
-      return send_error(res, e);
-    }
-    std::string error;
-    std::string rendered;
-    if (!model_entry.chat.render(r.messages, &rendered, &error))
-      return send_error(res, bad_param("messages", error));
-    params.prompt = model_entry.chat.prompt_of(std::move(rendered));
-  }
+  if (chat)
+    if (auto e = render_chat(model_entry, r.messages, &params)) return send_error(res, *e);
 
   params.stop = std::move(r.stop);
   auto x = std::make_shared<Exchange>();
   const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
-  if (st != SubmitStatus::kQueued) {
-    ApiError e;
-    if (st == SubmitStatus::kQueueFull) {
-      e.status = 429;
-      e.type = "rate_limit_error";
-      e.code = "queue_full";
-      e.message = "the server is busy: " + std::to_string(model_entry.max_queue) +
-                  " requests for " + model_entry.name + " are waiting already; try again later";
-    } else {
-      e.status = 503;
-      e.type = "server_error";
-      e.message = "the server is stopping";
-    }
-    return send_error(res, e);
-  }
+  if (st != SubmitStatus::kQueued) return send_error(res, not_queued(st, model_entry));
   {
     std::unique_lock<std::mutex> lock(x->m);
     x->cv.wait(lock, [&] { return x->started || x->done; });
@@ -235,133 +391,15 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
       return send_error(res, error_of(x->result));
   }
 
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-  const std::time_t created = std::time(nullptr);
-  const std::string model = model_entry.name;
-  const auto usage = [](const GenResult &r) {
-    return json{{"prompt_tokens", r.prompt_tokens},
-                {"completion_tokens", r.completion_tokens},
-                {"total_tokens", r.prompt_tokens + r.completion_tokens}};
-  };
-
-  const auto answer = [=](const GenResult &result, const std::string &text) {
-    json choice = {{"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-      choice["text"] = text;
-    return json{{"id", id},
-                {"object", chat ? "chat.completion" : "text_completion"},
-                {"created", created},
-                {"model", model},
-                {"choices", json::array({choice})},
-                {"usage", usage(result)}};
-  };
-  if (!r.stream) {
-    {
-      std::lock_guard<std::mutex> lock(x->m);
-      if (x->done) {
-        if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
-        return send_json(res, 200, answer(x->result, x->pending));
-      }
-    }
-    // Still generating: the answer is written (chunked) once the text is complete, and meanwhile
-    // the provider checks every 200 ms that the client is still there, so that a client gone
-    // away cancels its request. The status is 200 by then: a generation that fails later (a
-    // plugin error, the server stopping) answers with an error body.
-    res.set_chunked_content_provider(
-        "application/json",
-        [=](size_t, httplib::DataSink &sink) {
-          std::unique_lock<std::mutex> lock(x->m);
-          x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return x->done; });
-          if (!x->done) {
-            lock.unlock();
-            if (sink.is_writable()) return true;
-            x->cancelled->store(true);
-            return false;
-          }
-          const json body = x->result.kind == GenResult::Kind::kOk
-                                ? answer(x->result, x->pending)
-                                : error_body(error_of(x->result));
-          lock.unlock();
-          const std::string text = dump(body);
-          if (!sink.write(text.data(), text.size())) {
-            x->cancelled->store(true);
-            return false;
-          }
-          sink.done();
-          return true;
-        },
-        [x](bool success) {
-          if (!success) x->cancelled->store(true);
-        });
-    return;
-  }
-
-  // Streaming: one SSE event per round with text, a last one with finish_reason, then [DONE].
-  const auto chunk = [=](const json &delta_or_text, const json &finish) {
-    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
-    if (chat)
-      choice["delta"] = delta_or_text;
-    else
-      choice["text"] = delta_or_text;
-    return json{{"id", id},
-                {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", created},
-                {"model", model},
-                {"choices", json::array({choice})}};
-  };
-  const auto write_event = [](httplib::DataSink &sink, const json &j) {
-    const std::string event = "data: " + dump(j) + "\n\n";
-    return sink.write(event.data(), event.size());
-  };
-  auto first = std::make_shared<bool>(true);
-  const bool include_usage = r.include_usage;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [=](size_t, httplib::DataSink &sink) {
-        std::unique_lock<std::mutex> lock(x->m);
-        x->cv.wait_for(lock, std::chrono::milliseconds(200),
-                       [&] { return !x->pending.empty() || x->done; });
-        std::string text;
-        text.swap(x->pending);
-        const bool done = x->done;
-        const GenResult result = x->result;
-        lock.unlock();
-        // A client that has gone away cancels its request; the engine ends it at the next round.
-        if (!sink.is_writable()) {
-          x->cancelled->store(true);
-          return false;
-        }
-        bool ok = true;
-        if (chat && *first)
-          ok = write_event(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-        *first = false;
-        if (ok && !text.empty())
-          ok = write_event(sink, chunk(chat ? json{{"content", text}} : json(text), nullptr));
-        if (ok && done) {
-          if (result.kind == GenResult::Kind::kOk) {
-            ok = write_event(sink, chunk(chat ? json::object() : json(""), result.finish_reason));
-            if (ok && include_usage) {
-              json u = chunk(nullptr, nullptr);
-              u["choices"] = json::array();
-              u["usage"] = usage(result);
-              ok = write_event(sink, u);
-            }
-          } else {
-            ok = write_event(sink, error_body(error_of(result)));
-          }
-          static const char kDone[] = "data: [DONE]\n\n";
-          if (ok) ok = sink.write(kDone, sizeof kDone - 1);
-          if (ok) sink.done();
-        }
-        if (!ok) x->cancelled->store(true);
-        return ok;
-      },
-      [x](bool success) {
-        if (!success) x->cancelled->store(true);
-      });
+  Reply reply;
+  reply.chat = chat;
+  reply.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  reply.created = std::time(nullptr);
+  reply.model = model_entry.name;
+  if (r.stream)
+    answer_stream(res, x, reply, r.include_usage);
+  else
+    answer_whole(res, x, reply);
 }
 
 std::string Routes::metrics_text() {

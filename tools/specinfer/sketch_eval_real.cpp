@@ -371,117 +371,130 @@ const char *const kRealAbout =
     "|est - <q,k>| / (||q|| ||k||), top-1 agreement and top-8 recall of the keys a query attends "
     "to, against storage.";
 
-int run(const Config &cfg) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto secs = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+using Clock = std::chrono::steady_clock;
 
-  std::string text, error;
-  if (!read_text(cfg.text_file, &text, &error)) {
-    std::fprintf(stderr, "sketch-eval: %s\n", error.c_str());
-    return 1;
-  }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
+// The registry and the opened target, destroyed together.
+struct OpenModel {
   specinfer_registry *reg = nullptr;
   specinfer_target *target = nullptr;
+  std::string name;  // the model's own name, else its path
+  OpenModel() = default;
+  OpenModel(const OpenModel &) = delete;
+  OpenModel &operator=(const OpenModel &) = delete;
+  ~OpenModel() {
+    if (target) specinfer_target_destroy(target);
+    if (reg) specinfer_registry_destroy(reg);
+  }
+};
+
+// Opens cfg.model through the gguf plugin into *m; false after printing why not.
+bool open_model(const Config &cfg, OpenModel *m) {
   char *err = nullptr;
-  struct Guard {
-    specinfer_registry *&r;
-    specinfer_target *&t;
-    ~Guard() {
-      if (t) specinfer_target_destroy(t);
-      if (r) specinfer_registry_destroy(r);
-    }
-  } guard{reg, target};
-  reg = cli::create_registry(cli::RunOptions{}, "sketch-eval");
-  if (!reg) return 1;
+  m->reg = cli::create_registry(cli::RunOptions{}, "sketch-eval");
+  if (!m->reg) return false;
   // Enough context for the tokens asked for (the cache is only resident as far as it is used).
   const std::string config =
       "path=" + cfg.model + ",n_ctx=" + std::to_string(std::max<int64_t>(cfg.tokens, 64));
-  if (specinfer_target_open(reg, "gguf", config.c_str(), &target, &err) != SPECINFER_OK) {
+  if (specinfer_target_open(m->reg, "gguf", config.c_str(), &m->target, &err) != SPECINFER_OK) {
     std::fprintf(stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(), err ? err : "?");
     specinfer_free(err);
-    return 1;
+    return false;
   }
   specinfer_model_info info;
   specinfer_model_info_init(&info);
-  if (specinfer_target_info(target, &info) != SPECINFER_OK) {
-    std::fprintf(stderr, "sketch-eval: %s\n", specinfer_target_errmsg(target));
-    return 1;
+  if (specinfer_target_info(m->target, &info) != SPECINFER_OK) {
+    std::fprintf(stderr, "sketch-eval: %s\n", specinfer_target_errmsg(m->target));
+    return false;
   }
-  const std::string model_name = info.name ? info.name : cfg.model;
+  m->name = info.name ? info.name : cfg.model;
+  return true;
+}
 
+// The first cfg.tokens tokens of text into *ids; false after printing why not.
+bool tokenize_text(const Config &cfg, specinfer_target *target, const std::string &text,
+                   std::vector<int32_t> *ids) {
   // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
   size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
   while (cut < text.size() && cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80)
     --cut;
-  std::vector<int32_t> ids(cut + 8);
+  ids->assign(cut + 8, 0);
   size_t n_ids = 0;
-  if (specinfer_target_tokenize(target, text.data(), cut, 1, 0, ids.data(), ids.size(), &n_ids) !=
+  if (specinfer_target_tokenize(target, text.data(), cut, 1, 0, ids->data(), ids->size(), &n_ids) !=
       SPECINFER_OK) {
     std::fprintf(stderr, "sketch-eval: %s\n", specinfer_target_errmsg(target));
-    return 1;
+    return false;
   }
-  ids.resize(std::min(n_ids, static_cast<size_t>(cfg.tokens)));
-  if (static_cast<int64_t>(ids.size()) <= cfg.min_pos + kTopK) {
+  ids->resize(std::min(n_ids, static_cast<size_t>(cfg.tokens)));
+  if (static_cast<int64_t>(ids->size()) <= cfg.min_pos + kTopK) {
     std::fprintf(stderr,
                  "sketch-eval: %s gives only %zu tokens; need more than --min-pos %lld + %d\n",
-                 cfg.text_file.c_str(), ids.size(), static_cast<long long>(cfg.min_pos), kTopK);
-    return 1;
+                 cfg.text_file.c_str(), ids->size(), static_cast<long long>(cfg.min_pos), kTopK);
+    return false;
   }
-  const int32_t N = static_cast<int32_t>(ids.size());
+  return true;
+}
 
-  // The first layer seen sets the shapes and the selection; every layer copies its selected
-  // vectors into place.
-  Capture cap;
-  cap.n_tok = N;
-  struct Ctx {
-    Capture *cap;
-    const Config *cfg;
-  } ctx{&cap, &cfg};
-  const specinfer_qk_observer observe = [](void *p, const specinfer_qk_view *v) {
-    auto &c = *static_cast<Ctx *>(p);
-    Capture &cap = *c.cap;
-    if (!cap.error.empty() || cap.layers_bad) return;
-    if (cap.n_layer == 0) {
-      if (v->n_layer <= 0 || v->n_head <= 0 || v->n_head_kv <= 0 || v->head_dim <= 0 ||
-          v->n_head % v->n_head_kv != 0) {
-        cap.error = "the model's attention shapes do not group query heads onto kv heads";
-        return;
-      }
-      if (!parse_layers(c.cfg->layers, v->n_layer, &cap.layers)) {
-        cap.layers_bad = true;
-        cap.n_layer = v->n_layer;
-        return;
-      }
-      cap.n_layer = v->n_layer;
-      cap.n_head = v->n_head;
-      cap.n_kv = v->n_head_kv;
-      cap.hd = v->head_dim;
-      cap.slot_of.assign(size_t(v->n_layer), -1);
-      for (size_t i = 0; i < cap.layers.size(); ++i)
-        cap.slot_of[size_t(cap.layers[i])] = int32_t(i);
-      cap.window.assign(cap.layers.size(), 0);
-      const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
-      cap.q.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * qw));
-      cap.k.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * kw));
-    }
-    if (v->layer < 0 || v->layer >= cap.n_layer || v->n_head != cap.n_head ||
-        v->n_head_kv != cap.n_kv || v->head_dim != cap.hd || v->first_pos < 0 || v->n_tokens < 0 ||
-        int64_t(v->first_pos) + v->n_tokens > cap.n_tok) {
-      cap.error = "the target reported queries and keys that do not fit the text";
+struct ObserverCtx {
+  Capture *cap;
+  const Config *cfg;
+};
+
+// The qk observer: the first layer seen sets the shapes and the selection; every layer copies its
+// selected vectors into place.
+void observe_qk(void *p, const specinfer_qk_view *v) {
+  auto &c = *static_cast<ObserverCtx *>(p);
+  Capture &cap = *c.cap;
+  if (!cap.error.empty() || cap.layers_bad) return;
+  if (cap.n_layer == 0) {
+    if (v->n_layer <= 0 || v->n_head <= 0 || v->n_head_kv <= 0 || v->head_dim <= 0 ||
+        v->n_head % v->n_head_kv != 0) {
+      cap.error = "the model's attention shapes do not group query heads onto kv heads";
       return;
     }
-    const int32_t slot = cap.slot_of[size_t(v->layer)];
-    if (slot < 0) return;
+    if (!parse_layers(c.cfg->layers, v->n_layer, &cap.layers)) {
+      cap.layers_bad = true;
+      cap.n_layer = v->n_layer;
+      return;
+    }
+    cap.n_layer = v->n_layer;
+    cap.n_head = v->n_head;
+    cap.n_kv = v->n_head_kv;
+    cap.hd = v->head_dim;
+    cap.slot_of.assign(size_t(v->n_layer), -1);
+    for (size_t i = 0; i < cap.layers.size(); ++i) cap.slot_of[size_t(cap.layers[i])] = int32_t(i);
+    cap.window.assign(cap.layers.size(), 0);
     const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
-    cap.window[size_t(slot)] = v->window;
-    std::memcpy(cap.q[size_t(slot)].data() + size_t(v->first_pos) * qw, v->q,
-                size_t(v->n_tokens) * qw * sizeof(float));
-    std::memcpy(cap.k[size_t(slot)].data() + size_t(v->first_pos) * kw, v->k,
-                size_t(v->n_tokens) * kw * sizeof(float));
-  };
-  std::fprintf(stderr, "sketch-eval: %s: %d tokens\n", model_name.c_str(), N);
+    cap.q.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * qw));
+    cap.k.assign(cap.layers.size(), std::vector<float>(size_t(cap.n_tok) * kw));
+  }
+  if (v->layer < 0 || v->layer >= cap.n_layer || v->n_head != cap.n_head ||
+      v->n_head_kv != cap.n_kv || v->head_dim != cap.hd || v->first_pos < 0 || v->n_tokens < 0 ||
+      int64_t(v->first_pos) + v->n_tokens > cap.n_tok) {
+    cap.error = "the target reported queries and keys that do not fit the text";
+    return;
+  }
+  const int32_t slot = cap.slot_of[size_t(v->layer)];
+  if (slot < 0) return;
+  const size_t qw = size_t(cap.n_head) * cap.hd, kw = size_t(cap.n_kv) * cap.hd;
+  cap.window[size_t(slot)] = v->window;
+  std::memcpy(cap.q[size_t(slot)].data() + size_t(v->first_pos) * qw, v->q,
+              size_t(v->n_tokens) * qw * sizeof(float));
+  std::memcpy(cap.k[size_t(slot)].data() + size_t(v->first_pos) * kw, v->k,
+              size_t(v->n_tokens) * kw * sizeof(float));
+}
+
+// Runs the model over ids in chunks of cfg.chunk, capturing the selected layers' queries and keys
+// into *cap. Returns 0, or the exit code after printing why not.
+int capture_vectors(const Config &cfg, const OpenModel &m, const std::vector<int32_t> &ids,
+                    Capture *cap, Clock::time_point t0) {
+  const int32_t N = static_cast<int32_t>(ids.size());
+  cap->n_tok = N;
+  ObserverCtx ctx{cap, &cfg};
+  std::fprintf(stderr, "sketch-eval: %s: %d tokens\n", m.name.c_str(), N);
   for (int32_t at = 0; at < N;) {
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(cfg.chunk, N - at));
     specinfer_eval_params p;
@@ -489,40 +502,56 @@ int run(const Config &cfg) {
     p.tokens = ids.data() + at;
     p.n_tokens = size_t(n);
     p.n_past = at;
-    p.qk_observer = observe;
+    p.qk_observer = observe_qk;
     p.qk_ctx = &ctx;
-    if (specinfer_target_eval(target, &p, nullptr) != SPECINFER_OK) {
-      std::fprintf(stderr, "\nsketch-eval: %s\n", specinfer_target_errmsg(target));
+    if (specinfer_target_eval(m.target, &p, nullptr) != SPECINFER_OK) {
+      std::fprintf(stderr, "\nsketch-eval: %s\n", specinfer_target_errmsg(m.target));
       return 1;
     }
     at += n;
-    if (cap.layers_bad || !cap.error.empty()) break;
-    std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, secs());
+    if (cap->layers_bad || !cap->error.empty()) break;
+    std::fprintf(stderr, "\r  forward: %d/%d tokens (%.1f s)", at, N, seconds_since(t0));
   }
   std::fprintf(stderr, "\n");
-  if (cap.layers_bad) {
+  if (cap->layers_bad) {
     std::fprintf(stderr, "sketch-eval: bad --layers '%s' (the model has layers 0-%d)\n",
-                 cfg.layers.c_str(), cap.n_layer - 1);
+                 cfg.layers.c_str(), cap->n_layer - 1);
     return 2;
   }
-  if (!cap.error.empty() || cap.n_layer == 0) {
+  if (!cap->error.empty() || cap->n_layer == 0) {
     std::fprintf(
         stderr, "sketch-eval: %s: %s\n", cfg.model.c_str(),
-        cap.n_layer == 0 ? "the target does not expose its queries and keys" : cap.error.c_str());
+        cap->n_layer == 0 ? "the target does not expose its queries and keys" : cap->error.c_str());
     return 1;
   }
+  return 0;
+}
 
-  std::vector<int64_t> storages = cfg.storage;
-  if (storages.empty())
-    for (int div : {16, 8, 4, 2, 1}) storages.push_back(std::max<int64_t>(2, cap.hd / div));
-  for (int64_t s : storages)
+// The storage budgets: --storage, or head_dim / 16 ... / 1. Returns 0, or 2 after printing that
+// one is too large.
+int choose_storages(const Config &cfg, const Capture &cap, std::vector<int64_t> *storages) {
+  *storages = cfg.storage;
+  if (storages->empty())
+    for (int div : {16, 8, 4, 2, 1}) storages->push_back(std::max<int64_t>(2, cap.hd / div));
+  for (int64_t s : *storages)
     for (const std::string &m : cfg.methods)
       if (size_for(m, s) > (int64_t{1} << 24)) {
         std::fprintf(stderr, "sketch-eval: storage %lld is too large\n", static_cast<long long>(s));
         return 2;
       }
+  return 0;
+}
 
-  // Evaluate every (layer, kv head) unit; results per unit, summed in order (deterministic).
+// The results, [budget][method] over all units and [slot][method] at the middle budget.
+struct Results {
+  std::vector<std::vector<Cell>> total, per_layer;
+  size_t mid = 0;  // the budget of per_layer
+};
+
+// Evaluates every (layer, kv head) unit in parallel into *res; results per unit, summed in order
+// (deterministic). Returns 0, or 1 after printing the first failure.
+int sketch_all(const Config &cfg, const Capture &cap, const std::vector<int64_t> &storages,
+               Results *res, Clock::time_point t0) {
   const size_t n_units = cap.layers.size() * size_t(cap.n_kv);
   const size_t nb = storages.size(), nm = cfg.methods.size();
   std::vector<std::vector<std::vector<Cell>>> unit_cells(
@@ -543,7 +572,8 @@ int run(const Config &cfg) {
     }
     const size_t d = ++done;
     std::lock_guard<std::mutex> lock(mu);
-    std::fprintf(stderr, "\r  sketching: %zu/%zu layer-heads (%.1f s)", d, n_units, secs());
+    std::fprintf(stderr, "\r  sketching: %zu/%zu layer-heads (%.1f s)", d, n_units,
+                 seconds_since(t0));
   });
   std::fprintf(stderr, "\n");
   if (!failure.empty()) {
@@ -551,18 +581,22 @@ int run(const Config &cfg) {
     return 1;
   }
 
-  std::vector<std::vector<Cell>> total(nb, std::vector<Cell>(nm));
-  std::vector<std::vector<Cell>> per_layer(cap.layers.size(),
-                                           std::vector<Cell>(nm));  // at the middle budget
-  const size_t mid = nb / 2;
+  res->total.assign(nb, std::vector<Cell>(nm));
+  res->per_layer.assign(cap.layers.size(), std::vector<Cell>(nm));
+  res->mid = nb / 2;
   for (size_t u = 0; u < n_units; ++u)
     for (size_t b = 0; b < nb; ++b)
       for (size_t m = 0; m < nm; ++m) {
-        total[b][m].add(unit_cells[u][b][m]);
-        if (b == mid) per_layer[u / size_t(cap.n_kv)][m].add(unit_cells[u][b][m]);
+        res->total[b][m].add(unit_cells[u][b][m]);
+        if (b == res->mid) res->per_layer[u / size_t(cap.n_kv)][m].add(unit_cells[u][b][m]);
       }
+  return 0;
+}
 
-  // Tables.
+// The tables on stdout.
+void print_tables(const Config &cfg, const Capture &cap, const std::string &model_name,
+                  const std::vector<int64_t> &storages, const Results &res) {
+  const size_t nb = storages.size(), nm = cfg.methods.size();
   std::string layer_desc =
       cfg.layers == "all" ? "all " + std::to_string(cap.layers.size()) : cfg.layers;
   std::printf("sketch-eval on real attention vectors: %s (%s)\n", model_name.c_str(),
@@ -573,7 +607,7 @@ int run(const Config &cfg) {
       "%lld queries per layer and query head at positions >= %lld, each against every key it "
       "attends to: %lld (q, k) pairs x %lld seeds; jl dist=%s\n",
       static_cast<long long>(cfg.queries), static_cast<long long>(cfg.min_pos),
-      static_cast<long long>(total[0][0].pairs / std::max<int64_t>(1, cfg.trials)),
+      static_cast<long long>(res.total[0][0].pairs / std::max<int64_t>(1, cfg.trials)),
       static_cast<long long>(cfg.trials), cfg.jl_dist.c_str());
   std::printf(
       "storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 "
@@ -585,7 +619,7 @@ int run(const Config &cfg) {
     std::printf("\n");
     for (size_t b = 0; b < nb; ++b) {
       std::printf("%8lld", static_cast<long long>(storages[b]));
-      for (size_t m = 0; m < nm; ++m) std::printf(fmt, value(total[b][m]));
+      for (size_t m = 0; m < nm; ++m) std::printf(fmt, value(res.total[b][m]));
       std::printf("\n");
     }
   };
@@ -609,53 +643,81 @@ int run(const Config &cfg) {
       " %12.1f");
 
   std::printf("\nper layer at storage %lld: mean |est - <q,k>| / (||q|| ||k||)\n%8s",
-              static_cast<long long>(storages[mid]), "layer");
+              static_cast<long long>(storages[res.mid]), "layer");
   for (const std::string &m : cfg.methods) std::printf(" %12s", m.c_str());
   std::printf("\n");
   for (size_t s = 0; s < cap.layers.size(); ++s) {
     std::printf("%8d", cap.layers[s]);
     for (size_t m = 0; m < nm; ++m) {
-      const Cell &c = per_layer[s][m];
+      const Cell &c = res.per_layer[s][m];
       std::printf(" %12.5f", c.pairs ? c.err_sum / double(c.pairs) : NAN);
     }
     std::printf("\n");
   }
+}
 
-  if (!cfg.no_png) {
-    std::string model_stem = cfg.model.substr(cfg.model.find_last_of('/') + 1);  // npos + 1 = 0
-    if (model_stem.size() > 5 && model_stem.compare(model_stem.size() - 5, 5, ".gguf") == 0)
-      model_stem.resize(model_stem.size() - 5);
-    for (int which = 0; which < 2; ++which) {
-      pngchart::Chart chart;
-      char title[160];
-      std::snprintf(title, sizeof title, "%s on real q/k: %s (d = %d)",
-                    which == 0 ? "Error" : "Top-8 recall", model_stem.c_str(), cap.hd);
-      chart.title = title;
-      chart.x_label = "storage (64-bit words)";
-      chart.y_label =
-          which == 0 ? "mean |est - <q,k>| / (|q| |k|)" : "|est top 8 & exact top 8| / 8";
-      chart.log_x = true;
-      chart.log_y = which == 0;
-      for (size_t m = 0; m < nm; ++m) {
-        pngchart::Series s{cfg.methods[m], {}, {}, 0, true};
-        for (size_t b = 0; b < nb; ++b) {
-          const Cell &c = total[b][m];
-          s.x.push_back(double(storages[b]));
-          s.y.push_back(which == 0 ? (c.pairs ? c.err_sum / double(c.pairs) : NAN)
-                                   : (c.topk_den ? double(c.topk_hits) / double(c.topk_den) : NAN));
-        }
-        chart.series.push_back(std::move(s));
+// The error and top-8 recall charts, PREFIX-error.png and PREFIX-top8.png. Returns 0, or 1 after
+// printing why one could not be written.
+int write_charts(const Config &cfg, const Capture &cap, const std::vector<int64_t> &storages,
+                 const Results &res) {
+  const size_t nb = storages.size(), nm = cfg.methods.size();
+  std::string model_stem = cfg.model.substr(cfg.model.find_last_of('/') + 1);  // npos + 1 = 0
+  if (model_stem.size() > 5 && model_stem.compare(model_stem.size() - 5, 5, ".gguf") == 0)
+    model_stem.resize(model_stem.size() - 5);
+  for (int which = 0; which < 2; ++which) {
+    pngchart::Chart chart;
+    char title[160];
+    std::snprintf(title, sizeof title, "%s on real q/k: %s (d = %d)",
+                  which == 0 ? "Error" : "Top-8 recall", model_stem.c_str(), cap.hd);
+    chart.title = title;
+    chart.x_label = "storage (64-bit words)";
+    chart.y_label = which == 0 ? "mean |est - <q,k>| / (|q| |k|)" : "|est top 8 & exact top 8| / 8";
+    chart.log_x = true;
+    chart.log_y = which == 0;
+    for (size_t m = 0; m < nm; ++m) {
+      pngchart::Series s{cfg.methods[m], {}, {}, 0, true};
+      for (size_t b = 0; b < nb; ++b) {
+        const Cell &c = res.total[b][m];
+        s.x.push_back(double(storages[b]));
+        s.y.push_back(which == 0 ? (c.pairs ? c.err_sum / double(c.pairs) : NAN)
+                                 : (c.topk_den ? double(c.topk_hits) / double(c.topk_den) : NAN));
       }
-      const std::string path = cfg.png_prefix + (which == 0 ? "-error.png" : "-top8.png");
-      std::string werr;
-      if (!pngchart::write_png(path, chart, &werr)) {
-        std::fprintf(stderr, "sketch-eval: %s\n", werr.c_str());
-        return 1;
-      }
-      std::printf("chart: %s\n", path.c_str());
+      chart.series.push_back(std::move(s));
     }
+    const std::string path = cfg.png_prefix + (which == 0 ? "-error.png" : "-top8.png");
+    std::string werr;
+    if (!pngchart::write_png(path, chart, &werr)) {
+      std::fprintf(stderr, "sketch-eval: %s\n", werr.c_str());
+      return 1;
+    }
+    std::printf("chart: %s\n", path.c_str());
   }
-  std::fprintf(stderr, "sketch-eval: done in %.1f s\n", secs());
+  return 0;
+}
+
+int run(const Config &cfg) {
+  const Clock::time_point t0 = Clock::now();
+  std::string text, error;
+  if (!read_text(cfg.text_file, &text, &error)) {
+    std::fprintf(stderr, "sketch-eval: %s\n", error.c_str());
+    return 1;
+  }
+  OpenModel model;
+  if (!open_model(cfg, &model)) return 1;
+  std::vector<int32_t> ids;
+  if (!tokenize_text(cfg, model.target, text, &ids)) return 1;
+
+  Capture cap;
+  if (int rc = capture_vectors(cfg, model, ids, &cap, t0)) return rc;
+  std::vector<int64_t> storages;
+  if (int rc = choose_storages(cfg, cap, &storages)) return rc;
+  Results res;
+  if (int rc = sketch_all(cfg, cap, storages, &res, t0)) return rc;
+
+  print_tables(cfg, cap, model.name, storages, res);
+  if (!cfg.no_png)
+    if (int rc = write_charts(cfg, cap, storages, res)) return rc;
+  std::fprintf(stderr, "sketch-eval: done in %.1f s\n", seconds_since(t0));
   return 0;
 }
 
