@@ -61,15 +61,10 @@ struct ByProbDesc {
   }
 };
 
-}  // namespace
-
-void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params,
-                     float *probs) {
-  check_sampling_params(params);
-  if (!logits || !probs) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: NULL logits or probs");
-  if (vocab <= 0)
-    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: vocab must be > 0 (got %d)", vocab);
-  float maxv = -std::numeric_limits<float>::infinity();
+// The index of the largest logit (the first of equals) and its value; refuses NaN and +inf, and a
+// row of only -inf.
+int32_t checked_argmax(const float *logits, int32_t vocab, float &maxv) {
+  maxv = -std::numeric_limits<float>::infinity();
   int32_t amax = -1;
   for (int32_t i = 0; i < vocab; ++i) {
     float x = logits[i];
@@ -82,7 +77,106 @@ void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &p
     }
   }
   if (amax < 0) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: every logit is -inf");
+  return amax;
+}
 
+// top_k: the k largest logits (ties to the lower id) into cand, with a heap whose top is the worst
+// kept; most tokens are turned away by one comparison, and only the k survivors are exponentiated
+// into probs (the rest 0). exp may underflow to 0 for a far-off survivor at a small temperature:
+// those are dropped.
+template <class Weight>
+void top_k_candidates(const float *logits, int32_t vocab, int32_t top_k, const Weight &weight,
+                      float *probs, std::vector<int32_t> &cand) {
+  auto better = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const size_t k = static_cast<size_t>(top_k);
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
+    if (cand.size() < k) {
+      cand.push_back(i);
+      std::push_heap(cand.begin(), cand.end(), better);
+    } else if (logits[i] >= logits[cand.front()] && better(i, cand.front())) {
+      std::pop_heap(cand.begin(), cand.end(), better);
+      cand.back() = i;
+      std::push_heap(cand.begin(), cand.end(), better);
+    }
+  }
+  std::fill(probs, probs + vocab, 0.0f);
+  for (int32_t i : cand) probs[i] = weight(i);
+  cand.erase(
+      std::remove_if(cand.begin(), cand.end(), [probs](int32_t i) { return !(probs[i] > 0); }),
+      cand.end());
+}
+
+// top_p: keeps the most probable candidates until they hold top_p of the candidates' mass,
+// sorting only as much of the head as needed (the sorted prefix grows until it holds top_p).
+void keep_top_p(const float *probs, float top_p, std::vector<int32_t> &cand) {
+  ByProbDesc order{probs};
+  const size_t n = cand.size();
+  double total = 0;
+  for (size_t j = 0; j < n; ++j) total += probs[cand[j]];
+  const double need = static_cast<double>(top_p) * total;
+  size_t sorted = 0;
+  double acc = 0;
+  size_t keep = n;
+  size_t chunk = 256;
+  while (sorted < n) {
+    size_t end = std::min(n, sorted + chunk);
+    if (end < n) std::nth_element(cand.begin() + sorted, cand.begin() + end, cand.end(), order);
+    std::sort(cand.begin() + sorted, cand.begin() + end, order);
+    bool done = false;
+    for (size_t j = sorted; j < end; ++j) {
+      acc += probs[cand[j]];
+      if (acc >= need) {
+        keep = j + 1;
+        done = true;
+        break;
+      }
+    }
+    if (done) break;
+    sorted = end;
+    chunk *= 4;
+  }
+  cand.resize(keep);
+}
+
+// min_p: keeps the candidates at least min_p times the most probable one's probability.
+void keep_min_p(const float *probs, float min_p, std::vector<int32_t> &cand) {
+  float pmax = 0;
+  for (int32_t i : cand) pmax = std::max(pmax, probs[i]);
+  const float cut = min_p * pmax;
+  size_t w = 0;
+  for (size_t j = 0; j < cand.size(); ++j)
+    if (probs[cand[j]] >= cut) cand[w++] = cand[j];
+  cand.resize(w);
+}
+
+// Zeroes every probability but the candidates'; returns the candidates' sum.
+double keep_only(const std::vector<int32_t> &cand, int32_t vocab, float *probs) {
+  thread_local std::vector<float> kept;
+  const size_t n = cand.size();
+  kept.resize(n);
+  double sum = 0;
+  for (size_t j = 0; j < n; ++j) {
+    kept[j] = probs[cand[j]];
+    sum += kept[j];
+  }
+  std::fill(probs, probs + vocab, 0.0f);
+  for (size_t j = 0; j < n; ++j) probs[cand[j]] = kept[j];
+  return sum;
+}
+
+}  // namespace
+
+void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &params,
+                     float *probs) {
+  check_sampling_params(params);
+  if (!logits || !probs) fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: NULL logits or probs");
+  if (vocab <= 0)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "sampling: vocab must be > 0 (got %d)", vocab);
+  float maxv;
+  const int32_t amax = checked_argmax(logits, vocab, maxv);
   if (params.temperature == 0) {
     std::fill(probs, probs + vocab, 0.0f);
     probs[amax] = 1.0f;
@@ -100,29 +194,7 @@ void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &p
   const bool top_k = params.top_k > 0 && params.top_k < vocab;
   const bool filter = top_k || params.top_p < 1 || params.min_p > 0;
   if (top_k) {
-    // The k largest logits (ties to the lower id) with a heap whose top is the worst kept; most
-    // tokens are turned away by one comparison, and only the k survivors are exponentiated.
-    auto better = [logits](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    const size_t k = static_cast<size_t>(params.top_k);
-    for (int32_t i = 0; i < vocab; ++i) {
-      if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
-      if (cand.size() < k) {
-        cand.push_back(i);
-        std::push_heap(cand.begin(), cand.end(), better);
-      } else if (logits[i] >= logits[cand.front()] && better(i, cand.front())) {
-        std::pop_heap(cand.begin(), cand.end(), better);
-        cand.back() = i;
-        std::push_heap(cand.begin(), cand.end(), better);
-      }
-    }
-    std::fill(probs, probs + vocab, 0.0f);
-    for (int32_t i : cand) probs[i] = weight(i);
-    // exp may underflow to 0 for a far-off survivor at a small temperature: drop those.
-    cand.erase(
-        std::remove_if(cand.begin(), cand.end(), [probs](int32_t i) { return !(probs[i] > 0); }),
-        cand.end());
+    top_k_candidates(logits, vocab, params.top_k, weight, probs, cand);
   } else {
     for (int32_t i = 0; i < vocab; ++i) {
       probs[i] = weight(i);
@@ -133,57 +205,9 @@ void logits_to_probs(const float *logits, int32_t vocab, const SamplingParams &p
         if (probs[i] > 0) cand.push_back(i);
   }
   if (filter) {
-    ByProbDesc order{probs};
-    size_t n = cand.size();
-    double total = 0;
-    for (size_t j = 0; j < n; ++j) total += probs[cand[j]];
-    if (params.top_p < 1) {
-      // Sort only as much of the head as needed: grow the sorted prefix until it holds top_p.
-      const double need = static_cast<double>(params.top_p) * total;
-      size_t sorted = 0;
-      double acc = 0;
-      size_t keep = n;
-      size_t chunk = 256;
-      while (sorted < n) {
-        size_t end = std::min(n, sorted + chunk);
-        if (end < n) std::nth_element(cand.begin() + sorted, cand.begin() + end, cand.end(), order);
-        std::sort(cand.begin() + sorted, cand.begin() + end, order);
-        bool done = false;
-        for (size_t j = sorted; j < end; ++j) {
-          acc += probs[cand[j]];
-          if (acc >= need) {
-            keep = j + 1;
-            done = true;
-            break;
-          }
-        }
-        if (done) break;
-        sorted = end;
-        chunk *= 4;
-      }
-      n = keep;
-      cand.resize(n);
-    }
-    if (params.min_p > 0) {
-      float pmax = 0;
-      for (size_t j = 0; j < n; ++j) pmax = std::max(pmax, probs[cand[j]]);
-      const float cut = params.min_p * pmax;
-      size_t w = 0;
-      for (size_t j = 0; j < n; ++j)
-        if (probs[cand[j]] >= cut) cand[w++] = cand[j];
-      n = w;
-      cand.resize(n);
-    }
-    // Keep the candidates, zero the rest.
-    thread_local std::vector<float> kept;
-    kept.resize(n);
-    sum = 0;
-    for (size_t j = 0; j < n; ++j) {
-      kept[j] = probs[cand[j]];
-      sum += kept[j];
-    }
-    std::fill(probs, probs + vocab, 0.0f);
-    for (size_t j = 0; j < n; ++j) probs[cand[j]] = kept[j];
+    if (params.top_p < 1) keep_top_p(probs, params.top_p, cand);
+    if (params.min_p > 0) keep_min_p(probs, params.min_p, cand);
+    sum = keep_only(cand, vocab, probs);
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int32_t i = 0; i < vocab; ++i) probs[i] *= inv;
