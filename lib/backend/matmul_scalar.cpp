@@ -13,18 +13,7 @@ namespace {
 
 template <int32_t W>
 float load_w(const uint8_t *row, int64_t c) {
-  if constexpr (W == SPECINFER_WTYPE_F32) {
-    float f;
-    std::memcpy(&f, row + 4 * c, 4);
-    return f;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * c, 2);
-    if constexpr (W == SPECINFER_WTYPE_F16)
-      return fp16_to_fp32(h);
-    else
-      return bf16_to_fp32(h);
-  }
+  return float_elem_with<W>(row, c, fp16_to_fp32);
 }
 
 template <int32_t W>

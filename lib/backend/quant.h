@@ -26,6 +26,29 @@ inline float bf16_to_fp32(uint16_t h) noexcept {
 }
 uint16_t fp32_to_bf16(float f) noexcept;
 
+// Element c of a float-weight row of type W (F32, F16 or BF16), an F16 value converted by `f16`:
+// fp16_to_fp32 in the scalar kernels, the F16C instruction in the x86 ones, which pass a lambda
+// of their own so that their instantiation has internal linkage (simd_x86.h).
+template <int32_t W, class F16>
+inline float float_elem_with(const uint8_t *row, int64_t c, const F16 &f16) {
+  if constexpr (W == SPECINFER_WTYPE_F32) {
+    float f;
+    std::memcpy(&f, row + 4 * c, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
+    if constexpr (W == SPECINFER_WTYPE_F16) {
+      return f16(h);
+    } else {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+  }
+}
+
 // ---- block layouts --------------------------------------------------------------------------
 // All blocks are byte-packed exactly as in GGUF files; fp16 fields are stored as raw uint16_t.
 

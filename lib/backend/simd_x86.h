@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/quant.h"
 #include "specinfer_plugin.h"
 
 namespace specinfer {
@@ -61,22 +62,7 @@ inline __m256i nibbles32(const uint8_t *qs) {
 // Element c of a float-weight row of type W (F32, F16 or BF16).
 template <int32_t W>
 inline float float_elem(const uint8_t *row, int64_t c) {
-  if constexpr (W == SPECINFER_WTYPE_F32) {
-    float f;
-    std::memcpy(&f, row + 4 * c, 4);
-    return f;
-  } else {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * c, 2);
-    if constexpr (W == SPECINFER_WTYPE_F16) {
-      return h2f(h);
-    } else {
-      const uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-  }
+  return float_elem_with<W>(row, c, [](uint16_t h) { return h2f(h); });
 }
 
 }  // namespace
