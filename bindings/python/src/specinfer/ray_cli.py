@@ -47,6 +47,13 @@ def _stop_cluster() -> None:
     subprocess.run(_ray_command() + ["stop"], capture_output=True, text=True)
 
 
+def _forget(state: dict, path: Path) -> None:
+    """Stops the cluster if serve-ray started it, and drops the state file."""
+    if state.get("started_cluster"):
+        _stop_cluster()
+    path.unlink(missing_ok=True)
+
+
 def stop() -> int:
     import ray
     from ray import serve
@@ -66,9 +73,7 @@ def stop() -> int:
             ray.shutdown()
         except Exception as e:  # no cluster there any more: nothing to shut down
             print(f"serve-ray: {e}", file=sys.stderr)
-    if state.get("started_cluster"):
-        _stop_cluster()
-    path.unlink(missing_ok=True)
+    _forget(state, path)
     print("serve-ray: stopped", flush=True)
     return 0
 
@@ -162,9 +167,7 @@ def main(argv=None) -> int:
     print("serve-ray: stopping", flush=True)
     serve.shutdown()
     ray.shutdown()
-    if state["started_cluster"]:
-        _stop_cluster()
-    path.unlink(missing_ok=True)
+    _forget(state, path)
     return 0
 
 

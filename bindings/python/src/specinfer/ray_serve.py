@@ -174,8 +174,9 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _error(status: int, message: str, kind: str = "server_error") -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind}}).encode()
+def _error(message: str) -> bytes:
+    """An OpenAI-shaped server error body."""
+    return json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
 
 
 class SpecinferReplica:
@@ -279,9 +280,9 @@ class SpecinferReplica:
                 return
             if not started:
                 yield (502, "application/json", self.name)
-                yield _error(502, message)
+                yield _error(message)
             else:  # a stream cut short: end it with an error event the client can read
-                yield b"data: " + _error(502, message) + b"\n\n"
+                yield b"data: " + _error(message) + b"\n\n"
 
     def __del__(self) -> None:
         proc = getattr(self, "proc", None)
@@ -333,7 +334,7 @@ class Ingress:
                 async for chunk in stream:
                     yield chunk
             except Exception as e:  # the replica's actor died mid-stream
-                yield b"data: " + _error(502, f"replica {replica} failed: {e}") + b"\n\n"
+                yield b"data: " + _error(f"replica {replica} failed: {e}") + b"\n\n"
 
         return StreamingResponse(rest(), status_code=status, media_type=content_type,
                                  headers={REPLICA_HEADER: replica})
