@@ -16,8 +16,9 @@
  *  - Parameter and result structs carry their size as the first field and have an initializer;
  *    fields are only ever appended.
  *  - No C++ exception crosses this boundary and no function aborts on bad input.
- *  - Thread safety: a registry may be used from several threads at once. A target, a drafter and a
- *    session are used by one thread at a time; different sessions run concurrently, also when
+ *  - Thread safety: a registry may be used from several threads at once. A target, a drafter, a
+ *    constraint and a session are used by one thread at a time (a constraint set on a session
+ *    belongs to the session's thread); different sessions run concurrently, also when
  *    their targets share one loaded model (specinfer_target_share). Creating a session claims
  *    its target and drafter atomically: of several threads creating sessions on one target at
  *    once, one succeeds and the others get STATE. Couplers and sketchers are immutable after
@@ -741,8 +742,8 @@ SPECINFER_API specinfer_status specinfer_constraint_open(specinfer_registry *reg
                                                          const char *grammar,
                                                          specinfer_constraint **out, char **errmsg);
 /* A new constraint in `constraint`'s present state, compiled once for both: for several sessions
- * on one grammar (the state at creation is the start of the text). Errors: INVALID_ARGUMENT,
- * PLUGIN, OUT_OF_MEMORY. */
+ * on one grammar (the state at creation is the start of the text). Not while a session on another
+ * thread uses `constraint`. Errors: INVALID_ARGUMENT, PLUGIN, OUT_OF_MEMORY. */
 SPECINFER_API specinfer_status specinfer_constraint_fork(specinfer_constraint *constraint,
                                                          specinfer_constraint **out, char **errmsg);
 /* Closes the constraint. Fails with STATE (and frees nothing) while a session uses it. */
