@@ -216,6 +216,8 @@ void test_generate_constraints(void **) {
     std::fprintf(stderr, "SKIP: the llguidance plugin is not built (it needs a newer cargo)\n");
     skip();
   }
+  // `plugins` names what each plugin provides.
+  expect({"plugins"}, 0, "llguidance   1.0      constraint  ", true);
   const std::string re = "(The|the) (target|drafter|coupler) [a-z ]{4,40}\\.";
   const Result r = run({"generate", "--target", kgram(4), "--drafter", kgram(2), "--prompt",
                         "In speculative decoding, ", "-n", "80", "--regex", re, "--compare-plain"});
