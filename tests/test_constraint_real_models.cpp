@@ -5,7 +5,8 @@
 //  - constrained greedy output of the 1.5B (plain decoding) is JSON that satisfies the schema
 //    (the 0.5B in the sanitizer builds, SPECINFER_SANITIZED=1);
 //  - speculative constrained output (draft-model, ngram) equals plain constrained output token for
-//    token: greedy, and the gumbel coupler at a fixed seed;
+//    token: greedy, and the gumbel coupler at a fixed seed; rejection sampling with the draft
+//    model's (masked) q rows gives schema-valid text;
 //  - tokens the grammar forces are drafted by the session, with or without a drafter, and kept;
 //  - a regex and a Lark grammar constrain the text too (the whole text matches);
 // and prints the time the constraint takes per generated token beside the target's pass time.
@@ -325,6 +326,16 @@ void test_json_schema_exact_under_speculation(void **state) {
                        kPrompt);
   }
   specinfer_coupler_destroy(gumbel);
+  // Rejection sampling with the draft model's q rows, which the session masks and renormalizes
+  // before the coupler checks and uses them: the text satisfies the schema, drafts are kept.
+  rp.coupler = nullptr;
+  specinfer_session_stats rej_st;
+  const std::vector<int32_t> rejected = run_session(e->big.target, model, kPrompt, n, rp, &rej_st);
+  const std::string rejected_text = generated_text(e, rejected, n_prompt);
+  std::fprintf(stderr, "constrained rejection sampling, draft-model: %s (%lld of %lld kept)\n",
+               rejected_text.c_str(), (long long)rej_st.n_accepted, (long long)rej_st.n_drafted);
+  expect_valid(rejected_text);
+  assert_true(rej_st.n_accepted > 0);
   assert_int_equal(specinfer_drafter_destroy(model), SPECINFER_OK);
   assert_int_equal(specinfer_drafter_destroy(ngram), SPECINFER_OK);
   assert_int_equal(specinfer_constraint_destroy(c), SPECINFER_OK);
