@@ -16,8 +16,9 @@
  *  - Parameter and result structs carry their size as the first field and have an initializer;
  *    fields are only ever appended.
  *  - No C++ exception crosses this boundary and no function aborts on bad input.
- *  - Thread safety: a registry may be used from several threads at once. A target, a drafter and a
- *    session are used by one thread at a time; different sessions run concurrently, also when
+ *  - Thread safety: a registry may be used from several threads at once. A target, a drafter, a
+ *    constraint and a session are used by one thread at a time (a constraint set on a session
+ *    belongs to the session's thread); different sessions run concurrently, also when
  *    their targets share one loaded model (specinfer_target_share). Creating a session claims
  *    its target and drafter atomically: of several threads creating sessions on one target at
  *    once, one succeeds and the others get STATE. Couplers and sketchers are immutable after
@@ -119,6 +120,7 @@ typedef struct specinfer_drafter specinfer_drafter;
 typedef struct specinfer_coupler specinfer_coupler;
 typedef struct specinfer_session specinfer_session;
 typedef struct specinfer_sketcher specinfer_sketcher;
+typedef struct specinfer_constraint specinfer_constraint;
 
 /* Declared in specinfer_plugin.h: what a plugin exports (or an application registers). */
 struct specinfer_plugin_descriptor;
@@ -186,10 +188,11 @@ typedef struct specinfer_plugin_info {
   const char *name;    /* "kgram" */
   const char *version; /* the plugin's own version */
   const char *description;
-  const char *path;     /* the file it came from; "" for an in-process plugin */
-  int32_t has_target;   /* provides "specinfer.target-factory/1" */
-  int32_t has_drafter;  /* provides "specinfer.drafter-factory/1" */
-  uint32_t abi_version; /* plugin ABI it was built for */
+  const char *path;       /* the file it came from; "" for an in-process plugin */
+  int32_t has_target;     /* provides "specinfer.target-factory/1" */
+  int32_t has_drafter;    /* provides "specinfer.drafter-factory/1" */
+  uint32_t abi_version;   /* plugin ABI it was built for */
+  int32_t has_constraint; /* provides "specinfer.constraint-factory/1" (added after abi_version) */
 } specinfer_plugin_info;
 
 /* Number of loaded plugins. */
@@ -667,6 +670,13 @@ typedef struct specinfer_session_stats {
   double tokens_per_second; /* n_generated / (t_total_ms - t_prefill_ms) */
   int64_t n_context_shifts; /* context shifts (specinfer_session_params.context_shift); the
                                kept text's scoring counts in t_prefill_ms */
+  /* Added after n_context_shifts. With a constraint (specinfer_session_set_constraint): tokens
+   * the constraint forced and the session drafted itself, and of them, kept; the time spent on
+   * the constraint: its masks and forced tokens, masking the scores and advancing it. The
+   * drafter's tokens the constraint ruled out before the pass are not in n_drafted. */
+  int64_t n_forced_drafted;
+  int64_t n_forced_accepted;
+  double t_constraint_ms;
 } specinfer_session_stats;
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
@@ -710,6 +720,55 @@ SPECINFER_API specinfer_status specinfer_session_reset(specinfer_session *sessio
  * kept). The pointer is valid until the next call that changes the session. */
 SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session *session,
                                                         const int32_t **tokens, size_t *n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Constraints: structured output
+ * ------------------------------------------------------------------------------------------- */
+
+/* Opens a constraint: the text a session generates must match `grammar` (NUL-terminated) of
+ * `kind`, compiled by plugin `plugin` (loaded from the plugin path like targets; "llguidance"
+ * knows "json_schema" (a JSON Schema), "json_object" (any JSON object; grammar ignored, may be
+ * "" or NULL), "regex" (a regular expression the whole text matches) and "lark" (a context-free
+ * grammar in Lark syntax)) for the vocabulary of `target`. `config` is `key=value,...`. The
+ * target must outlive the constraint.
+ * At each position the constraint gives the tokens that may come next; a session masks the
+ * target's scores with it (see specinfer_session_set_constraint).
+ * Errors: INVALID_ARGUMENT (NULL, or a grammar that does not compile: the message says why),
+ * UNSUPPORTED (a kind the plugin does not know), NOT_FOUND (no such plugin, or it provides no
+ * constraints), CONFIG, PLUGIN, OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_constraint_open(specinfer_registry *registry,
+                                                         const char *plugin, const char *config,
+                                                         specinfer_target *target, const char *kind,
+                                                         const char *grammar,
+                                                         specinfer_constraint **out, char **errmsg);
+/* A new constraint in `constraint`'s present state, compiled once for both: for several sessions
+ * on one grammar (the state at creation is the start of the text). Not while a session on another
+ * thread uses `constraint`. Errors: INVALID_ARGUMENT, PLUGIN, OUT_OF_MEMORY. */
+SPECINFER_API specinfer_status specinfer_constraint_fork(specinfer_constraint *constraint,
+                                                         specinfer_constraint **out, char **errmsg);
+/* Closes the constraint. Fails with STATE (and frees nothing) while a session uses it. */
+SPECINFER_API specinfer_status specinfer_constraint_destroy(specinfer_constraint *constraint);
+/* The constraint's last error message; "" when none. */
+SPECINFER_API const char *specinfer_constraint_errmsg(const specinfer_constraint *constraint);
+
+/* Constrains the text the session generates from its next round on (NULL: no constraint). The
+ * constraint starts from its state when set; feeding the session (or resetting it) takes it back
+ * to that state, so each generation after a prompt matches the grammar from its start. At every
+ * position the session scores, the target's logits of the tokens the constraint rules out become
+ * -inf before sampling and coupling: greedy output is exactly the constrained plain output, and
+ * sampled output is distributed as the masked, renormalized target distribution (with the gumbel
+ * coupler, identical to plain decoding at the same seed), whatever the drafter. Drafted tokens
+ * the constraint rules out are dropped before the target pass (with their subtree), and where the
+ * constraint forces the next tokens the session drafts them itself, with or without a drafter,
+ * so that they are verified in the same pass. The text ends at an end-of-generation token (which
+ * the constraint allows only where the text may end) or when the constraint has ended; a round
+ * after that fails with STATE until the session is fed or reset, or the constraint cleared. A
+ * constraint is used by one session at a time and must outlive its use; it must have been opened
+ * for the session's target or a target sharing its model (specinfer_target_share).
+ * Errors: INVALID_ARGUMENT (NULL session; a constraint for another model's vocabulary), STATE
+ * (another session uses the constraint), PLUGIN. */
+SPECINFER_API specinfer_status specinfer_session_set_constraint(specinfer_session *session,
+                                                                specinfer_constraint *constraint);
 
 /* ---------------------------------------------------------------------------------------------
  * Sketchers: inner-product sketches

@@ -31,6 +31,7 @@ extern "C" {
 
 #define SPECINFER_TARGET_FACTORY_ID "specinfer.target-factory/1"
 #define SPECINFER_DRAFTER_FACTORY_ID "specinfer.drafter-factory/1"
+#define SPECINFER_CONSTRAINT_FACTORY_ID "specinfer.constraint-factory/1"
 
 #if defined(__GNUC__)
 #define SPECINFER_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -476,6 +477,64 @@ typedef struct specinfer_drafter_factory {
                             const specinfer_model_info *target_info,
                             const specinfer_host_target *target, specinfer_plugin_error *err);
 } specinfer_drafter_factory;
+
+/* ---------------------------------------------------------------------------------------------
+ * Constraints: which tokens may come next (JSON schemas, regular expressions, grammars)
+ *
+ * A constraint instance holds a grammar's state over the tokens generated so far. The host calls
+ * an instance from one thread at a time; instances (forks included) are independent of each other
+ * and may be used from different threads at once.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Bits of specinfer_constraint_vtable.state's result. */
+#define SPECINFER_CONSTRAINT_ACCEPTING 1u /* the text so far is complete: it may end here */
+#define SPECINFER_CONSTRAINT_STOPPED                          \
+  2u /* the grammar has ended: nothing but the end may follow \
+      */
+
+typedef struct specinfer_constraint_vtable {
+  uint32_t struct_size;
+  void (*destroy)(void *self);
+  /* Writes the tokens allowed next as a bitmask of n_words = (vocab_size + 31) / 32 words: token
+   * t is allowed when bit t % 32 of mask[t / 32] is set. Where the text may end (ACCEPTING) the
+   * target's end-of-generation tokens are allowed. The host asks only before the constraint has
+   * STOPPED (the text ends there), and refuses a mask that allows no token. */
+  specinfer_status (*mask)(void *self, uint32_t *mask, int32_t n_words,
+                           specinfer_plugin_error *err);
+  /* Advances by one token. A token the mask does not allow is refused with INVALID_ARGUMENT and
+   * changes nothing. */
+  specinfer_status (*consume)(void *self, int32_t token, specinfer_plugin_error *err);
+  /* Takes back the last n consumed tokens (n at most the tokens consumed since creation or the
+   * fork); INVALID_ARGUMENT beyond that. */
+  specinfer_status (*rollback)(void *self, int32_t n, specinfer_plugin_error *err);
+  /* A new instance in this one's state that goes on independently (a tree branch, another
+   * session on the same grammar without compiling it again). Destroyed with destroy. */
+  specinfer_status (*fork)(void *self, void **out, specinfer_plugin_error *err);
+  /* The tokens the constraint forces from here: the only way the text can go on, as the target
+   * tokenizes it (at most cap of them into tokens, their number in *n; 0 when there is a choice).
+   * Each is allowed by the mask at its position. */
+  specinfer_status (*forced)(void *self, int32_t *tokens, int32_t cap, int32_t *n,
+                             specinfer_plugin_error *err);
+  /* SPECINFER_CONSTRAINT_* bits of the current state into *state. */
+  specinfer_status (*state)(void *self, uint32_t *state, specinfer_plugin_error *err);
+} specinfer_constraint_vtable;
+
+typedef struct specinfer_constraint_factory {
+  uint32_t struct_size;
+  /* Compiles `grammar` (NUL-terminated) of `kind` ("json_schema", "json_object", "regex",
+   * "lark", or others the plugin names) for the vocabulary of `target`, whose info is
+   * `target_info`; unknown config keys must be refused with SPECINFER_ERR_CONFIG, an unknown kind
+   * with SPECINFER_ERR_UNSUPPORTED and a grammar that does not compile with
+   * SPECINFER_ERR_INVALID_ARGUMENT, each with a message saying why. `target` is open while the
+   * instance (and any fork of it) is; only the calls that do not touch its KV cache (info,
+   * tokenize, token_bytes) may be made on it, from any of the instance's functions. */
+  specinfer_status (*create)(const specinfer_host *host, const char *config,
+                             const specinfer_model_info *target_info,
+                             const specinfer_host_target *target, const char *kind,
+                             const char *grammar, void **self,
+                             const specinfer_constraint_vtable **vtable,
+                             specinfer_plugin_error *err);
+} specinfer_constraint_factory;
 
 /* ---------------------------------------------------------------------------------------------
  * The host table and the plugin descriptor

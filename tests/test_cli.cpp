@@ -3,8 +3,8 @@
 // relies on it), exit code 2 and a message naming the option for unknown options, missing and
 // out-of-range values, and the prompt files of bench: a malformed line named by its line number,
 // a good file through bench with a chart, and bench's tables adding up (every speedup the tokens/s
-// of its row over a plain row's in the same table). The kgram and ngram plugins stand in for real
-// models.
+// of its row over a plain row's in the same table), and generate's constraints (--regex, --grammar,
+// --json-schema). The kgram and ngram plugins stand in for real models.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -204,6 +205,56 @@ void test_generate_stop(void **) {
                            "--prompt", "line", "-n", "40", "--stop", "\\n"});
   assert_int_equal(line.status, 0);
   assert_string_equal(line.out.c_str(), " one\n");
+}
+
+// --regex, --grammar, --json-schema (the llguidance plugin): the text matches, with a drafter too
+// and identical to plain decoding; a bad grammar is refused with llguidance's reason. The k-gram
+// target has no end-of-generation token: its text ends where the grammar does.
+void test_generate_constraints(void **) {
+  const char *plugins = std::getenv("SPECINFER_PLUGIN_PATH");
+  if (!plugins || read_all(std::string(plugins) + "/specinfer-llguidance.so").empty()) {
+    std::fprintf(stderr, "SKIP: the llguidance plugin is not built (it needs a newer cargo)\n");
+    skip();
+  }
+  // `plugins` names what each plugin provides.
+  expect({"plugins"}, 0, "llguidance   1.0      constraint  ", true);
+  const std::string re = "(The|the) (target|drafter|coupler) [a-z ]{4,40}\\.";
+  const Result r = run({"generate", "--target", kgram(4), "--drafter", kgram(2), "--prompt",
+                        "In speculative decoding, ", "-n", "80", "--regex", re, "--compare-plain"});
+  if (r.status != 0) print_error("stderr:\n%s\n", r.err.c_str());
+  assert_int_equal(r.status, 0);
+  std::string text = r.out;
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!std::regex_match(text, std::regex(re))) print_error("does not match: '%s'\n", text.c_str());
+  assert_true(std::regex_match(text, std::regex(re)));
+  assert_true(r.err.find("(identical output)") != std::string::npos);
+  assert_true(r.err.find("forced tokens drafted") != std::string::npos);
+
+  write_file(g_dir + "/answer.lark",
+             "start: \"The \" WORD \" scores the draft.\"\nWORD: /[a-z]+/\n");
+  const Result g = run({"generate", "--target", kgram(4), "--prompt", "So: ", "-n", "60",
+                        "--grammar", g_dir + "/answer.lark"});
+  assert_int_equal(g.status, 0);
+  assert_true(std::regex_match(g.out, std::regex("The [a-z]+ scores the draft\\.\n")));
+
+  write_file(g_dir + "/digits.json",
+             "{\"type\": \"array\", \"items\": {\"enum\": [\"the\", "
+             "\"target\"]}, \"minItems\": 2, \"maxItems\": 2, "
+             "\"x-guidance\": {\"whitespace_flexible\": false}}");
+  const Result j = run({"generate", "--target", kgram(4), "--prompt", "List: ", "-n", "60",
+                        "--json-schema", g_dir + "/digits.json"});
+  assert_int_equal(j.status, 0);
+  assert_true(
+      std::regex_match(j.out, std::regex("\\[(\"the\"|\"target\"),(\"the\"|\"target\")\\]\n")));
+
+  write_file(g_dir + "/bad.json", "{\"type\": ");
+  expect({"generate", "--target", kgram(4), "--prompt", "x", "--json-schema", g_dir + "/bad.json"},
+         1, "json_schema does not compile", false);
+  expect({"generate", "--target", kgram(4), "--prompt", "x", "--regex", "(ab"}, 1,
+         "regex does not compile", false);
+  expect({"generate", "--target", kgram(4), "--prompt", "x", "--regex", "a", "--json-schema",
+          g_dir + "/bad.json"},
+         2, "excludes", false);
 }
 
 void test_generate_context_shift(void **) {
@@ -406,6 +457,7 @@ int main(void) {
       cmocka_unit_test(test_option_forms),
       cmocka_unit_test(test_generate_stop),
       cmocka_unit_test(test_generate_context_shift),
+      cmocka_unit_test(test_generate_constraints),
       cmocka_unit_test(test_bench_prompt_files),
       cmocka_unit_test(test_bench_tables_add_up),
       cmocka_unit_test(test_sketch_eval_synthetic),

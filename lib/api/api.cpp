@@ -223,7 +223,7 @@ SPECINFER_API specinfer_status specinfer_target_share(specinfer_target *target,
 SPECINFER_API specinfer_status specinfer_target_destroy(specinfer_target *target) {
   if (!target) return SPECINFER_OK;
   if (target->users > 0) {
-    target->last_error = "the target is still used by a session or drafter";
+    target->last_error = "the target is still used by a session, drafter or constraint";
     return SPECINFER_ERR_STATE;
   }
   delete target;
@@ -665,6 +665,51 @@ SPECINFER_API specinfer_status specinfer_session_tokens(const specinfer_session 
   *tokens = session->impl->tokens().data();
   *n = session->impl->tokens().size();
   return SPECINFER_OK;
+}
+
+SPECINFER_API specinfer_status specinfer_constraint_open(
+    specinfer_registry *registry, const char *plugin, const char *config, specinfer_target *target,
+    const char *kind, const char *grammar, specinfer_constraint **out, char **errmsg) {
+  return guard(nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!registry || !plugin || !target || !kind)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "registry, plugin, target and kind must not be NULL");
+    *out = static_cast<specinfer_constraint *>(specinfer::open_constraint_object(
+        *registry->impl, plugin, config ? config : "", *target, kind, grammar ? grammar : ""));
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_constraint_fork(specinfer_constraint *constraint,
+                                                         specinfer_constraint **out,
+                                                         char **errmsg) {
+  return guard(constraint ? &constraint->last_error : nullptr, errmsg, [&] {
+    if (!out) fail(SPECINFER_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!constraint) fail(SPECINFER_ERR_INVALID_ARGUMENT, "constraint is NULL");
+    *out = static_cast<specinfer_constraint *>(constraint->fork());
+  });
+}
+
+SPECINFER_API specinfer_status specinfer_constraint_destroy(specinfer_constraint *constraint) {
+  if (!constraint) return SPECINFER_OK;
+  if (constraint->in_session) {
+    constraint->last_error = "the constraint is still used by a session";
+    return SPECINFER_ERR_STATE;
+  }
+  delete constraint;
+  return SPECINFER_OK;
+}
+
+SPECINFER_API const char *specinfer_constraint_errmsg(const specinfer_constraint *constraint) {
+  return constraint ? nonnull(constraint->last_error) : "constraint is NULL";
+}
+
+SPECINFER_API specinfer_status specinfer_session_set_constraint(specinfer_session *session,
+                                                                specinfer_constraint *constraint) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr,
+               [&] { session->impl->set_constraint(constraint); });
 }
 
 }  // extern "C"

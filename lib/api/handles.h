@@ -20,3 +20,7 @@ struct specinfer_target : specinfer::TargetObject {
 struct specinfer_drafter : specinfer::DrafterObject {
   using DrafterObject::DrafterObject;
 };
+
+struct specinfer_constraint : specinfer::ConstraintObject {
+  using ConstraintObject::ConstraintObject;
+};

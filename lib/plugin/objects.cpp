@@ -569,6 +569,89 @@ void DrafterObject::commit(const int32_t *tokens, size_t n) {
   check_plugin(rc, err, "drafter commit");
 }
 
+ConstraintObject::ConstraintObject(LoadedPlugin *plugin, void *self,
+                                   const specinfer_constraint_vtable *vtable, TargetObject *target)
+    : plugin_(plugin), self_(self), vtable_(vtable), target_(target) {
+  if (!vtable_ || vtable_->struct_size < sizeof(specinfer_constraint_vtable) || !vtable_->mask ||
+      !vtable_->consume || !vtable_->rollback || !vtable_->fork || !vtable_->forced ||
+      !vtable_->state) {
+    if (vtable_) destroy_quietly(vtable_->destroy, self_);
+    vtable_ = nullptr;
+    fail(SPECINFER_ERR_PLUGIN, "constraint plugin returned an incomplete vtable");
+  }
+  vocab_ = target_->info().vocab_size;
+  target_->users++;
+  if (plugin_) plugin_->open_objects++;
+}
+
+ConstraintObject::~ConstraintObject() {
+  if (vtable_) destroy_quietly(vtable_->destroy, self_);
+  if (plugin_) plugin_->open_objects--;
+  target_->users--;
+}
+
+void ConstraintObject::mask(uint32_t *words, int32_t n_words) {
+  auto err = fresh_error();
+  const specinfer_status rc =
+      call_plugin(err, [&] { return vtable_->mask(self_, words, n_words, &err); });
+  check_plugin(rc, err, "constraint mask");
+  // Bits past the vocabulary are cleared; a mask that allows nothing would leave no token.
+  if (vocab_ % 32 != 0) words[n_words - 1] &= (1u << (vocab_ % 32)) - 1u;
+  uint32_t any = 0;
+  for (int32_t i = 0; i < n_words; ++i) any |= words[i];
+  if (!any) fail(SPECINFER_ERR_PLUGIN, "constraint mask allows no token");
+}
+
+bool ConstraintObject::consume(int32_t token) {
+  auto err = fresh_error();
+  const specinfer_status rc =
+      call_plugin(err, [&] { return vtable_->consume(self_, token, &err); });
+  if (rc == SPECINFER_ERR_INVALID_ARGUMENT) return false;
+  check_plugin(rc, err, "constraint consume");
+  return true;
+}
+
+void ConstraintObject::rollback(int32_t n) {
+  if (n == 0) return;
+  auto err = fresh_error();
+  const specinfer_status rc = call_plugin(err, [&] { return vtable_->rollback(self_, n, &err); });
+  check_plugin(rc, err, "constraint rollback");
+}
+
+int32_t ConstraintObject::forced(int32_t *tokens, int32_t cap) {
+  auto err = fresh_error();
+  int32_t n = 0;
+  const specinfer_status rc =
+      call_plugin(err, [&] { return vtable_->forced(self_, tokens, cap, &n, &err); });
+  check_plugin(rc, err, "constraint forced");
+  if (n < 0 || n > cap)
+    fail(SPECINFER_ERR_PLUGIN, "constraint forced %d tokens with room for %d", n, cap);
+  for (int32_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_)
+      fail(SPECINFER_ERR_PLUGIN, "constraint forced token %d outside the vocabulary", tokens[i]);
+  return n;
+}
+
+uint32_t ConstraintObject::state() {
+  auto err = fresh_error();
+  uint32_t st = 0;
+  const specinfer_status rc = call_plugin(err, [&] { return vtable_->state(self_, &st, &err); });
+  check_plugin(rc, err, "constraint state");
+  return st;
+}
+
+ConstraintObject *ConstraintObject::fork() {
+  auto err = fresh_error();
+  void *self = nullptr;
+  const specinfer_status rc = call_plugin(err, [&] { return vtable_->fork(self_, &self, &err); });
+  if (rc != SPECINFER_OK) check_plugin(rc, err, "constraint fork");
+  return adopt(self, vtable_->destroy,
+               [&] {
+                 return new (std::nothrow) specinfer_constraint(plugin_, self, vtable_, target_);
+               })
+      .release();
+}
+
 TargetObject *open_target_object(Registry &registry, const std::string &plugin,
                                  const std::string &config) {
   LoadedPlugin &p = registry.find(plugin);
@@ -636,6 +719,27 @@ DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin
   return adopt(
              self, vt ? vt->destroy : nullptr,
              [&] { return new (std::nothrow) specinfer_drafter(registry, &p, self, vt, &target); })
+      .release();
+}
+
+ConstraintObject *open_constraint_object(Registry &registry, const std::string &plugin,
+                                         const std::string &config, TargetObject &target,
+                                         const std::string &kind, const std::string &grammar) {
+  LoadedPlugin &p = registry.find(plugin);
+  if (!p.constraint_factory)
+    fail(SPECINFER_ERR_NOT_FOUND, "plugin '%s' provides no constraints", plugin.c_str());
+  void *self = nullptr;
+  const specinfer_constraint_vtable *vt = nullptr;
+  auto err = fresh_error();
+  specinfer_host_target ht{target.self(), target.vtable(), &target};
+  specinfer_model_info info = target.info();
+  const specinfer_status rc = call_plugin(err, [&] {
+    return p.constraint_factory->create(registry.host(), config.c_str(), &info, &ht, kind.c_str(),
+                                        grammar.c_str(), &self, &vt, &err);
+  });
+  if (rc != SPECINFER_OK) check_plugin(rc, err, ("opening constraint '" + plugin + "'").c_str());
+  return adopt(self, vt ? vt->destroy : nullptr,
+               [&] { return new (std::nothrow) specinfer_constraint(&p, self, vt, &target); })
       .release();
 }
 

@@ -1,5 +1,6 @@
-// Targets and drafters as the core sees them: a plugin instance (self + vtable) with its plugin
-// kept loaded, plugin errors turned into specinfer::Error, and calls run on the registry's threads.
+// Targets, drafters and constraints as the core sees them: a plugin instance (self + vtable) with
+// its plugin kept loaded, plugin errors turned into specinfer::Error, and calls run on the
+// registry's threads.
 #pragma once
 
 #include <atomic>
@@ -124,6 +125,40 @@ class DrafterObject {
   void check_draft(const specinfer_draft &draft);
 };
 
+// A grammar's state over the generated tokens (specinfer_constraint_vtable), opened for one
+// target's vocabulary; it keeps that target open. Its calls run on the caller's thread.
+class ConstraintObject {
+ public:
+  ConstraintObject(LoadedPlugin *plugin, void *self, const specinfer_constraint_vtable *vtable,
+                   TargetObject *target);
+  ~ConstraintObject();
+  ConstraintObject(const ConstraintObject &) = delete;
+  ConstraintObject &operator=(const ConstraintObject &) = delete;
+
+  // The allowed next tokens as bits (words: (vocab + 31) / 32 of them); checked to allow at
+  // least one token inside the vocabulary.
+  void mask(uint32_t *words, int32_t n_words);
+  // Advances by `token`: false (nothing changed) when the constraint does not allow it.
+  bool consume(int32_t token);
+  void rollback(int32_t n);
+  // The tokens it forces from here (at most cap), checked to be inside the vocabulary.
+  int32_t forced(int32_t *tokens, int32_t cap);
+  uint32_t state();
+  // A new object in this one's state, for the same target (owned by the caller).
+  ConstraintObject *fork();
+
+  TargetObject *target() const { return target_; }
+  std::string last_error;
+  std::atomic<bool> in_session{false};  // claimed by exchange, as TargetObject::in_session
+
+ private:
+  LoadedPlugin *plugin_;
+  void *self_;
+  const specinfer_constraint_vtable *vtable_;
+  TargetObject *target_;
+  int32_t vocab_;
+};
+
 // Opens a target / drafter through `registry` (loading the plugin from the search path if needed).
 // The returned object is owned by the caller (delete it, or hand it to a public handle). A target
 // whose plugin and config equal those of a target still open is a share() of it when the plugin
@@ -133,6 +168,11 @@ TargetObject *open_target_object(Registry &registry, const std::string &plugin,
                                  const std::string &config);
 DrafterObject *open_drafter_object(Registry &registry, const std::string &plugin,
                                    const std::string &config, TargetObject &target);
+
+// Compiles `grammar` of `kind` with the constraint plugin `plugin` for target's vocabulary.
+ConstraintObject *open_constraint_object(Registry &registry, const std::string &plugin,
+                                         const std::string &config, TargetObject &target,
+                                         const std::string &kind, const std::string &grammar);
 
 // Runs the drafter plugin's trainer (specinfer_drafter_factory.train) for `target`, which it
 // uses alone meanwhile. Throws UNSUPPORTED when the plugin has no trainer.

@@ -158,11 +158,17 @@ void Registry::add(const specinfer_plugin_descriptor *d, const std::string &path
   // `train` was added after create and is optional: older plugins stop before it.
   if (df && (df->struct_size < offsetof(specinfer_drafter_factory, train) || !df->create))
     fail(SPECINFER_ERR_FORMAT, "plugin '%s': malformed drafter factory", d->name);
-  if (!tf && !df)
-    fail(SPECINFER_ERR_FORMAT, "plugin '%s' provides neither %s nor %s", d->name,
-         SPECINFER_TARGET_FACTORY_ID, SPECINFER_DRAFTER_FACTORY_ID);
+  auto cf = static_cast<const specinfer_constraint_factory *>(
+      d->get_factory(SPECINFER_CONSTRAINT_FACTORY_ID));
+  if (cf && (cf->struct_size < sizeof(specinfer_constraint_factory) || !cf->create))
+    fail(SPECINFER_ERR_FORMAT, "plugin '%s': malformed constraint factory", d->name);
+  if (!tf && !df && !cf)
+    fail(SPECINFER_ERR_FORMAT, "plugin '%s' provides none of %s, %s, %s", d->name,
+         SPECINFER_TARGET_FACTORY_ID, SPECINFER_DRAFTER_FACTORY_ID,
+         SPECINFER_CONSTRAINT_FACTORY_ID);
   plugin->target_factory = tf;
   plugin->drafter_factory = df;
+  plugin->constraint_factory = cf;
   // Nothing may fail once init has run: the caller would close a plugin that is listed, or one
   // whose deinit is never called.
   plugins_.reserve(plugins_.size() + 1);
@@ -234,7 +240,8 @@ void Registry::unload(const std::string &name) {
   for (auto it = plugins_.begin(); it != plugins_.end(); ++it) {
     if ((*it)->name != name) continue;
     if ((*it)->open_objects.load() > 0)
-      fail(SPECINFER_ERR_STATE, "plugin '%s' still has %d open target(s)/drafter(s)", name.c_str(),
+      fail(SPECINFER_ERR_STATE,
+           "plugin '%s' still has %d open target(s), drafter(s) or constraint(s)", name.c_str(),
            (*it)->open_objects.load());
     release(**it);
     plugins_.erase(it);
@@ -286,6 +293,7 @@ bool Registry::plugin_info(int index, specinfer_plugin_info *info) const {
   out.has_target = p.target_factory != nullptr;
   out.has_drafter = p.drafter_factory != nullptr;
   out.abi_version = p.descriptor->abi_version;
+  out.has_constraint = p.constraint_factory != nullptr;
   std::memcpy(info, &out, std::min<size_t>(info->struct_size, sizeof(out)));
   return true;
 }

@@ -23,7 +23,8 @@ struct LoadedPlugin {
   void *dl_handle = nullptr;  // nullptr for an in-process plugin
   const specinfer_target_factory *target_factory = nullptr;
   const specinfer_drafter_factory *drafter_factory = nullptr;
-  std::atomic<int> open_objects{0};  // targets and drafters made by it that are still open
+  const specinfer_constraint_factory *constraint_factory = nullptr;
+  std::atomic<int> open_objects{0};  // targets, drafters and constraints made by it still open
 };
 
 class Registry {

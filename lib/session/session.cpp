@@ -74,6 +74,7 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   n_ctx_ = target_.info().n_ctx;
   hidden_size_ = drafter_ ? std::max(0, target_.info().hidden_size) : 0;
   if (!drafter_) params_.max_draft = 0;
+  node_cap_ = params_.max_draft;
   lookahead_.configure(params_.max_draft, params_.adaptive_draft != 0);
   lookahead_.use_pass_cost(target_.pass_cost());
 
@@ -113,6 +114,13 @@ void Session::release() {
   target_.in_session = false;
   target_.users--;
   if (drafter_) drafter_->in_session = false;
+  if (constraint_) {
+    try {
+      constraint_->rollback(constraint_consumed_);
+    } catch (...) {  // released all the same; its next user finds it where it stands
+    }
+    constraint_->in_session = false;
+  }
 }
 
 bool Session::is_stop(int32_t token) const {
@@ -141,6 +149,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
     fail(SPECINFER_ERR_CONTEXT_FULL,
          "the prompt (%zu tokens) does not fit the context window of %d", tokens_.size() + n,
          n_ctx_);
+  restart_constraint();
   tokens_.insert(tokens_.end(), tokens, tokens + n);
   n_prompt_ += static_cast<int64_t>(n);
   stops_.clear();
@@ -148,6 +157,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
 
 // One round of speculative decoding: draft -> score -> couple -> commit.
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
+  emit_limit_ = max_emit;
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
   plan_round(1, b.n_tokens, nullptr);
   const auto t0 = Clock::now();
@@ -234,19 +244,24 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
   const VerifyResult v = couple(draft_);
   const size_t emitted = commit(draft_, v, out, done);
 
+  // The drafter's nodes come first; the constraint's forced ones (a chain's end) after them.
+  const int32_t drafted = draft_.n - draft_.forced;
+  const int32_t accepted = std::min(v.n_accepted, drafted);
   ++n_rounds_;
   n_generated_ += static_cast<int64_t>(emitted);
-  n_drafted_ += draft_.n;
-  n_accepted_ += v.n_accepted;
+  n_drafted_ += drafted;
+  n_accepted_ += accepted;
+  n_forced_drafted_ += draft_.forced;
+  n_forced_accepted_ += v.n_accepted - accepted;
   round_info_.n_pass_tokens = pass_tokens;
   round_info_.draft_budget = draft_.requested;
-  round_info_.n_drafted = draft_.n;
-  round_info_.n_accepted = v.n_accepted;
+  round_info_.n_drafted = drafted;
+  round_info_.n_accepted = accepted;
   round_info_.draft_ms = draft_.ms;
   round_info_.pass_ms = pass_ms;
   lookahead_.shared_pass(pass_rounds, pass_fixed, pass_draft_ms - draft_.ms);
   if (drafter_)
-    lookahead_.observe(draft_.requested, draft_.n, v.n_accepted, draft_.ms, pass_ms,
+    lookahead_.observe(draft_.requested, drafted, accepted, draft_.ms, pass_ms,
                        pass_recorded ? 0 : pass_tokens, !draft_.chain);
 }
 
@@ -715,7 +730,8 @@ Session::Draft Session::drafted(int32_t k, const specinfer_draft &out, double ms
 
 // The target pass over the last token and the draft's nodes; a node sits one position past its
 // parent and, in a tree, sees only its ancestors. The batch refers to the session's buffers.
-const specinfer_forward_batch &Session::score_batch(const Draft &d) {
+const specinfer_forward_batch &Session::score_batch(Draft &d) {
+  constrain_draft(d);
   const int32_t n = d.n + 1;
   const int32_t pos0 = static_cast<int32_t>(tokens_.size()) - 1;
   batch_tokens_.resize(n);
@@ -751,6 +767,7 @@ VerifyResult Session::couple(const Draft &d) {
   const auto t0 = Clock::now();
   const float *p = verify_batch_.logits;  // the session's rows, or step_many's arena
   const float *q = d.has_probs && !greedy_ ? draft_probs_.data() : nullptr;
+  mask_rows(d);
   if (!greedy_) {
     for (int32_t i = 0; i <= d.n; ++i)
       logits_to_probs(verify_batch_.logits + static_cast<size_t>(i) * vocab_, vocab_, sampling_,
@@ -787,11 +804,17 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
   const size_t text_before = round_text_.size();
   const int32_t base = static_cast<int32_t>(kv_tokens_.size());
   size_t emitted = 0;
+  int32_t consumed = 0;  // tokens the constraint took this round
   try {
     for (int32_t i = 0; i < v.n_accepted; ++i) out.push_back(draft_tokens_[accepted_path_[i]]);
     out.push_back(v.token);
+    // The constraint takes the tokens and cuts them where its grammar ends; the text ends there
+    // too, or earlier at an end-of-generation token or a stop string.
+    bool grammar_ended = false;
+    if (constraint_) advance_constraint(out, first, consumed, grammar_ended);
     done = end_text_at_stop(out, first);
     emitted = out.size() - first;
+    if (constraint_) constraint_cut(emitted, consumed, grammar_ended, done);
     // Cached: everything before the last token, the last token, then the accepted nodes that
     // are followed by another emitted token.
     const int32_t kept_nodes = static_cast<int32_t>(emitted) - 1;
@@ -812,6 +835,13 @@ size_t Session::commit(const Draft &d, const VerifyResult &v, std::vector<int32_
       target_.kv_keep(base, keep_idx_.data(), kept_nodes + 1);
     }
   } catch (...) {
+    if (consumed > 0) {
+      try {
+        constraint_->rollback(consumed);
+        constraint_consumed_ -= consumed;
+      } catch (...) {  // the constraint failed too: its next call reports it
+      }
+    }
     out.resize(first);
     kv_tokens_.resize(static_cast<size_t>(base));
     utf8_pending_.swap(pending);
@@ -868,7 +898,7 @@ bool Session::end_text_at_stop(std::vector<int32_t> &out, size_t first) {
 }
 
 void Session::step(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
-  timed_round(std::clamp(max_emit, 1, params_.max_draft + 1), out, done);
+  timed_round(std::clamp(max_emit, 1, node_cap_ + 1), out, done);
 }
 
 const std::string &Session::end_text() {
@@ -897,6 +927,7 @@ void Session::generate(int32_t max_tokens, specinfer_token_fn on_tokens, void *u
 
 void Session::reset() {
   // The KV cache is kept: the next prompt reuses the prefix it shares with this text.
+  restart_constraint();
   tokens_.clear();
   utf8_pending_.clear();
   stops_.clear();
@@ -905,8 +936,9 @@ void Session::reset() {
   drafter_known_ = 0;
   lookahead_.reset();
   n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = n_shifts_ = 0;
+  n_forced_drafted_ = n_forced_accepted_ = 0;
   round_info_ = specinfer_round_info{};
-  t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = 0;
+  t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = t_constraint_ = 0;
 }
 
 void Session::stats(specinfer_session_stats &s) const {
@@ -928,6 +960,9 @@ void Session::stats(specinfer_session_stats &s) const {
   double gen_ms = t_total_ - t_prefill_;
   o.tokens_per_second = gen_ms > 0 ? n_generated_ * 1000.0 / gen_ms : 0.0;
   o.n_context_shifts = n_shifts_;
+  o.n_forced_drafted = n_forced_drafted_;
+  o.n_forced_accepted = n_forced_accepted_;
+  o.t_constraint_ms = t_constraint_;
   std::memcpy(&s, &o, std::min<size_t>(s.struct_size, sizeof(o)));
 }
 

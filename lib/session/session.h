@@ -47,6 +47,10 @@ class Session {
   void feed_tokens(const int32_t *tokens, size_t n);
   // The strings that end the generated text (see StopStrings); replaces the previous ones.
   void set_stop_strings(std::vector<std::string> stops) { stops_.set(std::move(stops)); }
+  // Constrains the text generated from the next round on (nullptr: none), claiming the
+  // constraint; a constraint set before is taken back to its state when set and released. See
+  // specinfer_session_set_constraint.
+  void set_constraint(ConstraintObject *constraint);
 
   // One round emitting at most max_emit tokens (clamped to 1 .. max_draft + 1). Appends them to
   // `out`; sets done when the round ended the text (an end-of-generation token or a stop string).
@@ -73,8 +77,9 @@ class Session {
   // The last round's draft and pass (specinfer_session_round_info).
   const specinfer_round_info &round_info() const { return round_info_; }
   const std::vector<int32_t> &tokens() const { return tokens_; }
-  // Most tokens one round can emit.
-  size_t max_emit() const { return static_cast<size_t>(params_.max_draft) + 1; }
+  // Most tokens one round can emit: the drafter's most plus one, or with a constraint, room for
+  // the tokens it forces.
+  size_t max_emit() const { return static_cast<size_t>(node_cap_) + 1; }
 
   // The text of the last round's tokens: whole UTF-8 characters, none of an end-of-generation
   // token, nothing that may begin a stop string (held back until it is known not to) and nothing
@@ -92,6 +97,7 @@ class Session {
     int32_t n = 0;           // nodes proposed
     bool has_probs = false;  // q rows given (else point masses)
     bool chain = true;       // parents[i] == i - 1 for every node
+    int32_t forced = 0;      // of the n nodes, the last ones a constraint forced (a chain's end)
     double ms = 0;           // time spent drafting
   };
 
@@ -134,7 +140,17 @@ class Session {
   Draft drafted(int32_t k, const specinfer_draft &out, double ms);
   static void propose_together(Session *const *sessions, const std::vector<size_t> &members,
                                const std::vector<int32_t> &ks, std::exception_ptr *errors);
-  const specinfer_forward_batch &score_batch(const Draft &d);
+  const specinfer_forward_batch &score_batch(Draft &d);
+  // With a constraint: drops the drafted nodes it rules out (and their subtrees), appends the
+  // tokens it forces after a chain, and keeps each scored row's mask for couple().
+  void constrain_draft(Draft &d);
+  void constrain_to(int32_t node);
+  void constraint_row(int32_t row);
+  void mask_rows(const Draft &d);
+  void advance_constraint(std::vector<int32_t> &out, size_t first, int32_t &consumed, bool &ended);
+  void constraint_cut(size_t emitted, int32_t &consumed, bool ended, bool &done);
+  void restart_constraint();
+  void grow_rows(int32_t nodes);
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
 
@@ -148,7 +164,8 @@ class Session {
   std::unique_ptr<Coupler> owned_coupler_;
   specinfer_session_params params_;
   SamplingParams sampling_;
-  bool greedy_;  // the coupler reads only the argmax: it gets raw logits
+  bool greedy_;       // the coupler reads only the argmax: it gets raw logits
+  int32_t node_cap_;  // most nodes a round scores after the last token (the buffers' rows - 1)
   int32_t vocab_;
   int32_t n_ctx_;
   int32_t hidden_size_;  // 0 when the target reports none: no hidden state for the drafter
@@ -180,6 +197,19 @@ class Session {
   std::vector<float> pass_cost_;  // [k+1]: the cost of a pass over i+1 tokens (propose's request)
   DraftSampleCtx sample_ctx_;     // the request's sample_ctx
 
+  // The constraint (nullptr: none): tokens consumed since it was set or the text was fed; the
+  // nodes of the draft being constrained whose tokens it holds now (root side first); each
+  // scored row's allowed tokens, [node_cap_ + 1][mask_words_], and whether the row has one (a
+  // row after an end-of-generation node has none: nothing after it is kept).
+  ConstraintObject *constraint_ = nullptr;
+  int32_t constraint_consumed_ = 0;
+  std::vector<int32_t> constraint_path_, constraint_anc_, forced_;
+  std::vector<uint32_t> masks_;
+  std::vector<uint8_t> row_masked_;
+  int32_t mask_words_ = 0;
+  // The round's bound on emitted tokens (round() sets it), which forced tokens stay within.
+  int32_t emit_limit_ = 1;
+
   Lookahead lookahead_;
   // The last round, as end_round saw it; the pass's prediction and the step's plan are set by
   // whoever runs the pass (round, step_many) before end_round.
@@ -187,8 +217,9 @@ class Session {
 
   // statistics
   int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,
-          n_accepted_ = 0, n_shifts_ = 0;
-  double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0;
+          n_accepted_ = 0, n_shifts_ = 0, n_forced_drafted_ = 0, n_forced_accepted_ = 0;
+  double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0,
+         t_constraint_ = 0;
 };
 
 }  // namespace specinfer

@@ -63,9 +63,11 @@ struct RunParams {
   uint64_t seed = 0;
   int max_draft = 8;
   bool adaptive = true;
+  specinfer_constraint *constraint = nullptr;  // set on the session before the prompt (NULL: none)
 };
 
-// Feeds `prompt` and generates n tokens on `target` with drafter d (NULL: plain decoding);
+// Feeds `prompt` and generates n tokens on `target` with drafter d (NULL: plain decoding), under
+// rp.constraint when set (destroying the session releases it, back in its state when set);
 // returns the whole token sequence and, when st is given, the session's statistics. Fails the
 // test on any error.
 inline std::vector<int32_t> run_session(specinfer_target *target, specinfer_drafter *d,
@@ -83,6 +85,8 @@ inline std::vector<int32_t> run_session(specinfer_target *target, specinfer_draf
   if (rc != SPECINFER_OK) std::fprintf(stderr, "session: %s\n", err ? err : "?");
   specinfer_free(err);
   assert_int_equal(rc, SPECINFER_OK);
+  if (rp.constraint)
+    assert_int_equal(specinfer_session_set_constraint(s, rp.constraint), SPECINFER_OK);
   assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
   rc = specinfer_session_generate(s, n, nullptr, nullptr);
   if (rc != SPECINFER_OK) std::fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));

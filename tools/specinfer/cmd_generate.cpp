@@ -17,6 +17,8 @@ struct Options {
   cli::RunOptions run;
   std::string drafter, coupler, prompt;
   std::vector<std::string> stops;
+  // A constraint on the text (llguidance plugin): its kind ("" = none) and grammar.
+  std::string constraint_kind, constraint;
   bool compare = false, quiet = false;
 };
 
@@ -58,6 +60,7 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
   specinfer_drafter *drafter = nullptr;
   specinfer_coupler *coupler = nullptr;
   specinfer_session *session = nullptr;
+  specinfer_constraint *constraint = nullptr;
   char *err = nullptr;
   int rc = 1;
   if (cli::open_target(reg, o.run.target, &target, &err) != SPECINFER_OK) {
@@ -80,6 +83,17 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
     if (specinfer_session_create(target, drafter, coupler, &p, &session, &err)) {
       std::fprintf(stderr, "specinfer: cannot create session: %s\n", err);
       break;
+    }
+    if (!o.constraint_kind.empty()) {
+      if (specinfer_constraint_open(reg, "llguidance", nullptr, target, o.constraint_kind.c_str(),
+                                    o.constraint.c_str(), &constraint, &err)) {
+        std::fprintf(stderr, "specinfer: bad constraint: %s\n", err);
+        break;
+      }
+      if (specinfer_session_set_constraint(session, constraint)) {
+        std::fprintf(stderr, "specinfer: %s\n", specinfer_session_errmsg(session));
+        break;
+      }
     }
     std::vector<const char *> stops;
     for (const std::string &x : o.stops) stops.push_back(x.c_str());
@@ -111,6 +125,7 @@ int run(specinfer_registry *reg, const Options &o, bool with_drafter, bool print
   } while (false);
   specinfer_free(err);
   specinfer_session_destroy(session);
+  specinfer_constraint_destroy(constraint);
   specinfer_coupler_destroy(coupler);
   specinfer_drafter_destroy(drafter);
   specinfer_target_destroy(target);
@@ -130,6 +145,12 @@ void print_stats(const char *label, const specinfer_session_stats &s) {
       s.n_rounds ? double(s.n_drafted) / double(s.n_rounds) : 0.0,
       s.n_rounds ? double(s.n_accepted) / double(s.n_rounds) : 0.0, label, s.t_prefill_ms,
       s.t_draft_ms, s.t_verify_ms, s.t_sample_ms, s.tokens_per_second);
+  if (s.n_forced_drafted > 0 || s.t_constraint_ms > 0)
+    std::fprintf(stderr,
+                 "[%s] constraint: %lld forced tokens drafted, %lld accepted; %.2f ms per "
+                 "generated token\n",
+                 label, (long long)s.n_forced_drafted, (long long)s.n_forced_accepted,
+                 s.n_generated ? s.t_constraint_ms / double(s.n_generated) : 0.0);
   if (s.n_context_shifts > 0)
     std::fprintf(stderr, "[%s] context shifts %lld (their scoring counts as prefill)\n", label,
                  (long long)s.n_context_shifts);
@@ -159,6 +180,20 @@ int cmd_generate(int argc, char **argv) {
                  "end the text right before this string (repeatable; \\n, \\t and \\\\ are "
                  "read as newline, tab and backslash); the string itself is not printed")
       ->type_name("TEXT");
+  std::string schema_file, grammar_file, regex;
+  auto *schema_opt =
+      app.add_option("--json-schema", schema_file,
+                     "constrain the text to JSON that satisfies the JSON Schema in FILE")
+          ->type_name("FILE");
+  auto *regex_opt =
+      app.add_option("--regex", regex, "constrain the whole text to match this regular expression")
+          ->type_name("RE")
+          ->excludes(schema_opt);
+  app.add_option("--grammar", grammar_file,
+                 "constrain the text to the context-free grammar (Lark syntax) in FILE")
+      ->type_name("FILE")
+      ->excludes(schema_opt)
+      ->excludes(regex_opt);
   app.add_flag("--compare-plain", o.compare,
                "also decode without the drafter and print the speedup");
   app.add_flag("--quiet", o.quiet, "do not print the text, only the statistics");
@@ -167,14 +202,26 @@ int cmd_generate(int argc, char **argv) {
     return cli::usage_error(app, "--prompt or --prompt-file is required");
   if (o.drafter == "none") o.drafter.clear();
   for (std::string &x : o.stops) x = unescape(x);
-  if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file, std::ios::binary);
+  const auto read_file = [](const std::string &path, std::string *out) {
+    std::ifstream in(path, std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "specinfer generate: cannot read %s: %s\n", prompt_file.c_str(),
+      std::fprintf(stderr, "specinfer generate: cannot read %s: %s\n", path.c_str(),
                    std::strerror(errno));
-      return 1;
+      return false;
     }
-    o.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return true;
+  };
+  if (!prompt_file.empty() && !read_file(prompt_file, &o.prompt)) return 1;
+  if (!schema_file.empty()) {
+    o.constraint_kind = "json_schema";
+    if (!read_file(schema_file, &o.constraint)) return 1;
+  } else if (!grammar_file.empty()) {
+    o.constraint_kind = "lark";
+    if (!read_file(grammar_file, &o.constraint)) return 1;
+  } else if (app.count("--regex")) {
+    o.constraint_kind = "regex";
+    o.constraint = regex;
   }
 
   specinfer_registry *reg = cli::create_registry(o.run, "specinfer");

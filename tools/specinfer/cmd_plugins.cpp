@@ -1,6 +1,7 @@
 // specinfer plugins: loads every plugin on the plugin path and lists them.
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "cli_options.h"
 #include "commands.h"
@@ -33,9 +34,13 @@ int cmd_plugins(int argc, char **argv) {
     specinfer_plugin_info info;
     info.struct_size = sizeof(info);
     if (specinfer_registry_plugin_info(reg, i, &info) != SPECINFER_OK) continue;
-    std::printf("%-12s %-8s %s%s  %s\n    %s\n", info.name, info.version,
-                info.has_target ? "target" : "",
-                info.has_drafter ? (info.has_target ? "+drafter" : "drafter") : "", info.path,
+    // What it provides: target, drafter, constraint, joined by '+'.
+    std::string roles;
+    for (const auto &[has, role] :
+         {std::pair{info.has_target, "target"}, std::pair{info.has_drafter, "drafter"},
+          std::pair{info.has_constraint, "constraint"}})
+      if (has) roles.append(roles.empty() ? "" : "+").append(role);
+    std::printf("%-12s %-8s %s  %s\n    %s\n", info.name, info.version, roles.c_str(), info.path,
                 info.description);
   }
   specinfer_registry_destroy(reg);

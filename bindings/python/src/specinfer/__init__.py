@@ -478,6 +478,9 @@ class Stats:
     t_total_ms: float
     tokens_per_second: float
     n_context_shifts: int
+    n_forced_drafted: int
+    n_forced_accepted: int
+    t_constraint_ms: float
 
 
 class Session(_Handle):

@@ -79,7 +79,8 @@ class SessionStats(Structure):
                 ("n_accepted", c_int64), ("acceptance_rate", c_double), ("mean_accepted", c_double),
                 ("t_prefill_ms", c_double), ("t_draft_ms", c_double), ("t_verify_ms", c_double),
                 ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double),
-                ("n_context_shifts", c_int64)]
+                ("n_context_shifts", c_int64), ("n_forced_drafted", c_int64),
+                ("n_forced_accepted", c_int64), ("t_constraint_ms", c_double)]
 
 
 class StepResultC(Structure):

@@ -18,6 +18,7 @@ pub const SPECINFER_VERSION_NUMBER: i32 = 1000;
 pub const SPECINFER_PLUGIN_ABI_VERSION: u32 = 1;
 pub const SPECINFER_TARGET_FACTORY_ID: &[u8] = b"specinfer.target-factory/1\0";
 pub const SPECINFER_DRAFTER_FACTORY_ID: &[u8] = b"specinfer.drafter-factory/1\0";
+pub const SPECINFER_CONSTRAINT_FACTORY_ID: &[u8] = b"specinfer.constraint-factory/1\0";
 pub const SPECINFER_SKETCH_QUERY: i32 = 1;
 
 // ---- status codes ----
@@ -87,7 +88,8 @@ opaque!(
     specinfer_drafter,
     specinfer_coupler,
     specinfer_session,
-    specinfer_sketcher
+    specinfer_sketcher,
+    specinfer_constraint
 );
 
 // ---- structs of specinfer.h ----
@@ -114,6 +116,7 @@ pub struct specinfer_plugin_info {
     pub has_target: i32,
     pub has_drafter: i32,
     pub abi_version: u32,
+    pub has_constraint: i32,
 }
 
 #[repr(C)]
@@ -239,6 +242,9 @@ pub struct specinfer_session_stats {
     pub t_total_ms: f64,
     pub tokens_per_second: f64,
     pub n_context_shifts: i64,
+    pub n_forced_drafted: i64,
+    pub n_forced_accepted: i64,
+    pub t_constraint_ms: f64,
 }
 
 #[repr(C)]
@@ -654,6 +660,72 @@ pub struct specinfer_drafter_factory {
     >,
 }
 
+pub const SPECINFER_CONSTRAINT_ACCEPTING: u32 = 1;
+pub const SPECINFER_CONSTRAINT_STOPPED: u32 = 2;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct specinfer_constraint_vtable {
+    pub struct_size: u32,
+    pub destroy: Option<unsafe extern "C" fn(this: *mut c_void)>,
+    pub mask: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            mask: *mut u32,
+            n_words: i32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+    pub consume: Option<
+        unsafe extern "C" fn(this: *mut c_void, token: i32, err: *mut specinfer_plugin_error) -> specinfer_status,
+    >,
+    pub rollback: Option<
+        unsafe extern "C" fn(this: *mut c_void, n: i32, err: *mut specinfer_plugin_error) -> specinfer_status,
+    >,
+    pub fork: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            out: *mut *mut c_void,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+    pub forced: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            tokens: *mut i32,
+            cap: i32,
+            n: *mut i32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+    pub state: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            state: *mut u32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct specinfer_constraint_factory {
+    pub struct_size: u32,
+    pub create: Option<
+        unsafe extern "C" fn(
+            host: *const specinfer_host,
+            config: *const c_char,
+            target_info: *const specinfer_model_info,
+            target: *const specinfer_host_target,
+            kind: *const c_char,
+            grammar: *const c_char,
+            this: *mut *mut c_void,
+            vtable: *mut *const specinfer_constraint_vtable,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
+    >,
+}
+
 #[repr(C)]
 pub struct specinfer_host {
     pub struct_size: u32,
@@ -938,6 +1010,28 @@ extern "C" {
         session: *const specinfer_session,
         tokens: *mut *const i32,
         n: *mut usize,
+    ) -> specinfer_status;
+
+    pub fn specinfer_constraint_open(
+        registry: *mut specinfer_registry,
+        plugin: *const c_char,
+        config: *const c_char,
+        target: *mut specinfer_target,
+        kind: *const c_char,
+        grammar: *const c_char,
+        out: *mut *mut specinfer_constraint,
+        errmsg: *mut *mut c_char,
+    ) -> specinfer_status;
+    pub fn specinfer_constraint_fork(
+        constraint: *mut specinfer_constraint,
+        out: *mut *mut specinfer_constraint,
+        errmsg: *mut *mut c_char,
+    ) -> specinfer_status;
+    pub fn specinfer_constraint_destroy(constraint: *mut specinfer_constraint) -> specinfer_status;
+    pub fn specinfer_constraint_errmsg(constraint: *const specinfer_constraint) -> *const c_char;
+    pub fn specinfer_session_set_constraint(
+        session: *mut specinfer_session,
+        constraint: *mut specinfer_constraint,
     ) -> specinfer_status;
 
     pub fn specinfer_sketcher_create(
