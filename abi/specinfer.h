@@ -652,6 +652,30 @@ SPECINFER_API specinfer_status specinfer_session_set_stop_strings(specinfer_sess
 SPECINFER_API specinfer_status specinfer_session_end_text(specinfer_session *session,
                                                           const char **text, size_t *len);
 
+/* Most alternatives per token specinfer_session_set_logprobs keeps. */
+#define SPECINFER_MAX_TOP_LOGPROBS 20
+
+/* Log-probabilities of the emitted tokens, from the next round on: top_n >= 0 turns them on, with
+ * the top_n (at most SPECINFER_MAX_TOP_LOGPROBS) most likely tokens at each position beside the
+ * emitted one; -1 turns them off (the default). They are the target's own: the log-softmax of its
+ * raw scores at that position (no temperature, top-p or constraint applied), as of the logits
+ * specinfer_target_eval gives for the same text (up to float summation order), whatever the
+ * drafter and coupler chose and whichever batch scored them. Ties among the alternatives go to
+ * the lower id. Costs a pass over the vocabulary per scored row while on. Errors:
+ * INVALID_ARGUMENT (NULL, top_n outside -1 .. SPECINFER_MAX_TOP_LOGPROBS). */
+SPECINFER_API specinfer_status specinfer_session_set_logprobs(specinfer_session *session,
+                                                              int32_t top_n);
+
+/* The log-probabilities of the tokens the last round emitted (specinfer_session_step, step_many,
+ * or the rounds of specinfer_session_generate, in its callback): *n tokens (0 when the
+ * log-probabilities are off or the round scored a prompt chunk), tokens[i] with logprobs[i], and
+ * their top_n alternatives each, most likely first: top_tokens[i * top_n + j], top_logprobs[i *
+ * top_n + j]. Owned by the session, valid until its next call that changes it. Any output pointer
+ * may be NULL. Errors: INVALID_ARGUMENT (NULL session). */
+SPECINFER_API specinfer_status specinfer_session_step_logprobs(
+    const specinfer_session *session, const int32_t **tokens, const float **logprobs,
+    const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n);
+
 typedef struct specinfer_session_stats {
   uint32_t struct_size;
   int64_t n_prompt_tokens;  /* tokens fed */

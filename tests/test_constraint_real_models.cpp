@@ -7,7 +7,8 @@
 //  - speculative constrained output (draft-model, ngram) equals plain constrained output token for
 //    token: greedy, and the gumbel coupler at a fixed seed; rejection sampling with the draft
 //    model's (masked) q rows gives schema-valid text;
-//  - tokens the grammar forces are drafted by the session, with or without a drafter, and kept;
+//  - tokens the grammar forces are drafted by the session, with or without a drafter, alone and
+//    stepped together with another session (specinfer_session_step_many), and kept;
 //  - a regex and a Lark grammar constrain the text too (the whole text matches);
 // and prints the time the constraint takes per generated token beside the target's pass time.
 // Skips (with a message) without the models or without the plugin (no cargo new enough).
@@ -26,6 +27,7 @@
 #include "support/models.h"
 #include "support/real_sessions.h"
 #include "support/same_tokens.h"
+#include "support/step_together.h"
 
 namespace {
 
@@ -374,6 +376,53 @@ void test_forced_tokens(void **state) {
       (long long)spec_st.n_rounds, (long long)spec_st.n_drafted, (long long)spec_st.n_accepted,
       (long long)spec_st.n_forced_drafted, (long long)spec_st.n_forced_accepted);
   assert_int_equal(specinfer_drafter_destroy(model), SPECINFER_OK);
+
+  // Two sessions stepped together (one plain, one with the draft model), each on a fork of the
+  // constraint: each emits plain decoding's tokens, and forced tokens are drafted in the shared
+  // passes too.
+  specinfer_drafter *batch_model = open_drafter(e, "draft-model", "path=" + e->draft);
+  specinfer_target *shared = nullptr;
+  assert_int_equal(specinfer_target_share(e->big.target, &shared, nullptr), SPECINFER_OK);
+  std::vector<specinfer_session *> sessions(2, nullptr);
+  std::vector<specinfer_constraint *> forks(2, nullptr);
+  for (size_t i = 0; i < 2; ++i) {
+    specinfer_session_params sp;
+    specinfer_session_params_init(&sp);
+    assert_int_equal(specinfer_session_create(i ? e->big.target : shared, i ? batch_model : nullptr,
+                                              nullptr, &sp, &sessions[i], nullptr),
+                     SPECINFER_OK);
+    assert_int_equal(specinfer_constraint_fork(c, &forks[i], nullptr), SPECINFER_OK);
+    assert_int_equal(specinfer_session_set_constraint(sessions[i], forks[i]), SPECINFER_OK);
+    assert_int_equal(specinfer_session_feed_text(sessions[i], kPrompt, std::strlen(kPrompt)),
+                     SPECINFER_OK);
+  }
+  std::vector<std::vector<int32_t>> got(2);
+  std::vector<size_t> want(2, 64);  // a session whose text ended wants no more
+  specinfer_step_params params;
+  specinfer_step_params_init(&params);
+  step_together(sessions, got, want, params, 200,
+                [&](int, size_t i, const specinfer_step_result &r) {
+                  if (r.done) want[i] = got[i].size();
+                });
+  for (size_t i = 0; i < 2; ++i) {
+    const int32_t *toks = nullptr;
+    size_t len = 0;
+    assert_int_equal(specinfer_session_tokens(sessions[i], &toks, &len), SPECINFER_OK);
+    expect_same_tokens(plain, std::vector<int32_t>(toks, toks + len),
+                       i ? "compact JSON in a batch, draft-model" : "compact JSON in a batch",
+                       kPrompt);
+    specinfer_session_stats st;
+    specinfer_session_stats_init(&st);
+    assert_int_equal(specinfer_session_get_stats(sessions[i], &st), SPECINFER_OK);
+    std::fprintf(stderr, "in a batch, session %zu: %lld passes, %lld forced drafted, %lld kept\n",
+                 i, (long long)st.n_rounds, (long long)st.n_forced_drafted,
+                 (long long)st.n_forced_accepted);
+    assert_true(st.n_forced_accepted * 3 >= st.n_generated);
+    specinfer_session_destroy(sessions[i]);
+    assert_int_equal(specinfer_constraint_destroy(forks[i]), SPECINFER_OK);
+  }
+  assert_int_equal(specinfer_drafter_destroy(batch_model), SPECINFER_OK);
+  assert_int_equal(specinfer_target_destroy(shared), SPECINFER_OK);
   assert_int_equal(specinfer_constraint_destroy(c), SPECINFER_OK);
 }
 

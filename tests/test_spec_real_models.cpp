@@ -13,7 +13,9 @@
 //  - staged drafting (prompt-lookup tokens fed along, draft-model's stage option) drafts exactly
 //    what the model drafts without it;
 //  - drafts made for several drafters in one call (propose_many) are the drafts each makes
-//    alone.
+//    alone;
+//  - log-probabilities of the emitted tokens (specinfer_session_set_logprobs), with drafts,
+//    greedy and sampled, equal the target's fed as plain decoding (within 1e-4).
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
 // and fewer tokens are generated.
 #include <setjmp.h>
@@ -213,6 +215,120 @@ void test_rollback_logits(void **state) {
   std::fprintf(stderr, "rollback: max |logit difference| %.3g (largest logit %.3g)\n", md, scale);
   assert_true(md <= 1e-3);
   t.kv_truncate(0);
+}
+
+// The target's log-softmax after each of seq[from ..] (as the token before it), fed as plain
+// decoding feeds it: the tokens before `from` in one pass, then one token per pass.
+std::vector<std::vector<double>> plain_logprobs(specinfer::TargetObject &t,
+                                                const std::vector<int32_t> &seq, size_t from) {
+  const int32_t V = t.info().vocab_size;
+  std::vector<std::vector<double>> rows;
+  std::vector<float> logits(static_cast<size_t>(V));
+  t.kv_truncate(0);
+  for (size_t i = 0; i + 1 < seq.size(); ++i) {
+    if (i + 1 < from) continue;  // part of the first pass
+    const size_t first = i + 1 == from ? 0 : i;
+    const int32_t m = static_cast<int32_t>(i + 1 - first);
+    std::vector<int32_t> pos(static_cast<size_t>(m));
+    for (int32_t j = 0; j < m; ++j) pos[static_cast<size_t>(j)] = static_cast<int32_t>(first) + j;
+    specinfer_forward_batch b{};
+    b.struct_size = sizeof b;
+    b.n_tokens = m;
+    b.tokens = &seq[first];
+    b.positions = pos.data();
+    b.n_logits = 1;
+    b.logits = logits.data();
+    t.forward(b);
+    double most = logits[0], sum = 0;
+    for (float x : logits) most = std::max(most, static_cast<double>(x));
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - most);
+    std::vector<double> row(static_cast<size_t>(V));
+    for (int32_t v = 0; v < V; ++v)
+      row[static_cast<size_t>(v)] = logits[static_cast<size_t>(v)] - most - std::log(sum);
+    rows.push_back(std::move(row));
+  }
+  t.kv_truncate(0);
+  return rows;
+}
+
+// specinfer_session_set_logprobs: each emitted token's log-probability and its 5 most likely
+// alternatives equal the target's log-softmax fed as plain decoding within 1e-4, with the draft
+// model drafting (rows of batched verify passes), greedy and rejection-sampled.
+void test_logprobs_equal_plain(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft);
+  const char *prompt = kPrompts[0];
+  const int top = 5;
+  for (float temp : {0.0f, 1.0f}) {
+    specinfer_session_params p;
+    specinfer_session_params_init(&p);
+    p.temperature = temp;
+    p.seed = 3;
+    specinfer_session *s = nullptr;
+    assert_int_equal(specinfer_session_create(e->target, d, nullptr, &p, &s, nullptr),
+                     SPECINFER_OK);
+    assert_int_equal(specinfer_session_set_logprobs(s, 21), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_set_logprobs(s, -2), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_set_logprobs(nullptr, 1), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_set_logprobs(s, top), SPECINFER_OK);
+    assert_int_equal(specinfer_session_feed_text(s, prompt, std::strlen(prompt)), SPECINFER_OK);
+    std::vector<int32_t> got, got_top;
+    std::vector<float> got_lp, got_top_lp;
+    int32_t room[32];
+    while (got.size() < static_cast<size_t>(g_tokens)) {
+      size_t n = 0, n_lp = 0;
+      int32_t done = 0, top_n = -1;
+      assert_int_equal(specinfer_session_step(s, room, 32, &n, &done), SPECINFER_OK);
+      const int32_t *toks = nullptr, *tt = nullptr;
+      const float *lp = nullptr, *tlp = nullptr;
+      assert_int_equal(specinfer_session_step_logprobs(s, &toks, &lp, &tt, &tlp, &n_lp, &top_n),
+                       SPECINFER_OK);
+      assert_int_equal(n_lp, n);
+      assert_int_equal(top_n, top);
+      assert_memory_equal(toks, room, n * sizeof(int32_t));
+      got.insert(got.end(), toks, toks + n);
+      got_lp.insert(got_lp.end(), lp, lp + n);
+      got_top.insert(got_top.end(), tt, tt + n * top);
+      got_top_lp.insert(got_top_lp.end(), tlp, tlp + n * top);
+      if (done) break;
+    }
+    specinfer_session_stats st;
+    specinfer_session_stats_init(&st);
+    assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+    const int32_t *all = nullptr;
+    size_t len = 0;
+    assert_int_equal(specinfer_session_tokens(s, &all, &len), SPECINFER_OK);
+    std::vector<int32_t> seq(all, all + len);
+    specinfer_session_destroy(s);
+    const size_t n_prompt = static_cast<size_t>(st.n_prompt_tokens);
+    assert_int_equal(len, n_prompt + got.size());
+    assert_true(st.n_accepted > 0);  // some rows came from drafted positions
+    const auto want = plain_logprobs(*e->target, seq, n_prompt);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::vector<double> &row = want[i];
+      worst = std::max(worst, std::fabs(got_lp[i] - row[static_cast<size_t>(got[i])]));
+      for (int j = 0; j < top; ++j) {
+        const size_t k = i * top + static_cast<size_t>(j);
+        worst = std::max(worst, std::fabs(got_top_lp[k] - row[static_cast<size_t>(got_top[k])]));
+        if (j > 0) assert_true(got_top_lp[k] <= got_top_lp[k - 1]);
+      }
+      // The alternatives are the most likely tokens: none outside them scores higher.
+      const double last = got_top_lp[i * top + top - 1];
+      for (size_t v = 0; v < row.size(); ++v)
+        if (row[v] > last + 1e-4)
+          assert_true(std::find(&got_top[i * top], &got_top[i * top] + top,
+                                static_cast<int32_t>(v)) != &got_top[i * top] + top);
+      if (temp == 0.0f) assert_int_equal(got_top[i * top], got[i]);
+    }
+    std::fprintf(stderr,
+                 "logprobs, temperature %.1f: %zu tokens, %lld accepted drafts, max "
+                 "|difference| from plain %.3g\n",
+                 temp, got.size(), (long long)st.n_accepted, worst);
+    assert_true(worst <= 1e-4);
+  }
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
 }
 
 void test_draft_model_follows_text(void **state) {
@@ -465,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_greedy_equals_plain),
       cmocka_unit_test(test_gumbel_equals_plain),
       cmocka_unit_test(test_rollback_logits),
+      cmocka_unit_test(test_logprobs_equal_plain),
       cmocka_unit_test(test_draft_model_follows_text),
       cmocka_unit_test(test_staged_drafts_unchanged),
       cmocka_unit_test(test_batched_drafts_equal_lone),

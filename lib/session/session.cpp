@@ -234,6 +234,10 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
                         std::vector<int32_t> &out, bool &done) {
   done = false;
   round_text_.clear();
+  round_logprobs_.tokens.clear();
+  round_logprobs_.logprobs.clear();
+  round_logprobs_.top_tokens.clear();
+  round_logprobs_.top_logprobs.clear();
   if (prefilling_) {  // a chunk of the prompt: nothing to couple yet
     prefill_done(verify_batch_);
     t_prefill_ += pass_ms;
@@ -243,6 +247,7 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
   t_verify_ += pass_ms;
   const VerifyResult v = couple(draft_);
   const size_t emitted = commit(draft_, v, out, done);
+  if (logprob_top_ >= 0) round_logprobs(out, emitted);
 
   // The drafter's nodes come first; the constraint's forced ones (a chain's end) after them.
   const int32_t drafted = draft_.n - draft_.forced;
@@ -283,8 +288,9 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
     begun[i] = Clock::now();
     try {
       Session &s = *sessions[i];
-      const int32_t most = s.params_.max_draft + 1;
+      const auto most = static_cast<int32_t>(s.max_emit());  // with a constraint, its forced tokens
       emits[i] = max_emits ? std::clamp(max_emits[i], 1, most) : most;
+      s.emit_limit_ = emits[i];  // the bound forced tokens stay within, as in round()
       batches[i] = s.prepare_round(prefill_chunk);
       ready[i] = true;
     } catch (...) {
@@ -767,6 +773,7 @@ VerifyResult Session::couple(const Draft &d) {
   const auto t0 = Clock::now();
   const float *p = verify_batch_.logits;  // the session's rows, or step_many's arena
   const float *q = d.has_probs && !greedy_ ? draft_probs_.data() : nullptr;
+  if (logprob_top_ >= 0) prepare_row_logprobs(d.n + 1);
   mask_rows(d);
   if (!greedy_) {
     for (int32_t i = 0; i <= d.n; ++i)
@@ -932,6 +939,7 @@ void Session::reset() {
   utf8_pending_.clear();
   stops_.clear();
   round_text_.clear();
+  round_logprobs_ = RoundLogprobs{};
   drafter_begun_ = false;
   drafter_known_ = 0;
   lookahead_.reset();

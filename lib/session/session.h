@@ -87,6 +87,15 @@ class Session {
   const std::string &last_step_text() const { return round_text_; }
   // Ends the text where the caller ends it: returns what was held back for the stop strings.
   const std::string &end_text();
+  // Log-probabilities of the emitted tokens with top_n alternatives each (-1: off); see
+  // specinfer_session_set_logprobs. The last round's: one entry per emitted token.
+  void set_logprobs(int32_t top_n);
+  struct RoundLogprobs {
+    int32_t top_n = 0;
+    std::vector<int32_t> tokens, top_tokens;  // [n], [n][top_n]
+    std::vector<float> logprobs, top_logprobs;
+  };
+  const RoundLogprobs &last_logprobs() const { return round_logprobs_; }
 
   std::string last_error;
 
@@ -151,6 +160,12 @@ class Session {
   void constraint_cut(size_t emitted, int32_t &consumed, bool ended, bool &done);
   void restart_constraint();
   void grow_rows(int32_t nodes);
+  // With log-probabilities on: the round's rows made ready (read at once when a mask will change
+  // them, else when an emitted token needs one); a row's log-sum-exp and top tokens; after the
+  // commit, the emitted tokens' entries from their rows.
+  void prepare_row_logprobs(int32_t rows);
+  void score_row(int32_t row);
+  void round_logprobs(const std::vector<int32_t> &out, size_t emitted);
   VerifyResult couple(const Draft &d);
   size_t commit(const Draft &d, const VerifyResult &v, std::vector<int32_t> &out, bool &done);
 
@@ -207,8 +222,18 @@ class Session {
   std::vector<uint32_t> masks_;
   std::vector<uint8_t> row_masked_;
   int32_t mask_words_ = 0;
-  // The round's bound on emitted tokens (round() sets it), which forced tokens stay within.
+  // The round's bound on emitted tokens (round() and step_many set it), which forced tokens
+  // stay within.
   int32_t emit_limit_ = 1;
+
+  // Log-probabilities (-1: off): per scored row of the round, its log-sum-exp and its top
+  // tokens with their logits ([rows][logprob_top_]); the last round's emitted tokens'.
+  int32_t logprob_top_ = -1;
+  std::vector<uint8_t> row_scored_;
+  std::vector<double> row_lse_;
+  std::vector<int32_t> row_top_tokens_;
+  std::vector<float> row_top_logits_;
+  RoundLogprobs round_logprobs_;
 
   Lookahead lookahead_;
   // The last round, as end_round saw it; the pass's prediction and the step's plan are set by

@@ -112,7 +112,15 @@ void Session::constrain_to(int32_t node) {
 
 // Computes the mask of scored row `row` (the constraint is in that row's state).
 void Session::constraint_row(int32_t row) {
-  constraint_->mask(&masks_[static_cast<size_t>(row) * mask_words_], mask_words_);
+  uint32_t *mask = &masks_[static_cast<size_t>(row) * mask_words_];
+  constraint_->mask(mask, mask_words_);
+  // A mask that allows nothing would leave the coupler no token to choose (greedy would take an
+  // arbitrary one, sampling would divide by zero).
+  uint32_t any = 0;
+  for (int32_t w = 0; w < mask_words_; ++w) any |= mask[w];
+  if (any == 0)
+    fail(SPECINFER_ERR_STATE,
+         "the constraint allows no token here: its grammar cannot go on with this vocabulary");
   row_masked_[static_cast<size_t>(row)] = 1;
 }
 

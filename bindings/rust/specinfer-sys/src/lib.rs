@@ -20,6 +20,7 @@ pub const SPECINFER_TARGET_FACTORY_ID: &[u8] = b"specinfer.target-factory/1\0";
 pub const SPECINFER_DRAFTER_FACTORY_ID: &[u8] = b"specinfer.drafter-factory/1\0";
 pub const SPECINFER_CONSTRAINT_FACTORY_ID: &[u8] = b"specinfer.constraint-factory/1\0";
 pub const SPECINFER_SKETCH_QUERY: i32 = 1;
+pub const SPECINFER_MAX_TOP_LOGPROBS: i32 = 20;
 
 // ---- status codes ----
 
@@ -994,6 +995,19 @@ extern "C" {
         session: *mut specinfer_session,
         text: *mut *const c_char,
         len: *mut usize,
+    ) -> specinfer_status;
+    pub fn specinfer_session_set_logprobs(
+        session: *mut specinfer_session,
+        top_n: i32,
+    ) -> specinfer_status;
+    pub fn specinfer_session_step_logprobs(
+        session: *const specinfer_session,
+        tokens: *mut *const i32,
+        logprobs: *mut *const f32,
+        top_tokens: *mut *const i32,
+        top_logprobs: *mut *const f32,
+        n: *mut usize,
+        top_n: *mut i32,
     ) -> specinfer_status;
     pub fn specinfer_session_stats_init(stats: *mut specinfer_session_stats);
     pub fn specinfer_session_get_stats(

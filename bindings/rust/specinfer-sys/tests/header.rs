@@ -397,6 +397,7 @@ fn version_and_plugin_abi_match_header() {
     assert_eq!(num("SPECINFER_VERSION_MAJOR", &h), SPECINFER_VERSION_MAJOR);
     assert_eq!(num("SPECINFER_VERSION_MINOR", &h), SPECINFER_VERSION_MINOR);
     assert_eq!(num("SPECINFER_VERSION_PATCH", &h), SPECINFER_VERSION_PATCH);
+    assert_eq!(num("SPECINFER_MAX_TOP_LOGPROBS", &h), SPECINFER_MAX_TOP_LOGPROBS as u32);
     let plugin_h = header("specinfer_plugin.h");
     assert_eq!(num("SPECINFER_PLUGIN_ABI_VERSION", &plugin_h), SPECINFER_PLUGIN_ABI_VERSION);
     assert_eq!(num("SPECINFER_ATTN_STRIDES", &plugin_h), SPECINFER_ATTN_STRIDES);
