@@ -4,8 +4,10 @@
 // OpenAI-style error with status 400 or 404, a message and a field name from the request's own
 // fields; it never throws. An accepted request is within bounds: max_tokens 1..2^24,
 // temperature 0..2, top_p in (0, 1], at most 16 stop strings, a model that is served, a non-empty
-// prompt, or non-empty messages each with a string role and string content. The values it
-// accepts are the body's own (the defaults where the body has none).
+// prompt, or non-empty messages each with a string role and string content, a known constraint
+// kind, logprobs in range, tools only with a chat. The values it accepts are the body's own (the
+// defaults where the body has none). The same bytes read as a model's answer give tool calls
+// (serve_tools.cpp) whose arguments are JSON objects, without throwing.
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -14,6 +16,7 @@
 
 #include "fuzz_common.h"
 #include "serve_request.h"
+#include "serve_tools.h"
 
 namespace {
 
@@ -37,7 +40,15 @@ const std::set<std::string> kParams = {"",
                                        "functions",
                                        "n",
                                        "prompt",
-                                       "messages"};
+                                       "messages",
+                                       "top_logprobs",
+                                       "logit_bias",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "response_format",
+                                       "grammar",
+                                       "regex",
+                                       "tool_choice"};
 
 void check_error(const serve::ApiError &e) {
   FUZZ_CHECK(e.status == 400 || e.status == 404);
@@ -74,6 +85,16 @@ void check_request(const std::string &text, bool chat, const std::vector<std::st
   } else {
     FUZZ_CHECK(!p.prompt.empty());
     FUZZ_CHECK(r.messages.empty());
+  }
+  FUZZ_CHECK(p.logprobs >= -1 && p.logprobs <= SPECINFER_MAX_TOP_LOGPROBS);
+  static const std::set<std::string> kKinds = {"", "json_object", "json_schema", "lark", "regex"};
+  FUZZ_CHECK(kKinds.count(p.constraint_kind) == 1);
+  FUZZ_CHECK(p.constraint_kind.empty() == p.constraint_param.empty());
+  FUZZ_CHECK(r.tool_choice == "none" || (chat && !r.tools.empty()));
+  if (r.tool_choice == "required" || r.tool_choice == "function") {
+    FUZZ_CHECK(p.constraint_kind.empty());
+    const std::string g = serve::tool_call_grammar(r.tools, r.tool_function);
+    FUZZ_CHECK(g.find("%json") != std::string::npos);
   }
   // An accepted body is a JSON object: its values are the ones accepted.
   const json body = json::parse(text);
@@ -122,5 +143,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       check_request(text, chat, models, d, r);
     }
   }
+  // The same bytes as a model's answer: tool calls parsed out of it never throw, and each has a
+  // name and arguments that are a JSON object's text.
+  const serve::ParsedAnswer a = serve::parse_tool_calls(text, "call_");
+  for (const json &call : a.tool_calls) {
+    FUZZ_CHECK(call["function"]["name"].is_string());
+    FUZZ_CHECK(json::parse(call["function"]["arguments"].get<std::string>()).is_object());
+  }
+  FUZZ_CHECK(a.content.size() <= text.size());
   return 0;
 }

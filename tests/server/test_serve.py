@@ -24,6 +24,7 @@ import urllib.request
 
 import jinja2
 import jinja2.sandbox
+import jsonschema
 import openai
 import pytest
 
@@ -273,8 +274,20 @@ def test_sampling_is_seeded(qwen):
     ({"prompt": "x", "seed": 1.5}, "seed"),
     ({"prompt": "x", "n": 2}, "n"),
     ({"prompt": "x", "echo": True}, "echo"),
-    ({"prompt": "x", "logprobs": 2}, "logprobs"),
+    ({"prompt": "x", "logprobs": 21}, "logprobs"),
+    ({"prompt": "x", "logprobs": "2"}, "logprobs"),
     ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": "x", "top_logprobs": 2}, "top_logprobs"),
+    ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
+    ({"prompt": "x", "frequency_penalty": -1}, "frequency_penalty"),
+    ({"prompt": "x", "response_format": {"type": "xml"}}, "response_format"),
+    ({"prompt": "x", "response_format": {"type": "json_schema"}}, "response_format"),
+    ({"prompt": "x", "response_format": "json"}, "response_format"),
+    ({"prompt": "x", "grammar": ""}, "grammar"),
+    ({"prompt": "x", "regex": ["a"]}, "regex"),
+    ({"prompt": "x", "regex": "a", "grammar": "start: \"a\""}, "regex"),
+    ({"prompt": "x", "regex": "a", "response_format": {"type": "json_object"}}, "regex"),
     ({"prompt": 42}, "prompt"),
     ({}, "prompt"),
 ])
@@ -308,6 +321,244 @@ def test_bad_requests(qwen):
     # The server still serves.
     r = client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[0], max_tokens=2)
     assert r.usage.completion_tokens == 2
+
+
+# Structured output: a schema whose JSON has no free whitespace (most tokens are forced).
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 20},
+                         "age": {"type": "integer", "minimum": 18, "maximum": 99},
+                         "languages": {"type": "array", "minItems": 1, "maxItems": 3,
+                                       "items": {"enum": ["python", "rust", "go"]}}},
+          "required": ["name", "age", "languages"], "additionalProperties": False,
+          "x-guidance": {"whitespace_flexible": False}}
+PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+JSON_ASK = "Describe a programmer as JSON."
+JSON_PROMPT = f"<|im_start|>user\n{JSON_ASK}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def constraint_or_skip(server):
+    """Skips when the server has no llguidance plugin (built only with a new enough cargo)."""
+    status, j = post(server, "/v1/completions",
+                     {"prompt": "x", "max_tokens": 1, "regex": "[a-z]"})
+    if status == 400 and "llguidance" in j["error"]["message"]:
+        pytest.skip("the llguidance plugin is not built: " + j["error"]["message"])
+    assert status == 200, j
+
+
+def test_response_format_json_schema(qwen, tmp_path):
+    """A json_schema response_format gives what `specinfer generate --json-schema` prints, JSON
+    that validates; four such requests at once (one shared pass per step, forced tokens drafted
+    in it) give the same text; chat, streamed or not, validates too."""
+    constraint_or_skip(qwen)
+    schema_file = tmp_path / "person.json"
+    schema_file.write_text(json.dumps(PERSON))
+    want = generate(qwen.target, "ngram", JSON_PROMPT, 64, "--json-schema", str(schema_file))
+    c = client(qwen)
+    kw = dict(model=qwen.model, prompt=JSON_PROMPT, max_tokens=64, temperature=0,
+              extra_body={"response_format": PERSON_FORMAT})
+    r = c.completions.create(**kw)
+    text = r.choices[0].text
+    assert printed(text) == want
+    jsonschema.validate(json.loads(text), PERSON)
+    assert r.choices[0].finish_reason == "stop"
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        texts = list(ex.map(lambda _: c.completions.create(**kw).choices[0].text, range(4)))
+    assert texts == [text] * 4
+    messages = [{"role": "user", "content": JSON_ASK}]
+    chat = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=64,
+                                     temperature=0, response_format=PERSON_FORMAT)
+    jsonschema.validate(json.loads(chat.choices[0].message.content), PERSON)
+    stream = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=64,
+                                       temperature=0, response_format=PERSON_FORMAT, stream=True)
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    assert streamed == chat.choices[0].message.content
+    # Sampled: still valid, and the seed's text.
+    kw.update(temperature=0.9, seed=11)
+    a, b = (c.completions.create(**kw).choices[0].text for _ in range(2))
+    assert a == b
+    jsonschema.validate(json.loads(a), PERSON)
+
+
+def test_json_object_regex_and_grammar(qwen):
+    constraint_or_skip(qwen)
+    c = client(qwen)
+    ask = 'Answer with a JSON object whose one key "answer" holds the sum of 2 and 2.'
+    r = c.chat.completions.create(model=qwen.model, max_tokens=64, temperature=0,
+                                  messages=[{"role": "user", "content": ask}],
+                                  response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    date = r"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r = c.completions.create(model=qwen.model, prompt="The date today, as YYYY-MM-DD:",
+                             max_tokens=16, temperature=0, extra_body={"regex": date})
+    assert re.fullmatch(date, r.choices[0].text), r.choices[0].text
+    lark = 'start: "The answer is " ANSWER "."\nANSWER: "yes" | "no" | "maybe"\n'
+    r = c.completions.create(model=qwen.model, prompt="Is water wet?", max_tokens=16,
+                             temperature=0, extra_body={"grammar": lark})
+    assert r.choices[0].text in {f"The answer is {a}." for a in ["yes", "no", "maybe"]}
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_constraints_that_do_not_compile(qwen):
+    """400 naming the field, with the compiler's reason; the server goes on serving."""
+    constraint_or_skip(qwen)
+    bad_schema = {"type": "json_schema", "json_schema": {"name": "x",
+                                                         "schema": {"type": "frobnicate"}}}
+    for field, value in [("response_format", bad_schema), ("grammar", "start: undefined_rule"),
+                         ("regex", "(ab")]:
+        status, j = post(qwen, "/v1/completions", {"prompt": "x", "max_tokens": 4, field: value})
+        assert status == 400, j
+        assert j["error"]["param"] == field
+        assert "compile" in j["error"]["message"], j
+    r = client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[0], max_tokens=2)
+    assert r.usage.completion_tokens == 2
+
+
+def test_logprobs(qwen):
+    """Completions' `logprobs` and chat's `logprobs`/`top_logprobs`: one entry per token, the greedy
+    token the most likely of its alternatives, the same numbers streamed, alone and four at once
+    (the library's test_spec_real_models checks them against the model fed as plain decoding)."""
+    c = client(qwen)
+    kw = dict(model=qwen.model, prompt=PROMPTS[0], max_tokens=N, temperature=0, logprobs=3)
+    r = c.completions.create(**kw)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == N
+    assert "".join(lp.tokens) == r.choices[0].text
+    assert lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i]) for i in range(N)]
+    for tok, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert v <= 0 and len(top) == 3
+        assert max(top.values()) == pytest.approx(v, abs=1e-6) and top[tok] == pytest.approx(v)
+    stream = c.completions.create(stream=True, **kw)
+    streamed = [(t, v) for ch in stream if ch.choices and ch.choices[0].logprobs
+                for t, v in zip(ch.choices[0].logprobs.tokens, ch.choices[0].logprobs.token_logprobs)]
+    assert [t for t, _ in streamed] == lp.tokens
+    assert [v for _, v in streamed] == pytest.approx(lp.token_logprobs, abs=1e-4)
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        batched = list(ex.map(lambda p: c.completions.create(**dict(kw, prompt=p)),
+                              [PROMPTS[0]] + PROMPTS))
+    for b in batched[:2]:
+        assert b.choices[0].logprobs.tokens == lp.tokens
+        assert b.choices[0].logprobs.token_logprobs == pytest.approx(lp.token_logprobs, abs=1e-4)
+    messages = [{"role": "user", "content": "Say hello."}]
+    chat = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=8,
+                                     temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    for t in content:
+        assert bytes(t.bytes) == t.token.encode() and len(t.top_logprobs) == 2
+        assert t.top_logprobs[0].token == t.token
+    plain = c.chat.completions.create(model=qwen.model, messages=messages, max_tokens=8,
+                                      temperature=0)
+    assert plain.choices[0].logprobs is None
+    for body, param in [({"messages": messages, "top_logprobs": 2}, "top_logprobs"),
+                        ({"messages": messages, "logprobs": 3}, "logprobs"),
+                        ({"messages": messages, "logprobs": True, "top_logprobs": 21},
+                         "top_logprobs")]:
+        status, j = post(qwen, "/v1/chat/completions", body)
+        assert status == 400 and j["error"]["param"] == param, j
+
+
+WEATHER = {"type": "function",
+           "function": {"name": "get_weather", "description": "The weather in a city now",
+                        "parameters": {"type": "object",
+                                       "properties": {"city": {"type": "string"},
+                                                      "unit": {"enum": ["celsius", "fahrenheit"]}},
+                                       "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def test_tool_calls(qwen):
+    """tool_choice "required" gives parsed calls whose arguments fit the function's schema; the
+    same named and streamed; the call and its result go back for a text answer; bad tools get
+    400 naming the field."""
+    constraint_or_skip(qwen)
+    c = client(qwen)
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    kw = dict(model=qwen.model, max_tokens=64, temperature=0, tools=[WEATHER, TIME])
+    r = c.chat.completions.create(messages=messages, tool_choice="required", **kw)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id
+    if call.function.name == "get_weather":
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, WEATHER["function"]["parameters"])
+    named = dict(kw, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    r = c.chat.completions.create(messages=messages, **named)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, WEATHER["function"]["parameters"])
+    stream = c.chat.completions.create(messages=messages, stream=True, **named)
+    chunks = [ch for ch in stream if ch.choices]
+    streamed = [tc for ch in chunks if ch.choices[0].delta.tool_calls
+                for tc in ch.choices[0].delta.tool_calls]
+    assert streamed[0].function.name == "get_weather"
+    assert json.loads(streamed[0].function.arguments) == args
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    # The conversation goes on: the call and its result in, text out.
+    messages += [{"role": "assistant", "content": None,
+                  "tool_calls": [{"id": call.id, "type": "function",
+                                  "function": {"name": "get_weather",
+                                               "arguments": call.function.arguments}}]},
+                 {"role": "tool", "tool_call_id": call.id,
+                  "content": json.dumps({"temperature": 18, "unit": "celsius"})}]
+    r = c.chat.completions.create(messages=messages, tool_choice="none", **kw)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason in ("stop", "length")
+    for body, param in [
+            ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function",
+                                                  "function": {"name": "other"}}},
+             "tool_choice"),
+            ({"tool_choice": "required"}, "tool_choice"),
+            ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+            ({"tools": [WEATHER], "tool_choice": "required",
+              "response_format": {"type": "json_object"}}, "tool_choice")]:
+        status, j = post(qwen, "/v1/chat/completions", dict(body, messages=messages[:1]))
+        assert status == 400 and j["error"]["param"] == param, (body, j)
+    status, j = post(qwen, "/v1/completions", {"prompt": "x", "tools": [WEATHER]})
+    assert status == 400 and j["error"]["param"] == "tools"
+
+
+def test_tools_need_a_tool_call_template(gemma):
+    status, j = post(gemma, "/v1/chat/completions",
+                     {"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER]})
+    assert status == 400 and j["error"]["param"] == "tools"
+    assert "tool-call format" in j["error"]["message"]
+
+
+@pytest.mark.release_only("a latency ratio")
+def test_idle_connections_do_not_stall(qwen):
+    """1,000 connections that send nothing (idle or half-open clients) do not hold up a normal
+    request: it is answered within 1.5x its time on the idle server (best of three each)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the file limit ({hard}) is below 1,200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
+                                                else 4096, hard))
+    body = {"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0}
+
+    def timed():
+        t0 = time.monotonic()
+        status, j = post(qwen, "/v1/completions", body)
+        assert status == 200, j
+        return time.monotonic() - t0
+
+    timed()
+    idle = min(timed() for _ in range(3))
+    socks = []
+    try:
+        for _ in range(1000):
+            socks.append(socket.create_connection(("127.0.0.1", qwen.port), timeout=TIMEOUT))
+        busy = min(timed() for _ in range(3))
+    finally:
+        for sock in socks:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    print(f"request with 1,000 idle connections open: {busy:.3f} s; alone {idle:.3f} s")
+    assert busy <= 1.5 * idle + 0.02
 
 
 def test_context_full_ends_with_length(qwen):
@@ -466,7 +717,9 @@ def test_any_field_of_any_type(qwen):
     """Every field given every JSON type: an answer or a 4xx error object, never a crash."""
     values = [None, True, False, 0, 1, -1, 2.5, "", "s", [], {}, [1], ["a"], {"a": 1}]
     fields = ["prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream",
-              "stream_options", "n", "model", "echo", "logprobs"]
+              "stream_options", "n", "model", "echo", "logprobs", "response_format", "grammar",
+              "regex", "logit_bias", "presence_penalty", "top_logprobs", "tools",
+              "tool_choice"]
     for path, base in [("/v1/completions", {"prompt": "x", "max_tokens": 1}),
                        ("/v1/chat/completions",
                         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})]:

@@ -2,8 +2,10 @@
 // (serve_models.h), each model's requests run by a serve::Worker of its own (serve_engine.h),
 // several at once.
 #include <httplib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -68,7 +70,7 @@ int print_chat_prompt(const serve::ModelEntry &e, const std::string &path) {
     std::fprintf(stderr, "specinfer serve: %s is not a JSON list of messages\n", path.c_str());
     return 1;
   }
-  if (e.chat.source.empty() || !e.chat.render(messages, &text, &error)) {
+  if (e.chat.source.empty() || !e.chat.render(messages, nullptr, &text, &error)) {
     std::fprintf(stderr, "specinfer serve: %s\n",
                  e.chat.source.empty() ? e.chat_unavailable.c_str() : error.c_str());
     return 1;
@@ -196,13 +198,20 @@ bool start_workers(const ServeOptions &so, const std::vector<serve::ModelSpec> &
   return true;
 }
 
-// Thread pool, payload limit and socket options of the server for n_models models.
-void configure_server(httplib::Server &server, const ServeOptions &so, size_t n_models) {
-  // Every running or waiting request holds an HTTP thread, and idle keep-alive connections hold
-  // some more.
-  const size_t threads =
-      n_models * (static_cast<size_t>(so.queue) + static_cast<size_t>(so.parallel)) + 16;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+// Threads, payload limit and socket options of the server.
+void configure_server(httplib::Server &server) {
+  // A thread per open connection (serve::ConnectionPool), as many as the process may open files
+  // for, at most kMaxConnectionThreads; the file limit is raised to its hard limit first.
+  constexpr rlim_t kMaxConnectionThreads = 4096;
+  struct rlimit files {};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    getrlimit(RLIMIT_NOFILE, &files);
+  }
+  const size_t threads = static_cast<size_t>(std::clamp<rlim_t>(
+      files.rlim_cur > 64 ? files.rlim_cur - 64 : 16, 16, kMaxConnectionThreads));
+  server.new_task_queue = [threads] { return new serve::ConnectionPool(threads); };
   server.set_payload_max_length(16 << 20);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on the
   // same port would start and share the connections instead of failing.
@@ -263,7 +272,7 @@ bool listen_until_signal(httplib::Server &server, std::vector<Loaded> &loaded) {
 int serve_http(const ServeOptions &so, const std::vector<serve::ModelSpec> &specs,
                const serve::ServerConfig &cfg, std::vector<Loaded> &loaded) {
   httplib::Server server;
-  configure_server(server, so, specs.size());
+  configure_server(server);
   const auto routes = serve::install_routes(server, cfg);
   int bound = so.port;
   if (so.port == 0)

@@ -14,14 +14,17 @@ bool chat_templates_available() {
   return SPECINFER_HAVE_CHAT_TEMPLATE != 0;
 }
 
-bool ChatTemplate::render(const nlohmann::json &messages, std::string *out,
-                          std::string *error) const {
+bool ChatTemplate::render(const nlohmann::json &messages, const nlohmann::ordered_json &tools,
+                          std::string *out, std::string *error) const {
 #if SPECINFER_HAVE_CHAT_TEMPLATE
-  const nlohmann::json context = {{"messages", messages},
-                                  {"add_generation_prompt", true},
-                                  {"bos_token", bos},
-                                  {"eos_token", eos}};
-  const std::string ctx = context.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Ordered: the tools keep the keys' order the client gave them in when the template shows them.
+  nlohmann::ordered_json context = {{"messages", messages},
+                                    {"add_generation_prompt", true},
+                                    {"bos_token", bos},
+                                    {"eos_token", eos}};
+  if (tools.is_array() && !tools.empty()) context["tools"] = tools;
+  const std::string ctx =
+      context.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   char *text = nullptr;
   size_t len = 0;
   const int rc = specinfer_chat_template_render(source.data(), source.size(), ctx.data(),
@@ -36,6 +39,7 @@ bool ChatTemplate::render(const nlohmann::json &messages, std::string *out,
   return true;
 #else
   (void)messages;
+  (void)tools;
   (void)out;
   *error =
       "this build of specinfer has no chat-template engine (cargo was not found when it was built)";

@@ -1,6 +1,6 @@
 // Chat prompts for `specinfer serve`: a model's Jinja chat template (the target's, from its
 // GGUF's tokenizer.chat_template, or a file) rendered with MiniJinja (tools/chat-template) as
-// Hugging Face transformers renders it with Jinja2: `messages`, `add_generation_prompt`,
+// Hugging Face transformers renders it with Jinja2: `messages`, `tools`, `add_generation_prompt`,
 // `bos_token`, `eos_token`.
 #pragma once
 
@@ -20,10 +20,12 @@ struct ChatTemplate {
   std::string bos, eos;     // the text of the model's bos and eos tokens
   bool model_adds_bos = 0;  // the model's tokenizer adds bos itself: a leading bos is dropped
 
-  // Renders `messages` (an array of {role, content} objects) followed by the assistant's turn.
+  // Renders `messages` (an array of {role, content} objects) followed by the assistant's turn,
+  // with `tools` (OpenAI's tool objects; null or empty: none) as the template's `tools`.
   // Returns false and the engine's message in *error when the template fails (raise_exception()
   // included) or the engine is not built in.
-  bool render(const nlohmann::json &messages, std::string *out, std::string *error) const;
+  bool render(const nlohmann::json &messages, const nlohmann::ordered_json &tools, std::string *out,
+              std::string *error) const;
   // The prompt to feed: the rendered text less a leading bos when the tokenizer adds one itself
   // (a template that writes it too would give two).
   std::string prompt_of(std::string rendered) const;

@@ -23,7 +23,7 @@ GenResult with_kind(GenResult::Kind kind, std::string message = "") {
 
 std::unique_ptr<Worker> Worker::create(specinfer_registry *reg, specinfer_target *target,
                                        const Options &options, std::string *error) {
-  std::unique_ptr<Worker> w(new Worker(target, options));
+  std::unique_ptr<Worker> w(new Worker(reg, target, options));
   char *err = nullptr;
   if (specinfer_coupler_create("gumbel", &w->sampled_coupler_, &err) != SPECINFER_OK) {
     *error = std::string("cannot create the coupler: ") + (err ? err : "?");
@@ -47,8 +47,9 @@ std::unique_ptr<Worker> Worker::create(specinfer_registry *reg, specinfer_target
   return w;
 }
 
-Worker::Worker(specinfer_target *target, const Options &options)
-    : target_(target),
+Worker::Worker(specinfer_registry *reg, specinfer_target *target, const Options &options)
+    : reg_(reg),
+      target_(target),
       options_(options),
       slots_(static_cast<size_t>(std::max(options.parallel, 1))) {
   specinfer_model_info_init(&info_);
@@ -60,9 +61,11 @@ Worker::~Worker() {
   if (thread_.joinable()) thread_.join();
   for (Slot &s : slots_) {
     specinfer_session_destroy(s.session);
+    specinfer_constraint_destroy(s.constraint);
     specinfer_drafter_destroy(s.drafter);
     specinfer_target_destroy(s.target);
   }
+  for (Compiled &c : compiled_) specinfer_constraint_destroy(c.constraint);
   specinfer_coupler_destroy(sampled_coupler_);
 }
 
@@ -98,6 +101,36 @@ void Worker::stop() {
     wake_.notify_one();
   }
   for (Job &job : dropped) job.callbacks.on_done(with_kind(GenResult::Kind::kCancelled));
+}
+
+specinfer_constraint *Worker::open_constraint(const std::string &kind, const std::string &grammar,
+                                              std::string *error) {
+  auto it = std::find_if(compiled_.begin(), compiled_.end(),
+                         [&](const Compiled &c) { return c.kind == kind && c.grammar == grammar; });
+  char *err = nullptr;
+  if (it == compiled_.end()) {
+    Compiled c{kind, grammar, nullptr};
+    if (specinfer_constraint_open(reg_, "llguidance", nullptr, target_, kind.c_str(),
+                                  grammar.c_str(), &c.constraint, &err) != SPECINFER_OK) {
+      *error = err ? err : "cannot open the constraint";
+      specinfer_free(err);
+      return nullptr;
+    }
+    if (compiled_.size() >= kMaxCompiled) {
+      specinfer_constraint_destroy(compiled_.front().constraint);
+      compiled_.erase(compiled_.begin());
+    }
+    compiled_.push_back(std::move(c));
+  } else {
+    std::rotate(it, it + 1, compiled_.end());  // most recently used last
+  }
+  specinfer_constraint *fork = nullptr;
+  if (specinfer_constraint_fork(compiled_.back().constraint, &fork, &err) != SPECINFER_OK) {
+    *error = err ? err : "cannot fork the constraint";
+    specinfer_free(err);
+    return nullptr;
+  }
+  return fork;
 }
 
 bool Worker::start(Slot &slot, Job job) {
@@ -146,6 +179,25 @@ bool Worker::start(Slot &slot, Job job) {
     specinfer_free(err);
     return false;
   }
+  if (!p.constraint_kind.empty()) {
+    std::string why;
+    slot.constraint = open_constraint(p.constraint_kind, p.constraint, &why);
+    if (!slot.constraint || specinfer_session_set_constraint(slot.session, slot.constraint)) {
+      if (slot.constraint) why = specinfer_session_errmsg(slot.session);
+      result = with_kind(GenResult::Kind::kBadRequest, p.constraint_param + ": " + why);
+      result.param = p.constraint_param;
+      specinfer_session_destroy(slot.session);
+      slot.session = nullptr;
+      specinfer_constraint_destroy(slot.constraint);
+      slot.constraint = nullptr;
+      return false;
+    }
+  }
+  if (p.logprobs >= 0 && specinfer_session_set_logprobs(slot.session, p.logprobs) != SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kBadRequest, specinfer_session_errmsg(slot.session));
+    result.param = "logprobs";
+    return false;
+  }
   std::vector<const char *> stops;
   for (const std::string &x : p.stop) stops.push_back(x.c_str());
   if (specinfer_session_set_stop_strings(slot.session, stops.data(), stops.size()) !=
@@ -173,6 +225,8 @@ void Worker::finish(Slot &slot) {
   if (slot.session) specinfer_session_get_stats(slot.session, &st);
   specinfer_session_destroy(slot.session);
   slot.session = nullptr;
+  specinfer_constraint_destroy(slot.constraint);
+  slot.constraint = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     metrics_.prompt_tokens += st.n_prompt_tokens;
@@ -197,6 +251,43 @@ void Worker::finish(Slot &slot) {
   Job job = std::move(slot.job);
   slot.job = Job{};
   job.callbacks.on_done(slot.result);
+}
+
+std::vector<TokenLogprob> Worker::round_logprobs(const Slot &slot) const {
+  std::vector<TokenLogprob> out;
+  if (slot.job.params.logprobs < 0) return out;
+  const int32_t *tokens = nullptr, *top_tokens = nullptr;
+  const float *logprobs = nullptr, *top_logprobs = nullptr;
+  size_t n = 0;
+  int32_t top = 0;
+  if (specinfer_session_step_logprobs(slot.session, &tokens, &logprobs, &top_tokens, &top_logprobs,
+                                      &n, &top) != SPECINFER_OK)
+    return out;
+  const auto bytes_of = [&](int32_t token) {
+    std::string text(64, '\0');
+    size_t len = 0;
+    specinfer_status rc =
+        specinfer_target_detokenize(slot.target, &token, 1, text.data(), text.size(), &len);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
+      text.resize(len);
+      rc = specinfer_target_detokenize(slot.target, &token, 1, text.data(), text.size(), &len);
+    }
+    text.resize(rc == SPECINFER_OK ? len : 0);
+    return text;
+  };
+  const int32_t *eog = info_.eog_tokens;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::find(eog, eog + info_.n_eog_tokens, tokens[i]) != eog + info_.n_eog_tokens) continue;
+    TokenLogprob t;
+    t.bytes = bytes_of(tokens[i]);
+    t.logprob = logprobs[i];
+    for (int32_t j = 0; j < top; ++j) {
+      const size_t k = i * static_cast<size_t>(top) + static_cast<size_t>(j);
+      t.top.emplace_back(bytes_of(top_tokens[k]), top_logprobs[k]);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void Worker::count_step(const std::vector<specinfer_session *> &sessions,
@@ -296,7 +387,8 @@ void Worker::loop() {
         if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
           text.append(tail, tail_len);
       }
-      const bool more = s.job.callbacks.on_text(text, static_cast<int32_t>(r.n_tokens));
+      const bool more =
+          s.job.callbacks.on_text(text, static_cast<int32_t>(r.n_tokens), round_logprobs(s));
       if (r.done || !more || full) {
         result.finish_reason = full && more ? "length" : "stop";
         finish(s);

@@ -20,6 +20,13 @@
 
 namespace serve {
 
+// One emitted token's log-probability under the model, with its most likely alternatives.
+struct TokenLogprob {
+  std::string bytes;  // the token's text (bytes; may hold part of a UTF-8 character)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // alternatives, most likely first
+};
+
 // One generation request, its prompt already rendered to text.
 struct GenParams {
   std::string prompt;
@@ -28,6 +35,12 @@ struct GenParams {
   float top_p = 1;
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings (specinfer_session_set_stop_strings)
+  // Log-probabilities of the generated tokens, with this many alternatives each (-1: none).
+  int32_t logprobs = -1;
+  // A constraint on the generated text (specinfer_constraint_open with the llguidance plugin):
+  // its kind ("" = none: "json_schema", "json_object", "regex" or "lark"), its grammar, and the
+  // request field that gave it (named in the error when it does not compile).
+  std::string constraint_kind, constraint, constraint_param;
 };
 
 // How a request ended.
@@ -35,6 +48,7 @@ struct GenResult {
   enum class Kind { kOk, kBadRequest, kCancelled, kFailed };
   Kind kind = Kind::kOk;
   std::string message;        // why, for kBadRequest and kFailed
+  std::string param;          // kBadRequest: the request field at fault ("" = the prompt)
   std::string finish_reason;  // kOk: "stop" (end of text, a stop string, or the callback stopped)
                               // or "length"
   int32_t prompt_tokens = 0;
@@ -46,10 +60,12 @@ struct GenResult {
 // text (the session's step text: whole UTF-8 characters, the end-of-text token's own text and
 // everything from a stop string on left out) and once more with the text held back for the stop
 // strings when the request reaches max_tokens, on_done exactly once. on_text returns false to end
-// the request (finish_reason "stop").
+// the request (finish_reason "stop"); with GenParams::logprobs, it gets the round's tokens' log-
+// probabilities (end-of-generation tokens left out), else none.
 struct GenCallbacks {
   std::function<void(int32_t prompt_tokens)> on_start;
-  std::function<bool(const std::string &text, int32_t n_tokens)> on_text;
+  std::function<bool(const std::string &text, int32_t n_tokens, std::vector<TokenLogprob> logprobs)>
+      on_text;
   std::function<void(const GenResult &)> on_done;
 };
 
@@ -115,25 +131,41 @@ class Worker : public Engine {
   struct Slot {
     specinfer_target *target = nullptr;
     specinfer_drafter *drafter = nullptr;
-    specinfer_session *session = nullptr;  // a request is running
+    specinfer_session *session = nullptr;        // a request is running
+    specinfer_constraint *constraint = nullptr;  // its constraint (a fork of a compiled one)
     Job job;
     GenResult result;
     std::vector<int32_t> room;  // step_many's token buffer
     bool ended = false;         // an end-of-text token came
   };
-  Worker(specinfer_target *target, const Options &options);
+  Worker(specinfer_registry *reg, specinfer_target *target, const Options &options);
   void loop();
   // Starts the job on the slot (a session with its prompt fed); false with the slot's result set
   // when the request is refused.
   bool start(Slot &slot, Job job);
   // Ends the slot's request: its session's counts into the metrics, then on_done.
   void finish(Slot &slot);
+  // A new constraint for a request's kind and grammar, forked from the compiled one kept for
+  // them (compiled on first use; the kMaxCompiled most recently used are kept); nullptr with
+  // *error set when the grammar does not compile or the plugin is missing.
+  specinfer_constraint *open_constraint(const std::string &kind, const std::string &grammar,
+                                        std::string *error);
+  // The log-probabilities of the slot's last round (GenParams::logprobs).
+  std::vector<TokenLogprob> round_logprobs(const Slot &slot) const;
   // Adds a step's rounds (specinfer_session_round_info of the slots that ran one) to metrics_.
   void count_step(const std::vector<specinfer_session *> &sessions,
                   const std::vector<specinfer_step_result> &results,
                   std::chrono::steady_clock::duration took);
 
+  specinfer_registry *reg_;
   specinfer_target *target_;
+  // Compiled constraints in their start state, most recently used last: (kind, grammar) -> it.
+  struct Compiled {
+    std::string kind, grammar;
+    specinfer_constraint *constraint = nullptr;
+  };
+  static constexpr size_t kMaxCompiled = 8;
+  std::vector<Compiled> compiled_;
   // The coupler of sampled requests: Gumbel-max, drafter-invariant, so the text a seed gives does
   // not depend on the drafts, which vary with the drafter's counts of earlier requests and with
   // the batch. Greedy requests use the session's default (greedy). A pure function: one serves

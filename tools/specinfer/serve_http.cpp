@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "serve_request.h"
+#include "serve_tools.h"
 
 namespace serve {
 
@@ -42,7 +43,8 @@ struct Exchange {
   bool started = false, done = false;
   int32_t prompt_tokens = 0;
   GenResult result;
-  std::string pending;  // text not yet sent (streaming) or the whole text
+  std::string pending;                         // text not yet sent (streaming) or the whole text
+  std::vector<TokenLogprob> pending_logprobs;  // the same for the tokens' log-probabilities
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };
 
@@ -54,9 +56,10 @@ GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
     x->prompt_tokens = prompt_tokens;
     x->cv.notify_all();
   };
-  cb.on_text = [x](const std::string &piece, int32_t) {
+  cb.on_text = [x](const std::string &piece, int32_t, std::vector<TokenLogprob> logprobs) {
     std::lock_guard<std::mutex> lock(x->m);
     x->pending += piece;
+    for (TokenLogprob &t : logprobs) x->pending_logprobs.push_back(std::move(t));
     x->cv.notify_all();
     return true;
   };
@@ -74,6 +77,11 @@ ApiError error_of(const GenResult &r) {
   switch (r.kind) {
     case GenResult::Kind::kBadRequest:
       e.message = r.message;
+      if (!r.param.empty()) {  // a field other than the prompt: a grammar that does not compile
+        e.code = "invalid_value";
+        e.param = r.param;
+        break;
+      }
       e.code = r.prompt_tokens > 0 ? "context_length_exceeded" : "invalid_prompt";
       e.param = r.prompt_tokens > 0 ? "messages" : "prompt";
       break;
@@ -93,7 +101,8 @@ ApiError error_of(const GenResult &r) {
 
 // The prompt of a chat request: `messages` rendered with the model's chat template, into
 // params->prompt; the error to answer with when the model has no template or rendering fails.
-std::optional<ApiError> render_chat(const ModelEntry &m, const json &messages, GenParams *params) {
+std::optional<ApiError> render_chat(const ModelEntry &m, const json &messages,
+                                    const nlohmann::ordered_json &tools, GenParams *params) {
   if (m.chat.source.empty()) {
     ApiError e;
     e.message = m.chat_unavailable;
@@ -102,7 +111,7 @@ std::optional<ApiError> render_chat(const ModelEntry &m, const json &messages, G
   }
   std::string error;
   std::string rendered;
-  if (!m.chat.render(messages, &rendered, &error)) return bad_param("messages", error);
+  if (!m.chat.render(messages, tools, &rendered, &error)) return bad_param("messages", error);
   params->prompt = m.chat.prompt_of(std::move(rendered));
   return std::nullopt;
 }
@@ -130,20 +139,79 @@ json usage_of(const GenResult &r) {
               {"total_tokens", r.prompt_tokens + r.completion_tokens}};
 }
 
+json byte_list(const std::string &s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(c);
+  return out;
+}
+
 // What every response object of one request carries, and the objects made from it.
 struct Reply {
   bool chat = false;
+  bool logprobs = false;  // the request asked for log-probabilities
+  bool tools = false;     // the answer's tool calls are parsed out of its text
   std::string id;
   std::time_t created = 0;
   std::string model;
 
+  // A choice's `logprobs`: null when not asked for; a chat's {"content": [{token, logprob, bytes,
+  // top_logprobs}]}; a completion's {tokens, token_logprobs, top_logprobs, text_offset}, offsets
+  // counted in bytes from `offset`, the completion's bytes before these tokens.
+  json logprobs_of(const std::vector<TokenLogprob> &lp, size_t offset) const {
+    if (!logprobs) return nullptr;
+    if (chat) {
+      json content = json::array();
+      for (const TokenLogprob &t : lp) {
+        json top = json::array();
+        for (const auto &[bytes, v] : t.top)
+          top.push_back({{"token", bytes}, {"logprob", v}, {"bytes", byte_list(bytes)}});
+        content.push_back({{"token", t.bytes},
+                           {"logprob", t.logprob},
+                           {"bytes", byte_list(t.bytes)},
+                           {"top_logprobs", top}});
+      }
+      return {{"content", content}, {"refusal", nullptr}};
+    }
+    json tokens = json::array(), values = json::array(), tops = json::array(),
+         offsets = json::array();
+    for (const TokenLogprob &t : lp) {
+      tokens.push_back(t.bytes);
+      values.push_back(t.logprob);
+      json top = json::object();
+      for (const auto &[bytes, v] : t.top)
+        if (!top.contains(bytes)) top[bytes] = v;
+      tops.push_back(top);
+      offsets.push_back(offset);
+      offset += t.bytes.size();
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", values},
+            {"top_logprobs", tops},
+            {"text_offset", offsets}};
+  }
+
+  // A chat answer's text with its tool calls parsed out (when the request has tools).
+  ParsedAnswer parsed(const std::string &text) const {
+    if (!tools) return ParsedAnswer{text, json::array()};
+    return parse_tool_calls(text, "call_" + id.substr(id.find('-') + 1) + "_");
+  }
+
   // The whole answer (not streamed).
-  json answer(const GenResult &result, const std::string &text) const {
-    json choice = {{"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", nullptr}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
+  json answer(const GenResult &result, const std::string &text,
+              const std::vector<TokenLogprob> &lp) const {
+    json choice = {
+        {"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", logprobs_of(lp, 0)}};
+    if (chat) {
+      const ParsedAnswer a = parsed(text);
+      choice["message"] = {{"role", "assistant"}, {"content", a.content}};
+      if (!a.tool_calls.empty()) {
+        if (a.content.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = a.tool_calls;
+        choice["finish_reason"] = "tool_calls";
+      }
+    } else {
       choice["text"] = text;
+    }
     return json{{"id", id},
                 {"object", chat ? "chat.completion" : "text_completion"},
                 {"created", created},
@@ -152,9 +220,9 @@ struct Reply {
                 {"usage", usage_of(result)}};
   }
 
-  // One streamed event's object.
-  json chunk(const json &delta_or_text, const json &finish) const {
-    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+  // One streamed event's object (`lp`: its choice's logprobs).
+  json chunk(const json &delta_or_text, const json &finish, json lp = nullptr) const {
+    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", std::move(lp)}};
     if (chat)
       choice["delta"] = delta_or_text;
     else
@@ -176,7 +244,7 @@ void answer_whole(httplib::Response &res, const std::shared_ptr<Exchange> &x, co
     std::lock_guard<std::mutex> lock(x->m);
     if (x->done) {
       if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
-      return send_json(res, 200, reply.answer(x->result, x->pending));
+      return send_json(res, 200, reply.answer(x->result, x->pending, x->pending_logprobs));
     }
   }
   res.set_chunked_content_provider(
@@ -191,7 +259,7 @@ void answer_whole(httplib::Response &res, const std::shared_ptr<Exchange> &x, co
           return false;
         }
         const json body = x->result.kind == GenResult::Kind::kOk
-                              ? reply.answer(x->result, x->pending)
+                              ? reply.answer(x->result, x->pending, x->pending_logprobs)
                               : error_body(error_of(x->result));
         lock.unlock();
         const std::string text = dump(body);
@@ -239,18 +307,43 @@ bool write_end(httplib::DataSink &sink, const Reply &reply, const GenResult &res
 void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, const Reply &reply,
                    bool include_usage) {
   auto first = std::make_shared<bool>(true);
+  auto sent = std::make_shared<size_t>(0);  // bytes of the tokens whose logprobs went out
+  // With tools the answer is held until it is complete (its tool calls parsed out of it).
+  auto held = std::make_shared<std::string>();
+  auto held_logprobs = std::make_shared<std::vector<TokenLogprob>>();
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [x, reply, first, include_usage](size_t, httplib::DataSink &sink) {
+      [x, reply, first, sent, held, held_logprobs, include_usage](size_t, httplib::DataSink &sink) {
         std::unique_lock<std::mutex> lock(x->m);
-        x->cv.wait_for(lock, std::chrono::milliseconds(200),
-                       [&] { return !x->pending.empty() || x->done; });
+        x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] {
+          return !x->pending.empty() || !x->pending_logprobs.empty() || x->done;
+        });
         std::string text;
         text.swap(x->pending);
+        std::vector<TokenLogprob> lp;
+        lp.swap(x->pending_logprobs);
         const bool done = x->done;
-        const GenResult result = x->result;
+        GenResult result = x->result;
         lock.unlock();
+        json tool_calls = json::array();
+        if (reply.tools) {
+          *held += text;
+          for (TokenLogprob &t : lp) held_logprobs->push_back(std::move(t));
+          text.clear();
+          lp.clear();
+          if (done && result.kind == GenResult::Kind::kOk) {
+            ParsedAnswer a = reply.parsed(*held);
+            text = std::move(a.content);
+            lp.swap(*held_logprobs);
+            for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+              json call = a.tool_calls[i];
+              call["index"] = i;
+              tool_calls.push_back(std::move(call));
+            }
+            if (!tool_calls.empty()) result.finish_reason = "tool_calls";
+          }
+        }
         // A client that has gone away cancels its request; the engine ends it at the next round.
         if (!sink.is_writable()) {
           x->cancelled->store(true);
@@ -260,9 +353,16 @@ void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, c
         if (reply.chat && *first)
           ok = write_event(sink, reply.chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
         *first = false;
-        if (ok && !text.empty())
-          ok = write_event(sink,
-                           reply.chunk(reply.chat ? json{{"content", text}} : json(text), nullptr));
+        // Tokens without text yet (part of a character, text held back for a stop string) send
+        // their logprobs with empty text.
+        if (ok && (!text.empty() || (reply.logprobs && !lp.empty()))) {
+          json logprobs = reply.logprobs_of(lp, *sent);
+          for (const TokenLogprob &t : lp) *sent += t.bytes.size();
+          ok = write_event(sink, reply.chunk(reply.chat ? json{{"content", text}} : json(text),
+                                             nullptr, std::move(logprobs)));
+        }
+        if (ok && !tool_calls.empty())
+          ok = write_event(sink, reply.chunk({{"tool_calls", tool_calls}}, nullptr));
         if (ok && done) ok = write_end(sink, reply, result, include_usage);
         if (!ok) x->cancelled->store(true);
         return ok;
@@ -377,8 +477,20 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
     return send_error(res, *e);
   const ModelEntry &model_entry = cfg_.models[r.model];
   GenParams params = std::move(r.params);
+  const bool tools = chat && r.tool_choice != "none";
+  if (tools && !template_has_tool_calls(model_entry.chat.source))
+    return send_error(res, bad_param("tools", "the chat template of " + model_entry.name +
+                                                  " has no tool-call format this server reads "
+                                                  "(<tool_call> blocks)"));
   if (chat)
-    if (auto e = render_chat(model_entry, r.messages, &params)) return send_error(res, *e);
+    if (auto e = render_chat(model_entry, messages_for_template(r.messages),
+                             tools ? r.tools : nlohmann::ordered_json(nullptr), &params))
+      return send_error(res, *e);
+  if (r.tool_choice == "required" || r.tool_choice == "function") {
+    params.constraint_kind = "lark";
+    params.constraint = tool_call_grammar(r.tools, r.tool_function);
+    params.constraint_param = "tools";
+  }
 
   params.stop = std::move(r.stop);
   auto x = std::make_shared<Exchange>();
@@ -396,6 +508,8 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   reply.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   reply.created = std::time(nullptr);
   reply.model = model_entry.name;
+  reply.logprobs = params.logprobs >= 0;
+  reply.tools = tools;
   if (r.stream)
     answer_stream(res, x, reply, r.include_usage);
   else
@@ -491,6 +605,40 @@ std::string Routes::metrics_text() {
   series("specinfer_planned_goodput_tokens_per_second", "plan=\"plain\"",
          [](const EngineMetrics &m) { return m.step.plain_goodput; });
   return o.str();
+}
+
+void ConnectionPool::enqueue(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(m_);
+  jobs_.push_back(std::move(fn));
+  // Every idle thread will take one waiting connection; more waiting than that get a new thread.
+  if (jobs_.size() > idle_ && threads_.size() < max_) threads_.emplace_back([this] { work(); });
+  cv_.notify_one();
+}
+
+void ConnectionPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread &t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+void ConnectionPool::work() {
+  std::unique_lock<std::mutex> lock(m_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    --idle_;
+    if (jobs_.empty()) return;  // stopping, nothing left to run
+    std::function<void()> fn = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    fn();
+    lock.lock();
+  }
 }
 
 std::shared_ptr<Routes> install_routes(httplib::Server &server, const ServerConfig &config) {

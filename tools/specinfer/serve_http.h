@@ -4,9 +4,14 @@
 
 #include <httplib.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "serve_chat.h"
@@ -34,6 +39,31 @@ struct ServerConfig {
   int32_t max_tokens = 128;
   float temperature = 0, top_p = 1;
   uint64_t seed = 0;
+};
+
+// httplib's task queue for the server: a thread per open connection, kept for the next one when
+// its connection closes, up to `max_threads` (then connections wait for a thread). A connection
+// holds its thread while it is open, sending nothing included (until httplib's read timeout):
+// with a fixed pool, a few hundred idle or half-open connections would hold up every request
+// behind them.
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  explicit ConnectionPool(size_t max_threads) : max_(max_threads) {}
+  ~ConnectionPool() override { shutdown(); }
+  void enqueue(std::function<void()> fn) override;
+  // Runs the connections still waiting, then joins every thread.
+  void shutdown() override;
+
+ private:
+  void work();
+
+  size_t max_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;  // threads waiting for a connection
+  bool stopping_ = false;
 };
 
 // Installs /health, /v1/models, /v1/models/{model}, /v1/completions, /v1/chat/completions and

@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "serve_tools.h"
+
 namespace serve {
 
 using nlohmann::json;
@@ -89,19 +91,102 @@ std::optional<ApiError> read_sampling(const json &body, const RequestDefaults &d
       r->include_usage = u->get<bool>();
     }
   }
-  // Features this server does not have: refused rather than silently ignored.
-  for (const char *key : {"echo", "logprobs", "best_of", "suffix", "tools", "functions"}) {
+  // Features this server does not have: refused rather than silently ignored, unless given as
+  // off (false, 0 (best_of: 1), "", [] or {}).
+  std::vector<std::string> refused = {
+      "echo",       "best_of",          "suffix",           "functions",
+      "logit_bias", "presence_penalty", "frequency_penalty"};
+  if (!chat) refused.push_back("top_logprobs");  // a chat's goes with its logprobs
+  for (const std::string &key : refused) {
     const auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
+    const double off_number = key == "best_of" ? 1 : 0;
     const bool off = (it->is_boolean() && !it->get<bool>()) ||
-                     (it->is_number_integer() && it->get<int64_t>() == (key[0] == 'b' ? 1 : 0)) ||
+                     (it->is_number() && it->get<double>() == off_number) ||
                      (it->is_string() && it->get<std::string>().empty()) ||
-                     (it->is_array() && it->empty());
-    if (!off) return bad_param(key, std::string(key) + " is not supported by this server");
+                     ((it->is_array() || it->is_object()) && it->empty());
+    if (!off) return bad_param(key, key + " is not supported by this server");
   }
   if (const auto it = body.find("n"); it != body.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() != 1)
       return bad_param("n", "only n = 1 is supported");
+  }
+  return std::nullopt;
+}
+
+// Log-probabilities: a completion's `logprobs` is the number of alternatives per token (0 ..
+// SPECINFER_MAX_TOP_LOGPROBS); a chat's is true or false, with the number in `top_logprobs`.
+std::optional<ApiError> read_logprobs(const json &body, bool chat, GenParams *p) {
+  const std::string range = "an integer from 0 to " + std::to_string(SPECINFER_MAX_TOP_LOGPROBS);
+  const auto count = [&](const json &v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 &&
+           v.get<int64_t>() <= SPECINFER_MAX_TOP_LOGPROBS;
+  };
+  const auto it = body.find("logprobs");
+  const bool given = it != body.end() && !it->is_null();
+  if (!chat) {
+    if (!given || (it->is_boolean() && !it->get<bool>())) return std::nullopt;
+    if (!count(*it)) return bad_param("logprobs", "logprobs must be " + range);
+    p->logprobs = static_cast<int32_t>(it->get<int64_t>());
+    return std::nullopt;
+  }
+  if (given && !it->is_boolean()) return bad_param("logprobs", "logprobs must be true or false");
+  const bool on = given && it->get<bool>();
+  int32_t top = 0;
+  if (const auto t = body.find("top_logprobs"); t != body.end() && !t->is_null()) {
+    if (!count(*t)) return bad_param("top_logprobs", "top_logprobs must be " + range);
+    top = static_cast<int32_t>(t->get<int64_t>());
+    if (top > 0 && !on) return bad_param("top_logprobs", "top_logprobs needs logprobs set to true");
+  }
+  if (on) p->logprobs = top;
+  return std::nullopt;
+}
+
+// The constraint on the text: response_format (json_object, or json_schema with its schema), a
+// Lark grammar (`grammar`) or a regular expression (`regex`), at most one of them.
+std::optional<ApiError> read_constraint(const json &body, const nlohmann::ordered_json &ordered,
+                                        GenParams *p) {
+  const auto set = [&](const char *param, const char *kind,
+                       std::string grammar) -> std::optional<ApiError> {
+    if (!p->constraint_kind.empty())
+      return bad_param(param, std::string("give at most one of response_format, grammar and "
+                                          "regex (this request gives ") +
+                                  p->constraint_param + " and " + param + ")");
+    p->constraint_kind = kind;
+    p->constraint = std::move(grammar);
+    p->constraint_param = param;
+    return std::nullopt;
+  };
+  if (const auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    const char *want =
+        "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+        "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}";
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
+      return bad_param("response_format", want);
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      if (auto e = set("response_format", "json_object", "")) return e;
+    } else if (type == "json_schema") {
+      const auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object() || !js->contains("schema") ||
+          !((*js)["schema"].is_object() || (*js)["schema"].is_boolean()))
+        return bad_param("response_format",
+                         "response_format.json_schema.schema must be a JSON Schema (an object)");
+      // The schema as the client wrote it: its properties' order is the order the text writes
+      // them in.
+      const std::string schema = ordered["response_format"]["json_schema"]["schema"].dump(
+          -1, ' ', false, json::error_handler_t::replace);
+      if (auto e = set("response_format", "json_schema", schema)) return e;
+    } else if (type != "text") {
+      return bad_param("response_format", want);
+    }
+  }
+  for (const auto &[key, kind] : {std::pair{"grammar", "lark"}, std::pair{"regex", "regex"}}) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_string() || it->get<std::string>().empty())
+      return bad_param(key, std::string(key) + " must be a non-empty string");
+    if (auto e = set(key, kind, it->get<std::string>())) return e;
   }
   return std::nullopt;
 }
@@ -192,6 +277,17 @@ std::optional<ApiError> parse_completion_request(const std::string &text, bool c
   *out = CompletionRequest();
   if (auto e = pick_model(body, models, &out->model)) return e;
   if (auto e = read_sampling(body, defaults, chat, out)) return e;
+  // Objects in the client's key order, where that order means something: a schema's properties
+  // and the tools the template shows the model (`body`, a std::map, has them sorted).
+  const auto ordered = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (auto e = read_constraint(body, ordered, &out->params)) return e;
+  if (auto e = read_logprobs(body, chat, &out->params)) return e;
+  if (auto e = read_tools(body, ordered, chat, out)) return e;
+  if ((out->tool_choice == "required" || out->tool_choice == "function") &&
+      !out->params.constraint_kind.empty())
+    return bad_param("tool_choice", "tool_choice \"" + out->tool_choice +
+                                        "\" constrains the text: it cannot go with " +
+                                        out->params.constraint_param);
   if (chat) return read_messages(body, &out->messages);
   const auto it = body.find("prompt");
   if (it != body.end() && it->is_string()) {

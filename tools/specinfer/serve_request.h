@@ -50,6 +50,10 @@ struct CompletionRequest {
   // Chat: the messages, each an object with a string `role` and a string `content` (text content
   // parts joined, null made ""), other fields kept as given.
   nlohmann::json messages = nlohmann::json::array();
+  // Chat: the tools the model may call (OpenAI's shape, checked; empty: none) and tool_choice:
+  // "none", "auto", "required", or "function" for the one named tool_function.
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // in the client's key order
+  std::string tool_choice = "none", tool_function;
   std::vector<std::string> stop;  // at most kMaxStops
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
