@@ -50,3 +50,42 @@ def test_medusa_training_on_a_real_model_stops_when_progress_says_so(tmp_path):
     assert e.value.code == specinfer.Code.CANCELLED, e.value
     assert len(seen) == 1 and seen[0].stage == "collect" and seen[0].total > 0, seen
     assert not (tmp_path / "heads.gguf").exists()
+
+
+@pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not found (scripts/fetch-models)")
+def test_constraint_and_logprobs_on_a_real_model():
+    """A regex constraint makes the text match it, with a drafter too; each emitted token's
+    log-probability comes with its alternatives, the greedy token the most likely one."""
+    import math
+    import re
+    reg = specinfer.Registry(2)
+    target = reg.open_target("gguf", f"path={MODEL}")
+    try:
+        c = specinfer.Constraint(reg, target, "regex", "[0-9]{4}-[0-9]{2}-[0-9]{2}")
+    except specinfer.SpecinferError as e:
+        assert e.code == specinfer.Code.NOT_FOUND
+        pytest.skip(f"no llguidance plugin: {e}")
+    with pytest.raises(specinfer.SpecinferError) as e:
+        specinfer.Constraint(reg, target, "regex", "(unclosed")
+    assert e.value.code == specinfer.Code.INVALID_ARGUMENT and "does not compile" in str(e.value)
+    prompt = "<|im_start|>user\nWhat is the date?<|im_end|>\n<|im_start|>assistant\n"
+    texts = []
+    for drafter in (None, reg.open_drafter("ngram", "", target)):
+        with specinfer.Session(target, drafter) as s:
+            s.set_constraint(c if drafter is None else c.fork())
+            s.set_logprobs(3)
+            s.feed_text(prompt)
+            text, logprobs = "", []
+            while True:
+                toks, done = s.step()
+                text += s.step_text()
+                lp = s.step_logprobs()
+                assert [t.token for t in lp] == toks
+                logprobs += lp
+                if done:
+                    break
+            texts.append(text)
+            for t in logprobs:
+                assert t.logprob <= 0 and len(t.top) == 3 and math.isfinite(t.logprob)
+                assert t.top[0][1] >= t.top[1][1] >= t.top[2][1]
+    assert texts[0] == texts[1] and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", texts[0]), texts

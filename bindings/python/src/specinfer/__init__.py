@@ -39,9 +39,9 @@ from typing import List, Optional
 from . import _lib
 from ._lib import lib
 
-__all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Session", "Sketcher",
-           "DraftRequest", "ModelInfo", "Stats", "StepResult", "TrainProgress", "live_handles", "step_many",
-           "version"]
+__all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Constraint", "Session",
+           "Sketcher", "DraftRequest", "ModelInfo", "Stats", "StepResult", "TokenLogprob", "TrainProgress",
+           "live_handles", "step_many", "version"]
 
 
 class Code(enum.IntEnum):
@@ -422,6 +422,47 @@ class Drafter(_Handle):
             _count(-1)
 
 
+class Constraint(_Handle):
+    """What a session's text must match (Session.set_constraint): a grammar of `kind`
+    ("json_schema", "json_object", "regex" or "lark") compiled by constraint plugin `plugin`
+    (default "llguidance") for the vocabulary of `target`."""
+
+    def __init__(self, registry, target, kind, grammar="", plugin="llguidance", config=""):
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_constraint_open(registry._raw(), _enc(plugin, "plugin"), _enc(config, "config"),
+                                                 target._raw(), _enc(kind, "kind"), _enc(grammar, "grammar"),
+                                                 byref(out), byref(msg)), msg)
+        self._ptr = out.value
+        self.registry, self.target = registry, target
+        _count(1)
+
+    def fork(self):
+        """A new constraint in this one's state, without compiling the grammar again."""
+        out, msg = c_void_p(), c_void_p()
+        _check_msg(lib.specinfer_constraint_fork(self._raw(), byref(out), byref(msg)), msg)
+        c = Constraint.__new__(Constraint)
+        c._ptr, c.registry, c.target = out.value, self.registry, self.target
+        _count(1)
+        return c
+
+    def close(self):
+        if self._ptr:
+            st = lib.specinfer_constraint_destroy(self._ptr)
+            if st != 0:
+                raise SpecinferError(st, "the constraint is still used by a session")
+            self._ptr = None
+            _count(-1)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """An emitted token's log-probability under the target, with its most likely alternatives
+    as (token, log-probability) pairs, most likely first."""
+    token: int
+    logprob: float
+    top: list
+
+
 class Coupler(_Handle):
     """Decides which drafted tokens the target keeps: "greedy", "rejection", "gumbel", ..."""
 
@@ -539,6 +580,28 @@ class Session(_Handle):
                 raise SpecinferError(Code.INVALID_ARGUMENT, f"stop string {i} holds a NUL character")
         arr = (c_char_p * max(len(enc), 1))(*enc)
         _check_with(lib.specinfer_session_set_stop_strings(self._raw(), arr, len(enc)), self._errmsg)
+
+    def set_constraint(self, constraint):
+        """The text generated from the next round on must match `constraint` (None: no
+        constraint). A constraint serves one session at a time; the session keeps it alive."""
+        _check_with(lib.specinfer_session_set_constraint(self._raw(), constraint._raw() if constraint else None),
+                    self._errmsg)
+        self.constraint = constraint
+
+    def set_logprobs(self, top_n):
+        """From the next round on, record each emitted token's log-probability with its top_n
+        (0 to 20) most likely alternatives (step_logprobs); -1 turns it off."""
+        _check_with(lib.specinfer_session_set_logprobs(self._raw(), int(top_n)), self._errmsg)
+
+    def step_logprobs(self):
+        """The log-probabilities of the last round's tokens: a list of TokenLogprob."""
+        toks, lps, tt, tlp = POINTER(c_int32)(), POINTER(c_float)(), POINTER(c_int32)(), POINTER(c_float)()
+        n, top = c_size_t(), c_int32()
+        _check_with(lib.specinfer_session_step_logprobs(self._raw(), byref(toks), byref(lps), byref(tt),
+                                                        byref(tlp), byref(n), byref(top)), self._errmsg)
+        k = max(top.value, 0)
+        return [TokenLogprob(toks[i], lps[i], [(tt[i * k + j], tlp[i * k + j]) for j in range(k)])
+                for i in range(n.value)]
 
     def step_text(self):
         """The text of the last step's (or step_many's) tokens: whole UTF-8 characters, without

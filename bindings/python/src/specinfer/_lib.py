@@ -229,6 +229,15 @@ _fn("specinfer_session_tokens", c_int, P, POINTER(POINTER(c_int32)), POINTER(c_s
 _fn("specinfer_session_step_text", c_int, P, POINTER(c_void_p), POINTER(c_size_t))
 _fn("specinfer_session_set_stop_strings", c_int, P, POINTER(c_char_p), c_size_t)
 _fn("specinfer_session_end_text", c_int, P, POINTER(c_void_p), POINTER(c_size_t))
+_fn("specinfer_session_set_logprobs", c_int, P, c_int32)
+_fn("specinfer_session_step_logprobs", c_int, P, POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)),
+    POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)), POINTER(c_size_t), POINTER(c_int32))
+_fn("specinfer_constraint_open", c_int, P, c_char_p, c_char_p, P, c_char_p, c_char_p, POINTER(P),
+    POINTER(c_void_p))
+_fn("specinfer_constraint_fork", c_int, P, POINTER(P), POINTER(c_void_p))
+_fn("specinfer_constraint_destroy", c_int, P)
+_fn("specinfer_constraint_errmsg", c_char_p, P)
+_fn("specinfer_session_set_constraint", c_int, P, P)
 _fn("specinfer_sketcher_create", c_int, c_char_p, c_int64, c_int64, c_uint64, c_char_p, POINTER(P),
     POINTER(c_void_p))
 _fn("specinfer_sketcher_destroy", None, P)
