@@ -238,7 +238,9 @@ void test_sessions_stop_at_stop_strings(void **) {
     size_t cut = std::string::npos, stop_len = 0;
     for (const std::string &x : stops) {
       const size_t p = all.find(x);
-      if (p != std::string::npos && (cut == std::string::npos || p < cut)) {
+      if (p == std::string::npos) continue;
+      // Two starting at the same place: the text ends with the token that completes the shorter.
+      if (cut == std::string::npos || p < cut || (p == cut && x.size() < stop_len)) {
         cut = p;
         stop_len = x.size();
       }
