@@ -27,8 +27,9 @@ const char kPrompt[] = "<|im_start|>user\nAnswer.<|im_end|>\n<|im_start|>assista
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   const std::string path = fuzz::model_path();
   if (path.empty()) {
-    std::fprintf(stderr, "fuzz_constraint: no qwen2.5-coder-0.5b.gguf (scripts/fetch-models): "
-                         "skipped\n");
+    std::fprintf(stderr,
+                 "fuzz_constraint: no qwen2.5-coder-0.5b.gguf (scripts/fetch-models): "
+                 "skipped\n");
     std::exit(fuzz::kSkip);
   }
   specinfer_registry_params p;
@@ -36,8 +37,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   p.n_threads = 1;
   FUZZ_CHECK(specinfer_registry_create(&p, &g_reg, nullptr) == SPECINFER_OK);
   const std::string cfg = "path=" + path + ",n_ctx=128";
-  FUZZ_CHECK(specinfer_target_open(g_reg, "gguf", cfg.c_str(), &g_target, nullptr) ==
-             SPECINFER_OK);
+  FUZZ_CHECK(specinfer_target_open(g_reg, "gguf", cfg.c_str(), &g_target, nullptr) == SPECINFER_OK);
   specinfer_constraint *c = nullptr;
   char *err = nullptr;
   const specinfer_status rc =
@@ -59,9 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                             strnlen(reinterpret_cast<const char *>(data) + 1, size - 1));
   specinfer_constraint *c = nullptr;
   char *err = nullptr;
-  const specinfer_status rc =
-      specinfer_constraint_open(g_reg, "llguidance", nullptr, g_target, kind, grammar.c_str(), &c,
-                                &err);
+  const specinfer_status rc = specinfer_constraint_open(g_reg, "llguidance", nullptr, g_target,
+                                                        kind, grammar.c_str(), &c, &err);
   if (rc != SPECINFER_OK) {
     FUZZ_CHECK(rc == SPECINFER_ERR_INVALID_ARGUMENT || rc == SPECINFER_ERR_UNSUPPORTED);
     FUZZ_CHECK(err && *err);

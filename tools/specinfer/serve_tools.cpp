@@ -55,12 +55,12 @@ std::string arguments_of(const json &call) {
 
 }  // namespace
 
-std::optional<ApiError> read_tools(const json &body, const nlohmann::ordered_json &ordered, bool chat,
-                                   CompletionRequest *r) {
+std::optional<ApiError> read_tools(const json &body, const nlohmann::ordered_json &ordered,
+                                   bool chat, CompletionRequest *r) {
   const auto tools = body.find("tools");
   const auto choice = body.find("tool_choice");
-  const bool has_tools = tools != body.end() && !tools->is_null() &&
-                         !(tools->is_array() && tools->empty());
+  const bool has_tools =
+      tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty());
   if (!chat) {
     if (has_tools) return bad_param("tools", "tools are for /v1/chat/completions");
     if (choice != body.end() && !choice->is_null())
@@ -69,29 +69,27 @@ std::optional<ApiError> read_tools(const json &body, const nlohmann::ordered_jso
   }
   if (has_tools) {
     if (!tools->is_array() || tools->size() > kMaxTools)
-      return bad_param("tools", "tools must be a list of at most " + std::to_string(kMaxTools) +
-                                    " tools");
+      return bad_param("tools",
+                       "tools must be a list of at most " + std::to_string(kMaxTools) + " tools");
     for (const json &t : *tools) {
       if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") ||
           !t["function"].is_object())
-        return bad_param("tools", "each tool must be {\"type\": \"function\", \"function\": {...}}");
+        return bad_param("tools",
+                         "each tool must be {\"type\": \"function\", \"function\": {...}}");
       const json &f = t["function"];
       if (!f.contains("name") || !f["name"].is_string() ||
           !valid_name(f["name"].get<std::string>()))
-        return bad_param("tools",
-                         "a function's name must be 1 to 64 letters, digits, '_' or '-'");
+        return bad_param("tools", "a function's name must be 1 to 64 letters, digits, '_' or '-'");
       if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
         return bad_param("tools", "a function's parameters must be a JSON Schema (an object)");
-      if (f.contains("description") && !f["description"].is_null() &&
-          !f["description"].is_string())
+      if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
         return bad_param("tools", "a function's description must be a string");
     }
     r->tools = ordered["tools"];
   }
   r->tool_choice = has_tools ? "auto" : "none";
   if (choice == body.end() || choice->is_null()) return std::nullopt;
-  if (choice->is_string() &&
-      (*choice == "none" || *choice == "auto" || *choice == "required")) {
+  if (choice->is_string() && (*choice == "none" || *choice == "auto" || *choice == "required")) {
     r->tool_choice = choice->get<std::string>();
   } else if (choice->is_object() && choice->value("type", json()) == "function" &&
              choice->contains("function") && (*choice)["function"].is_object() &&
@@ -126,12 +124,13 @@ std::string tool_call_grammar(const nlohmann::ordered_json &tools, const std::st
     const ojson &f = t["function"];
     const std::string name = f["name"].get<std::string>();
     if (!function.empty() && name != function) continue;
-    ojson params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"]
-                                                                          : ojson{{"type", "object"}};
+    ojson params = f.contains("parameters") && f["parameters"].is_object()
+                       ? f["parameters"]
+                       : ojson{{"type", "object"}};
     const ojson schema = {{"type", "object"},
-                         {"properties", {{"name", {{"const", name}}}, {"arguments", params}}},
-                         {"required", {"name", "arguments"}},
-                         {"additionalProperties", false}};
+                          {"properties", {{"name", {{"const", name}}}, {"arguments", params}}},
+                          {"required", {"name", "arguments"}},
+                          {"additionalProperties", false}};
     std::string rule = "f";
     rule += std::to_string(n++);
     if (!alternatives.empty()) alternatives += " | ";
@@ -151,7 +150,8 @@ ParsedAnswer parse_tool_calls(const std::string &text, const std::string &id_pre
     if (open == std::string::npos) break;
     const size_t body = open + std::string(kOpen).size();
     const size_t close = text.find(kClose, body);
-    const size_t end = close == std::string::npos ? text.size() : close + std::string(kClose).size();
+    const size_t end =
+        close == std::string::npos ? text.size() : close + std::string(kClose).size();
     const json call =
         parse_bounded(text.substr(body, (close == std::string::npos ? text.size() : close) - body));
     const std::string args = arguments_of(call);

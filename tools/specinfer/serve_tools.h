@@ -21,8 +21,9 @@ constexpr size_t kMaxTools = 64;
 // A chat request's `tools` and `tool_choice`, checked in `body`, into r->tools (from `ordered`, the
 // same body with its keys in the client's order), tool_choice and tool_function; on a completion
 // request tools are refused. The error names the field.
-std::optional<ApiError> read_tools(const nlohmann::json &body, const nlohmann::ordered_json &ordered,
-                                   bool chat, CompletionRequest *r);
+std::optional<ApiError> read_tools(const nlohmann::json &body,
+                                   const nlohmann::ordered_json &ordered, bool chat,
+                                   CompletionRequest *r);
 
 // Whether a chat template writes tool calls in the format parse_tool_calls reads.
 bool template_has_tool_calls(const std::string &template_source);
