@@ -41,8 +41,9 @@ void Session::score_row(int32_t r) {
   row_scored_[r] = 1;
   // The top tokens by a running insertion into a sorted list of `top` (ties: the lower id, which
   // comes first and is not displaced by an equal score).
-  int32_t *ids = &row_top_tokens_[static_cast<size_t>(r) * top];
-  float *vals = &row_top_logits_[static_cast<size_t>(r) * top];
+  // (Pointers from data(): with top 0 the vectors are empty.)
+  int32_t *ids = row_top_tokens_.data() + static_cast<size_t>(r) * top;
+  float *vals = row_top_logits_.data() + static_cast<size_t>(r) * top;
   size_t have = 0;
   for (int32_t t = 0; t < vocab_ && top > 0; ++t) {
     if (have == top && !(x[t] > vals[top - 1])) continue;
