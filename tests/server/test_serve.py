@@ -37,6 +37,9 @@ N = 24
 # under the sanitizers takes a minute per hundred tokens.
 CTX = 256 if SANITIZED else 512
 PROMPTS = ["def fibonacci(n):", "import numpy as np\n\ndef normalize(v):", "class Stack:\n"]
+# Why the tests that compile grammars run in the release build only (docs/RELIABILITY.md).
+LLGUIDANCE_LEAK = ("a server that compiled a grammar exits with LeakSanitizer's report of 104 bytes "
+                   "the llguidance plugin's Rust runtime leaves behind")
 GEMMA3_TEMPLATE = os.path.join(os.path.dirname(__file__), "data", "gemma3-chat-template.jinja")
 
 
@@ -345,6 +348,7 @@ def constraint_or_skip(server):
     assert status == 200, j
 
 
+@pytest.mark.release_only(LLGUIDANCE_LEAK)
 def test_response_format_json_schema(qwen, tmp_path):
     """A json_schema response_format gives what `specinfer generate --json-schema` prints, JSON
     that validates; four such requests at once (one shared pass per step, forced tokens drafted
@@ -379,6 +383,7 @@ def test_response_format_json_schema(qwen, tmp_path):
     jsonschema.validate(json.loads(a), PERSON)
 
 
+@pytest.mark.release_only(LLGUIDANCE_LEAK)
 def test_json_object_regex_and_grammar(qwen):
     constraint_or_skip(qwen)
     c = client(qwen)
@@ -399,6 +404,7 @@ def test_json_object_regex_and_grammar(qwen):
     assert r.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.release_only(LLGUIDANCE_LEAK)
 def test_constraints_that_do_not_compile(qwen):
     """400 naming the field, with the compiler's reason; the server goes on serving."""
     constraint_or_skip(qwen)
@@ -467,6 +473,7 @@ WEATHER = {"type": "function",
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 
 
+@pytest.mark.release_only(LLGUIDANCE_LEAK)
 def test_tool_calls(qwen):
     """tool_choice "required" gives parsed calls whose arguments fit the function's schema; the
     same named and streamed; the call and its result go back for a text answer; bad tools get
@@ -720,6 +727,8 @@ def test_any_field_of_any_type(qwen):
               "stream_options", "n", "model", "echo", "logprobs", "response_format", "grammar",
               "regex", "logit_bias", "presence_penalty", "top_logprobs", "tools",
               "tool_choice"]
+    if SANITIZED:  # no grammar compiled: LLGUIDANCE_LEAK
+        fields = [f for f in fields if f not in ("grammar", "regex")]
     for path, base in [("/v1/completions", {"prompt": "x", "max_tokens": 1}),
                        ("/v1/chat/completions",
                         {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})]:
