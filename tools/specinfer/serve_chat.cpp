@@ -53,23 +53,24 @@ std::string ChatTemplate::prompt_of(std::string rendered) const {
   return rendered;
 }
 
+std::string token_text(specinfer_target *target, int32_t id) {
+  if (id < 0) return "";
+  std::string t(64, '\0');
+  size_t n = 0;
+  specinfer_status rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
+  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
+    t.resize(n);
+    rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
+  }
+  return rc == SPECINFER_OK ? t.substr(0, n) : "";
+}
+
 void chat_template_of(specinfer_target *target, const specinfer_model_info &info,
                       ChatTemplate *out) {
   out->source = info.chat_template ? info.chat_template : "";
   out->model_adds_bos = info.add_bos != 0;
-  const auto text = [&](int32_t id) -> std::string {
-    if (id < 0) return "";
-    std::string t(64, '\0');
-    size_t n = 0;
-    specinfer_status rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
-    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
-      t.resize(n);
-      rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
-    }
-    return rc == SPECINFER_OK ? t.substr(0, n) : "";
-  };
-  out->bos = text(info.bos_token);
-  out->eos = text(info.eos_token);
+  out->bos = token_text(target, info.bos_token);
+  out->eos = token_text(target, info.eos_token);
 }
 
 }  // namespace serve

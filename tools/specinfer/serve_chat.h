@@ -31,6 +31,9 @@ struct ChatTemplate {
   std::string prompt_of(std::string rendered) const;
 };
 
+// The text (bytes) of one token of an open target; "" for a negative id or when it cannot be had.
+std::string token_text(specinfer_target *target, int32_t id);
+
 // The chat template of an open target whose info is `info` (its chat_template; empty when it has
 // none), the texts of its bos and eos tokens and whether its tokenizer adds bos.
 void chat_template_of(specinfer_target *target, const specinfer_model_info &info,

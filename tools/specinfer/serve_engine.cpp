@@ -2,6 +2,7 @@
 #include "serve_engine.h"
 
 #include "cli_options.h"
+#include "serve_chat.h"
 
 #include <algorithm>
 #include <chrono>
@@ -263,27 +264,15 @@ std::vector<TokenLogprob> Worker::round_logprobs(const Slot &slot) const {
   if (specinfer_session_step_logprobs(slot.session, &tokens, &logprobs, &top_tokens, &top_logprobs,
                                       &n, &top) != SPECINFER_OK)
     return out;
-  const auto bytes_of = [&](int32_t token) {
-    std::string text(64, '\0');
-    size_t len = 0;
-    specinfer_status rc =
-        specinfer_target_detokenize(slot.target, &token, 1, text.data(), text.size(), &len);
-    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
-      text.resize(len);
-      rc = specinfer_target_detokenize(slot.target, &token, 1, text.data(), text.size(), &len);
-    }
-    text.resize(rc == SPECINFER_OK ? len : 0);
-    return text;
-  };
   const int32_t *eog = info_.eog_tokens;
   for (size_t i = 0; i < n; ++i) {
     if (std::find(eog, eog + info_.n_eog_tokens, tokens[i]) != eog + info_.n_eog_tokens) continue;
     TokenLogprob t;
-    t.bytes = bytes_of(tokens[i]);
+    t.bytes = token_text(slot.target, tokens[i]);
     t.logprob = logprobs[i];
     for (int32_t j = 0; j < top; ++j) {
       const size_t k = i * static_cast<size_t>(top) + static_cast<size_t>(j);
-      t.top.emplace_back(bytes_of(top_tokens[k]), top_logprobs[k]);
+      t.top.emplace_back(token_text(slot.target, top_tokens[k]), top_logprobs[k]);
     }
     out.push_back(std::move(t));
   }

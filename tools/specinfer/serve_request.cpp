@@ -17,6 +17,19 @@ json error_body(const ApiError &e) {
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
+json parse_bounded(const std::string &text, bool *too_deep) {
+  bool deep = false;
+  json j = json::parse(
+      text,
+      [&deep](int depth, json::parse_event_t, json &) {
+        if (depth > kMaxDepth) deep = true;
+        return !deep;
+      },
+      false);
+  if (too_deep) *too_deep = deep;
+  return deep ? json(json::value_t::discarded) : j;
+}
+
 ApiError bad_param(const std::string &param, const std::string &message) {
   ApiError e;
   e.message = message;
@@ -256,16 +269,8 @@ std::optional<ApiError> parse_completion_request(const std::string &text, bool c
                                                  const std::vector<std::string> &models,
                                                  const RequestDefaults &defaults,
                                                  CompletionRequest *out) {
-  // Nesting deeper than kMaxDepth is refused while parsing (the parser itself does not recurse):
-  // later steps (dump, the template engine) walk values recursively.
   bool too_deep = false;
-  const json body = json::parse(
-      text,
-      [&too_deep](int depth, json::parse_event_t, json &) {
-        if (depth > kMaxDepth) too_deep = true;
-        return !too_deep;
-      },
-      false);
+  const json body = parse_bounded(text, &too_deep);
   if (too_deep || body.is_discarded() || !body.is_object()) {
     ApiError e;
     e.message = too_deep              ? "the body is nested too deeply"

@@ -32,6 +32,11 @@ struct ApiError {
 
 nlohmann::json error_body(const ApiError &e);
 
+// JSON text parsed without exceptions: a discarded value for text that is not JSON or is nested
+// deeper than kMaxDepth (*too_deep set then, when given). The parser itself does not recurse;
+// later steps (dump, the template engine) walk values recursively, hence the bound.
+nlohmann::json parse_bounded(const std::string &text, bool *too_deep = nullptr);
+
 // A 400 naming the field `param` (code invalid_value).
 ApiError bad_param(const std::string &param, const std::string &message);
 

@@ -27,20 +27,6 @@ bool valid_name(const std::string &name) {
   return true;
 }
 
-// JSON text parsed without exceptions, and refused (discarded) when nested deeper than
-// kMaxDepth: a model's text may hold anything, and later steps walk values recursively.
-json parse_bounded(const std::string &text) {
-  bool too_deep = false;
-  json j = json::parse(
-      text,
-      [&too_deep](int depth, json::parse_event_t, json &) {
-        if (depth > kMaxDepth) too_deep = true;
-        return !too_deep;
-      },
-      false);
-  return too_deep ? json(json::value_t::discarded) : j;
-}
-
 // The JSON text of a call's arguments, or "" when `call` is not a call: an object with a string
 // `name` and an object `arguments` (or JSON text of one).
 std::string arguments_of(const json &call) {
