@@ -560,6 +560,20 @@ SPECINFER_API specinfer_status specinfer_session_feed_text(specinfer_session *se
 SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *session,
                                                              const int32_t *tokens, size_t n);
 
+/* Feeds an empty session the first n_tokens tokens of src's text (prompt and generated), src
+ * being a session on a target that shares this session's loaded model (specinfer_target_share,
+ * or opened with the same plugin and config): the positions src has scored among them are copied
+ * into this session's cache instead of being scored again, so that one prompt scored once serves
+ * several continuations (n choices of one request: each session with its own seed, drafter and
+ * settings). A target plugin that cannot copy its cache (no kv_copy, or not this cache) leaves
+ * the tokens to be scored at the next round, as feed_tokens would. src does not change; the
+ * caller holds both sessions for the call. Stop strings, constraint and log-probability settings
+ * are the session's own, not src's. Errors: INVALID_ARGUMENT (NULL, n_tokens outside 1 .. src's
+ * tokens, a target on another model), STATE (the session has text already), CONTEXT_FULL,
+ * PLUGIN. */
+SPECINFER_API specinfer_status specinfer_session_feed_from(specinfer_session *session,
+                                                           specinfer_session *src, size_t n_tokens);
+
 /* Called with each batch of newly generated tokens and the text they complete. `text` holds only
  * whole UTF-8 characters (a character split across tokens is delivered with its last token) and is
  * not NUL-terminated. Return 0 to go on, nonzero to stop (generate then returns CANCELLED). */

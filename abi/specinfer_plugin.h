@@ -359,6 +359,13 @@ typedef struct specinfer_target_vtable {
    * does. The caller holds all n instances for the call. On error no instance's cache changes. */
   specinfer_status (*forward_many)(void *const *selves, const specinfer_forward_batch *batches,
                                    int32_t n, specinfer_plugin_error *err);
+  /* Added after forward_many (check struct_size; may be NULL): makes self's cache hold the first
+   * n positions of src's (0 <= n <= src's kv_size), src being an instance on self's loaded model
+   * (share), as if self had been fed src's first n tokens: the keys and values are copied, not
+   * computed again (a prompt scored once for several continuations). UNSUPPORTED when this cache
+   * cannot be copied (the caller then scores the tokens itself). The caller holds both instances
+   * for the call; src does not change. On error self's cache is empty. */
+  specinfer_status (*kv_copy)(void *self, void *src, int32_t n, specinfer_plugin_error *err);
 } specinfer_target_vtable;
 
 typedef struct specinfer_host specinfer_host;

@@ -11,6 +11,8 @@
 //    per round) emit what each emits alone, greedy and Gumbel-sampled, with no drafter, prompt
 //    lookup and draft-model drafters (theirs drafting in one call when both draft), with prompts
 //    scored whole or in chunks alongside the others' rounds; bad calls are refused per session;
+//  - a session fed another's text (specinfer_session_feed_from) copies its scored prompt and
+//    continues as a session fed the prompt does;
 //  - a pass's activations are allocated once per loaded model, not once per target.
 #include <stdint.h>
 
@@ -333,6 +335,95 @@ void test_step_many_equals_lone_sessions(void **) {
 // A pass's activations come from a pool on the loaded model, not from each target: the first
 // prefill on a model allocates them, prefills of the same length on its shares allocate only
 // their own KV caches.
+// A session fed another's text (specinfer_session_feed_from) continues it as a session fed the
+// same prompt does, the prompt's positions copied rather than scored: greedy plain and with a
+// draft model, and Gumbel-sampled at another seed; the source's own generated tokens stay out of
+// the copy. Bad calls are refused.
+void test_feed_from_shares_the_prompt(void **) {
+  if (g_model.empty()) {
+    std::printf("skipped: qwen2.5-coder-0.5b.gguf is not in %s\n", models_dir());
+    return;
+  }
+  RealTarget env;
+  assert_true(env.open(g_model));
+  specinfer_target *t = nullptr;
+  assert_int_equal(specinfer_target_share(env.target, &t, nullptr), SPECINFER_OK);
+  specinfer_coupler *gumbel = nullptr;
+  assert_int_equal(specinfer_coupler_create("gumbel", &gumbel, nullptr), SPECINFER_OK);
+  const char *prompt = kPrompts[1];
+  // The source has generated past its prompt: its cache holds more than the prompt.
+  specinfer_session *src = new_session(env.target, nullptr, nullptr, 0.0f, prompt);
+  assert_int_equal(specinfer_session_generate(src, g_tokens, nullptr, nullptr), SPECINFER_OK);
+  specinfer_session_stats st;
+  specinfer_session_stats_init(&st);
+  assert_int_equal(specinfer_session_get_stats(src, &st), SPECINFER_OK);
+  const auto n_prompt = static_cast<size_t>(st.n_prompt_tokens);
+
+  RunParams sampled;
+  sampled.coupler = gumbel;
+  sampled.temperature = 0.8f;
+  sampled.seed = 11;
+  struct Case {
+    bool draft_model;
+    const RunParams *rp;
+  };
+  const RunParams greedy;
+  for (const Case c : {Case{false, &greedy}, Case{true, &greedy}, Case{false, &sampled}}) {
+    const std::vector<int32_t> want = run_session(t, nullptr, prompt, g_tokens, *c.rp);
+    specinfer_drafter *d =
+        c.draft_model ? open_drafter(env.reg, "draft-model", "path=" + g_model, t) : nullptr;
+    specinfer_session_params p;
+    specinfer_session_params_init(&p);
+    p.temperature = c.rp->temperature;
+    p.seed = c.rp->seed;
+    specinfer_session *s = nullptr;
+    assert_int_equal(specinfer_session_create(t, d, c.rp->coupler, &p, &s, nullptr), SPECINFER_OK);
+    assert_int_equal(specinfer_session_feed_from(s, src, n_prompt), SPECINFER_OK);
+    assert_int_equal(specinfer_session_generate(s, g_tokens, nullptr, nullptr), SPECINFER_OK);
+    const int32_t *toks = nullptr;
+    size_t len = 0;
+    assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
+    expect_same_tokens(want, std::vector<int32_t>(toks, toks + len),
+                       c.draft_model ? "fed from a session, draft-model" : "fed from a session",
+                       prompt);
+    specinfer_session_stats_init(&st);
+    assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+    assert_int_equal(st.n_prompt_tokens, static_cast<int64_t>(n_prompt));
+    // No pass scored the prompt (a drafter's hidden state needs its last position again).
+    assert_true(st.n_target_passes <= st.n_rounds + (c.draft_model ? 1 : 0));
+    // A session with text takes none from another.
+    assert_int_equal(specinfer_session_feed_from(s, src, n_prompt), SPECINFER_ERR_STATE);
+    specinfer_session_destroy(s);
+    specinfer_drafter_destroy(d);
+  }
+
+  specinfer_session *s = nullptr;
+  assert_int_equal(specinfer_session_create(t, nullptr, nullptr, nullptr, &s, nullptr),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_from(s, nullptr, 1), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_feed_from(nullptr, src, 1), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_feed_from(s, src, 0), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_feed_from(s, src, n_prompt + g_tokens + 1),
+                   SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_int_equal(specinfer_session_feed_from(s, s, 1), SPECINFER_ERR_INVALID_ARGUMENT);
+  specinfer_session_destroy(s);
+  // A target on another loaded model (another context size: another config).
+  specinfer_target *other = nullptr;
+  const std::string cfg = "path=" + g_model + ",n_ctx=512";
+  assert_int_equal(specinfer_target_open(env.reg, "gguf", cfg.c_str(), &other, nullptr),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_create(other, nullptr, nullptr, nullptr, &s, nullptr),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_from(s, src, n_prompt), SPECINFER_ERR_INVALID_ARGUMENT);
+  assert_non_null(std::strstr(specinfer_session_errmsg(s), "loaded model"));
+  specinfer_session_destroy(s);
+  specinfer_target_destroy(other);
+  specinfer_session_destroy(src);
+  specinfer_coupler_destroy(gumbel);
+  specinfer_target_destroy(t);
+  env.close();
+}
+
 void test_pass_scratch_is_shared(void **) {
   if (g_model.empty()) {
     std::printf("skipped: qwen2.5-coder-0.5b.gguf is not in %s\n", models_dir());
@@ -377,6 +468,7 @@ int main(void) {
   g_tsan = std::getenv("SPECINFER_TSAN") != nullptr;
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_sessions_on_shared_targets),
                                      cmocka_unit_test(test_step_many_equals_lone_sessions),
+                                     cmocka_unit_test(test_feed_from_shares_the_prompt),
                                      cmocka_unit_test(test_pass_scratch_is_shared)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -469,6 +469,16 @@ SPECINFER_API specinfer_status specinfer_session_feed_tokens(specinfer_session *
   return guard(&session->impl->last_error, nullptr, [&] { session->impl->feed_tokens(tokens, n); });
 }
 
+SPECINFER_API specinfer_status specinfer_session_feed_from(specinfer_session *session,
+                                                           specinfer_session *src,
+                                                           size_t n_tokens) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr, [&] {
+    if (!src) fail(SPECINFER_ERR_INVALID_ARGUMENT, "src is NULL");
+    session->impl->continue_from(*src->impl, n_tokens);
+  });
+}
+
 SPECINFER_API specinfer_status specinfer_session_generate(specinfer_session *session,
                                                           int32_t max_tokens,
                                                           specinfer_token_fn on_tokens,

@@ -396,6 +396,30 @@ void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
          after, n, base, base + n);
 }
 
+bool TargetObject::kv_copy(TargetObject &src, int32_t n) {
+  if (src.model_key().empty() || src.model_key() != key_)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "kv_copy: the source target is on another loaded model");
+  if (vtable_->struct_size <
+          offsetof(specinfer_target_vtable, kv_copy) + sizeof(vtable_->kv_copy) ||
+      !vtable_->kv_copy) {
+    kv_truncate(0);
+    return false;
+  }
+  auto err = fresh_error();
+  const specinfer_status rc =
+      call_plugin(err, [&] { return vtable_->kv_copy(self_, src.self_, n, &err); });
+  if (rc != SPECINFER_OK) {
+    kv_truncate(0);  // the plugin's promise, kept for one that breaks it
+    if (rc == SPECINFER_ERR_UNSUPPORTED) return false;
+    check_plugin(rc, err, "kv_copy");
+  }
+  const int32_t after = kv_size();
+  if (after != n)
+    fail(SPECINFER_ERR_PLUGIN, "kv_copy: the target's cache holds %d positions after copying %d",
+         after, n);
+  return true;
+}
+
 bool TargetObject::can_share() const {
   return vtable_->struct_size >=
              offsetof(specinfer_target_vtable, share) + sizeof(vtable_->share) &&

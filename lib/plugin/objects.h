@@ -48,6 +48,10 @@ class TargetObject {
   // the caller for the call). Throws UNSUPPORTED when the plugin has no forward_many.
   static void forward_many(TargetObject *const *targets, const specinfer_forward_batch *batches,
                            int32_t n);
+  // Makes this cache the first n positions of src's (a target on this one's loaded model):
+  // true when copied; false, with this cache empty, when the plugin cannot copy it (no kv_copy,
+  // or UNSUPPORTED for this cache): the caller then scores the tokens. Throws for other errors.
+  bool kv_copy(TargetObject &src, int32_t n);
 
   // Equal for targets on one loaded model (opened with the same plugin and config, or shared);
   // "" when the plugin cannot share.

@@ -155,6 +155,44 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
   stops_.clear();
 }
 
+void Session::continue_from(Session &src, size_t n) {
+  if (&src == this) fail(SPECINFER_ERR_INVALID_ARGUMENT, "a session cannot continue itself");
+  if (!tokens_.empty()) fail(SPECINFER_ERR_STATE, "the session has a text already");
+  if (n == 0 || n > src.tokens_.size())
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "n_tokens must be in [1, %zu], got %zu",
+         src.tokens_.size(), n);
+  if (target_.model_key().empty() || target_.model_key() != src.target_.model_key())
+    fail(SPECINFER_ERR_INVALID_ARGUMENT,
+         "the session's target does not share the source session's loaded model "
+         "(specinfer_target_share)");
+  if (n > static_cast<size_t>(n_ctx_))
+    fail(SPECINFER_ERR_CONTEXT_FULL, "the text (%zu tokens) does not fit the context window of %d",
+         n, n_ctx_);
+  const auto t0 = Clock::now();
+  tokens_.assign(src.tokens_.begin(), src.tokens_.begin() + static_cast<std::ptrdiff_t>(n));
+  n_prompt_ = static_cast<int64_t>(n);
+  // Every token but the last, as far as src's cache holds them.
+  size_t cached = 0;
+  const size_t limit = std::min(
+      {src.kv_tokens_.size(), n - 1, static_cast<size_t>(std::max(src.target_.kv_size(), 0))});
+  while (cached < limit && src.kv_tokens_[cached] == tokens_[cached]) ++cached;
+  if (cached > 0) {  // what this cache held before (a reset keeps it) goes
+    kv_tokens_.clear();
+    hidden_pos_ = -1;
+  }
+  if (cached > 0 && target_.kv_copy(src.target_, static_cast<int32_t>(cached))) {
+    kv_tokens_.assign(tokens_.begin(), tokens_.begin() + static_cast<std::ptrdiff_t>(cached));
+    // The drafter's hidden state, when src's is of the last position copied (else the first
+    // round scores that position again for it).
+    if (hidden_size_ > 0 && src.hidden_size_ == hidden_size_ &&
+        src.hidden_pos_ == static_cast<int64_t>(cached) - 1) {
+      hidden_ = src.hidden_;
+      hidden_pos_ = src.hidden_pos_;
+    }
+  }
+  t_prefill_ += ms_since(t0);
+}
+
 // One round of speculative decoding: draft -> score -> couple -> commit.
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   emit_limit_ = max_emit;

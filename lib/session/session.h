@@ -45,6 +45,11 @@ class Session {
   // Feeding forgets text held back for the stop strings: what follows is prompt.
   void feed_text(const char *text, size_t len);
   void feed_tokens(const int32_t *tokens, size_t n);
+  // Takes the first n tokens of src's text as this (empty) session's prompt, src being on a
+  // target that shares this one's loaded model: the positions src's target has scored among them
+  // are copied into this one's cache rather than scored again (when the target can copy them;
+  // see specinfer_session_fork).
+  void continue_from(Session &src, size_t n);
   // The strings that end the generated text (see StopStrings); replaces the previous ones.
   void set_stop_strings(std::vector<std::string> stops) { stops_.set(std::move(stops)); }
   // Constrains the text generated from the next round on (nullptr: none), claiming the

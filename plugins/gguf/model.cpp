@@ -1051,6 +1051,36 @@ void Model::output_rows(const int32_t *ids, int32_t n, float *out) const {
   }
 }
 
+void Model::kv_copy(const Model &src, int32_t n) {
+  kv_truncate(0);
+  if (&src == this || src.w_ != w_)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_copy: the source is %s",
+         &src == this ? "this sequence" : "a sequence on other weights");
+  if (n < 0 || n > src.n_cached_)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_copy(%d): the source holds %d positions", n,
+         src.n_cached_);
+  if (src.swa_released_ > 0)
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "gguf: kv_copy: the source's sliding-window layers handed keys back");
+  if (n == 0) return;
+  ensure_capacity(n);
+  if (!src.extra_ids_.empty())
+    add_output_ids(src.extra_ids_.data() + src.n_pinned_,
+                   int32_t(src.extra_ids_.size() - src.n_pinned_));
+  // Both caches have one layout (it follows from the weights and the context): each region's
+  // first n slots (whole key tiles: a tile's lanes spread over all of its bytes) are copied at
+  // the same offsets.
+  const size_t slots = size_t(w_->kv_tiles ? tile_ceil(n) : n);
+  for (const Cache &c : cache_)
+    each_region(c, [&](PageArray &pa, size_t start, size_t stride) {
+      const PageArray &from = &pa == &kv_ ? src.kv_ : src.sk_;
+      std::memcpy(pa.data() + start, from.data() + start, slots * stride);
+    });
+  std::copy(src.slot_pos_.begin(), src.slot_pos_.begin() + n, slot_pos_.begin());
+  n_cached_ = n;
+  used_ = std::max(used_, n);
+}
+
 void Model::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
   if (base < 0 || base > n_cached_ || n < 0 || (n > 0 && idx == nullptr))
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_keep(base %d, n %d) invalid with %d cached",

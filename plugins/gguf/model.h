@@ -284,6 +284,12 @@ class Model {
   void kv_truncate(int32_t n_keep);
   // Keeps positions base + idx[0..n) (strictly increasing), moved to base..base+n; drops the rest.
   void kv_keep(int32_t base, const int32_t *idx, int32_t n);
+  // Makes this sequence's cache the first n positions of src's, a sequence on the same Weights
+  // (and its extra output ids this one's too, as forward would have added them). Throws
+  // INVALID_ARGUMENT for other weights or n outside 0..src.kv_size(), UNSUPPORTED when src's
+  // sliding-window layers have handed keys back (what they dropped cannot be copied); the cache
+  // is empty after a throw.
+  void kv_copy(const Model &src, int32_t n);
   // How far before a pass's first position a later cut may go and still keep what it asks, with
   // Weights::swa_release (a speculative round cuts only inside its own pass).
   static constexpr int32_t kSwaRollback = 256;

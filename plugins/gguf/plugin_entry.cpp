@@ -276,6 +276,14 @@ specinfer_status target_output_rows(void *self, const int32_t *ids, int32_t n, f
   });
 }
 
+specinfer_status target_kv_copy(void *self, void *src, int32_t n, specinfer_plugin_error *err) {
+  return guarded(err, "gguf", [&] {
+    if (self == nullptr || src == nullptr)
+      fail(SPECINFER_ERR_INVALID_ARGUMENT, "gguf: kv_copy: NULL target");
+    self_of(self)->model->kv_copy(*self_of(src)->model, n);
+  });
+}
+
 const specinfer_target_vtable kVtable = {
     sizeof(specinfer_target_vtable),
     target_destroy,
@@ -289,6 +297,7 @@ const specinfer_target_vtable kVtable = {
     target_output_rows,
     target_share,
     target_forward_many,
+    target_kv_copy,
 };
 
 specinfer_status target_create(const specinfer_host *host, const char *config, void **self,
