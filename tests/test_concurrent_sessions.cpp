@@ -5,7 +5,9 @@
 //    generate; every text equals the one a lone session gives;
 //  - eight threads race to create a session on one target: exactly one gets it, the others get
 //    STATE, and once it is gone the next one may;
-//  - meanwhile threads open, share and destroy targets and drafters while others generate.
+//  - meanwhile threads open, share and destroy targets and drafters while others generate;
+//  - a session fed another's text (specinfer_session_feed_from) on a target that cannot copy its
+//    cache (kgram has no kv_copy) scores the tokens itself and continues as a fed session does.
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -129,8 +131,45 @@ void test_one_session_per_target(void **) {
 
 }  // namespace
 
+void test_feed_from_scores_what_it_cannot_copy(void **) {
+  specinfer_registry *reg = new_registry();
+  specinfer_target *first = open_kgram(reg, kCorpus, 6);
+  specinfer_target *other = nullptr;
+  assert_int_equal(specinfer_target_share(first, &other, nullptr), SPECINFER_OK);
+  std::string error;
+  const std::vector<int32_t> want = generate(other, nullptr, kPrompts[0], &error);
+  assert_true(error.empty());
+  specinfer_session *src = nullptr, *s = nullptr;
+  assert_int_equal(specinfer_session_create(first, nullptr, nullptr, nullptr, &src, nullptr),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_text(src, kPrompts[0], std::strlen(kPrompts[0])),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_generate(src, 8, nullptr, nullptr), SPECINFER_OK);
+  specinfer_session_stats st;
+  specinfer_session_stats_init(&st);
+  assert_int_equal(specinfer_session_get_stats(src, &st), SPECINFER_OK);
+  assert_int_equal(specinfer_session_create(other, nullptr, nullptr, nullptr, &s, nullptr),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_from(s, src, static_cast<size_t>(st.n_prompt_tokens)),
+                   SPECINFER_OK);
+  assert_int_equal(specinfer_session_generate(s, kTokens, nullptr, nullptr), SPECINFER_OK);
+  const int32_t *toks = nullptr;
+  size_t n = 0;
+  assert_int_equal(specinfer_session_tokens(s, &toks, &n), SPECINFER_OK);
+  assert_true(std::vector<int32_t>(toks, toks + n) == want);
+  specinfer_session_stats_init(&st);
+  assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+  assert_true(st.n_target_passes > st.n_rounds);  // the prompt's pass: nothing was copied
+  specinfer_session_destroy(s);
+  specinfer_session_destroy(src);
+  specinfer_target_destroy(other);
+  specinfer_target_destroy(first);
+  specinfer_registry_destroy(reg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_sessions_on_threads),
-                                     cmocka_unit_test(test_one_session_per_target)};
+                                     cmocka_unit_test(test_one_session_per_target),
+                                     cmocka_unit_test(test_feed_from_scores_what_it_cannot_copy)};
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

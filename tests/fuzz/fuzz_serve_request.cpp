@@ -83,9 +83,13 @@ void check_request(const std::string &text, bool chat, const std::vector<std::st
       FUZZ_CHECK(m.is_object() && m["role"].is_string() && m["content"].is_string());
     }
   } else {
-    FUZZ_CHECK(!p.prompt.empty());
+    // Text or token ids, one of them.
+    FUZZ_CHECK(p.prompt.empty() != p.prompt_tokens.empty());
+    for (const int32_t id : p.prompt_tokens) FUZZ_CHECK(id >= 0);
     FUZZ_CHECK(r.messages.empty());
   }
+  FUZZ_CHECK(p.n >= 1 && p.n <= serve::kMaxChoices);
+  FUZZ_CHECK(!(r.echo && (chat || p.logprobs >= 0)));
   FUZZ_CHECK(p.logprobs >= -1 && p.logprobs <= SPECINFER_MAX_TOP_LOGPROBS);
   static const std::set<std::string> kKinds = {"", "json_object", "json_schema", "lark", "regex"};
   FUZZ_CHECK(kKinds.count(p.constraint_kind) == 1);

@@ -275,8 +275,16 @@ def test_sampling_is_seeded(qwen):
     ({"prompt": "x", "stop": ["a", 1]}, "stop"),
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "seed": 1.5}, "seed"),
-    ({"prompt": "x", "n": 2}, "n"),
-    ({"prompt": "x", "echo": True}, "echo"),
+    ({"prompt": "x", "n": 9}, "n"),
+    ({"prompt": "x", "n": 0}, "n"),
+    ({"prompt": "x", "n": 5}, "n"),  # more than the server's --parallel 4
+    ({"prompt": "x", "echo": "yes"}, "echo"),
+    ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+    ({"prompt": ["x", "y"]}, "prompt"),
+    ({"prompt": [1, -2]}, "prompt"),
+    ({"prompt": [[1], [2]]}, "prompt"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": [999999999]}, "prompt"),  # outside the vocabulary
     ({"prompt": "x", "logprobs": 21}, "logprobs"),
     ({"prompt": "x", "logprobs": "2"}, "logprobs"),
     ({"prompt": "x", "best_of": 3}, "best_of"),
@@ -324,6 +332,70 @@ def test_bad_requests(qwen):
     # The server still serves.
     r = client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[0], max_tokens=2)
     assert r.usage.completion_tokens == 2
+
+
+def test_n_choices(qwen, reference):
+    """n choices: the prompt scored once (by the first; the others take its scored positions),
+    each choice what a request of its own gives: greedy ones the greedy text, sampled choice i the
+    text of seed + i; streamed choices arrive by index and equal the whole answer's."""
+    c = client(qwen)
+    p = PROMPTS[1]
+    one = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0)
+    before = metric(qwen, "specinfer_prompt_tokens_total")
+    r = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0, n=4)
+    assert [ch.index for ch in r.choices] == [0, 1, 2, 3]
+    assert all(printed(ch.text) == reference[p] for ch in r.choices)
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens
+    assert r.usage.completion_tokens == 4 * N
+    assert metric(qwen, "specinfer_prompt_tokens_total") - before == one.usage.prompt_tokens
+    kw = dict(model=qwen.model, prompt=p, max_tokens=12, temperature=0.9)
+    r = c.completions.create(n=3, seed=40, **kw)
+    for i, ch in enumerate(r.choices):
+        assert ch.text == c.completions.create(seed=40 + i, **kw).choices[0].text
+    assert len({ch.text for ch in r.choices}) > 1
+    texts = ["", "", ""]
+    finish = [None] * 3
+    for chunk in c.completions.create(n=3, seed=40, stream=True, **kw):
+        for ch in chunk.choices:
+            texts[ch.index] += ch.text
+            finish[ch.index] = finish[ch.index] or ch.finish_reason
+    assert texts == [ch.text for ch in r.choices]
+    assert finish == ["length"] * 3
+    chat = c.chat.completions.create(model=qwen.model, max_tokens=8, temperature=0, n=2,
+                                     messages=[{"role": "user", "content": "Say hi."}])
+    assert len(chat.choices) == 2
+    assert chat.choices[0].message.content == chat.choices[1].message.content
+
+
+def test_token_prompts_tokenize_and_echo(qwen, reference):
+    """A prompt of token ids (from /tokenize) gives the text the prompt's text gives; /detokenize
+    turns them back; echo puts the prompt before the completion."""
+    p = PROMPTS[0]
+    status, j = post(qwen, "/tokenize", {"content": p})
+    assert status == 200, j
+    ids = j["tokens"]
+    assert ids and all(isinstance(t, int) for t in ids)
+    assert post(qwen, "/detokenize", {"tokens": ids}) == (200, {"content": p})
+    c = client(qwen)
+    for prompt in (ids, [ids]):
+        r = c.completions.create(model=qwen.model, prompt=prompt, max_tokens=N, temperature=0)
+        assert printed(r.choices[0].text) == reference[p]
+        assert r.usage.prompt_tokens == len(ids)
+    r = c.completions.create(model=qwen.model, prompt=p, max_tokens=N, temperature=0, echo=True)
+    assert printed(r.choices[0].text) == p + reference[p]
+    r = c.completions.create(model=qwen.model, prompt=ids, max_tokens=N, temperature=0,
+                             echo=True, n=2)
+    assert [printed(ch.text) for ch in r.choices] == [p + reference[p]] * 2
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=qwen.model, prompt=p, max_tokens=N, temperature=0, echo=True, stream=True))
+    assert printed(streamed) == p + reference[p]
+    for path, body, param in [("/tokenize", {"content": 3}, "content"),
+                              ("/tokenize", {"content": "x", "add_special": "no"}, "add_special"),
+                              ("/detokenize", {"tokens": "1 2"}, "tokens"),
+                              ("/detokenize", {"tokens": [10 ** 9]}, "tokens"),
+                              ("/tokenize", {"content": "x", "model": "other"}, "model")]:
+        status, j = post(qwen, path, body)
+        assert status in (400, 404) and j["error"]["param"] == param, (path, body, j)
 
 
 # Structured output: a schema whose JSON has no free whitespace (most tokens are forced).

@@ -320,6 +320,7 @@ int cmd_serve(int argc, char **argv) {
   for (size_t i = 0; i < specs.size(); ++i) {
     entries[i].name = specs[i].name;
     entries[i].max_queue = so.queue;
+    entries[i].parallel = std::max(so.parallel, 1);
   }
 
   for (const std::string &note : serve::share_draft_models(&specs))

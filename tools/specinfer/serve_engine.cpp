@@ -74,14 +74,17 @@ SubmitStatus Worker::submit(GenParams params, GenCallbacks callbacks,
                             std::shared_ptr<std::atomic<bool>> cancelled) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return SubmitStatus::kStopped;
-  // max_queue counts waiting requests: a free slot takes one even with max_queue == 0.
+  if (params.n < 1 || params.n > static_cast<int32_t>(slots_.size()))
+    return SubmitStatus::kTooManyChoices;
+  // max_queue counts waiting requests: free slots take one even with max_queue == 0.
   const bool room =
-      metrics_.running + static_cast<int32_t>(queue_.size()) < static_cast<int32_t>(slots_.size());
+      queue_.empty() && metrics_.running + params.n <= static_cast<int32_t>(slots_.size());
   if (static_cast<int32_t>(queue_.size()) >= options_.max_queue && !room) {
     metrics_.requests_rejected++;
     return SubmitStatus::kQueueFull;
   }
-  queue_.push_back(Job{std::move(params), std::move(callbacks), std::move(cancelled)});
+  queue_.push_back(
+      std::make_shared<Job>(Job{std::move(params), std::move(callbacks), std::move(cancelled), 0}));
   metrics_.queue_depth = static_cast<int32_t>(queue_.size());
   wake_.notify_one();
   return SubmitStatus::kQueued;
@@ -93,7 +96,7 @@ EngineMetrics Worker::metrics() const {
 }
 
 void Worker::stop() {
-  std::deque<Job> dropped;
+  std::deque<std::shared_ptr<Job>> dropped;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -101,11 +104,58 @@ void Worker::stop() {
     metrics_.queue_depth = 0;
     wake_.notify_one();
   }
-  for (Job &job : dropped) job.callbacks.on_done(with_kind(GenResult::Kind::kCancelled));
+  for (const auto &job : dropped)
+    for (int32_t i = 0; i < job->params.n; ++i)
+      job->callbacks.on_done(i, with_kind(GenResult::Kind::kCancelled));
+}
+
+bool Worker::tokenize(const std::string &text, bool add_special, std::vector<int32_t> *ids,
+                      std::string *error) {
+  std::lock_guard<std::mutex> lock(target_mutex_);
+  size_t n = 0;
+  const int32_t special = add_special ? 1 : 0;
+  specinfer_status rc =
+      specinfer_target_tokenize(target_, text.data(), text.size(), special, 1, nullptr, 0, &n);
+  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
+    ids->resize(n);
+    rc = specinfer_target_tokenize(target_, text.data(), text.size(), special, 1, ids->data(),
+                                   ids->size(), &n);
+  }
+  if (rc != SPECINFER_OK) {
+    *error = std::string("cannot tokenize: ") + specinfer_target_errmsg(target_);
+    return false;
+  }
+  ids->resize(n);
+  return true;
+}
+
+bool Worker::detokenize(const std::vector<int32_t> &ids, std::string *text, std::string *error) {
+  std::lock_guard<std::mutex> lock(target_mutex_);
+  for (const int32_t id : ids)
+    if (id < 0 || id >= info_.vocab_size) {
+      *error = "token " + std::to_string(id) + " is outside the vocabulary (size " +
+               std::to_string(info_.vocab_size) + ")";
+      return false;
+    }
+  size_t n = 0;
+  specinfer_status rc =
+      specinfer_target_detokenize(target_, ids.data(), ids.size(), nullptr, 0, &n);
+  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
+    text->resize(n);
+    rc = specinfer_target_detokenize(target_, ids.data(), ids.size(), text->data(), text->size(),
+                                     &n);
+  }
+  if (rc != SPECINFER_OK) {
+    *error = std::string("cannot detokenize: ") + specinfer_target_errmsg(target_);
+    return false;
+  }
+  text->resize(n);
+  return true;
 }
 
 specinfer_constraint *Worker::open_constraint(const std::string &kind, const std::string &grammar,
                                               std::string *error) {
+  std::lock_guard<std::mutex> lock(target_mutex_);
   auto it = std::find_if(compiled_.begin(), compiled_.end(),
                          [&](const Compiled &c) { return c.kind == kind && c.grammar == grammar; });
   char *err = nullptr;
@@ -134,43 +184,89 @@ specinfer_constraint *Worker::open_constraint(const std::string &kind, const std
   return fork;
 }
 
-bool Worker::start(Slot &slot, Job job) {
-  slot.job = std::move(job);
+bool Worker::start(Slot &slot, Slot *source) {
   slot.result = GenResult{};
-  slot.ended = false;
   GenResult &result = slot.result;
-  if (slot.job.cancelled->load()) {
+  if (slot.job->cancelled->load()) {
     result.kind = GenResult::Kind::kCancelled;
     return false;
   }
-  const GenParams &p = slot.job.params;
+  if (source) {  // the prompt, as choice 0 scored it
+    if (!open_session(slot)) return false;
+    result.prompt_tokens = slot.job->prompt_tokens;
+    if (specinfer_session_feed_from(slot.session, source->session,
+                                    static_cast<size_t>(slot.job->prompt_tokens)) != SPECINFER_OK) {
+      result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(slot.session));
+      return false;
+    }
+    return true;
+  }
+  const GenParams &p = slot.job->params;
   // Count the prompt's tokens first (as feed_text will tokenize it: special tokens parsed, bos
   // added when the model asks), so that a prompt that leaves no room is refused with the numbers.
-  size_t n_prompt = 0;
-  specinfer_status rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1,
-                                                  1, nullptr, 0, &n_prompt);
-  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
-    std::vector<int32_t> ids(n_prompt);
-    rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1, 1, ids.data(),
-                                   ids.size(), &n_prompt);
+  std::vector<int32_t> ids = p.prompt_tokens;
+  if (ids.empty()) {
+    size_t n_prompt = 0;
+    specinfer_status rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(),
+                                                    1, 1, nullptr, 0, &n_prompt);
+    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
+      ids.resize(n_prompt);
+      rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1, 1,
+                                     ids.data(), ids.size(), &n_prompt);
+    }
+    if (rc != SPECINFER_OK) {
+      result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
+                                                           specinfer_target_errmsg(slot.target));
+      return false;
+    }
+    ids.resize(n_prompt);
   }
+  if (ids.size() >= static_cast<size_t>(info_.n_ctx)) {
+    result = with_kind(GenResult::Kind::kBadRequest,
+                       "the prompt has " + std::to_string(ids.size()) +
+                           " tokens, but the context holds " + std::to_string(info_.n_ctx) +
+                           " (prompt and completion together)");
+    result.prompt_tokens = static_cast<int32_t>(ids.size());
+    return false;
+  }
+  if (!open_session(slot)) return false;
+  const specinfer_status rc =
+      p.prompt_tokens.empty()
+          ? specinfer_session_feed_text(slot.session, p.prompt.data(), p.prompt.size())
+          : specinfer_session_feed_tokens(slot.session, ids.data(), ids.size());
   if (rc != SPECINFER_OK) {
-    result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
-                                                         specinfer_target_errmsg(slot.target));
+    // Token ids outside the vocabulary are the client's; anything else the server's.
+    result = with_kind(rc == SPECINFER_ERR_INVALID_ARGUMENT ? GenResult::Kind::kBadRequest
+                                                            : GenResult::Kind::kFailed,
+                       specinfer_session_errmsg(slot.session));
     return false;
   }
-  if (n_prompt >= static_cast<size_t>(info_.n_ctx)) {
-    result =
-        with_kind(GenResult::Kind::kBadRequest,
-                  "the prompt has " + std::to_string(n_prompt) + " tokens, but the context holds " +
-                      std::to_string(info_.n_ctx) + " (prompt and completion together)");
-    result.prompt_tokens = static_cast<int32_t>(n_prompt);
-    return false;
+  slot.job->prompt_tokens = result.prompt_tokens = static_cast<int32_t>(ids.size());
+  if (slot.job->callbacks.on_start) {
+    std::string text = p.prompt;
+    if (!p.prompt_tokens.empty()) {
+      size_t n = 0;
+      if (specinfer_target_detokenize(slot.target, ids.data(), ids.size(), nullptr, 0, &n) ==
+          SPECINFER_ERR_BUFFER_TOO_SMALL) {
+        text.resize(n);
+        if (specinfer_target_detokenize(slot.target, ids.data(), ids.size(), text.data(),
+                                        text.size(), &n) != SPECINFER_OK)
+          n = 0;
+      }
+      text.resize(n);
+    }
+    slot.job->callbacks.on_start(result.prompt_tokens, text);
   }
+  return true;
+}
+
+bool Worker::open_session(Slot &slot) {
+  const GenParams &p = slot.job->params;
+  GenResult &result = slot.result;
   specinfer_session_params sp = options_.defaults;
   sp.temperature = p.temperature;
   sp.top_p = p.top_p;
-  sp.seed = p.seed;
+  sp.seed = p.seed + static_cast<uint64_t>(slot.choice);
   char *err = nullptr;
   specinfer_coupler *coupler = sp.temperature > 0.0f ? sampled_coupler_ : nullptr;
   if (specinfer_session_create(slot.target, slot.drafter, coupler, &sp, &slot.session, &err) !=
@@ -180,6 +276,7 @@ bool Worker::start(Slot &slot, Job job) {
     specinfer_free(err);
     return false;
   }
+  slot.room.resize(static_cast<size_t>(sp.max_draft) + 1);
   if (!p.constraint_kind.empty()) {
     std::string why;
     slot.constraint = open_constraint(p.constraint_kind, p.constraint, &why);
@@ -187,10 +284,6 @@ bool Worker::start(Slot &slot, Job job) {
       if (slot.constraint) why = specinfer_session_errmsg(slot.session);
       result = with_kind(GenResult::Kind::kBadRequest, p.constraint_param + ": " + why);
       result.param = p.constraint_param;
-      specinfer_session_destroy(slot.session);
-      slot.session = nullptr;
-      specinfer_constraint_destroy(slot.constraint);
-      slot.constraint = nullptr;
       return false;
     }
   }
@@ -204,19 +297,8 @@ bool Worker::start(Slot &slot, Job job) {
   if (specinfer_session_set_stop_strings(slot.session, stops.data(), stops.size()) !=
       SPECINFER_OK) {
     result = with_kind(GenResult::Kind::kBadRequest, specinfer_session_errmsg(slot.session));
-    specinfer_session_destroy(slot.session);
-    slot.session = nullptr;
     return false;
   }
-  if (specinfer_session_feed_text(slot.session, p.prompt.data(), p.prompt.size()) != SPECINFER_OK) {
-    result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(slot.session));
-    specinfer_session_destroy(slot.session);
-    slot.session = nullptr;
-    return false;
-  }
-  result.prompt_tokens = static_cast<int32_t>(n_prompt);
-  slot.room.resize(static_cast<size_t>(sp.max_draft) + 1);
-  if (slot.job.callbacks.on_start) slot.job.callbacks.on_start(result.prompt_tokens);
   return true;
 }
 
@@ -230,7 +312,8 @@ void Worker::finish(Slot &slot) {
   slot.constraint = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    metrics_.prompt_tokens += st.n_prompt_tokens;
+    // Choices after the first take the prompt scored: it counts once.
+    if (slot.choice == 0) metrics_.prompt_tokens += st.n_prompt_tokens;
     metrics_.generated_tokens += st.n_generated;
     metrics_.drafted += st.n_drafted;
     metrics_.accepted += st.n_accepted;
@@ -249,14 +332,47 @@ void Worker::finish(Slot &slot) {
         break;
     }
   }
-  Job job = std::move(slot.job);
-  slot.job = Job{};
-  job.callbacks.on_done(slot.result);
+  const std::shared_ptr<Job> job = std::move(slot.job);
+  slot.job.reset();
+  slot.source = nullptr;
+  job->callbacks.on_done(slot.choice, slot.result);
+}
+
+void Worker::start_waiting(Slot &source, bool scored) {
+  for (Slot &s : slots_) {
+    if (s.source != &source) continue;
+    s.source = nullptr;
+    if (!scored) {
+      s.result = source.result;
+      finish(s);
+    } else if (!start(s, &source)) {
+      finish(s);
+    }
+  }
+}
+
+void Worker::admit(std::vector<std::shared_ptr<Job>> arrived) {
+  for (const std::shared_ptr<Job> &job : arrived) {
+    Slot *first = nullptr;
+    int32_t choice = 0;
+    for (Slot &s : slots_) {
+      if (choice == job->params.n) break;
+      if (s.job) continue;
+      s.job = job;
+      s.choice = choice++;
+      s.source = first;
+      if (!first) first = &s;
+    }
+    if (!start(*first, nullptr)) {
+      start_waiting(*first, false);
+      finish(*first);
+    }
+  }
 }
 
 std::vector<TokenLogprob> Worker::round_logprobs(const Slot &slot) const {
   std::vector<TokenLogprob> out;
-  if (slot.job.params.logprobs < 0) return out;
+  if (slot.job->params.logprobs < 0) return out;
   const int32_t *tokens = nullptr, *top_tokens = nullptr;
   const float *logprobs = nullptr, *top_logprobs = nullptr;
   size_t n = 0;
@@ -293,33 +409,30 @@ void Worker::loop() {
   step.prefill_chunk = options_.prefill_chunk;
   for (;;) {
     // Free slots take waiting requests; with nothing running, wait for one.
-    std::vector<Job> arrived;
+    std::vector<std::shared_ptr<Job>> arrived;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      int32_t running = 0;
-      for (const Slot &s : slots_) running += s.session ? 1 : 0;
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || running > 0; });
+      int32_t busy = 0;
+      for (const Slot &s : slots_) busy += s.job ? 1 : 0;
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy > 0; });
       stopping = stopping_;
+      // In arrival order: a request whose choices do not all fit waits, and so do those after it.
       while (!stopping && !queue_.empty() &&
-             running + static_cast<int32_t>(arrived.size()) < static_cast<int32_t>(slots_.size())) {
+             busy + queue_.front()->params.n <= static_cast<int32_t>(slots_.size())) {
+        busy += queue_.front()->params.n;
         arrived.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       metrics_.queue_depth = static_cast<int32_t>(queue_.size());
     }
-    for (Job &job : arrived) {
-      for (Slot &s : slots_) {
-        if (s.session || s.job.callbacks.on_done) continue;
-        if (!start(s, std::move(job))) finish(s);
-        break;
-      }
-    }
+    admit(std::move(arrived));
     std::vector<Slot *> active;
     for (Slot &s : slots_) {
       if (!s.session) continue;
-      if (stopping || s.job.cancelled->load()) {
+      if (stopping || s.job->cancelled->load()) {
         s.result.kind = GenResult::Kind::kCancelled;
+        start_waiting(s, false);
         finish(s);
         continue;
       }
@@ -343,23 +456,30 @@ void Worker::loop() {
       r.struct_size = sizeof r;
       r.tokens = s.room.data();
       // A round emits no more than the request has left.
-      const int32_t left = s.job.params.max_tokens - s.result.completion_tokens;
+      const int32_t left = s.job->params.max_tokens - s.result.completion_tokens;
       r.cap = std::min(s.room.size(), static_cast<size_t>(std::max(left, 1)));
     }
     const auto step_start = std::chrono::steady_clock::now();
     specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
     count_step(sessions, results, std::chrono::steady_clock::now() - step_start);
+    // Choices waiting for a prompt start from it once its first tokens show it scored (before
+    // anything below may end the session that holds it).
+    for (size_t i = 0; i < active.size(); ++i)
+      if (results[i].status == SPECINFER_OK && results[i].n_tokens > 0)
+        start_waiting(*active[i], true);
     for (size_t i = 0; i < active.size(); ++i) {
       Slot &s = *active[i];
       const specinfer_step_result &r = results[i];
       GenResult &result = s.result;
       if (r.status == SPECINFER_ERR_CONTEXT_FULL) {
         result.finish_reason = "length";
+        start_waiting(s, true);
         finish(s);
         continue;
       }
       if (r.status != SPECINFER_OK) {
         result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(s.session));
+        start_waiting(s, false);
         finish(s);
         continue;
       }
@@ -369,15 +489,15 @@ void Worker::loop() {
       specinfer_session_step_text(s.session, &round_text, &round_len);
       std::string text(round_text ? round_text : "", round_len);
       result.completion_tokens += static_cast<int32_t>(r.n_tokens);
-      const bool full = !r.done && result.completion_tokens >= s.job.params.max_tokens;
+      const bool full = !r.done && result.completion_tokens >= s.job->params.max_tokens;
       if (full) {  // the text ends here: what was held back for the stop strings is the request's
         const char *tail = nullptr;
         size_t tail_len = 0;
         if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
           text.append(tail, tail_len);
       }
-      const bool more =
-          s.job.callbacks.on_text(text, static_cast<int32_t>(r.n_tokens), round_logprobs(s));
+      const bool more = s.job->callbacks.on_text(s.choice, text, static_cast<int32_t>(r.n_tokens),
+                                                 round_logprobs(s));
       if (r.done || !more || full) {
         result.finish_reason = full && more ? "length" : "stop";
         finish(s);

@@ -27,9 +27,17 @@ struct TokenLogprob {
   std::vector<std::pair<std::string, float>> top;  // alternatives, most likely first
 };
 
-// One generation request, its prompt already rendered to text.
+// Most choices (`n`) one request may ask for.
+constexpr int32_t kMaxChoices = 8;
+
+// One generation request, its prompt already rendered to text (or given as token ids).
 struct GenParams {
   std::string prompt;
+  std::vector<int32_t> prompt_tokens;  // when not empty, the prompt (fed as is; `prompt` unused)
+  // Choices: n continuations of the prompt, each a session of its own with seed + i; the prompt
+  // is scored once, by choice 0, and the others take its scored positions
+  // (specinfer_session_feed_from).
+  int32_t n = 1;
   int32_t max_tokens = 128;
   float temperature = 0;
   float top_p = 1;
@@ -43,7 +51,7 @@ struct GenParams {
   std::string constraint_kind, constraint, constraint_param;
 };
 
-// How a request ended.
+// How a request's choice ended.
 struct GenResult {
   enum class Kind { kOk, kBadRequest, kCancelled, kFailed };
   Kind kind = Kind::kOk;
@@ -56,17 +64,21 @@ struct GenResult {
 };
 
 // Called on the engine's thread, in this order: on_start once when the prompt is accepted (not
-// for a request refused or cancelled before it starts), on_text after every round with the new
-// text (the session's step text: whole UTF-8 characters, the end-of-text token's own text and
-// everything from a stop string on left out) and once more with the text held back for the stop
-// strings when the request reaches max_tokens, on_done exactly once. on_text returns false to end
-// the request (finish_reason "stop"); with GenParams::logprobs, it gets the round's tokens' log-
-// probabilities (end-of-generation tokens left out), else none.
+// for a request refused or cancelled before it starts), then for each choice (0 .. n-1, their
+// calls interleaved): on_text after every round with the new text (the session's step text:
+// whole UTF-8 characters, the end-of-text token's own text and everything from a stop string on
+// left out) and once more with the text held back for the stop strings when the choice reaches
+// max_tokens, and on_done exactly once (for a request refused before it starts: once for every
+// choice, with the same result). on_text returns false to end the choice (finish_reason "stop");
+// with GenParams::logprobs, it gets the round's tokens' log-probabilities (end-of-generation
+// tokens left out), else none.
 struct GenCallbacks {
-  std::function<void(int32_t prompt_tokens)> on_start;
-  std::function<bool(const std::string &text, int32_t n_tokens, std::vector<TokenLogprob> logprobs)>
+  // The prompt's token count and its text (a prompt of token ids decoded).
+  std::function<void(int32_t prompt_tokens, const std::string &prompt_text)> on_start;
+  std::function<bool(int32_t choice, const std::string &text, int32_t n_tokens,
+                     std::vector<TokenLogprob> logprobs)>
       on_text;
-  std::function<void(const GenResult &)> on_done;
+  std::function<void(int32_t choice, const GenResult &)> on_done;
 };
 
 // Counters for /metrics, since the engine started.
@@ -84,7 +96,8 @@ struct EngineMetrics {
   double step_seconds = 0;
 };
 
-enum class SubmitStatus { kQueued, kQueueFull, kStopped };
+// kTooManyChoices: GenParams::n is more than the engine runs at once.
+enum class SubmitStatus { kQueued, kQueueFull, kStopped, kTooManyChoices };
 
 class Engine {
  public:
@@ -96,14 +109,23 @@ class Engine {
   virtual EngineMetrics metrics() const = 0;
   // Ends the running request (as cancelled) and every queued one; submit() refuses afterwards.
   virtual void stop() = 0;
+  // The model's tokenizer, from any thread: text to token ids (special-token text parsed; bos
+  // added when add_special and the model asks), and ids back to text. False with *error set for
+  // what the tokenizer refuses (an id outside the vocabulary).
+  virtual bool tokenize(const std::string &text, bool add_special, std::vector<int32_t> *ids,
+                        std::string *error) = 0;
+  virtual bool detokenize(const std::vector<int32_t> &ids, std::string *text,
+                          std::string *error) = 0;
 };
 
-// Runs up to `parallel` requests at once, each on a session of its own (a slot: a target shared
-// from `target`, and a drafter opened from `drafter_spec` on it), all stepped together by one
-// thread with specinfer_session_step_many: one pass over the weights per step for every running
-// request, drafts included (continuous batching). A request arriving takes a free slot at the next
-// step and scores its prompt `prefill_chunk` tokens per step; at most `max_queue` requests wait
-// for a slot.
+// Runs up to `parallel` choices of requests at once, each on a session of its own (a slot: a
+// target shared from `target`, and a drafter opened from `drafter_spec` on it), all stepped
+// together by one thread with specinfer_session_step_many: one pass over the weights per step for
+// every running choice, drafts included (continuous batching). A request arriving takes a free
+// slot per choice at the next step (in arrival order: a request waits until it has them all);
+// its first choice scores the prompt `prefill_chunk` tokens per step, and the others take the
+// scored prompt from it once it has emitted its first tokens. At most `max_queue` requests wait
+// for slots.
 class Worker : public Engine {
  public:
   struct Options {
@@ -121,30 +143,43 @@ class Worker : public Engine {
                       std::shared_ptr<std::atomic<bool>> cancelled) override;
   EngineMetrics metrics() const override;
   void stop() override;
+  bool tokenize(const std::string &text, bool add_special, std::vector<int32_t> *ids,
+                std::string *error) override;
+  bool detokenize(const std::vector<int32_t> &ids, std::string *text, std::string *error) override;
 
  private:
   struct Job {
     GenParams params;
     GenCallbacks callbacks;
     std::shared_ptr<std::atomic<bool>> cancelled;
+    int32_t prompt_tokens = 0;  // counted by choice 0 when it starts
   };
   struct Slot {
     specinfer_target *target = nullptr;
     specinfer_drafter *drafter = nullptr;
-    specinfer_session *session = nullptr;        // a request is running
+    specinfer_session *session = nullptr;        // a choice is running
     specinfer_constraint *constraint = nullptr;  // its constraint (a fork of a compiled one)
-    Job job;
+    std::shared_ptr<Job> job;                    // the request, shared by its choices (null: free)
+    int32_t choice = 0;
+    // A choice waiting for the prompt: the slot of choice 0, which scores it (no session yet).
+    Slot *source = nullptr;
     GenResult result;
     std::vector<int32_t> room;  // step_many's token buffer
-    bool ended = false;         // an end-of-text token came
   };
   Worker(specinfer_registry *reg, specinfer_target *target, const Options &options);
   void loop();
-  // Starts the job on the slot (a session with its prompt fed); false with the slot's result set
-  // when the request is refused.
-  bool start(Slot &slot, Job job);
-  // Ends the slot's request: its session's counts into the metrics, then on_done.
+  // Takes waiting requests into free slots, a slot per choice, and starts their first choices.
+  void admit(std::vector<std::shared_ptr<Job>> arrived);
+  // Starts the slot's choice: a session with its prompt fed (choice 0) or taken from `source`'s
+  // session (the others); false with the slot's result set when it is refused.
+  bool start(Slot &slot, Slot *source);
+  // The slot's session with the request's settings; false with the slot's result set.
+  bool open_session(Slot &slot);
+  // Ends the slot's choice: its session's counts into the metrics, then on_done.
   void finish(Slot &slot);
+  // Ends the choices still waiting for `source`'s prompt: started from it when it has scored it
+  // (`scored`), else ended with its result.
+  void start_waiting(Slot &source, bool scored);
   // A new constraint for a request's kind and grammar, forked from the compiled one kept for
   // them (compiled on first use; the kMaxCompiled most recently used are kept); nullptr with
   // *error set when the grammar does not compile or the plugin is missing.
@@ -158,7 +193,10 @@ class Worker : public Engine {
                   std::chrono::steady_clock::duration took);
 
   specinfer_registry *reg_;
+  // The target the slots' targets are shared from, running no session: the tokenizer's for the
+  // HTTP threads and the constraints' vocabulary, one caller at a time (target_mutex_).
   specinfer_target *target_;
+  std::mutex target_mutex_;
   // Compiled constraints in their start state, most recently used last: (kind, grammar) -> it.
   struct Compiled {
     std::string kind, grammar;
@@ -177,7 +215,7 @@ class Worker : public Engine {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Job> queue_;
+  std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
   EngineMetrics metrics_;
   std::thread thread_;

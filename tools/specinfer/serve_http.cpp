@@ -1,6 +1,7 @@
 // OpenAI-compatible routes of `specinfer serve` (serve_http.h).
 #include "serve_http.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -38,35 +39,62 @@ void send_error(httplib::Response &res, const ApiError &e) {
 
 // What a running request shares between the engine's thread (the callbacks) and the HTTP thread.
 struct Exchange {
+  explicit Exchange(int32_t n) : choices(static_cast<size_t>(n)) {}
   std::mutex m;
   std::condition_variable cv;
-  bool started = false, done = false;
-  int32_t prompt_tokens = 0;
-  GenResult result;
-  std::string pending;                         // text not yet sent (streaming) or the whole text
-  std::vector<TokenLogprob> pending_logprobs;  // the same for the tokens' log-probabilities
+  bool started = false;
+  std::string prompt_text;  // the prompt (token ids decoded), for echo
+  struct Choice {
+    std::string pending;                         // text not yet sent (streaming) or the whole text
+    std::vector<TokenLogprob> pending_logprobs;  // the same for the tokens' log-probabilities
+    GenResult result;
+    bool done = false;
+  };
+  std::vector<Choice> choices;
+  size_t n_done = 0;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+
+  bool done() const { return n_done == choices.size(); }
+  // The first choice that did not end well (nullptr: none): the request's error.
+  const GenResult *failure() const {
+    for (const Choice &c : choices)
+      if (c.done && c.result.kind != GenResult::Kind::kOk) return &c.result;
+    return nullptr;
+  }
+  // The request's token counts: the prompt once, every choice's completion.
+  GenResult usage() const {
+    GenResult u;
+    for (const Choice &c : choices) {
+      u.prompt_tokens = std::max(u.prompt_tokens, c.result.prompt_tokens);
+      u.completion_tokens += c.result.completion_tokens;
+    }
+    return u;
+  }
 };
 
 GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
   GenCallbacks cb;
-  cb.on_start = [x](int32_t prompt_tokens) {
+  cb.on_start = [x](int32_t, const std::string &prompt_text) {
     std::lock_guard<std::mutex> lock(x->m);
     x->started = true;
-    x->prompt_tokens = prompt_tokens;
+    x->prompt_text = prompt_text;
     x->cv.notify_all();
   };
-  cb.on_text = [x](const std::string &piece, int32_t, std::vector<TokenLogprob> logprobs) {
+  cb.on_text = [x](int32_t i, const std::string &piece, int32_t,
+                   std::vector<TokenLogprob> logprobs) {
     std::lock_guard<std::mutex> lock(x->m);
-    x->pending += piece;
-    for (TokenLogprob &t : logprobs) x->pending_logprobs.push_back(std::move(t));
+    Exchange::Choice &c = x->choices[static_cast<size_t>(i)];
+    c.pending += piece;
+    for (TokenLogprob &t : logprobs) c.pending_logprobs.push_back(std::move(t));
     x->cv.notify_all();
     return true;
   };
-  cb.on_done = [x](const GenResult &r) {
+  cb.on_done = [x](int32_t i, const GenResult &r) {
     std::lock_guard<std::mutex> lock(x->m);
-    x->result = r;
-    x->done = true;
+    Exchange::Choice &c = x->choices[static_cast<size_t>(i)];
+    c.result = r;
+    c.done = true;
+    x->n_done++;
     x->cv.notify_all();
   };
   return cb;
@@ -119,7 +147,10 @@ std::optional<ApiError> render_chat(const ModelEntry &m, const json &messages,
 // The error for a request the engine of `m` did not queue.
 ApiError not_queued(SubmitStatus st, const ModelEntry &m) {
   ApiError e;
-  if (st == SubmitStatus::kQueueFull) {
+  if (st == SubmitStatus::kTooManyChoices) {
+    e = bad_param("n", "n is more than the " + std::to_string(m.parallel) +
+                           " requests this server runs at once for " + m.name + " (--parallel)");
+  } else if (st == SubmitStatus::kQueueFull) {
     e.status = 429;
     e.type = "rate_limit_error";
     e.code = "queue_full";
@@ -148,6 +179,7 @@ json byte_list(const std::string &s) {
 // What every response object of one request carries, and the objects made from it.
 struct Reply {
   bool chat = false;
+  std::string echo;       // a completion's prompt, put before each choice's text (echo)
   bool logprobs = false;  // the request asked for log-probabilities
   bool tools = false;     // the answer's tool calls are parsed out of its text
   std::string id;
@@ -196,33 +228,38 @@ struct Reply {
     return parse_tool_calls(text, "call_" + id.substr(id.find('-') + 1) + "_");
   }
 
-  // The whole answer (not streamed).
-  json answer(const GenResult &result, const std::string &text,
-              const std::vector<TokenLogprob> &lp) const {
-    json choice = {
-        {"index", 0}, {"finish_reason", result.finish_reason}, {"logprobs", logprobs_of(lp, 0)}};
-    if (chat) {
-      const ParsedAnswer a = parsed(text);
-      choice["message"] = {{"role", "assistant"}, {"content", a.content}};
-      if (!a.tool_calls.empty()) {
-        if (a.content.empty()) choice["message"]["content"] = nullptr;
-        choice["message"]["tool_calls"] = a.tool_calls;
-        choice["finish_reason"] = "tool_calls";
+  // The whole answer (not streamed), every choice done.
+  json answer(const Exchange &x) const {
+    json choices = json::array();
+    for (size_t i = 0; i < x.choices.size(); ++i) {
+      const Exchange::Choice &c = x.choices[i];
+      json choice = {{"index", i},
+                     {"finish_reason", c.result.finish_reason},
+                     {"logprobs", logprobs_of(c.pending_logprobs, echo.size())}};
+      if (chat) {
+        const ParsedAnswer a = parsed(c.pending);
+        choice["message"] = {{"role", "assistant"}, {"content", a.content}};
+        if (!a.tool_calls.empty()) {
+          if (a.content.empty()) choice["message"]["content"] = nullptr;
+          choice["message"]["tool_calls"] = a.tool_calls;
+          choice["finish_reason"] = "tool_calls";
+        }
+      } else {
+        choice["text"] = echo + c.pending;
       }
-    } else {
-      choice["text"] = text;
+      choices.push_back(std::move(choice));
     }
     return json{{"id", id},
                 {"object", chat ? "chat.completion" : "text_completion"},
                 {"created", created},
                 {"model", model},
-                {"choices", json::array({choice})},
-                {"usage", usage_of(result)}};
+                {"choices", std::move(choices)},
+                {"usage", usage_of(x.usage())}};
   }
 
-  // One streamed event's object (`lp`: its choice's logprobs).
-  json chunk(const json &delta_or_text, const json &finish, json lp = nullptr) const {
-    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", std::move(lp)}};
+  // One streamed event's object for choice `index` (`lp`: its logprobs).
+  json chunk(size_t index, const json &delta_or_text, const json &finish, json lp = nullptr) const {
+    json choice = {{"index", index}, {"finish_reason", finish}, {"logprobs", std::move(lp)}};
     if (chat)
       choice["delta"] = delta_or_text;
     else
@@ -236,31 +273,30 @@ struct Reply {
 };
 
 // Answers with the whole text at once: now if the generation is done, else written (chunked) once
-// the text is complete, and meanwhile the provider checks every 200 ms that the client is still
-// there, so that a client gone away cancels its request. The status is 200 by then: a generation
-// that fails later (a plugin error, the server stopping) answers with an error body.
+// every choice is complete, and meanwhile the provider checks every 200 ms that the client is
+// still there, so that a client gone away cancels its request. The status is 200 by then: a
+// generation that fails later (a plugin error, the server stopping) answers with an error body.
 void answer_whole(httplib::Response &res, const std::shared_ptr<Exchange> &x, const Reply &reply) {
   {
     std::lock_guard<std::mutex> lock(x->m);
-    if (x->done) {
-      if (x->result.kind != GenResult::Kind::kOk) return send_error(res, error_of(x->result));
-      return send_json(res, 200, reply.answer(x->result, x->pending, x->pending_logprobs));
+    if (x->done()) {
+      if (const GenResult *f = x->failure()) return send_error(res, error_of(*f));
+      return send_json(res, 200, reply.answer(*x));
     }
   }
   res.set_chunked_content_provider(
       "application/json",
       [x, reply](size_t, httplib::DataSink &sink) {
         std::unique_lock<std::mutex> lock(x->m);
-        x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return x->done; });
-        if (!x->done) {
+        x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return x->done(); });
+        if (!x->done()) {
           lock.unlock();
           if (sink.is_writable()) return true;
           x->cancelled->store(true);
           return false;
         }
-        const json body = x->result.kind == GenResult::Kind::kOk
-                              ? reply.answer(x->result, x->pending, x->pending_logprobs)
-                              : error_body(error_of(x->result));
+        const GenResult *f = x->failure();
+        const json body = f ? error_body(error_of(*f)) : reply.answer(*x);
         lock.unlock();
         const std::string text = dump(body);
         if (!sink.write(text.data(), text.size())) {
@@ -280,90 +316,132 @@ bool write_event(httplib::DataSink &sink, const json &j) {
   return sink.write(event.data(), event.size());
 }
 
-// The events after the text of a finished generation: the finish_reason (and usage), or the
-// error, then [DONE]; false when the client is gone.
-bool write_end(httplib::DataSink &sink, const Reply &reply, const GenResult &result,
-               bool include_usage) {
-  bool ok = true;
-  if (result.kind == GenResult::Kind::kOk) {
-    ok = write_event(sink,
-                     reply.chunk(reply.chat ? json::object() : json(""), result.finish_reason));
-    if (ok && include_usage) {
-      json u = reply.chunk(nullptr, nullptr);
-      u["choices"] = json::array();
-      u["usage"] = usage_of(result);
-      ok = write_event(sink, u);
+// What a stream has sent of one choice.
+struct StreamedChoice {
+  bool begun = false;     // its first event (a chat's role, a completion's echo) went out
+  bool finished = false;  // its finish_reason went out
+  size_t sent = 0;        // bytes of the tokens whose logprobs went out
+  // With tools the answer is held until it is complete (its tool calls parsed out of it).
+  std::string held;
+  std::vector<TokenLogprob> held_logprobs;
+};
+
+// One choice's events for the text and logprobs taken from it (`done`: it has ended, with
+// `result`); false when the client is gone.
+bool write_choice(httplib::DataSink &sink, const Reply &reply, size_t index, StreamedChoice &sc,
+                  std::string text, std::vector<TokenLogprob> lp, bool done, GenResult result) {
+  json tool_calls = json::array();
+  if (reply.tools) {
+    sc.held += text;
+    for (TokenLogprob &t : lp) sc.held_logprobs.push_back(std::move(t));
+    text.clear();
+    lp.clear();
+    if (done && result.kind == GenResult::Kind::kOk) {
+      ParsedAnswer a = reply.parsed(sc.held);
+      text = std::move(a.content);
+      lp.swap(sc.held_logprobs);
+      for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+        json call = a.tool_calls[i];
+        call["index"] = i;
+        tool_calls.push_back(std::move(call));
+      }
+      if (!tool_calls.empty()) result.finish_reason = "tool_calls";
     }
-  } else {
-    ok = write_event(sink, error_body(error_of(result)));
   }
-  static const char kDone[] = "data: [DONE]\n\n";
-  if (ok) ok = sink.write(kDone, sizeof kDone - 1);
-  if (ok) sink.done();
+  bool ok = true;
+  if (!sc.begun) {
+    if (reply.chat)
+      ok = write_event(sink, reply.chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr));
+    else
+      text = reply.echo + text;
+    sc.sent = reply.echo.size();
+    sc.begun = true;
+  }
+  // Tokens without text yet (part of a character, text held back for a stop string) send
+  // their logprobs with empty text.
+  if (ok && (!text.empty() || (reply.logprobs && !lp.empty()))) {
+    json logprobs = reply.logprobs_of(lp, sc.sent);
+    for (const TokenLogprob &t : lp) sc.sent += t.bytes.size();
+    ok = write_event(sink, reply.chunk(index, reply.chat ? json{{"content", text}} : json(text),
+                                       nullptr, std::move(logprobs)));
+  }
+  if (ok && !tool_calls.empty())
+    ok = write_event(sink, reply.chunk(index, {{"tool_calls", tool_calls}}, nullptr));
+  if (ok && done && result.kind == GenResult::Kind::kOk) {
+    ok = write_event(
+        sink, reply.chunk(index, reply.chat ? json::object() : json(""), result.finish_reason));
+    sc.finished = true;
+  }
   return ok;
 }
 
-// Streaming: one SSE event per round with text, a last one with finish_reason, then [DONE].
+// Streaming: one SSE event per round and choice with text, a last one per choice with its
+// finish_reason, then the usage (when asked for) and [DONE]; a choice that fails ends the stream
+// with an error event.
 void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, const Reply &reply,
                    bool include_usage) {
-  auto first = std::make_shared<bool>(true);
-  auto sent = std::make_shared<size_t>(0);  // bytes of the tokens whose logprobs went out
-  // With tools the answer is held until it is complete (its tool calls parsed out of it).
-  auto held = std::make_shared<std::string>();
-  auto held_logprobs = std::make_shared<std::vector<TokenLogprob>>();
+  auto streamed = std::make_shared<std::vector<StreamedChoice>>(x->choices.size());
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [x, reply, first, sent, held, held_logprobs, include_usage](size_t, httplib::DataSink &sink) {
+      [x, reply, streamed, include_usage](size_t, httplib::DataSink &sink) {
         std::unique_lock<std::mutex> lock(x->m);
-        x->cv.wait_for(lock, std::chrono::milliseconds(200), [&] {
-          return !x->pending.empty() || !x->pending_logprobs.empty() || x->done;
-        });
-        std::string text;
-        text.swap(x->pending);
-        std::vector<TokenLogprob> lp;
-        lp.swap(x->pending_logprobs);
-        const bool done = x->done;
-        GenResult result = x->result;
-        lock.unlock();
-        json tool_calls = json::array();
-        if (reply.tools) {
-          *held += text;
-          for (TokenLogprob &t : lp) held_logprobs->push_back(std::move(t));
-          text.clear();
-          lp.clear();
-          if (done && result.kind == GenResult::Kind::kOk) {
-            ParsedAnswer a = reply.parsed(*held);
-            text = std::move(a.content);
-            lp.swap(*held_logprobs);
-            for (size_t i = 0; i < a.tool_calls.size(); ++i) {
-              json call = a.tool_calls[i];
-              call["index"] = i;
-              tool_calls.push_back(std::move(call));
-            }
-            if (!tool_calls.empty()) result.finish_reason = "tool_calls";
+        const auto news = [&] {
+          for (size_t i = 0; i < x->choices.size(); ++i) {
+            const Exchange::Choice &c = x->choices[i];
+            if (!c.pending.empty() || !c.pending_logprobs.empty() ||
+                (c.done && !(*streamed)[i].finished))
+              return true;
           }
+          return false;
+        };
+        x->cv.wait_for(lock, std::chrono::milliseconds(200), news);
+        struct Taken {
+          std::string text;
+          std::vector<TokenLogprob> lp;
+          bool done;
+          GenResult result;
+        };
+        std::vector<Taken> taken(x->choices.size());
+        for (size_t i = 0; i < taken.size(); ++i) {
+          Exchange::Choice &c = x->choices[i];
+          taken[i].text.swap(c.pending);
+          taken[i].lp.swap(c.pending_logprobs);
+          taken[i].done = c.done;
+          taken[i].result = c.result;
         }
+        const bool all_done = x->done();
+        const GenResult *f = x->failure();
+        const std::optional<GenResult> failure = f ? std::optional<GenResult>(*f) : std::nullopt;
+        const GenResult usage = x->usage();
+        lock.unlock();
         // A client that has gone away cancels its request; the engine ends it at the next round.
         if (!sink.is_writable()) {
           x->cancelled->store(true);
           return false;
         }
         bool ok = true;
-        if (reply.chat && *first)
-          ok = write_event(sink, reply.chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-        *first = false;
-        // Tokens without text yet (part of a character, text held back for a stop string) send
-        // their logprobs with empty text.
-        if (ok && (!text.empty() || (reply.logprobs && !lp.empty()))) {
-          json logprobs = reply.logprobs_of(lp, *sent);
-          for (const TokenLogprob &t : lp) *sent += t.bytes.size();
-          ok = write_event(sink, reply.chunk(reply.chat ? json{{"content", text}} : json(text),
-                                             nullptr, std::move(logprobs)));
+        for (size_t i = 0; ok && i < taken.size(); ++i) {
+          StreamedChoice &sc = (*streamed)[i];
+          Taken &t = taken[i];
+          if (sc.finished || (t.text.empty() && t.lp.empty() && !t.done && sc.begun)) continue;
+          ok = write_choice(sink, reply, i, sc, std::move(t.text), std::move(t.lp), t.done,
+                            t.result);
         }
-        if (ok && !tool_calls.empty())
-          ok = write_event(sink, reply.chunk({{"tool_calls", tool_calls}}, nullptr));
-        if (ok && done) ok = write_end(sink, reply, result, include_usage);
+        if (ok && (failure || all_done)) {
+          if (failure) {
+            ok = write_event(sink, error_body(error_of(*failure)));
+          } else if (include_usage) {
+            json u = reply.chunk(0, nullptr, nullptr);
+            u["choices"] = json::array();
+            u["usage"] = usage_of(usage);
+            ok = write_event(sink, u);
+          }
+          static const char kDone[] = "data: [DONE]\n\n";
+          if (ok) ok = sink.write(kDone, sizeof kDone - 1);
+          if (ok) sink.done();
+          if (failure) x->cancelled->store(true);  // the other choices are not wanted any more
+        }
         if (!ok) x->cancelled->store(true);
         return ok;
       },
@@ -388,6 +466,9 @@ class Routes {
 
  private:
   void completion(const httplib::Request &req, httplib::Response &res, bool chat);
+  // /tokenize ({"content": text, "add_special": bool} -> {"tokens": [ids]}) or /detokenize
+  // ({"tokens": [ids]} -> {"content": text}), with the tokenizer of the model `model` names.
+  void tokenize(const httplib::Request &req, httplib::Response &res, bool to_tokens);
   std::string metrics_text();
   void count(const httplib::Request &req, const httplib::Response &res);
   json model_object(const ModelEntry &m) const;
@@ -421,6 +502,12 @@ void Routes::install(httplib::Server &srv) {
   });
   srv.Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
     completion(req, res, true);
+  });
+  srv.Post("/tokenize", [this](const httplib::Request &req, httplib::Response &res) {
+    tokenize(req, res, true);
+  });
+  srv.Post("/detokenize", [this](const httplib::Request &req, httplib::Response &res) {
+    tokenize(req, res, false);
   });
   srv.Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
@@ -457,8 +544,9 @@ void Routes::install(httplib::Server &srv) {
 }
 
 void Routes::count(const httplib::Request &req, const httplib::Response &res) {
-  static const char *const kKnown[] = {"/health", "/v1/models", "/v1/completions",
-                                       "/v1/chat/completions", "/metrics"};
+  static const char *const kKnown[] = {
+      "/health",   "/v1/models",  "/v1/completions", "/v1/chat/completions",
+      "/tokenize", "/detokenize", "/metrics"};
   std::string path = "other";
   for (const char *k : kKnown)
     if (req.path == k) path = k;
@@ -493,14 +581,16 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   }
 
   params.stop = std::move(r.stop);
-  auto x = std::make_shared<Exchange>();
+  auto x = std::make_shared<Exchange>(params.n);
+  std::string reply_echo;
   const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
   if (st != SubmitStatus::kQueued) return send_error(res, not_queued(st, model_entry));
   {
     std::unique_lock<std::mutex> lock(x->m);
-    x->cv.wait(lock, [&] { return x->started || x->done; });
-    if (x->done && x->result.kind != GenResult::Kind::kOk)
-      return send_error(res, error_of(x->result));
+    x->cv.wait(lock, [&] { return x->started || x->done(); });
+    if (const GenResult *f = x->done() ? x->failure() : nullptr)
+      return send_error(res, error_of(*f));
+    if (r.echo) reply_echo = x->prompt_text;
   }
 
   Reply reply;
@@ -510,10 +600,51 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   reply.model = model_entry.name;
   reply.logprobs = params.logprobs >= 0;
   reply.tools = tools;
+  reply.echo = std::move(reply_echo);
   if (r.stream)
     answer_stream(res, x, reply, r.include_usage);
   else
     answer_whole(res, x, reply);
+}
+
+void Routes::tokenize(const httplib::Request &req, httplib::Response &res, bool to_tokens) {
+  const json body = parse_bounded(req.body);
+  if (body.is_discarded() || !body.is_object()) {
+    ApiError e;
+    e.message = "the body must be a JSON object";
+    e.code = "invalid_json";
+    return send_error(res, e);
+  }
+  size_t m = 0;
+  if (auto e = pick_model(body, names_, &m)) return send_error(res, *e);
+  Engine &engine = *cfg_.models[m].engine;
+  std::string error;
+  if (to_tokens) {
+    const auto content = body.find("content");
+    if (content == body.end() || !content->is_string())
+      return send_error(res, bad_param("content", "content must be a string"));
+    const auto special = body.find("add_special");
+    if (special != body.end() && !special->is_null() && !special->is_boolean())
+      return send_error(res, bad_param("add_special", "add_special must be true or false"));
+    const bool add_special = special != body.end() && special->is_boolean() && special->get<bool>();
+    std::vector<int32_t> ids;
+    if (!engine.tokenize(content->get<std::string>(), add_special, &ids, &error))
+      return send_error(res, bad_param("content", error));
+    return send_json(res, 200, {{"tokens", ids}});
+  }
+  const auto tokens = body.find("tokens");
+  std::vector<int32_t> ids;
+  if (tokens != body.end() && tokens->is_array())
+    for (const json &t : *tokens) {
+      if (!t.is_number_integer() || t.get<int64_t>() < INT32_MIN || t.get<int64_t>() > INT32_MAX)
+        return send_error(res, bad_param("tokens", "tokens must be a list of token ids"));
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+  else
+    return send_error(res, bad_param("tokens", "tokens must be a list of token ids"));
+  std::string text;
+  if (!engine.detokenize(ids, &text, &error)) return send_error(res, bad_param("tokens", error));
+  send_json(res, 200, {{"content", text}});
 }
 
 std::string Routes::metrics_text() {

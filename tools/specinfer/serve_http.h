@@ -25,6 +25,7 @@ struct ModelEntry {
   Engine *engine = nullptr;
   int32_t n_ctx = 0;
   int32_t max_queue = 0;
+  int32_t parallel = 1;  // choices its engine runs at once (the most `n` a request may ask for)
   // The chat template; when `chat.source` is empty, /v1/chat/completions answers 400 with
   // `chat_unavailable`.
   ChatTemplate chat;

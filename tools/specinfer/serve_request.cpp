@@ -106,10 +106,10 @@ std::optional<ApiError> read_sampling(const json &body, const RequestDefaults &d
   }
   // Features this server does not have: refused rather than silently ignored, unless given as
   // off (false, 0 (best_of: 1), "", [] or {}).
-  std::vector<std::string> refused = {
-      "echo",       "best_of",          "suffix",           "functions",
-      "logit_bias", "presence_penalty", "frequency_penalty"};
+  std::vector<std::string> refused = {"best_of",    "suffix",           "functions",
+                                      "logit_bias", "presence_penalty", "frequency_penalty"};
   if (!chat) refused.push_back("top_logprobs");  // a chat's goes with its logprobs
+  if (chat) refused.push_back("echo");           // a completion's only
   for (const std::string &key : refused) {
     const auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
@@ -121,8 +121,39 @@ std::optional<ApiError> read_sampling(const json &body, const RequestDefaults &d
     if (!off) return bad_param(key, key + " is not supported by this server");
   }
   if (const auto it = body.find("n"); it != body.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() != 1)
-      return bad_param("n", "only n = 1 is supported");
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > kMaxChoices)
+      return bad_param("n", "n must be an integer from 1 to " + std::to_string(kMaxChoices));
+    r->params.n = static_cast<int32_t>(it->get<int64_t>());
+  }
+  if (const auto it = body.find("echo"); !chat && it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad_param("echo", "echo must be true or false");
+    r->echo = it->get<bool>();
+  }
+  return std::nullopt;
+}
+
+// A completion's prompt: a string, a list of token ids, or a list holding one of either.
+std::optional<ApiError> read_prompt(const json &body, GenParams *p) {
+  const auto it = body.find("prompt");
+  const auto token_ids = [](const json &v) {
+    if (!v.is_array() || v.empty()) return false;
+    for (const json &x : v)
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+        return false;
+    return true;
+  };
+  const json *one = it == body.end() ? nullptr : &*it;
+  if (one && one->is_array() && one->size() == 1 && ((*one)[0].is_string() || token_ids((*one)[0])))
+    one = &(*one)[0];
+  if (one && one->is_string()) {
+    p->prompt = one->get<std::string>();
+    if (p->prompt.empty()) return bad_param("prompt", "prompt must not be empty");
+  } else if (one && token_ids(*one)) {
+    for (const json &x : *one) p->prompt_tokens.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  } else {
+    return bad_param("prompt",
+                     "prompt must be a string or a list of token ids (non-negative integers), or "
+                     "a list of one of either: one prompt per request");
   }
   return std::nullopt;
 }
@@ -293,17 +324,12 @@ std::optional<ApiError> parse_completion_request(const std::string &text, bool c
     return bad_param("tool_choice", "tool_choice \"" + out->tool_choice +
                                         "\" constrains the text: it cannot go with " +
                                         out->params.constraint_param);
+  if (out->echo && out->params.logprobs >= 0)
+    return bad_param("echo",
+                     "echo with logprobs (log-probabilities of the prompt's tokens) is not "
+                     "supported; ask for either");
   if (chat) return read_messages(body, &out->messages);
-  const auto it = body.find("prompt");
-  if (it != body.end() && it->is_string()) {
-    out->params.prompt = it->get<std::string>();
-  } else if (it != body.end() && it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-    out->params.prompt = (*it)[0].get<std::string>();
-  } else {
-    return bad_param("prompt", "prompt must be a string (or a list of one)");
-  }
-  if (out->params.prompt.empty()) return bad_param("prompt", "prompt must not be empty");
-  return std::nullopt;
+  return read_prompt(body, &out->params);
 }
 
 }  // namespace serve

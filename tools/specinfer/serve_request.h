@@ -62,6 +62,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;  // at most kMaxStops
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // a completion's text begins with its prompt
 };
 
 // The served model that a request's `model` field names: `models` are the served names. Absent

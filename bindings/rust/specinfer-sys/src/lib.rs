@@ -531,6 +531,14 @@ pub struct specinfer_target_vtable {
             n: i32,
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
+    >,    // Added after forward_many: check struct_size; may be NULL.
+    pub kv_copy: Option<
+        unsafe extern "C" fn(
+            this: *mut c_void,
+            src: *mut c_void,
+            n: i32,
+            err: *mut specinfer_plugin_error,
+        ) -> specinfer_status,
     >,
 }
 
@@ -960,6 +968,11 @@ extern "C" {
         session: *mut specinfer_session,
         tokens: *const i32,
         n: usize,
+    ) -> specinfer_status;
+    pub fn specinfer_session_feed_from(
+        session: *mut specinfer_session,
+        src: *mut specinfer_session,
+        n_tokens: usize,
     ) -> specinfer_status;
     pub fn specinfer_session_generate(
         session: *mut specinfer_session,
