@@ -109,3 +109,20 @@ def test_step_many_errors(registry):
         specinfer.step_many([sa, "not a session"])
     assert specinfer.step_many([]) == []
     sa.close()
+
+
+def test_feed_from_continues_another_sessions_prompt(registry):
+    """A session fed another's prompt (feed_from) continues it as a session fed the prompt does
+    (kgram cannot copy its cache: the prompt is scored again, the text is the same)."""
+    want = lone(registry, PROMPT, 40, False)
+    root = kgram(registry)
+    with specinfer.Session(root.share(), max_draft=6) as src, \
+            specinfer.Session(root.share(), max_draft=6) as s:
+        src.feed_text(PROMPT)
+        src.generate(5)
+        s.feed_from(src, len(PROMPT))
+        s.generate(40)
+        assert s.tokens()[len(PROMPT):] == want
+        with pytest.raises(SpecinferError) as e:
+            s.feed_from(src, 1)
+        assert e.value.code == Code.STATE

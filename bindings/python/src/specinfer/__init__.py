@@ -568,6 +568,13 @@ class Session(_Handle):
         arr, n = _ints(tokens)
         _check_with(lib.specinfer_session_feed_tokens(self._raw(), arr, n), self._errmsg)
 
+    def feed_from(self, src, n_tokens):
+        """Feeds this empty session the first n_tokens tokens of session `src`'s text, src being
+        on a target shared with this one's model: the positions src scored are copied, not
+        scored again (one prompt, several continuations)."""
+        _check_with(lib.specinfer_session_feed_from(self._raw(), src._raw(), n_tokens),
+                    self._errmsg)
+
     def set_stop_strings(self, stops):
         """The text ends right before the first of these strings (a str or a list of str; empty
         ones are ignored), across token and round boundaries; none of one is ever returned.
