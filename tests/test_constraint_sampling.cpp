@@ -163,9 +163,10 @@ void test_sampled_constrained_text_follows_the_masked_target(void **) {
     const double limit = chi2_critical(cells - 1);
     // The same counts against the drafter's distribution: the test tells the two apart.
     const double q_chi2 = chi_square(count, drafts, kSamples, &q_cells);
-    std::printf("%-22s chi-square %.1f over %d cells (limit %.1f at 0.001), %.0f against the "
-                "drafter's distribution; %lld tokens drafted\n",
-                cfg.name, chi2, cells, limit, q_chi2, static_cast<long long>(drafted));
+    std::printf(
+        "%-22s chi-square %.1f over %d cells (limit %.1f at 0.001), %.0f against the "
+        "drafter's distribution; %lld tokens drafted\n",
+        cfg.name, chi2, cells, limit, q_chi2, static_cast<long long>(drafted));
     assert_true(cells >= 5);
     assert_true(chi2 < limit);
     assert_true(q_chi2 > chi2_critical(q_cells - 1));

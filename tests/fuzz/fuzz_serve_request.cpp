@@ -121,10 +121,20 @@ void check_request(const std::string &text, bool chat, const std::vector<std::st
   FUZZ_CHECK(r.stop.size() == (stop ? (stop->is_string() ? 1 : stop->size()) : 0));
   const json *stream = field(body, "stream");
   FUZZ_CHECK(r.stream == (stream && stream->get<bool>()));
-  if (!chat) {
-    const json &prompt = body["prompt"];
-    FUZZ_CHECK(p.prompt == (prompt.is_string() ? prompt : prompt[0]).get<std::string>());
+  if (!chat) {  // a string, token ids, or a list of one of either
+    const json &given = body["prompt"];
+    const json &one =
+        given.is_array() && given.size() == 1 && !given[0].is_number() ? given[0] : given;
+    if (one.is_string()) {
+      FUZZ_CHECK(p.prompt == one.get<std::string>());
+    } else {
+      FUZZ_CHECK(one.size() == p.prompt_tokens.size());
+      for (size_t i = 0; i < one.size(); ++i)
+        FUZZ_CHECK(one[i].get<int64_t>() == p.prompt_tokens[i]);
+    }
   }
+  const json *n = field(body, "n");
+  FUZZ_CHECK(p.n == (n ? n->get<int64_t>() : 1));
 }
 
 }  // namespace
