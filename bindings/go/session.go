@@ -48,15 +48,20 @@ type Stats struct {
 	AcceptanceRate, MeanAccepted                                           float64
 	TPrefillMs, TDraftMs, TVerifyMs, TSampleMs, TTotalMs, TokensPerSecond  float64
 	NContextShifts                                                         int64 // their scoring counts in TPrefillMs
+	// With a constraint (SetConstraint): tokens it forced that the session drafted itself, and of
+	// them, kept; the time spent on it (masks, forced tokens, masking the scores).
+	NForcedDrafted, NForcedAccepted int64
+	TConstraintMs                   float64
 }
 
 // Session generates text with a target, an optional drafter and an optional coupler.
 type Session struct {
-	ptr     *C.specinfer_session
-	target  *Target
-	drafter *DrafterHandle
-	coupler *Coupler
-	maxEmit int // the most tokens a round emits: MaxDraft + 1
+	ptr        *C.specinfer_session
+	target     *Target
+	drafter    *DrafterHandle
+	coupler    *Coupler
+	constraint *Constraint // SetConstraint's, kept reachable while the session may use it
+	maxEmit    int         // the most tokens a round emits: MaxDraft + 1
 }
 
 // NewSession makes a session on target, drafting with drafter (nil: plain decoding) and
@@ -147,6 +152,33 @@ func (s *Session) FeedTokens(tokens []int32) error {
 	}
 	defer runtime.KeepAlive(s)
 	return s.check(C.specinfer_session_feed_tokens(p, int32Ptr(tokens), C.size_t(len(tokens))))
+}
+
+// FeedFrom feeds this empty session the first nTokens tokens of src's text (prompt and
+// generated), src being a session on a target that shares this session's loaded model
+// (Target.Share, or opened with the same plugin and config): the positions src has scored among
+// them are copied into this session's cache rather than scored again, so that one prompt scored
+// once serves several continuations (each session with its own seed, drafter and settings). A
+// target plugin that cannot copy its cache leaves them to be scored at the next round, as
+// FeedTokens would. src does not change; no other goroutine may use either session meanwhile.
+// Stop strings, constraint and log-probability settings stay this session's own.
+// Errors: StateError (this session has text already), InvalidArgument (nTokens outside 1 ..
+// src's tokens, a target on another model), ContextFull.
+func (s *Session) FeedFrom(src *Session, nTokens int) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	sp, err := src.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	defer runtime.KeepAlive(src)
+	if nTokens < 0 {
+		return &Error{Code: InvalidArgument, Message: fmt.Sprintf("nTokens is negative (%d)", nTokens)}
+	}
+	return s.check(C.specinfer_session_feed_from(p, sp, C.size_t(nTokens)))
 }
 
 type tokenCallback struct {
@@ -276,6 +308,81 @@ func (s *Session) SetStopStrings(stops []string) error {
 		defer C.free(unsafe.Pointer(cs[i]))
 	}
 	return s.check(C.specinfer_session_set_stop_strings(p, &cs[0], C.size_t(len(stops))))
+}
+
+// MaxTopLogprobs is the most alternatives per token SetLogprobs keeps.
+const MaxTopLogprobs = int(C.SPECINFER_MAX_TOP_LOGPROBS)
+
+// SetLogprobs records, from the next round on, each emitted token's log-probability with its
+// topN (0 to MaxTopLogprobs) most likely alternatives (StepLogprobs); -1 turns it off (the
+// default). They are the target's own: the log-softmax of its raw scores (no temperature, top-p
+// or constraint applied), whatever the drafter and coupler chose. Costs a pass over the
+// vocabulary per scored position while on. Errors: InvalidArgument (topN outside -1 ..
+// MaxTopLogprobs).
+func (s *Session) SetLogprobs(topN int) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	if int(int32(topN)) != topN { // the library checks the range; C.int32_t would wrap this
+		return &Error{Code: InvalidArgument, Message: fmt.Sprintf("topN must be in -1 .. %d, got %d", MaxTopLogprobs, topN)}
+	}
+	return s.check(C.specinfer_session_set_logprobs(p, C.int32_t(topN)))
+}
+
+// TokenLogprob is an emitted token's log-probability under the target, with its most likely
+// alternatives, most likely first (ties to the lower id).
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
+	Top     []Alternative
+}
+
+// Alternative is one of the most likely tokens at a position, with its log-probability.
+type Alternative struct {
+	Token   int32
+	Logprob float32
+}
+
+// StepLogprobs returns the log-probabilities of the tokens the last round emitted (Step, a
+// StepMany call, or GenerateFunc's callback for its rounds): one per token, in order, each with
+// the SetLogprobs number of alternatives. Empty when log-probabilities are off or the round only
+// scored a prompt chunk.
+func (s *Session) StepLogprobs() ([]TokenLogprob, error) {
+	p, err := s.raw()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(s)
+	var toks, topToks *C.int32_t
+	var lps, topLps *C.float
+	var n C.size_t
+	var topN C.int32_t
+	if err := s.check(C.specinfer_session_step_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	k := max(int(topN), 0)
+	tokens := unsafe.Slice((*int32)(unsafe.Pointer(toks)), int(n))
+	logprobs := unsafe.Slice((*float32)(unsafe.Pointer(lps)), int(n))
+	var altTokens []int32
+	var altLogprobs []float32
+	if k > 0 {
+		altTokens = unsafe.Slice((*int32)(unsafe.Pointer(topToks)), int(n)*k)
+		altLogprobs = unsafe.Slice((*float32)(unsafe.Pointer(topLps)), int(n)*k)
+	}
+	out := make([]TokenLogprob, int(n))
+	for i := range out {
+		top := make([]Alternative, k)
+		for j := range top {
+			top[j] = Alternative{Token: altTokens[i*k+j], Logprob: altLogprobs[i*k+j]}
+		}
+		out[i] = TokenLogprob{Token: tokens[i], Logprob: logprobs[i], Top: top}
+	}
+	return out, nil
 }
 
 // StepText is the text of the last Step's (or StepMany's) tokens: whole UTF-8 characters, nothing
@@ -451,7 +558,8 @@ func (s *Session) Stats() (Stats, error) {
 		AcceptanceRate: float64(st.acceptance_rate), MeanAccepted: float64(st.mean_accepted),
 		TPrefillMs: float64(st.t_prefill_ms), TDraftMs: float64(st.t_draft_ms), TVerifyMs: float64(st.t_verify_ms),
 		TSampleMs: float64(st.t_sample_ms), TTotalMs: float64(st.t_total_ms), TokensPerSecond: float64(st.tokens_per_second),
-		NContextShifts: int64(st.n_context_shifts),
+		NContextShifts: int64(st.n_context_shifts), NForcedDrafted: int64(st.n_forced_drafted),
+		NForcedAccepted: int64(st.n_forced_accepted), TConstraintMs: float64(st.t_constraint_ms),
 	}, nil
 }
 

@@ -198,3 +198,42 @@ func TestStepManyErrors(t *testing.T) {
 		t.Fatalf("no sessions: %v %v", res, err)
 	}
 }
+
+// A session fed another's prompt (FeedFrom) continues it as a session fed the prompt text does.
+// (kgram cannot copy its cache: the prompt is scored again, and the text is the same.)
+func TestFeedFromContinuesAnotherSessionsPrompt(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	want := loneTokens(t, r, prompt, 40, false)
+	root := kgram(t, r, 6)
+	defer root.Close()
+	a, b := must(root.Share()), must(root.Share())
+	defer a.Close()
+	defer b.Close()
+	src := must(NewSession(a, nil, nil, sharedParams()))
+	defer src.Close()
+	s := must(NewSession(b, nil, nil, sharedParams()))
+	defer s.Close()
+	noErr(t, src.FeedText(prompt))
+	must(src.Generate(5))
+	noErr(t, s.FeedFrom(src, len(prompt)))
+	must(s.Generate(40))
+	if got := must(s.Tokens())[len(prompt):]; !slices.Equal(got, want) {
+		t.Fatalf("fed from another session: %q, want %q", got, want)
+	}
+	if n := len(must(src.Tokens())); n != len(prompt)+5 {
+		t.Fatalf("the source session changed: %d tokens", n)
+	}
+	check := func(err error, code Code, part string) {
+		t.Helper()
+		var e *Error
+		if !errors.As(err, &e) || e.Code != code || !strings.Contains(e.Message, part) {
+			t.Fatalf("want %v containing %q, got %v", code, part, err)
+		}
+	}
+	check(s.FeedFrom(src, 1), StateError, "text already")
+	noErr(t, s.Reset())
+	check(s.FeedFrom(src, len(prompt)+6), InvalidArgument, "n_tokens")
+	check(s.FeedFrom(src, -1), InvalidArgument, "negative")
+	check(s.FeedFrom(nil, 1), InvalidArgument, "closed")
+}

@@ -1,15 +1,16 @@
 // Package specinfer binds the specinfer C library: speculative decoding of language models on
-// the CPU. A Registry opens Targets (models) and Drafters (cheap proposers); a Session generates
-// text with a target, an optional drafter and an optional Coupler.
+// the CPU. A Registry opens Targets (models), Drafters (cheap proposers) and Constraints
+// (grammars the text must match); a Session generates text with a target, an optional drafter,
+// an optional Coupler and an optional constraint.
 //
 // Every handle has a Close method and a finalizer, so a forgotten Close frees the C object
 // when the garbage collector finds the handle unreachable. Handles keep what they depend on
-// reachable (a Target its Registry, a Session its Target, DrafterHandle and Coupler), so the C
-// library's order of destruction holds. Errors are *Error values carrying the library's status
-// code and message.
+// reachable (a Target its Registry, a DrafterHandle and a Constraint their Target, a Session its
+// Target, DrafterHandle, Coupler and Constraint), so the C library's order of destruction holds.
+// Errors are *Error values carrying the library's status code and message.
 //
 // Threads: a Registry, a Coupler and a Sketcher may be used from many goroutines; a Target, a
-// DrafterHandle and a Session from one goroutine at a time.
+// DrafterHandle, a Constraint and a Session from one goroutine at a time.
 //
 // One model, many users: Target.Share opens another target on a target's loaded model (weights
 // shared, a KV cache of its own); give each goroutine its own share and its sessions run at the
@@ -106,8 +107,8 @@ func checkWith(st C.specinfer_status, msg *C.char) error {
 
 var live atomic.Int64
 
-// LiveHandles is the number of C objects (registries, targets, drafters, couplers, sessions,
-// sketchers, and instances of Go drafters) made through this package and not yet freed.
+// LiveHandles is the number of C objects (registries, targets, drafters, constraints, couplers,
+// sessions, sketchers, and instances of Go drafters) made through this package and not yet freed.
 func LiveHandles() int { return int(live.Load()) }
 
 // Version is the version of the loaded library, e.g. "0.1.0".
@@ -184,6 +185,7 @@ func (r *Registry) Threads() int {
 type PluginInfo struct {
 	Name, Version, Description, Path string
 	HasTarget, HasDrafter            bool
+	HasConstraint                    bool // provides constraints (Registry.OpenConstraint)
 	ABIVersion                       uint32
 }
 
@@ -206,7 +208,7 @@ func (r *Registry) Plugins() ([]PluginInfo, error) {
 			Name: C.GoString(info.name), Version: C.GoString(info.version),
 			Description: C.GoString(info.description), Path: C.GoString(info.path),
 			HasTarget: info.has_target != 0, HasDrafter: info.has_drafter != 0,
-			ABIVersion: uint32(info.abi_version),
+			HasConstraint: info.has_constraint != 0, ABIVersion: uint32(info.abi_version),
 		})
 	}
 	return out, nil

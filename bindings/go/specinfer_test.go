@@ -490,13 +490,18 @@ func TestNoHandleLeaks(t *testing.T) {
 	if got := LiveHandles() - base; got != 0 {
 		t.Fatalf("%d handles leaked after Close", got)
 	}
-	// Never closed: the finalizers free them, sessions before targets before the registry.
+	// Never closed: the finalizers free them, sessions before constraints and drafters before
+	// targets before the registry.
 	func() {
 		r := must(NewRegistry(1))
 		tg := kgram(t, r, 4)
 		d := must(r.OpenDrafter("ngram", "", tg))
 		c := must(NewCoupler("greedy"))
 		s := must(NewSession(tg, d, c, DefaultSessionParams()))
+		// A constraint too, when the plugin is there: freed after the session, before the target.
+		if cs, err := r.OpenConstraint("llguidance", "", tg, "regex", "[a-e]+"); err == nil {
+			noErr(t, s.SetConstraint(cs))
+		}
 		noErr(t, s.FeedText(prompt))
 		must(s.Generate(20))
 	}()

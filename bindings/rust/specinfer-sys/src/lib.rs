@@ -531,7 +531,8 @@ pub struct specinfer_target_vtable {
             n: i32,
             err: *mut specinfer_plugin_error,
         ) -> specinfer_status,
-    >,    // Added after forward_many: check struct_size; may be NULL.
+    >,
+    // Added after forward_many: check struct_size; may be NULL.
     pub kv_copy: Option<
         unsafe extern "C" fn(
             this: *mut c_void,

@@ -16,20 +16,28 @@
 //! ```
 //!
 //! Ownership: every handle frees its C object when dropped. A [`Target`] and a [`Drafter`] keep
-//! their [`Registry`] alive, a `Drafter` keeps its `Target` alive, and a [`Session`] borrows its
-//! target, drafter and coupler, so the C library's order of destruction always holds.
-//! Threads: `Registry`, [`Coupler`] and [`Sketcher`] are `Send + Sync`; `Target`, `Drafter` and
-//! `Session` are `Send` (used by one thread at a time), as the C ABI says.
+//! their [`Registry`] alive, a `Drafter` and a [`Constraint`] keep their `Target` alive, and a
+//! [`Session`] borrows its target, drafter, coupler and constraint, so the C library's order of
+//! destruction always holds.
+//! Threads: `Registry`, [`Coupler`] and [`Sketcher`] are `Send + Sync`; `Target`, `Drafter`,
+//! `Constraint` and `Session` are `Send` (used by one thread at a time), as the C ABI says.
+//!
+//! Structured output: [`Registry::open_constraint`] compiles a grammar (a JSON Schema, a regular
+//! expression, a Lark grammar) for a target's vocabulary, and [`Session::set_constraint`] makes
+//! the generated text match it. [`Session::set_logprobs`] and [`Session::step_logprobs`] give
+//! each emitted token's log-probability with its most likely alternatives.
 //!
 //! One model, many users: [`Target::share`] opens another target on a target's loaded model
 //! (weights shared, a KV cache of its own). Each share is a `Target` of its own, `Send`, so it
 //! moves to another thread and runs a session there while the others run theirs.
 //! [`Session::step_many`] runs one round of several sessions with one target pass for those
-//! whose targets share a model.
+//! whose targets share a model, and [`Session::feed_from`] starts a session from another's
+//! scored prompt.
 //!
 //! Drafters with weights (Medusa heads: `medusa`) are trained for a target with
 //! [`Registry::train_drafter`] (or `specinfer train-heads`) and opened like any other drafter.
 
+mod constraint;
 mod error;
 pub mod plugin;
 mod session;
@@ -42,8 +50,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use constraint::Constraint;
 pub use error::{Code, Error, Result};
-pub use session::{Session, SessionParams, Stats, Step, StepParams, TextStream};
+pub use session::{Session, SessionParams, Stats, Step, StepParams, TextStream, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use sketcher::{SketchHeader, Sketcher, SketcherInfo};
 pub use specinfer_sys as sys;
 pub use train::{ProgressFn, TrainParams, TrainProgress};
@@ -59,8 +68,8 @@ pub(crate) fn live_dec() {
     LIVE.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// The number of C objects (registries, targets, drafters, couplers, sessions, sketchers, and
-/// instances of drafters written in Rust) created through these bindings and not yet freed.
+/// The number of C objects (registries, targets, drafters, constraints, couplers, sessions,
+/// sketchers, and instances of drafters written in Rust) created through these bindings and not yet freed.
 pub fn live_handles() -> isize {
     LIVE.load(Ordering::SeqCst)
 }
@@ -110,6 +119,8 @@ pub struct PluginInfo {
     pub path: String,
     pub has_target: bool,
     pub has_drafter: bool,
+    /// Provides constraints ([`Registry::open_constraint`]).
+    pub has_constraint: bool,
     pub abi_version: u32,
 }
 
@@ -189,6 +200,7 @@ impl Registry {
                     path: cstr(info.path),
                     has_target: info.has_target != 0,
                     has_drafter: info.has_drafter != 0,
+                    has_constraint: info.has_constraint != 0,
                     abi_version: info.abi_version,
                 })
             })

@@ -7,7 +7,10 @@ use std::ptr;
 use specinfer_sys as sys;
 
 use crate::error::{check_msg, check_with, cstr, Code, Error, Result};
-use crate::{live_dec, live_inc, Coupler, Drafter, Target};
+use crate::{live_dec, live_inc, Constraint, Coupler, Drafter, Target};
+
+/// The most alternatives per token [`Session::set_logprobs`] keeps.
+pub const MAX_TOP_LOGPROBS: usize = sys::SPECINFER_MAX_TOP_LOGPROBS as usize;
 
 /// How a session samples and drafts. `Default` is the library's default (greedy, k = 8).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -83,6 +86,22 @@ pub struct Stats {
     pub tokens_per_second: f64,
     /// Context shifts (their scoring counts in `t_prefill_ms`).
     pub n_context_shifts: i64,
+    /// With a constraint ([`Session::set_constraint`]): tokens it forced that the session
+    /// drafted itself, and of them, kept.
+    pub n_forced_drafted: i64,
+    pub n_forced_accepted: i64,
+    /// Time spent on the constraint: its masks and forced tokens, masking the scores.
+    pub t_constraint_ms: f64,
+}
+
+/// An emitted token's log-probability under the target ([`Session::step_logprobs`]), with its
+/// most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: i32,
+    pub logprob: f32,
+    /// `(token, log-probability)`, most likely first (ties to the lower id).
+    pub top: Vec<(i32, f32)>,
 }
 
 /// What one round emitted ([`Session::step_many`]).
@@ -116,17 +135,20 @@ impl Default for StepParams {
     }
 }
 
-/// Generates text with a target, an optional drafter and an optional coupler, which it borrows
-/// for its whole life.
+/// Generates text with a target, an optional drafter, an optional coupler and an optional
+/// constraint, which it borrows for its whole life.
 pub struct Session<'a> {
     ptr: *mut sys::specinfer_session,
     /// The most tokens a round emits: max_draft + 1.
     max_emit: usize,
-    _borrows: PhantomData<(&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>)>,
+    _borrows: PhantomData<Borrows<'a>>,
 }
 
-// SAFETY: the session exclusively borrows its target and drafter (both Send) and shares a
-// Sync coupler; the C session may be used from any one thread at a time.
+/// What a session borrows for its whole life.
+type Borrows<'a> = (&'a mut Target, Option<&'a mut Drafter>, Option<&'a Coupler>, Option<&'a mut Constraint>);
+
+// SAFETY: the session exclusively borrows its target, drafter and constraint (all Send) and
+// shares a Sync coupler; the C session may be used from any one thread at a time.
 unsafe impl Send for Session<'_> {}
 
 struct Collect<'f> {
@@ -203,6 +225,94 @@ impl<'a> Session<'a> {
     pub fn feed_tokens(&mut self, tokens: &[i32]) -> Result<()> {
         let st = unsafe { sys::specinfer_session_feed_tokens(self.ptr, tokens.as_ptr(), tokens.len()) };
         self.check(st)
+    }
+
+    /// Feeds this empty session the first `n_tokens` tokens of `src`'s text (prompt and
+    /// generated), `src` being a session on a target that shares this session's loaded model
+    /// ([`Target::share`], or opened with the same plugin and config): the positions `src` has
+    /// scored among them are copied into this session's cache rather than scored again, so that
+    /// one prompt scored once serves several continuations (each session with its own seed,
+    /// drafter and settings). A target plugin that cannot copy its cache leaves them to be scored
+    /// at the next round, as [`Session::feed_tokens`] would. `src` does not change. Stop strings,
+    /// constraint and log-probability settings stay this session's own.
+    ///
+    /// Errors: [`Code::State`] (this session has text already), [`Code::InvalidArgument`]
+    /// (`n_tokens` outside 1 ..= `src`'s tokens, a target on another model), `ContextFull`.
+    pub fn feed_from(&mut self, src: &Session<'_>, n_tokens: usize) -> Result<()> {
+        // The C call reads src only; src is !Sync, so no other thread uses it meanwhile.
+        let st = unsafe { sys::specinfer_session_feed_from(self.ptr, src.ptr, n_tokens) };
+        self.check(st)
+    }
+
+    /// Makes the text the session generates from its next round on match `constraint` (None: no
+    /// constraint). The constraint starts from its state when set, and each feed or reset takes
+    /// it back there, so every generation after a prompt matches the grammar from its start. The
+    /// target's scores of the tokens it rules out are masked before sampling and coupling: greedy
+    /// text is the constrained plain text, sampled text follows the masked target distribution,
+    /// whatever the drafter. The text ends where the grammar ends (or at an end-of-generation
+    /// token it allows there); a further round fails with [`Code::State`] until the session is
+    /// fed, reset or its constraint cleared.
+    ///
+    /// The session borrows the constraint for the rest of its life (also after clearing it), so
+    /// the constraint outlives its use and serves one session at a time; it must have been opened
+    /// for the session's target or a target sharing its model ([`Code::InvalidArgument`]
+    /// otherwise).
+    pub fn set_constraint(&mut self, constraint: Option<&'a mut Constraint>) -> Result<()> {
+        let c = constraint.map_or(ptr::null_mut(), |c| c.ptr);
+        let st = unsafe { sys::specinfer_session_set_constraint(self.ptr, c) };
+        self.check(st)
+    }
+
+    /// Records, from the next round on, each emitted token's log-probability with its `top_n`
+    /// (at most [`MAX_TOP_LOGPROBS`]) most likely alternatives ([`Session::step_logprobs`]);
+    /// None turns it off (the default). They are the target's own: the log-softmax of its raw
+    /// scores (no temperature, top-p or constraint applied), whatever the drafter and coupler
+    /// chose. Costs a pass over the vocabulary per scored position while on. More than
+    /// `MAX_TOP_LOGPROBS` is [`Code::InvalidArgument`].
+    pub fn set_logprobs(&mut self, top_n: Option<usize>) -> Result<()> {
+        let n = top_n.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
+        let st = unsafe { sys::specinfer_session_set_logprobs(self.ptr, n) };
+        self.check(st)
+    }
+
+    /// The log-probabilities of the tokens the last round emitted ([`Session::step`] or
+    /// `step_many`; after `generate`, its last round's): one per token, in order, each with the
+    /// [`Session::set_logprobs`] number of alternatives. Empty when log-probabilities are off or
+    /// the round only scored a prompt chunk.
+    pub fn step_logprobs(&self) -> Result<Vec<TokenLogprob>> {
+        let (mut toks, mut lps): (*const i32, *const f32) = (ptr::null(), ptr::null());
+        let (mut top_toks, mut top_lps): (*const i32, *const f32) = (ptr::null(), ptr::null());
+        let (mut n, mut top_n) = (0usize, 0i32);
+        self.check(unsafe {
+            sys::specinfer_session_step_logprobs(
+                self.ptr,
+                &mut toks,
+                &mut lps,
+                &mut top_toks,
+                &mut top_lps,
+                &mut n,
+                &mut top_n,
+            )
+        })?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let k = top_n.max(0) as usize;
+        // SAFETY: the session owns n tokens and log-probabilities and n * k alternatives, valid
+        // until its next call that changes it (this borrow of self rules that out).
+        let (tokens, logprobs) = unsafe { (std::slice::from_raw_parts(toks, n), std::slice::from_raw_parts(lps, n)) };
+        let (alt_tokens, alt_logprobs) = if k == 0 {
+            (&[][..], &[][..])
+        } else {
+            unsafe { (std::slice::from_raw_parts(top_toks, n * k), std::slice::from_raw_parts(top_lps, n * k)) }
+        };
+        Ok((0..n)
+            .map(|i| TokenLogprob {
+                token: tokens[i],
+                logprob: logprobs[i],
+                top: (i * k..(i + 1) * k).map(|j| (alt_tokens[j], alt_logprobs[j])).collect(),
+            })
+            .collect())
     }
 
     /// Generates up to `max_tokens` tokens, calling `f(tokens, text)` after each round; `f`
@@ -359,6 +469,9 @@ impl<'a> Session<'a> {
                 t_total_ms: s.t_total_ms,
                 tokens_per_second: s.tokens_per_second,
                 n_context_shifts: s.n_context_shifts,
+                n_forced_drafted: s.n_forced_drafted,
+                n_forced_accepted: s.n_forced_accepted,
+                t_constraint_ms: s.t_constraint_ms,
             })
         }
     }

@@ -29,6 +29,20 @@ fn no_handle_leaks() {
             s.feed_text("x").unwrap();
             let _ = s.stream(10).count();
         }
+        // A constraint and its fork (when the plugin is there), used by a session and then not.
+        if let Ok(mut c) = reg.open_constraint("llguidance", "", &target, "regex", "[a-e]+") {
+            let f = c.fork().unwrap();
+            assert_eq!(live_handles(), 9);
+            {
+                let mut s = Session::new(&mut target, None, None, &SessionParams::default()).unwrap();
+                s.set_constraint(Some(&mut c)).unwrap();
+                s.feed_text("x").unwrap();
+                s.generate(4).unwrap();
+            }
+            drop(c);
+            drop(f);
+            assert!(reg.open_constraint("llguidance", "", &target, "regex", "(").is_err());
+        }
         // Failed creations leave nothing behind.
         assert!(reg.open_target("kgram", "bogus=1").is_err());
         assert!(reg.open_drafter("lookup-rs", "", &target).is_ok());

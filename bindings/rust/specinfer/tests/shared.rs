@@ -133,3 +133,27 @@ fn step_many_errors_are_per_session() {
     let c = a.share().unwrap();
     assert_eq!(c.info().unwrap().arch, "kgram");
 }
+
+#[test]
+fn feed_from_continues_another_sessions_prompt() {
+    // kgram cannot copy its cache: the prompt is scored again, and the text is the same.
+    let reg = Registry::with_threads(2).unwrap();
+    let want = lone(&reg, PROMPT, 40, false);
+    let root = kgram(&reg, 6);
+    let (mut a, mut b) = (root.share().unwrap(), root.share().unwrap());
+    let mut src = Session::new(&mut a, None, None, &params()).unwrap();
+    let mut s = Session::new(&mut b, None, None, &params()).unwrap();
+    src.feed_text(PROMPT).unwrap();
+    src.generate(5).unwrap();
+    s.feed_from(&src, PROMPT.len()).unwrap();
+    s.generate(40).unwrap();
+    assert_eq!(s.tokens().unwrap()[PROMPT.len()..], want[..]);
+    assert_eq!(src.tokens().unwrap().len(), PROMPT.len() + 5, "the source session changed");
+    let e = s.feed_from(&src, 1).unwrap_err();
+    assert_eq!(e.code(), Code::State, "{e}");
+    assert!(e.message().contains("text already"), "{e}");
+    s.reset().unwrap();
+    let e = s.feed_from(&src, PROMPT.len() + 6).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("n_tokens"), "{e}");
+}
