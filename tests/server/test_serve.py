@@ -7,8 +7,9 @@ client goes away is cancelled and does not hold up the next request. Several mod
 (--model NAME=PATH): each answers as `specinfer generate` on it, with its own chat template and
 metrics; an unknown name gets 404; a served model that is also another's draft model is loaded
 once (the server's resident memory shows it). Every request has a timeout. Under the sanitizers
-(SPECINFER_SANITIZED) the tests marked release_only, whose subject is a rendering or a memory
-figure rather than the server's memory and threads, are skipped.
+(SPECINFER_SANITIZED) the tests marked release_only, whose subject is a rendering, a memory
+figure, a latency or a text compared with `specinfer generate` (exactness, which the library's
+tests check under the sanitizers too) rather than the server's memory and threads, are skipped.
 """
 import concurrent.futures
 import json
@@ -40,6 +41,9 @@ PROMPTS = ["def fibonacci(n):", "import numpy as np\n\ndef normalize(v):", "clas
 # Why the tests that compile grammars run in the release build only (docs/RELIABILITY.md).
 LLGUIDANCE_LEAK = ("a server that compiled a grammar exits with LeakSanitizer's report of 104 bytes "
                    "the llguidance plugin's Rust runtime leaves behind")
+# Why tests that compare a text with `specinfer generate`'s (one more run of the model in the
+# command, several times slower under the sanitizers) run in the release build only.
+GENERATE_EQUALITY = "a text equal to specinfer generate's: exactness, not memory or threads"
 GEMMA3_TEMPLATE = os.path.join(os.path.dirname(__file__), "data", "gemma3-chat-template.jinja")
 
 
@@ -253,6 +257,7 @@ def test_chat_completion(qwen):
     assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
 
 
+@pytest.mark.release_only(GENERATE_EQUALITY)
 def test_sampling_is_seeded(qwen):
     c = client(qwen)
     kw = dict(model=qwen.model, prompt=PROMPTS[1], max_tokens=12, temperature=0.9, top_p=0.95)
@@ -490,6 +495,54 @@ def test_constraints_that_do_not_compile(qwen):
         assert "compile" in j["error"]["message"], j
     r = client(qwen).completions.create(model=qwen.model, prompt=PROMPTS[0], max_tokens=2)
     assert r.usage.completion_tokens == 2
+
+
+# bench/json-extract's tasks: ten schemas (nested objects, bounded arrays, enums, bounded numbers,
+# optional keys, patterns, no additional properties), two texts to extract from for each.
+EXTRACTION_TASKS = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "prompts",
+                                "json-extraction.jsonl")
+
+
+@pytest.mark.release_only(LLGUIDANCE_LEAK)
+def test_fifty_schema_requests(qwen):
+    """Fifty chat requests with a json_schema response_format, four at once (their grammars
+    compiled and stepped side by side), five for each of the ten schemas, greedy or sampled with
+    a seed of their own: every answer ends by itself ("stop") with JSON that its schema accepts,
+    and the greedy answers to one text are one answer."""
+    constraint_or_skip(qwen)
+    with open(EXTRACTION_TASKS, encoding="utf-8") as f:
+        tasks = [json.loads(line) for line in f if line.strip()]
+    by_schema = {}
+    for task in tasks:
+        by_schema.setdefault(task["schema_name"], []).append(task)
+    schemas = list(by_schema.values())
+    assert len(schemas) == 10
+    c = client(qwen)
+
+    def ask(i):
+        # Request i: schema i % 10, its texts in turn; greedy and sampled alternate per schema.
+        task = schemas[i % 10][(i // 10) % len(schemas[i % 10])]
+        greedy = (i + i // 10) % 2 == 0
+        sampling = dict(temperature=0) if greedy else dict(temperature=0.8, seed=1000 + i)
+        fmt = {"type": "json_schema",
+               "json_schema": {"name": task["schema_name"], "schema": task["schema"]}}
+        r = c.chat.completions.create(
+            model=qwen.model, max_tokens=160, response_format=fmt,
+            messages=[{"role": "user",
+                       "content": "Extract the following as JSON.\n\n" + task["text"]}],
+            **sampling)
+        return task, greedy, r.choices[0]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        answers = list(ex.map(ask, range(50)))
+    assert sum(greedy for _, greedy, _ in answers) == 25
+    greedy_texts = {}
+    for task, greedy, choice in answers:
+        text = choice.message.content
+        assert choice.finish_reason == "stop", (task["id"], text)
+        jsonschema.validate(json.loads(text), task["schema"])
+        if greedy:
+            assert greedy_texts.setdefault(task["id"], text) == text, task["id"]
 
 
 def test_logprobs(qwen):
@@ -761,6 +814,7 @@ def test_command_line():
     assert out.returncode == 1 and "/nonexistent.gguf" in out.stderr
 
 
+@pytest.mark.release_only("which drafter a model gets: a choice made once at start-up")
 def test_default_drafter(tmp_path):
     """With no --drafter a model gets prompt lookup, or Medusa heads with lookup when a heads file
     for it lies beside it (MODEL.medusa.gguf); --drafter none turns drafting off."""
@@ -854,6 +908,7 @@ def test_pair_lists_both_models(pair):
     assert re.search(r"model gemma: \S+\n", log), log
 
 
+@pytest.mark.release_only(GENERATE_EQUALITY)
 def test_pair_each_model_equals_generate(pair):
     """Both models at once, from several clients: each answers as `specinfer generate` on it."""
     reference = {(name, p): generate(target, "none", p, N)
