@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, List, Optional
@@ -269,8 +270,10 @@ class SpecinferReplica:
                 async for chunk in r.content.iter_any():
                     yield chunk
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            # A server killed a moment ago resets connections before it has exited: give it a
+            # second to show whether it is gone.
+            dead = not started and await _exits_within(self.proc, 1.0)
             message = f"{self._lost()} ({type(e).__name__})"
-            dead = self.proc.poll() is not None
             if not started and (dead or isinstance(e, aiohttp.ClientConnectorError)):
                 # No answer began, and the server is gone (or was never reached): the request
                 # has no effect to repeat, so the ingress sends it to another replica.
@@ -292,6 +295,16 @@ class SpecinferReplica:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+async def _exits_within(proc: subprocess.Popen, seconds: float) -> bool:
+    """Whether proc has exited or exits within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 class Ingress:
