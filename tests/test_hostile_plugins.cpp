@@ -385,6 +385,7 @@ const specinfer_target_vtable kHostileTargetVtable = {
     nullptr,  // output_rows
     t_share,
     t_forward_many,
+    nullptr,  // kv_copy
 };
 
 specinfer_status t_create(const specinfer_host *host, const char *config, void **self,

@@ -251,7 +251,8 @@ const specinfer_target_vtable kTargetVtable = {sizeof(specinfer_target_vtable),
                                                t_kv_keep,
                                                nullptr,  // no hidden state: no output rows
                                                t_share,
-                                               t_forward_many};
+                                               t_forward_many,
+                                               nullptr};  // no kv_copy: feed_from scores
 
 specinfer_status target_create(const specinfer_host *, const char *config, void **self,
                                const specinfer_target_vtable **vtable,

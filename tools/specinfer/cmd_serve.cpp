@@ -2,7 +2,10 @@
 // (serve_models.h), each model's requests run by a serve::Worker of its own (serve_engine.h),
 // several at once.
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -199,7 +202,8 @@ bool start_workers(const ServeOptions &so, const std::vector<serve::ModelSpec> &
 }
 
 // Threads, payload limit and socket options of the server.
-void configure_server(httplib::Server &server) {
+// listen_fd receives the listening socket when the server binds.
+void configure_server(httplib::Server &server, std::shared_ptr<int> listen_fd) {
   // A thread per open connection (serve::ConnectionPool), as many as the process may open files
   // for, at most kMaxConnectionThreads; the file limit is raised to its hard limit first.
   constexpr rlim_t kMaxConnectionThreads = 4096;
@@ -214,11 +218,27 @@ void configure_server(httplib::Server &server) {
   server.new_task_queue = [threads] { return new serve::ConnectionPool(threads); };
   server.set_payload_max_length(16 << 20);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on the
-  // same port would start and share the connections instead of failing.
-  server.set_socket_options([](socket_t sock) {
+  // same port would start and share the connections instead of failing. TCP_DEFER_ACCEPT: the
+  // kernel hands a connection over once its client has sent something (or after
+  // kDeferAcceptSeconds), so idle and half-open clients hold no connection thread; httplib's
+  // threads poll their socket every 10 ms while they wait, and a thousand of them fill two cores.
+  static constexpr int kDeferAcceptSeconds = 10;
+  server.set_socket_options([listen_fd](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &kDeferAcceptSeconds,
+               sizeof kDeferAcceptSeconds);
+    *listen_fd = sock;
   });
+}
+
+// httplib listens with a backlog of 5, so a burst of new connections overflows the accept queue
+// and their clients retry the handshake after 1 s, 3 s, ...; listen() again on the bound socket
+// widens it to the system's limit.
+void widen_backlog(int listen_fd) {
+  if (listen_fd >= 0 && listen(listen_fd, SOMAXCONN) != 0)
+    std::fprintf(stderr, "specinfer serve: warning: listen backlog stays at 5: %s\n",
+                 std::strerror(errno));
 }
 
 void print_listening(const ServeOptions &so, const std::vector<serve::ModelSpec> &specs,
@@ -272,7 +292,8 @@ bool listen_until_signal(httplib::Server &server, std::vector<Loaded> &loaded) {
 int serve_http(const ServeOptions &so, const std::vector<serve::ModelSpec> &specs,
                const serve::ServerConfig &cfg, std::vector<Loaded> &loaded) {
   httplib::Server server;
-  configure_server(server);
+  const auto listen_fd = std::make_shared<int>(-1);
+  configure_server(server, listen_fd);
   const auto routes = serve::install_routes(server, cfg);
   int bound = so.port;
   if (so.port == 0)
@@ -283,6 +304,7 @@ int serve_http(const ServeOptions &so, const std::vector<serve::ModelSpec> &spec
     std::fprintf(stderr, "specinfer serve: cannot listen on %s:%d\n", so.host.c_str(), so.port);
     return 1;
   }
+  widen_backlog(*listen_fd);
   print_listening(so, specs, bound);
   return listen_until_signal(server, loaded) ? 0 : 1;
 }

@@ -53,16 +53,42 @@ std::string ChatTemplate::prompt_of(std::string rendered) const {
   return rendered;
 }
 
+// The two calls of a sized output: the first asks for the size, the second fills it.
+specinfer_status tokenize(specinfer_target *target, const std::string &text, bool add_special,
+                          std::vector<int32_t> *ids) {
+  const int32_t special = add_special ? 1 : 0;
+  size_t n = 0;
+  ids->clear();
+  specinfer_status rc =
+      specinfer_target_tokenize(target, text.data(), text.size(), special, 1, nullptr, 0, &n);
+  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
+    ids->resize(n);
+    rc = specinfer_target_tokenize(target, text.data(), text.size(), special, 1, ids->data(),
+                                   ids->size(), &n);
+  }
+  ids->resize(rc == SPECINFER_OK ? n : 0);
+  return rc;
+}
+
+specinfer_status detokenize(specinfer_target *target, const std::vector<int32_t> &ids,
+                            std::string *text) {
+  size_t n = 0;
+  text->clear();
+  specinfer_status rc = specinfer_target_detokenize(target, ids.data(), ids.size(), nullptr, 0, &n);
+  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
+    text->resize(n);
+    rc =
+        specinfer_target_detokenize(target, ids.data(), ids.size(), text->data(), text->size(), &n);
+  }
+  text->resize(rc == SPECINFER_OK ? n : 0);
+  return rc;
+}
+
 std::string token_text(specinfer_target *target, int32_t id) {
   if (id < 0) return "";
-  std::string t(64, '\0');
-  size_t n = 0;
-  specinfer_status rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
-  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL) {
-    t.resize(n);
-    rc = specinfer_target_detokenize(target, &id, 1, t.data(), t.size(), &n);
-  }
-  return rc == SPECINFER_OK ? t.substr(0, n) : "";
+  std::string text;
+  detokenize(target, {id}, &text);
+  return text;
 }
 
 void chat_template_of(specinfer_target *target, const specinfer_model_info &info,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "specinfer.h"
 
@@ -31,6 +32,13 @@ struct ChatTemplate {
   std::string prompt_of(std::string rendered) const;
 };
 
+// The token ids of `text` (special tokens parsed; bos added when add_special and the model asks
+// for it). The target's status; *ids is left empty unless SPECINFER_OK.
+specinfer_status tokenize(specinfer_target *target, const std::string &text, bool add_special,
+                          std::vector<int32_t> *ids);
+// The text (bytes) of `ids`. The target's status; *text is left empty unless SPECINFER_OK.
+specinfer_status detokenize(specinfer_target *target, const std::vector<int32_t> &ids,
+                            std::string *text);
 // The text (bytes) of one token of an open target; "" for a negative id or when it cannot be had.
 std::string token_text(specinfer_target *target, int32_t id);
 

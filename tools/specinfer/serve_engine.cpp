@@ -112,21 +112,9 @@ void Worker::stop() {
 bool Worker::tokenize(const std::string &text, bool add_special, std::vector<int32_t> *ids,
                       std::string *error) {
   std::lock_guard<std::mutex> lock(target_mutex_);
-  size_t n = 0;
-  const int32_t special = add_special ? 1 : 0;
-  specinfer_status rc =
-      specinfer_target_tokenize(target_, text.data(), text.size(), special, 1, nullptr, 0, &n);
-  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
-    ids->resize(n);
-    rc = specinfer_target_tokenize(target_, text.data(), text.size(), special, 1, ids->data(),
-                                   ids->size(), &n);
-  }
-  if (rc != SPECINFER_OK) {
-    *error = std::string("cannot tokenize: ") + specinfer_target_errmsg(target_);
-    return false;
-  }
-  ids->resize(n);
-  return true;
+  if (serve::tokenize(target_, text, add_special, ids) == SPECINFER_OK) return true;
+  *error = std::string("cannot tokenize: ") + specinfer_target_errmsg(target_);
+  return false;
 }
 
 bool Worker::detokenize(const std::vector<int32_t> &ids, std::string *text, std::string *error) {
@@ -137,20 +125,9 @@ bool Worker::detokenize(const std::vector<int32_t> &ids, std::string *text, std:
                std::to_string(info_.vocab_size) + ")";
       return false;
     }
-  size_t n = 0;
-  specinfer_status rc =
-      specinfer_target_detokenize(target_, ids.data(), ids.size(), nullptr, 0, &n);
-  if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
-    text->resize(n);
-    rc = specinfer_target_detokenize(target_, ids.data(), ids.size(), text->data(), text->size(),
-                                     &n);
-  }
-  if (rc != SPECINFER_OK) {
-    *error = std::string("cannot detokenize: ") + specinfer_target_errmsg(target_);
-    return false;
-  }
-  text->resize(n);
-  return true;
+  if (serve::detokenize(target_, ids, text) == SPECINFER_OK) return true;
+  *error = std::string("cannot detokenize: ") + specinfer_target_errmsg(target_);
+  return false;
 }
 
 specinfer_constraint *Worker::open_constraint(const std::string &kind, const std::string &grammar,
@@ -205,21 +182,10 @@ bool Worker::start(Slot &slot, Slot *source) {
   // Count the prompt's tokens first (as feed_text will tokenize it: special tokens parsed, bos
   // added when the model asks), so that a prompt that leaves no room is refused with the numbers.
   std::vector<int32_t> ids = p.prompt_tokens;
-  if (ids.empty()) {
-    size_t n_prompt = 0;
-    specinfer_status rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(),
-                                                    1, 1, nullptr, 0, &n_prompt);
-    if (rc == SPECINFER_ERR_BUFFER_TOO_SMALL || rc == SPECINFER_OK) {
-      ids.resize(n_prompt);
-      rc = specinfer_target_tokenize(slot.target, p.prompt.data(), p.prompt.size(), 1, 1,
-                                     ids.data(), ids.size(), &n_prompt);
-    }
-    if (rc != SPECINFER_OK) {
-      result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
-                                                           specinfer_target_errmsg(slot.target));
-      return false;
-    }
-    ids.resize(n_prompt);
+  if (ids.empty() && serve::tokenize(slot.target, p.prompt, true, &ids) != SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
+                                                         specinfer_target_errmsg(slot.target));
+    return false;
   }
   if (ids.size() >= static_cast<size_t>(info_.n_ctx)) {
     result = with_kind(GenResult::Kind::kBadRequest,
@@ -244,17 +210,7 @@ bool Worker::start(Slot &slot, Slot *source) {
   slot.job->prompt_tokens = result.prompt_tokens = static_cast<int32_t>(ids.size());
   if (slot.job->callbacks.on_start) {
     std::string text = p.prompt;
-    if (!p.prompt_tokens.empty()) {
-      size_t n = 0;
-      if (specinfer_target_detokenize(slot.target, ids.data(), ids.size(), nullptr, 0, &n) ==
-          SPECINFER_ERR_BUFFER_TOO_SMALL) {
-        text.resize(n);
-        if (specinfer_target_detokenize(slot.target, ids.data(), ids.size(), text.data(),
-                                        text.size(), &n) != SPECINFER_OK)
-          n = 0;
-      }
-      text.resize(n);
-    }
+    if (!p.prompt_tokens.empty()) serve::detokenize(slot.target, ids, &text);  // "" if it fails
     slot.job->callbacks.on_start(result.prompt_tokens, text);
   }
   return true;

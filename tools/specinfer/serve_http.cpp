@@ -55,11 +55,16 @@ struct Exchange {
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 
   bool done() const { return n_done == choices.size(); }
-  // The first choice that did not end well (nullptr: none): the request's error.
+  // The request's error (nullptr: none): the first choice that failed, else the first that was
+  // cancelled (the others end cancelled once one fails).
   const GenResult *failure() const {
-    for (const Choice &c : choices)
-      if (c.done && c.result.kind != GenResult::Kind::kOk) return &c.result;
-    return nullptr;
+    const GenResult *cancelled_choice = nullptr;
+    for (const Choice &c : choices) {
+      if (!c.done || c.result.kind == GenResult::Kind::kOk) continue;
+      if (c.result.kind != GenResult::Kind::kCancelled) return &c.result;
+      if (!cancelled_choice) cancelled_choice = &c.result;
+    }
+    return cancelled_choice;
   }
   // The request's token counts: the prompt once, every choice's completion.
   GenResult usage() const {
@@ -95,6 +100,8 @@ GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
     c.result = r;
     c.done = true;
     x->n_done++;
+    // The answer is this error now: the other choices are not wanted any more.
+    if (r.kind != GenResult::Kind::kOk) x->cancelled->store(true);
     x->cv.notify_all();
   };
   return cb;
@@ -440,7 +447,6 @@ void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, c
           static const char kDone[] = "data: [DONE]\n\n";
           if (ok) ok = sink.write(kDone, sizeof kDone - 1);
           if (ok) sink.done();
-          if (failure) x->cancelled->store(true);  // the other choices are not wanted any more
         }
         if (!ok) x->cancelled->store(true);
         return ok;
