@@ -690,6 +690,29 @@ SPECINFER_API specinfer_status specinfer_session_step_logprobs(
     const specinfer_session *session, const int32_t **tokens, const float **logprobs,
     const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n);
 
+/* Log-probabilities of the text's own tokens (a prompt's, as OpenAI's echo with logprobs gives
+ * them, or an evaluation's log-likelihood of a continuation): top_n >= 0 turns them on, with the
+ * top_n (at most SPECINFER_MAX_TOP_LOGPROBS) most likely tokens at each position; -1 turns them off
+ * (the default). While on, every token of the session's text from the second up to the last one
+ * fed (specinfer_session_feed_text or feed_tokens, before or after this call) gets the
+ * log-probability the target gives it after the tokens before it, as the next steps score the
+ * text: in full (a prefix cached from an earlier text is scored again), in passes of at most 64
+ * tokens. The numbers are those of specinfer_session_set_logprobs (raw scores, any batch). A reset
+ * or a context shift starts the entries over. Errors: INVALID_ARGUMENT (NULL, top_n out of range).
+ */
+SPECINFER_API specinfer_status specinfer_session_set_prompt_logprobs(specinfer_session *session,
+                                                                     int32_t top_n);
+
+/* The text's log-probabilities scored so far (specinfer_session_set_prompt_logprobs): *n entries,
+ * entry i for the text's token i + 1 (the first token has none): tokens[i], logprobs[i], and
+ * top_n alternatives, most likely first: top_tokens[i * top_n + j], top_logprobs[i * top_n + j].
+ * All are there once the first round after the feed has run (or *n is the fed text's length less
+ * one). Owned by the session, valid until its next call that changes it. Any output pointer may be
+ * NULL. Errors: INVALID_ARGUMENT (NULL session). */
+SPECINFER_API specinfer_status specinfer_session_prompt_logprobs(
+    const specinfer_session *session, const int32_t **tokens, const float **logprobs,
+    const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n);
+
 typedef struct specinfer_session_stats {
   uint32_t struct_size;
   int64_t n_prompt_tokens;  /* tokens fed */

@@ -149,9 +149,11 @@ static int have_model(void) {
   return model_path("qwen2.5-coder-0.5b.gguf", g_model, sizeof g_model);
 }
 
-/* Generates n tokens greedily; returns the number of tokens in the session, copied to out. */
+/* Generates n tokens greedily; returns the number of tokens in the session, copied to out. With
+ * prompt_logprobs the prompt's tokens' log-probabilities are on (every prompt row is read, the
+ * hidden state comes from a buffer of all the last chunk's rows): they are checked to be there. */
 static size_t generate(specinfer_target *t, specinfer_drafter *d, const char *prompt, int n,
-                       int32_t *out, size_t cap) {
+                       int32_t *out, size_t cap, int prompt_logprobs) {
   specinfer_session_params sp;
   specinfer_session_params_init(&sp);
   sp.max_draft = 1;
@@ -159,12 +161,22 @@ static size_t generate(specinfer_target *t, specinfer_drafter *d, const char *pr
   specinfer_session *s = NULL;
   assert_int_equal(specinfer_session_create(t, d, NULL, &sp, &s, NULL), SPECINFER_OK);
   assert_int_equal(specinfer_session_feed_text(s, prompt, strlen(prompt)), SPECINFER_OK);
+  if (prompt_logprobs) assert_int_equal(specinfer_session_set_prompt_logprobs(s, 1), SPECINFER_OK);
   specinfer_status rc = specinfer_session_generate(s, n, NULL, NULL);
   if (rc != SPECINFER_OK) fprintf(stderr, "generate: %s\n", specinfer_session_errmsg(s));
   assert_int_equal(rc, SPECINFER_OK);
   const int32_t *toks = NULL;
   size_t len = 0;
   assert_int_equal(specinfer_session_tokens(s, &toks, &len), SPECINFER_OK);
+  if (prompt_logprobs) {
+    specinfer_session_stats st;
+    specinfer_session_stats_init(&st);
+    assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+    size_t n_lp = 0;
+    assert_int_equal(specinfer_session_prompt_logprobs(s, NULL, NULL, NULL, NULL, &n_lp, NULL),
+                     SPECINFER_OK);
+    assert_int_equal(n_lp, (size_t)st.n_prompt_tokens - 1);
+  }
   assert_true(len <= cap);
   memcpy(out, toks, len * sizeof(int32_t));
   specinfer_session_destroy(s);
@@ -187,15 +199,17 @@ static void test_hidden_state_in_requests(void **state) {
   specinfer_drafter *d = open_drafter(reg, t, "hidden-probe", cfg);
 
   static const char *prompts[] = {"def fibonacci(n):\n", "import os\n\nfor name in"};
-  for (size_t pi = 0; pi < 2; ++pi) {
+  for (size_t pi = 0; pi < 4; ++pi) {
     int32_t plain[1024], spec[1024];
-    size_t n_plain = generate(t, NULL, prompts[pi], n, plain, 1024);
+    const int prompt_logprobs = pi >= 2;
+    size_t n_plain = generate(t, NULL, prompts[pi % 2], n, plain, 1024, 0);
     memset(&seen, 0, sizeof seen);
-    size_t n_spec = generate(t, d, prompts[pi], n, spec, 1024);
+    size_t n_spec = generate(t, d, prompts[pi % 2], n, spec, 1024, prompt_logprobs);
     fprintf(stderr,
-            "prompt %zu: %d proposals, %d with a hidden state; max |hidden - fresh| %.2e, "
+            "prompt %zu%s: %d proposals, %d with a hidden state; max |hidden - fresh| %.2e, "
             "max |row . hidden - logit| / (1 + |logit|) %.2e\n",
-            pi, seen.proposals, seen.with_hidden, seen.max_hidden_diff, seen.max_logit_diff);
+            pi % 2, prompt_logprobs ? " (prompt logprobs on)" : "", seen.proposals,
+            seen.with_hidden, seen.max_hidden_diff, seen.max_logit_diff);
     assert_true(seen.proposals > 0);
     assert_int_equal(seen.with_hidden, seen.proposals);
     assert_int_equal(seen.bad_position, 0);

@@ -331,6 +331,102 @@ void test_logprobs_equal_plain(void **state) {
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
 }
 
+// specinfer_session_set_prompt_logprobs: every token of a prompt of several chunks, from the
+// second on, gets the target's log-softmax fed as plain decoding within 1e-4, and its top 3
+// alternatives; the same through specinfer_session_step (whole-prompt catch-up, after a text whose
+// cached prefix the prompt shares: scored again) and step_many (chunks of 24), with the draft
+// model on the session.
+void test_prompt_logprobs_equal_plain(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft);
+  const int top = 3;
+  std::string prompt;
+  for (int i = 0; i < 3; ++i) prompt += kPrompts[i];
+  for (int many = 0; many < 2; ++many) {
+    specinfer_session_params p;
+    specinfer_session_params_init(&p);
+    specinfer_session *s = nullptr;
+    assert_int_equal(specinfer_session_create(e->target, d, nullptr, &p, &s, nullptr),
+                     SPECINFER_OK);
+    assert_int_equal(specinfer_session_set_prompt_logprobs(s, 21), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_int_equal(specinfer_session_set_prompt_logprobs(nullptr, 1),
+                     SPECINFER_ERR_INVALID_ARGUMENT);
+    int32_t room[16];
+    size_t n = 0;
+    int32_t done = 0;
+    // A text that the prompt continues: its cache is kept by the reset.
+    assert_int_equal(specinfer_session_feed_text(s, kPrompts[0], std::strlen(kPrompts[0])),
+                     SPECINFER_OK);
+    assert_int_equal(specinfer_session_step(s, room, 16, &n, &done), SPECINFER_OK);
+    assert_int_equal(specinfer_session_reset(s), SPECINFER_OK);
+    assert_int_equal(specinfer_session_feed_text(s, prompt.data(), prompt.size()), SPECINFER_OK);
+    assert_int_equal(specinfer_session_set_prompt_logprobs(s, top), SPECINFER_OK);
+    if (many) {
+      specinfer_step_params sp;
+      specinfer_step_params_init(&sp);
+      sp.prefill_chunk = 24;
+      specinfer_step_result r{};
+      r.struct_size = sizeof r;
+      r.tokens = room;
+      r.cap = 16;
+      do {
+        assert_int_equal(specinfer_session_step_many(&s, &r, 1, &sp), SPECINFER_OK);
+        assert_int_equal(r.status, SPECINFER_OK);
+      } while (r.n_tokens == 0);
+    } else {
+      assert_int_equal(specinfer_session_step(s, room, 16, &n, &done), SPECINFER_OK);
+    }
+    const int32_t *toks = nullptr, *tt = nullptr;
+    const float *lp = nullptr, *tlp = nullptr;
+    size_t n_lp = 0;
+    int32_t top_n = -1;
+    assert_int_equal(specinfer_session_prompt_logprobs(s, &toks, &lp, &tt, &tlp, &n_lp, &top_n),
+                     SPECINFER_OK);
+    specinfer_session_stats st;
+    specinfer_session_stats_init(&st);
+    assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+    const int32_t *all = nullptr;
+    size_t len = 0;
+    assert_int_equal(specinfer_session_tokens(s, &all, &len), SPECINFER_OK);
+    const size_t n_prompt = static_cast<size_t>(st.n_prompt_tokens);
+    assert_true(n_prompt > 64);
+    assert_int_equal(n_lp, n_prompt - 1);
+    assert_int_equal(top_n, top);
+    const std::vector<int32_t> seq(all, all + n_prompt);
+    assert_memory_equal(toks, seq.data() + 1, n_lp * sizeof(int32_t));
+    const std::vector<int32_t> got_top(tt, tt + n_lp * top);
+    const std::vector<float> got(lp, lp + n_lp), got_top_lp(tlp, tlp + n_lp * top);
+    // After a reset the entries start over.
+    assert_int_equal(specinfer_session_reset(s), SPECINFER_OK);
+    assert_int_equal(
+        specinfer_session_prompt_logprobs(s, nullptr, nullptr, nullptr, nullptr, &n_lp, nullptr),
+        SPECINFER_OK);
+    assert_int_equal(n_lp, 0);
+    specinfer_session_destroy(s);
+    const auto want = plain_logprobs(*e->target, seq, 1);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::vector<double> &row = want[i];
+      worst = std::max(worst, std::fabs(got[i] - row[static_cast<size_t>(seq[i + 1])]));
+      for (int j = 0; j < top; ++j) {
+        const size_t k = i * top + static_cast<size_t>(j);
+        worst = std::max(worst, std::fabs(got_top_lp[k] - row[static_cast<size_t>(got_top[k])]));
+        if (j > 0) assert_true(got_top_lp[k] <= got_top_lp[k - 1]);
+      }
+      const double last = got_top_lp[i * top + top - 1];
+      for (size_t v = 0; v < row.size(); ++v)
+        if (row[v] > last + 1e-4)
+          assert_true(std::find(&got_top[i * top], &got_top[i * top] + top,
+                                static_cast<int32_t>(v)) != &got_top[i * top] + top);
+    }
+    std::fprintf(stderr, "prompt logprobs (%s): %zu tokens, max |difference| from plain %.3g\n",
+                 many ? "step_many, chunks of 24" : "step", got.size(), worst);
+    assert_true(worst <= 1e-4);
+  }
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+}
+
 void test_draft_model_follows_text(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -582,6 +678,7 @@ int main(void) {
       cmocka_unit_test(test_gumbel_equals_plain),
       cmocka_unit_test(test_rollback_logits),
       cmocka_unit_test(test_logprobs_equal_plain),
+      cmocka_unit_test(test_prompt_logprobs_equal_plain),
       cmocka_unit_test(test_draft_model_follows_text),
       cmocka_unit_test(test_staged_drafts_unchanged),
       cmocka_unit_test(test_batched_drafts_equal_lone),

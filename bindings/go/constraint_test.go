@@ -189,3 +189,31 @@ func TestStepLogprobsDescribeEachEmittedToken(t *testing.T) {
 		t.Fatalf("log-probabilities while off: %+v", lps)
 	}
 }
+
+func TestPromptLogprobsCoverThePrompt(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	s := must(NewSession(tg, nil, nil, sharedParams()))
+	defer s.Close()
+	var e *Error
+	if err := s.SetPromptLogprobs(MaxTopLogprobs + 1); !errors.As(err, &e) || e.Code != InvalidArgument {
+		t.Fatalf("SetPromptLogprobs(%d): %v", MaxTopLogprobs+1, err)
+	}
+	noErr(t, s.SetPromptLogprobs(2))
+	noErr(t, s.FeedText(prompt))
+	_, _, err := s.Step(4)
+	noErr(t, err)
+	st := must(s.Stats())
+	text := must(s.Tokens())
+	lps := must(s.PromptLogprobs())
+	if int64(len(lps)) != st.NPromptTokens-1 {
+		t.Fatalf("%d prompt tokens, %d log-probabilities", st.NPromptTokens, len(lps))
+	}
+	for i, lp := range lps {
+		if lp.Token != text[i+1] || len(lp.Top) != 2 || lp.Logprob > 0 || lp.Top[0].Logprob < lp.Logprob-1e-4 {
+			t.Fatalf("prompt token %d: %+v", i+1, lp)
+		}
+	}
+}

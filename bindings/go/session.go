@@ -362,8 +362,48 @@ func (s *Session) StepLogprobs() ([]TokenLogprob, error) {
 	if err := s.check(C.specinfer_session_step_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)); err != nil {
 		return nil, err
 	}
+	return tokenLogprobs(toks, lps, topToks, topLps, n, topN), nil
+}
+
+// SetPromptLogprobs turns on (topN 0 .. MaxTopLogprobs alternatives) or off (-1) the
+// log-probabilities of the text's own tokens: every token fed, from the second on, gets the
+// target's log-probability after the tokens before it as the next steps score the text (a prefix
+// cached from an earlier text is scored again). PromptLogprobs reads them. Errors:
+// InvalidArgument (topN out of range).
+func (s *Session) SetPromptLogprobs(topN int) error {
+	p, err := s.raw()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(s)
+	if int(int32(topN)) != topN {
+		return &Error{Code: InvalidArgument, Message: fmt.Sprintf("topN must be in -1 .. %d, got %d", MaxTopLogprobs, topN)}
+	}
+	return s.check(C.specinfer_session_set_prompt_logprobs(p, C.int32_t(topN)))
+}
+
+// PromptLogprobs returns the text's log-probabilities scored so far (SetPromptLogprobs): entry i
+// is of the text's token i + 1; all of them once a round has run after the feed.
+func (s *Session) PromptLogprobs() ([]TokenLogprob, error) {
+	p, err := s.raw()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(s)
+	var toks, topToks *C.int32_t
+	var lps, topLps *C.float
+	var n C.size_t
+	var topN C.int32_t
+	if err := s.check(C.specinfer_session_prompt_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)); err != nil {
+		return nil, err
+	}
+	return tokenLogprobs(toks, lps, topToks, topLps, n, topN), nil
+}
+
+// tokenLogprobs copies n entries of the session's arrays (topN alternatives each).
+func tokenLogprobs(toks *C.int32_t, lps *C.float, topToks *C.int32_t, topLps *C.float, n C.size_t, topN C.int32_t) []TokenLogprob {
 	if n == 0 {
-		return nil, nil
+		return nil
 	}
 	k := max(int(topN), 0)
 	tokens := unsafe.Slice((*int32)(unsafe.Pointer(toks)), int(n))
@@ -382,7 +422,7 @@ func (s *Session) StepLogprobs() ([]TokenLogprob, error) {
 		}
 		out[i] = TokenLogprob{Token: tokens[i], Logprob: logprobs[i], Top: top}
 	}
-	return out, nil
+	return out
 }
 
 // StepText is the text of the last Step's (or StepMany's) tokens: whole UTF-8 characters, nothing

@@ -622,6 +622,27 @@ SPECINFER_API specinfer_status specinfer_session_step_logprobs(
   return SPECINFER_OK;
 }
 
+SPECINFER_API specinfer_status specinfer_session_set_prompt_logprobs(specinfer_session *session,
+                                                                     int32_t top_n) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return guard(&session->impl->last_error, nullptr,
+               [&] { session->impl->set_prompt_logprobs(top_n); });
+}
+
+SPECINFER_API specinfer_status specinfer_session_prompt_logprobs(
+    const specinfer_session *session, const int32_t **tokens, const float **logprobs,
+    const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  const specinfer::Session::RoundLogprobs &lp = session->impl->prompt_logprobs();
+  if (tokens) *tokens = lp.tokens.data();
+  if (logprobs) *logprobs = lp.logprobs.data();
+  if (top_tokens) *top_tokens = lp.top_tokens.data();
+  if (top_logprobs) *top_logprobs = lp.top_logprobs.data();
+  if (n) *n = lp.tokens.size();
+  if (top_n) *top_n = lp.top_n;
+  return SPECINFER_OK;
+}
+
 SPECINFER_API specinfer_status specinfer_session_set_stop_strings(specinfer_session *session,
                                                                   const char *const *stops,
                                                                   size_t n) {

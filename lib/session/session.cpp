@@ -153,6 +153,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
   tokens_.insert(tokens_.end(), tokens, tokens + n);
   n_prompt_ += static_cast<int64_t>(n);
   stops_.clear();
+  if (prompt_top_ >= 0 && !tokens_.empty()) prompt_want_ = tokens_.size() - 1;
 }
 
 void Session::continue_from(Session &src, size_t n) {
@@ -171,6 +172,8 @@ void Session::continue_from(Session &src, size_t n) {
   const auto t0 = Clock::now();
   tokens_.assign(src.tokens_.begin(), src.tokens_.begin() + static_cast<std::ptrdiff_t>(n));
   n_prompt_ = static_cast<int64_t>(n);
+  restart_prompt_logprobs();
+  if (prompt_top_ >= 0) prompt_want_ = n - 1;
   // Every token but the last, as far as src's cache holds them.
   size_t cached = 0;
   const size_t limit = std::min(
@@ -610,6 +613,7 @@ void Session::shift_context() {
   tokens_.erase(first, first + static_cast<std::ptrdiff_t>(discard));
   drafter_begun_ = false;
   drafter_known_ = 0;
+  restart_prompt_logprobs();
   ++n_shifts_;
 }
 
@@ -622,6 +626,9 @@ size_t Session::trim_cache() {
   size_t keep = 0;
   const size_t limit = std::min(kv_tokens_.size(), want);
   while (keep < limit && kv_tokens_[keep] == tokens_[keep]) ++keep;
+  // The text's log-probabilities come from prefill rows: the positions still without one are
+  // scored again.
+  if (recording_prompt()) keep = std::min(keep, prompt_logprobs_.tokens.size());
   const bool hidden_stale =
       hidden_size_ > 0 && want > 0 &&
       (hidden_pos_ != static_cast<int64_t>(want) - 1 || static_cast<size_t>(hidden_pos_) >= keep);
@@ -638,8 +645,11 @@ size_t Session::trim_cache() {
 }
 
 // The pass that scores the next at most `chunk` uncached tokens before `want`; the last chunk
-// also asks for the hidden state of its last token.
+// also asks for the hidden state of its last token. While the text's log-probabilities are
+// recorded, every row, in chunks of at most kPromptLogprobChunk.
 const specinfer_forward_batch &Session::prefill_batch(size_t want, size_t chunk) {
+  const bool rows = recording_prompt();
+  if (rows) chunk = std::min(chunk, kPromptLogprobChunk);
   const size_t start = kv_tokens_.size(), n = std::min(chunk, want - start);
   batch_tokens_.assign(tokens_.begin() + static_cast<std::ptrdiff_t>(start),
                        tokens_.begin() + static_cast<std::ptrdiff_t>(start + n));
@@ -651,7 +661,16 @@ const specinfer_forward_batch &Session::prefill_batch(size_t want, size_t chunk)
   b.n_tokens = static_cast<int32_t>(n);
   b.tokens = batch_tokens_.data();
   b.positions = batch_pos_.data();
-  if (hidden_size_ > 0 && start + n == want) {
+  if (rows) {
+    if (prompt_logits_.size() < n * vocab_)
+      prompt_logits_.assign_zero(kPromptLogprobChunk * vocab_);
+    b.n_logits = static_cast<int32_t>(n);
+    b.logits = prompt_logits_.data();
+    if (hidden_size_ > 0 && start + n == want) {
+      prompt_hidden_.resize(n * static_cast<size_t>(hidden_size_));
+      b.hidden = prompt_hidden_.data();
+    }
+  } else if (hidden_size_ > 0 && start + n == want) {
     b.n_logits = 1;
     b.logits = logits_.data();
     b.hidden = hidden_.data();
@@ -662,8 +681,13 @@ const specinfer_forward_batch &Session::prefill_batch(size_t want, size_t chunk)
 // After a prefill pass: the cache holds its tokens.
 void Session::prefill_done(const specinfer_forward_batch &b) {
   ++n_passes_;
+  const size_t start = kv_tokens_.size();
   kv_tokens_.insert(kv_tokens_.end(), b.tokens, b.tokens + b.n_tokens);
+  if (b.hidden == prompt_hidden_.data() && b.hidden && b.n_logits > 0)  // every row's: the last
+    std::copy_n(prompt_hidden_.data() + static_cast<size_t>(b.n_logits - 1) * hidden_size_,
+                hidden_size_, hidden_.data());
   if (b.hidden) hidden_pos_ = static_cast<int64_t>(kv_tokens_.size()) - 1;
+  if (recording_prompt() && b.n_logits == b.n_tokens) record_prompt_rows(b, start);
 }
 
 // The drafter hears of tokens fed since it last heard (the prompt, at first): before a round in
@@ -978,6 +1002,7 @@ void Session::reset() {
   stops_.clear();
   round_text_.clear();
   round_logprobs_ = RoundLogprobs{};
+  restart_prompt_logprobs();
   drafter_begun_ = false;
   drafter_known_ = 0;
   lookahead_.reset();

@@ -101,6 +101,10 @@ class Session {
     std::vector<float> logprobs, top_logprobs;
   };
   const RoundLogprobs &last_logprobs() const { return round_logprobs_; }
+  // Log-probabilities of the text's own tokens as the steps score it (-1: off); see
+  // specinfer_session_set_prompt_logprobs. Entry i is of the text's token i + 1.
+  void set_prompt_logprobs(int32_t top_n);
+  const RoundLogprobs &prompt_logprobs() const { return prompt_logprobs_; }
 
   std::string last_error;
 
@@ -239,6 +243,20 @@ class Session {
   std::vector<int32_t> row_top_tokens_;
   std::vector<float> row_top_logits_;
   RoundLogprobs round_logprobs_;
+  // The text's own log-probabilities (-1: off): entries for its tokens 1 .. prompt_want_, taken
+  // from the prefill passes' rows (all of a chunk's rows are asked for while some are missing);
+  // the rows' and the last chunk's hidden states land in their own buffers.
+  static constexpr size_t kPromptLogprobChunk = 64;
+  int32_t prompt_top_ = -1;
+  size_t prompt_want_ = 0;
+  RoundLogprobs prompt_logprobs_;
+  PageBuffer<float> prompt_logits_;   // [chunk][vocab]
+  std::vector<float> prompt_hidden_;  // [chunk][hidden_size]
+  bool recording_prompt() const {
+    return prompt_top_ >= 0 && prompt_logprobs_.tokens.size() < prompt_want_;
+  }
+  void record_prompt_rows(const specinfer_forward_batch &b, size_t start);
+  void restart_prompt_logprobs();
 
   Lookahead lookahead_;
   // The last round, as end_round saw it; the pass's prediction and the step's plan are set by

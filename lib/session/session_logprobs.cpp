@@ -30,22 +30,18 @@ void Session::prepare_row_logprobs(int32_t rows) {
     for (int32_t r = 0; r < rows; ++r) score_row(r);
 }
 
-void Session::score_row(int32_t r) {
-  const size_t top = static_cast<size_t>(logprob_top_);
-  const float *x = verify_batch_.logits + static_cast<size_t>(r) * vocab_;
+namespace {
+
+// A row of raw scores: its log-sum-exp, and its `top` most likely tokens with their scores, most
+// likely first (ties: the lower id, which comes first and is not displaced by an equal score).
+double row_stats(const float *x, int32_t vocab, size_t top, int32_t *ids, float *vals) {
   float most = x[0];
-  for (int32_t t = 1; t < vocab_; ++t) most = std::max(most, x[t]);
+  for (int32_t t = 1; t < vocab; ++t) most = std::max(most, x[t]);
   double sum = 0;
-  for (int32_t t = 0; t < vocab_; ++t) sum += std::exp(x[t] - most);
-  row_lse_[r] = static_cast<double>(most) + std::log(sum);
-  row_scored_[r] = 1;
-  // The top tokens by a running insertion into a sorted list of `top` (ties: the lower id, which
-  // comes first and is not displaced by an equal score).
-  // (Pointers from data(): with top 0 the vectors are empty.)
-  int32_t *ids = row_top_tokens_.data() + static_cast<size_t>(r) * top;
-  float *vals = row_top_logits_.data() + static_cast<size_t>(r) * top;
+  for (int32_t t = 0; t < vocab; ++t) sum += std::exp(x[t] - most);
+  // A running insertion into a sorted list of `top`.
   size_t have = 0;
-  for (int32_t t = 0; t < vocab_ && top > 0; ++t) {
+  for (int32_t t = 0; t < vocab && top > 0; ++t) {
     if (have == top && !(x[t] > vals[top - 1])) continue;
     size_t j = have < top ? have++ : top - 1;
     while (j > 0 && x[t] > vals[j - 1]) {
@@ -55,6 +51,55 @@ void Session::score_row(int32_t r) {
     }
     vals[j] = x[t];
     ids[j] = t;
+  }
+  return static_cast<double>(most) + std::log(sum);
+}
+
+}  // namespace
+
+void Session::score_row(int32_t r) {
+  const size_t top = static_cast<size_t>(logprob_top_);
+  // (Pointers from data(): with top 0 the vectors are empty.)
+  row_lse_[r] = row_stats(verify_batch_.logits + static_cast<size_t>(r) * vocab_, vocab_, top,
+                          row_top_tokens_.data() + static_cast<size_t>(r) * top,
+                          row_top_logits_.data() + static_cast<size_t>(r) * top);
+  row_scored_[r] = 1;
+}
+
+void Session::set_prompt_logprobs(int32_t top_n) {
+  if (top_n < -1 || top_n > SPECINFER_MAX_TOP_LOGPROBS)
+    fail(SPECINFER_ERR_INVALID_ARGUMENT, "top_n must be in [-1, %d], got %d",
+         SPECINFER_MAX_TOP_LOGPROBS, top_n);
+  prompt_top_ = top_n;
+  restart_prompt_logprobs();
+  if (top_n >= 0 && !tokens_.empty()) prompt_want_ = tokens_.size() - 1;
+}
+
+void Session::restart_prompt_logprobs() {
+  prompt_logprobs_ = RoundLogprobs{};
+  prompt_logprobs_.top_n = std::max(prompt_top_, 0);
+  prompt_want_ = 0;
+}
+
+// After a prefill pass that asked for all its rows: row r (the text's position start + r) gives
+// the entry of the token after it, while entries are wanted and follow on from the last.
+void Session::record_prompt_rows(const specinfer_forward_batch &b, size_t start) {
+  RoundLogprobs &lp = prompt_logprobs_;
+  const size_t top = static_cast<size_t>(lp.top_n);
+  for (int32_t r = 0; r < b.n_tokens && r < b.n_logits; ++r) {
+    const size_t pos = start + static_cast<size_t>(r);
+    if (pos != lp.tokens.size() || pos >= prompt_want_) continue;
+    const float *x = b.logits + static_cast<size_t>(r) * vocab_;
+    const int32_t token = tokens_[pos + 1];
+    lp.top_tokens.resize((pos + 1) * top);
+    lp.top_logprobs.resize((pos + 1) * top);
+    const double lse = row_stats(x, vocab_, top, lp.top_tokens.data() + pos * top,
+                                 lp.top_logprobs.data() + pos * top);
+    for (size_t j = 0; j < top; ++j)
+      lp.top_logprobs[pos * top + j] =
+          static_cast<float>(static_cast<double>(lp.top_logprobs[pos * top + j]) - lse);
+    lp.tokens.push_back(token);
+    lp.logprobs.push_back(static_cast<float>(static_cast<double>(x[token]) - lse));
   }
 }
 

@@ -13,6 +13,7 @@ tests check under the sanitizers too) rather than the server's memory and thread
 """
 import concurrent.futures
 import json
+import math
 import os
 import re
 import socket
@@ -281,7 +282,6 @@ def test_sampling_is_seeded(qwen):
     ({"prompt": "x", "n": 0}, "n"),
     ({"prompt": "x", "n": 5}, "n"),  # more than the server's --parallel 4
     ({"prompt": "x", "echo": "yes"}, "echo"),
-    ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
     ({"prompt": ["x", "y"]}, "prompt"),
     ({"prompt": [1, -2]}, "prompt"),
     ({"prompt": [[1], [2]]}, "prompt"),
@@ -367,6 +367,52 @@ def test_n_choices(qwen, reference):
                                      messages=[{"role": "user", "content": "Say hi."}])
     assert len(chat.choices) == 2
     assert chat.choices[0].message.content == chat.choices[1].message.content
+
+
+def test_echo_logprobs_equal_perplexity(qwen, tmp_path):
+    """echo with logprobs gives the prompt's own log-probabilities: over the tokens `specinfer
+    perplexity` scores in a chunk of 64 (the second half), their mean is its perplexity; every
+    prompt token has an entry (the first with null), and the texts and offsets line up, streamed or
+    not, with n=2."""
+    text = open(os.path.join(os.path.dirname(__file__), "../../docs/SERVE.md"),
+                encoding="utf-8").read()
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    out = subprocess.run([CLI, "perplexity", "--target", qwen.target, "-f", str(path), "-c", "64",
+                          "--chunks", "1", "--threads", "2"], capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    ppl = float(re.search(r"PPL = ([0-9.]+)", out.stdout + out.stderr).group(1))
+    status, j = post(qwen, "/tokenize", {"content": text})
+    assert status == 200, j
+    ids = j["tokens"][:64]
+    c = client(qwen)
+    r = c.completions.create(model=qwen.model, prompt=ids, max_tokens=2, temperature=0, echo=True,
+                             logprobs=2, n=2)
+    for choice in r.choices:
+        lp = choice.logprobs
+        assert len(lp.tokens) == 64 + 2
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        assert "".join(lp.tokens) == choice.text
+        assert lp.text_offset == [sum(len(t.encode()) for t in lp.tokens[:i])
+                                  for i in range(len(lp.tokens))]
+        for v, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+            assert v <= 0 and len(top) <= 2 and max(top.values()) >= v - 1e-6
+        assert lp.token_logprobs[:64] == r.choices[0].logprobs.token_logprobs[:64]
+    # llama-perplexity's scoring: the logits at positions 32 .. 62 for the tokens after them.
+    scored = r.choices[0].logprobs.token_logprobs[33:64]
+    mine = math.exp(-sum(scored) / len(scored))
+    print(f"perplexity {ppl}, from the echoed logprobs {mine:.4f}")
+    assert mine == pytest.approx(ppl, rel=1e-4)
+    streamed = list(c.completions.create(model=qwen.model, prompt=ids, max_tokens=2,
+                                         temperature=0, echo=True, logprobs=2, stream=True))
+    tokens = [t for ch in streamed if ch.choices and ch.choices[0].logprobs
+              for t in ch.choices[0].logprobs.tokens]
+    values = [v for ch in streamed if ch.choices and ch.choices[0].logprobs
+              for v in ch.choices[0].logprobs.token_logprobs]
+    assert tokens == r.choices[0].logprobs.tokens
+    assert values[0] is None
+    assert values[1:] == pytest.approx(r.choices[0].logprobs.token_logprobs[1:], abs=1e-4)
 
 
 def test_token_prompts_tokenize_and_echo(qwen, reference):

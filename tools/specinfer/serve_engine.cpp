@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -243,7 +244,11 @@ bool Worker::open_session(Slot &slot) {
       return false;
     }
   }
-  if (p.logprobs >= 0 && specinfer_session_set_logprobs(slot.session, p.logprobs) != SPECINFER_OK) {
+  if ((p.logprobs >= 0 &&
+       specinfer_session_set_logprobs(slot.session, p.logprobs) != SPECINFER_OK) ||
+      (p.prompt_logprobs && slot.choice == 0 &&
+       specinfer_session_set_prompt_logprobs(slot.session, std::max(p.logprobs, 0)) !=
+           SPECINFER_OK)) {
     result = with_kind(GenResult::Kind::kBadRequest, specinfer_session_errmsg(slot.session));
     result.param = "logprobs";
     return false;
@@ -316,6 +321,7 @@ void Worker::admit(std::vector<std::shared_ptr<Job>> arrived) {
       if (s.job) continue;
       s.job = job;
       s.choice = choice++;
+      s.prompt_logprobs_sent = false;
       s.source = first;
       if (!first) first = &s;
     }
@@ -326,28 +332,68 @@ void Worker::admit(std::vector<std::shared_ptr<Job>> arrived) {
   }
 }
 
-std::vector<TokenLogprob> Worker::round_logprobs(const Slot &slot) const {
+namespace {
+
+// Log-probability arrays from the session (n entries, top alternatives each) as the server's
+// entries, end-of-generation tokens left out when skip_eog.
+std::vector<TokenLogprob> token_logprobs(specinfer_target *target, const specinfer_model_info &info,
+                                         const int32_t *tokens, const float *logprobs,
+                                         const int32_t *top_tokens, const float *top_logprobs,
+                                         size_t n, int32_t top, bool skip_eog) {
   std::vector<TokenLogprob> out;
-  if (slot.job->params.logprobs < 0) return out;
+  const int32_t *eog = info.eog_tokens;
+  for (size_t i = 0; i < n; ++i) {
+    if (skip_eog && std::find(eog, eog + info.n_eog_tokens, tokens[i]) != eog + info.n_eog_tokens)
+      continue;
+    TokenLogprob t;
+    t.bytes = token_text(target, tokens[i]);
+    t.logprob = logprobs[i];
+    for (int32_t j = 0; j < top; ++j) {
+      const size_t k = i * static_cast<size_t>(top) + static_cast<size_t>(j);
+      t.top.emplace_back(token_text(target, top_tokens[k]), top_logprobs[k]);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<TokenLogprob> Worker::round_logprobs(const Slot &slot) const {
+  if (slot.job->params.logprobs < 0) return {};
   const int32_t *tokens = nullptr, *top_tokens = nullptr;
   const float *logprobs = nullptr, *top_logprobs = nullptr;
   size_t n = 0;
   int32_t top = 0;
   if (specinfer_session_step_logprobs(slot.session, &tokens, &logprobs, &top_tokens, &top_logprobs,
                                       &n, &top) != SPECINFER_OK)
-    return out;
-  const int32_t *eog = info_.eog_tokens;
-  for (size_t i = 0; i < n; ++i) {
-    if (std::find(eog, eog + info_.n_eog_tokens, tokens[i]) != eog + info_.n_eog_tokens) continue;
-    TokenLogprob t;
-    t.bytes = token_text(slot.target, tokens[i]);
-    t.logprob = logprobs[i];
-    for (int32_t j = 0; j < top; ++j) {
-      const size_t k = i * static_cast<size_t>(top) + static_cast<size_t>(j);
-      t.top.emplace_back(token_text(slot.target, top_tokens[k]), top_logprobs[k]);
-    }
-    out.push_back(std::move(t));
+    return {};
+  return token_logprobs(slot.target, info_, tokens, logprobs, top_tokens, top_logprobs, n, top,
+                        true);
+}
+
+std::vector<TokenLogprob> Worker::prompt_logprobs(const Slot &slot) const {
+  const int32_t *text = nullptr, *tokens = nullptr, *top_tokens = nullptr;
+  const float *logprobs = nullptr, *top_logprobs = nullptr;
+  size_t len = 0, n = 0;
+  int32_t top = 0;
+  if (specinfer_session_tokens(slot.session, &text, &len) != SPECINFER_OK || len == 0 ||
+      specinfer_session_prompt_logprobs(slot.session, &tokens, &logprobs, &top_tokens,
+                                        &top_logprobs, &n, &top) != SPECINFER_OK)
+    return {};
+  std::vector<TokenLogprob> out;
+  // The first token has none. A bos that the model added to a text prompt is not the prompt's:
+  // left out, so that the entries' bytes are the echoed text.
+  const bool added_bos =
+      slot.job->params.prompt_tokens.empty() && info_.add_bos && text[0] == info_.bos_token;
+  if (!added_bos) {
+    out.emplace_back();
+    out[0].bytes = token_text(slot.target, text[0]);
+    out[0].logprob = std::numeric_limits<float>::quiet_NaN();
   }
+  for (TokenLogprob &t : token_logprobs(slot.target, info_, tokens, logprobs, top_tokens,
+                                        top_logprobs, n, top, false))
+    out.push_back(std::move(t));
   return out;
 }
 
@@ -451,6 +497,11 @@ void Worker::loop() {
         size_t tail_len = 0;
         if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
           text.append(tail, tail_len);
+      }
+      if (s.job->params.prompt_logprobs && s.choice == 0 && !s.prompt_logprobs_sent) {
+        s.prompt_logprobs_sent = true;
+        if (s.job->callbacks.on_prompt_logprobs)
+          s.job->callbacks.on_prompt_logprobs(prompt_logprobs(s));
       }
       const bool more = s.job->callbacks.on_text(s.choice, text, static_cast<int32_t>(r.n_tokens),
                                                  round_logprobs(s));

@@ -45,6 +45,9 @@ struct GenParams {
   std::vector<std::string> stop;  // stop strings (specinfer_session_set_stop_strings)
   // Log-probabilities of the generated tokens, with this many alternatives each (-1: none).
   int32_t logprobs = -1;
+  // The prompt's tokens' log-probabilities too (a completion's echo with logprobs), with as many
+  // alternatives: choice 0 scores every prompt token (specinfer_session_set_prompt_logprobs).
+  bool prompt_logprobs = false;
   // A constraint on the generated text (specinfer_constraint_open with the llguidance plugin):
   // its kind ("" = none: "json_schema", "json_object", "regex" or "lark"), its grammar, and the
   // request field that gave it (named in the error when it does not compile).
@@ -71,13 +74,16 @@ struct GenResult {
 // max_tokens, and on_done exactly once (for a request refused before it starts: once for every
 // choice, with the same result). on_text returns false to end the choice (finish_reason "stop");
 // with GenParams::logprobs, it gets the round's tokens' log-probabilities (end-of-generation
-// tokens left out), else none.
+// tokens left out), else none. With GenParams::prompt_logprobs, on_prompt_logprobs comes once,
+// before the first on_text: every prompt token, the first with a NaN log-probability and no
+// alternatives (nothing precedes it).
 struct GenCallbacks {
   // The prompt's token count and its text (a prompt of token ids decoded).
   std::function<void(int32_t prompt_tokens, const std::string &prompt_text)> on_start;
   std::function<bool(int32_t choice, const std::string &text, int32_t n_tokens,
                      std::vector<TokenLogprob> logprobs)>
       on_text;
+  std::function<void(std::vector<TokenLogprob> logprobs)> on_prompt_logprobs;
   std::function<void(int32_t choice, const GenResult &)> on_done;
 };
 
@@ -165,6 +171,7 @@ class Worker : public Engine {
     Slot *source = nullptr;
     GenResult result;
     std::vector<int32_t> room;  // step_many's token buffer
+    bool prompt_logprobs_sent = false;
   };
   Worker(specinfer_registry *reg, specinfer_target *target, const Options &options);
   void loop();
@@ -187,6 +194,8 @@ class Worker : public Engine {
                                         std::string *error);
   // The log-probabilities of the slot's last round (GenParams::logprobs).
   std::vector<TokenLogprob> round_logprobs(const Slot &slot) const;
+  // Choice 0's prompt logprobs (GenParams::prompt_logprobs), once its prompt is scored.
+  std::vector<TokenLogprob> prompt_logprobs(const Slot &slot) const;
   // Adds a step's rounds (specinfer_session_round_info of the slots that ran one) to metrics_.
   void count_step(const std::vector<specinfer_session *> &sessions,
                   const std::vector<specinfer_step_result> &results,

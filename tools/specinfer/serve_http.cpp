@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -93,6 +94,14 @@ GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
     for (TokenLogprob &t : logprobs) c.pending_logprobs.push_back(std::move(t));
     x->cv.notify_all();
     return true;
+  };
+  // The prompt's entries go before every choice's own (none has any yet: choice 0 is about to
+  // give its first, the others start after it).
+  cb.on_prompt_logprobs = [x](std::vector<TokenLogprob> prompt) {
+    std::lock_guard<std::mutex> lock(x->m);
+    for (Exchange::Choice &c : x->choices)
+      c.pending_logprobs.insert(c.pending_logprobs.begin(), prompt.begin(), prompt.end());
+    x->cv.notify_all();
   };
   cb.on_done = [x](int32_t i, const GenResult &r) {
     std::lock_guard<std::mutex> lock(x->m);
@@ -188,7 +197,9 @@ struct Reply {
   bool chat = false;
   std::string echo;       // a completion's prompt, put before each choice's text (echo)
   bool logprobs = false;  // the request asked for log-probabilities
-  bool tools = false;     // the answer's tool calls are parsed out of its text
+  // echo with logprobs: a choice's entries start with the prompt's tokens, at text offset 0.
+  bool prompt_logprobs = false;
+  bool tools = false;  // the answer's tool calls are parsed out of its text
   std::string id;
   std::time_t created = 0;
   std::string model;
@@ -215,11 +226,13 @@ struct Reply {
          offsets = json::array();
     for (const TokenLogprob &t : lp) {
       tokens.push_back(t.bytes);
-      values.push_back(t.logprob);
+      // A prompt's first token has no log-probability: null, as OpenAI gives it.
+      const bool none = std::isnan(t.logprob);
+      values.push_back(none ? json(nullptr) : json(t.logprob));
       json top = json::object();
       for (const auto &[bytes, v] : t.top)
         if (!top.contains(bytes)) top[bytes] = v;
-      tops.push_back(top);
+      tops.push_back(none ? json(nullptr) : top);
       offsets.push_back(offset);
       offset += t.bytes.size();
     }
@@ -240,9 +253,10 @@ struct Reply {
     json choices = json::array();
     for (size_t i = 0; i < x.choices.size(); ++i) {
       const Exchange::Choice &c = x.choices[i];
-      json choice = {{"index", i},
-                     {"finish_reason", c.result.finish_reason},
-                     {"logprobs", logprobs_of(c.pending_logprobs, echo.size())}};
+      json choice = {
+          {"index", i},
+          {"finish_reason", c.result.finish_reason},
+          {"logprobs", logprobs_of(c.pending_logprobs, prompt_logprobs ? 0 : echo.size())}};
       if (chat) {
         const ParsedAnswer a = parsed(c.pending);
         choice["message"] = {{"role", "assistant"}, {"content", a.content}};
@@ -361,7 +375,7 @@ bool write_choice(httplib::DataSink &sink, const Reply &reply, size_t index, Str
       ok = write_event(sink, reply.chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr));
     else
       text = reply.echo + text;
-    sc.sent = reply.echo.size();
+    sc.sent = reply.prompt_logprobs ? 0 : reply.echo.size();
     sc.begun = true;
   }
   // Tokens without text yet (part of a character, text held back for a stop string) send
@@ -432,6 +446,9 @@ void answer_stream(httplib::Response &res, const std::shared_ptr<Exchange> &x, c
           StreamedChoice &sc = (*streamed)[i];
           Taken &t = taken[i];
           if (sc.finished || (t.text.empty() && t.lp.empty() && !t.done && sc.begun)) continue;
+          // With echo and logprobs the first event waits for the prompt's entries.
+          if (reply.prompt_logprobs && !sc.begun && t.text.empty() && t.lp.empty() && !t.done)
+            continue;
           ok = write_choice(sink, reply, i, sc, std::move(t.text), std::move(t.lp), t.done,
                             t.result);
         }
@@ -607,6 +624,7 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   reply.logprobs = params.logprobs >= 0;
   reply.tools = tools;
   reply.echo = std::move(reply_echo);
+  reply.prompt_logprobs = params.prompt_logprobs;
   if (r.stream)
     answer_stream(res, x, reply, r.include_usage);
   else

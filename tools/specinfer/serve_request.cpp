@@ -324,10 +324,8 @@ std::optional<ApiError> parse_completion_request(const std::string &text, bool c
     return bad_param("tool_choice", "tool_choice \"" + out->tool_choice +
                                         "\" constrains the text: it cannot go with " +
                                         out->params.constraint_param);
-  if (out->echo && out->params.logprobs >= 0)
-    return bad_param("echo",
-                     "echo with logprobs (log-probabilities of the prompt's tokens) is not "
-                     "supported; ask for either");
+  // echo with logprobs: the prompt's tokens' log-probabilities come first.
+  out->params.prompt_logprobs = out->echo && out->params.logprobs >= 0;
   if (chat) return read_messages(body, &out->messages);
   return read_prompt(body, &out->params);
 }

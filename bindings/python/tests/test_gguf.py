@@ -89,3 +89,24 @@ def test_constraint_and_logprobs_on_a_real_model():
                 assert t.logprob <= 0 and len(t.top) == 3 and math.isfinite(t.logprob)
                 assert t.top[0][1] >= t.top[1][1] >= t.top[2][1]
     assert texts[0] == texts[1] and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", texts[0]), texts
+
+
+def test_prompt_logprobs_on_a_real_model():
+    """set_prompt_logprobs: after the first step, every prompt token from the second on has its
+    log-probability, and the first generated token's greedy choice is the most likely one after
+    the whole prompt (the same row the step's own logprobs read)."""
+    reg = specinfer.Registry(2)
+    target = reg.open_target("gguf", f"path={MODEL}")
+    prompt = "def fibonacci(n):\n    "
+    with specinfer.Session(target) as s:
+        s.feed_text(prompt)
+        s.set_prompt_logprobs(2)
+        s.set_logprobs(2)
+        toks, _ = s.step()
+        lp = s.prompt_logprobs()
+        tokens = s.tokens()
+        assert [t.token for t in lp] == tokens[1:len(tokens) - len(toks)]
+        assert all(t.logprob <= 0 and len(t.top) == 2 and t.top[0][1] >= t.logprob - 1e-6 for t in lp)
+        assert s.step_logprobs()[0].top[0][0] == toks[0]
+        with pytest.raises(specinfer.SpecinferError):
+            s.set_prompt_logprobs(21)

@@ -602,10 +602,24 @@ class Session(_Handle):
 
     def step_logprobs(self):
         """The log-probabilities of the last round's tokens: a list of TokenLogprob."""
+        return self._logprobs(lib.specinfer_session_step_logprobs)
+
+    def set_prompt_logprobs(self, top_n):
+        """Record the log-probability of every token of the text fed (the prompt), from its
+        second token on, with top_n (0 to 20) alternatives each, as the next steps score it
+        (prompt_logprobs); -1 turns it off."""
+        _check_with(lib.specinfer_session_set_prompt_logprobs(self._raw(), int(top_n)), self._errmsg)
+
+    def prompt_logprobs(self):
+        """The text's log-probabilities scored so far (set_prompt_logprobs): a list of
+        TokenLogprob for its tokens 1, 2, ... (all of them once a round has run)."""
+        return self._logprobs(lib.specinfer_session_prompt_logprobs)
+
+    def _logprobs(self, fn):
         toks, lps, tt, tlp = POINTER(c_int32)(), POINTER(c_float)(), POINTER(c_int32)(), POINTER(c_float)()
         n, top = c_size_t(), c_int32()
-        _check_with(lib.specinfer_session_step_logprobs(self._raw(), byref(toks), byref(lps), byref(tt),
-                                                        byref(tlp), byref(n), byref(top)), self._errmsg)
+        _check_with(fn(self._raw(), byref(toks), byref(lps), byref(tt), byref(tlp), byref(n), byref(top)),
+                    self._errmsg)
         k = max(top.value, 0)
         return [TokenLogprob(toks[i], lps[i], [(tt[i * k + j], tlp[i * k + j]) for j in range(k)])
                 for i in range(n.value)]

@@ -233,6 +233,9 @@ _fn("specinfer_session_end_text", c_int, P, POINTER(c_void_p), POINTER(c_size_t)
 _fn("specinfer_session_set_logprobs", c_int, P, c_int32)
 _fn("specinfer_session_step_logprobs", c_int, P, POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)),
     POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)), POINTER(c_size_t), POINTER(c_int32))
+_fn("specinfer_session_set_prompt_logprobs", c_int, P, c_int32)
+_fn("specinfer_session_prompt_logprobs", c_int, P, POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)),
+    POINTER(POINTER(c_int32)), POINTER(POINTER(c_float)), POINTER(c_size_t), POINTER(c_int32))
 _fn("specinfer_constraint_open", c_int, P, c_char_p, c_char_p, P, c_char_p, c_char_p, POINTER(P),
     POINTER(c_void_p))
 _fn("specinfer_constraint_fork", c_int, P, POINTER(P), POINTER(c_void_p))

@@ -1023,6 +1023,19 @@ extern "C" {
         n: *mut usize,
         top_n: *mut i32,
     ) -> specinfer_status;
+    pub fn specinfer_session_set_prompt_logprobs(
+        session: *mut specinfer_session,
+        top_n: i32,
+    ) -> specinfer_status;
+    pub fn specinfer_session_prompt_logprobs(
+        session: *const specinfer_session,
+        tokens: *mut *const i32,
+        logprobs: *mut *const f32,
+        top_tokens: *mut *const i32,
+        top_logprobs: *mut *const f32,
+        n: *mut usize,
+        top_n: *mut i32,
+    ) -> specinfer_status;
     pub fn specinfer_session_stats_init(stats: *mut specinfer_session_stats);
     pub fn specinfer_session_get_stats(
         session: *const specinfer_session,

@@ -280,20 +280,42 @@ impl<'a> Session<'a> {
     /// [`Session::set_logprobs`] number of alternatives. Empty when log-probabilities are off or
     /// the round only scored a prompt chunk.
     pub fn step_logprobs(&self) -> Result<Vec<TokenLogprob>> {
+        self.logprobs(sys::specinfer_session_step_logprobs)
+    }
+
+    /// Records the log-probability of every token of the text fed (before or after this call),
+    /// from its second token on, with `top_n` (at most [`MAX_TOP_LOGPROBS`]) alternatives each,
+    /// as the next steps score the text (a prefix cached from an earlier text is scored again);
+    /// None turns it off (the default). [`Session::prompt_logprobs`] reads them. More than
+    /// `MAX_TOP_LOGPROBS` is [`Code::InvalidArgument`].
+    pub fn set_prompt_logprobs(&mut self, top_n: Option<usize>) -> Result<()> {
+        let n = top_n.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
+        let st = unsafe { sys::specinfer_session_set_prompt_logprobs(self.ptr, n) };
+        self.check(st)
+    }
+
+    /// The text's log-probabilities scored so far ([`Session::set_prompt_logprobs`]): entry i is
+    /// of the text's token i + 1; all of them once a round has run after the feed.
+    pub fn prompt_logprobs(&self) -> Result<Vec<TokenLogprob>> {
+        self.logprobs(sys::specinfer_session_prompt_logprobs)
+    }
+
+    fn logprobs(
+        &self,
+        f: unsafe extern "C" fn(
+            *const sys::specinfer_session,
+            *mut *const i32,
+            *mut *const f32,
+            *mut *const i32,
+            *mut *const f32,
+            *mut usize,
+            *mut i32,
+        ) -> sys::specinfer_status,
+    ) -> Result<Vec<TokenLogprob>> {
         let (mut toks, mut lps): (*const i32, *const f32) = (ptr::null(), ptr::null());
         let (mut top_toks, mut top_lps): (*const i32, *const f32) = (ptr::null(), ptr::null());
         let (mut n, mut top_n) = (0usize, 0i32);
-        self.check(unsafe {
-            sys::specinfer_session_step_logprobs(
-                self.ptr,
-                &mut toks,
-                &mut lps,
-                &mut top_toks,
-                &mut top_lps,
-                &mut n,
-                &mut top_n,
-            )
-        })?;
+        self.check(unsafe { f(self.ptr, &mut toks, &mut lps, &mut top_toks, &mut top_lps, &mut n, &mut top_n) })?;
         if n == 0 {
             return Ok(Vec::new());
         }

@@ -146,3 +146,23 @@ fn step_logprobs_describe_each_emitted_token() {
     s.step(8).unwrap();
     assert!(s.step_logprobs().unwrap().is_empty());
 }
+
+#[test]
+fn prompt_logprobs_cover_the_prompt() {
+    let reg = registry();
+    let mut target = kgram(&reg, 6);
+    let mut s = Session::new(&mut target, None, None, &SessionParams::default()).unwrap();
+    let e = s.set_prompt_logprobs(Some(MAX_TOP_LOGPROBS + 1)).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    s.set_prompt_logprobs(Some(2)).unwrap();
+    s.feed_text(PROMPT).unwrap();
+    s.step(4).unwrap();
+    let n_prompt = s.stats().unwrap().n_prompt_tokens as usize;
+    let text = s.tokens().unwrap();
+    let lps = s.prompt_logprobs().unwrap();
+    assert_eq!(lps.len(), n_prompt - 1);
+    for (i, t) in lps.iter().enumerate() {
+        assert_eq!(t.token, text[i + 1]);
+        assert!(t.top.len() == 2 && t.logprob <= 0.0 && t.top[0].1 >= t.logprob - 1e-4, "{t:?}");
+    }
+}
