@@ -76,20 +76,25 @@ void check_request(const std::string &text, bool chat, const std::vector<std::st
   FUZZ_CHECK(p.temperature >= 0 && p.temperature <= serve::kMaxTemperature);
   FUZZ_CHECK(p.top_p > 0 && p.top_p <= 1);
   FUZZ_CHECK(r.stop.size() <= serve::kMaxStops);
+  FUZZ_CHECK(p.prompt.empty() && p.prompt_tokens.empty());  // the prompts are elsewhere
   if (chat) {
-    FUZZ_CHECK(p.prompt.empty());
+    FUZZ_CHECK(r.prompts.empty());
     FUZZ_CHECK(r.messages.is_array() && !r.messages.empty());
     for (const json &m : r.messages) {
       FUZZ_CHECK(m.is_object() && m["role"].is_string() && m["content"].is_string());
     }
   } else {
-    // Text or token ids, one of them.
-    FUZZ_CHECK(p.prompt.empty() != p.prompt_tokens.empty());
-    for (const int32_t id : p.prompt_tokens) FUZZ_CHECK(id >= 0);
+    // 1 .. kMaxPrompts prompts, each text or token ids.
+    FUZZ_CHECK(!r.prompts.empty() && r.prompts.size() <= serve::kMaxPrompts);
+    for (const serve::PromptInput &q : r.prompts) {
+      FUZZ_CHECK(q.text.empty() != q.tokens.empty());
+      for (const int32_t id : q.tokens) FUZZ_CHECK(id >= 0);
+    }
     FUZZ_CHECK(r.messages.empty());
   }
   FUZZ_CHECK(p.n >= 1 && p.n <= serve::kMaxChoices);
-  FUZZ_CHECK(!(r.echo && (chat || p.logprobs >= 0)));
+  FUZZ_CHECK(!(r.echo && chat));
+  FUZZ_CHECK(p.prompt_logprobs == (r.echo && p.logprobs >= 0));
   FUZZ_CHECK(p.logprobs >= -1 && p.logprobs <= SPECINFER_MAX_TOP_LOGPROBS);
   static const std::set<std::string> kKinds = {"", "json_object", "json_schema", "lark", "regex"};
   FUZZ_CHECK(kKinds.count(p.constraint_kind) == 1);
@@ -121,16 +126,19 @@ void check_request(const std::string &text, bool chat, const std::vector<std::st
   FUZZ_CHECK(r.stop.size() == (stop ? (stop->is_string() ? 1 : stop->size()) : 0));
   const json *stream = field(body, "stream");
   FUZZ_CHECK(r.stream == (stream && stream->get<bool>()));
-  if (!chat) {  // a string, token ids, or a list of one of either
+  if (!chat) {  // a string, token ids, or a list of either
     const json &given = body["prompt"];
-    const json &one =
-        given.is_array() && given.size() == 1 && !given[0].is_number() ? given[0] : given;
-    if (one.is_string()) {
-      FUZZ_CHECK(p.prompt == one.get<std::string>());
-    } else {
-      FUZZ_CHECK(one.size() == p.prompt_tokens.size());
-      for (size_t i = 0; i < one.size(); ++i)
-        FUZZ_CHECK(one[i].get<int64_t>() == p.prompt_tokens[i]);
+    const bool several = given.is_array() && !given.empty() && !given[0].is_number();
+    FUZZ_CHECK(r.prompts.size() == (several ? given.size() : 1));
+    for (size_t k = 0; k < r.prompts.size(); ++k) {
+      const json &one = several ? given[k] : given;
+      const serve::PromptInput &q = r.prompts[k];
+      if (one.is_string()) {
+        FUZZ_CHECK(q.text == one.get<std::string>());
+      } else {
+        FUZZ_CHECK(one.size() == q.tokens.size());
+        for (size_t i = 0; i < one.size(); ++i) FUZZ_CHECK(one[i].get<int64_t>() == q.tokens[i]);
+      }
     }
   }
   const json *n = field(body, "n");

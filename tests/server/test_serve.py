@@ -282,9 +282,12 @@ def test_sampling_is_seeded(qwen):
     ({"prompt": "x", "n": 0}, "n"),
     ({"prompt": "x", "n": 5}, "n"),  # more than the server's --parallel 4
     ({"prompt": "x", "echo": "yes"}, "echo"),
-    ({"prompt": ["x", "y"]}, "prompt"),
+    ({"prompt": ["x", ""]}, "prompt"),
+    ({"prompt": ["x"] * 33}, "prompt"),
+    ({"prompt": [["x"]]}, "prompt"),
+    ({"prompt": [[1], []]}, "prompt"),
+    ({"prompt": ["x", [1], 3]}, "prompt"),
     ({"prompt": [1, -2]}, "prompt"),
-    ({"prompt": [[1], [2]]}, "prompt"),
     ({"prompt": []}, "prompt"),
     ({"prompt": [999999999]}, "prompt"),  # outside the vocabulary
     ({"prompt": "x", "logprobs": 21}, "logprobs"),
@@ -413,6 +416,36 @@ def test_echo_logprobs_equal_perplexity(qwen, tmp_path):
     assert tokens == r.choices[0].logprobs.tokens
     assert values[0] is None
     assert values[1:] == pytest.approx(r.choices[0].logprobs.token_logprobs[1:], abs=1e-4)
+
+
+def test_several_prompts(qwen, reference):
+    """A completion with a list of prompts (texts or token-id lists) answers n choices for each,
+    prompt i's at indexes i * n .. i * n + n - 1, each the text that prompt alone gives; usage
+    counts every prompt once; echo puts each prompt before its own choices; one prompt that does
+    not fit refuses the whole request."""
+    c = client(qwen)
+    ps = PROMPTS[:3]
+    r = c.completions.create(model=qwen.model, prompt=ps, max_tokens=N, temperature=0, n=2)
+    assert sorted(ch.index for ch in r.choices) == list(range(6))
+    by_index = {ch.index: ch for ch in r.choices}
+    for i, p in enumerate(ps):
+        for j in range(2):
+            assert printed(by_index[2 * i + j].text) == reference[p], (i, j)
+    counts = [len(post(qwen, "/tokenize", {"content": p})[1]["tokens"]) for p in ps]
+    assert r.usage.prompt_tokens == sum(counts)
+    ids = [post(qwen, "/tokenize", {"content": p})[1]["tokens"] for p in ps[:2]]
+    r = c.completions.create(model=qwen.model, prompt=ids, max_tokens=N, temperature=0, echo=True)
+    assert [printed(ch.text) for ch in sorted(r.choices, key=lambda ch: ch.index)] == \
+        [p + reference[p] for p in ps[:2]]
+    texts = {}
+    for chunk in c.completions.create(model=qwen.model, prompt=ps[:2], max_tokens=N, temperature=0,
+                                      stream=True):
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + ch.text
+    assert [printed(texts[i]) for i in range(2)] == [reference[p] for p in ps[:2]]
+    status, j = post(qwen, "/v1/completions", {"prompt": [ps[0], "x " * (2 * CTX)],
+                                               "max_tokens": 4})
+    assert status == 400 and j["error"]["code"] == "context_length_exceeded", j
 
 
 def test_token_prompts_tokenize_and_echo(qwen, reference):

@@ -71,21 +71,26 @@ Worker::~Worker() {
   specinfer_coupler_destroy(sampled_coupler_);
 }
 
-SubmitStatus Worker::submit(GenParams params, GenCallbacks callbacks,
+SubmitStatus Worker::submit(std::vector<GenJob> jobs,
                             std::shared_ptr<std::atomic<bool>> cancelled) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return SubmitStatus::kStopped;
-  if (params.n < 1 || params.n > static_cast<int32_t>(slots_.size()))
-    return SubmitStatus::kTooManyChoices;
-  // max_queue counts waiting requests: free slots take one even with max_queue == 0.
+  int32_t choices = 0;
+  for (const GenJob &j : jobs) {
+    if (j.params.n < 1 || j.params.n > static_cast<int32_t>(slots_.size()))
+      return SubmitStatus::kTooManyChoices;
+    choices += j.params.n;
+  }
+  // max_queue counts waiting jobs: free slots take them even with max_queue == 0.
   const bool room =
-      queue_.empty() && metrics_.running + params.n <= static_cast<int32_t>(slots_.size());
-  if (static_cast<int32_t>(queue_.size()) >= options_.max_queue && !room) {
+      queue_.empty() && metrics_.running + choices <= static_cast<int32_t>(slots_.size());
+  if (queue_.size() + jobs.size() > static_cast<size_t>(options_.max_queue) && !room) {
     metrics_.requests_rejected++;
     return SubmitStatus::kQueueFull;
   }
-  queue_.push_back(
-      std::make_shared<Job>(Job{std::move(params), std::move(callbacks), std::move(cancelled), 0}));
+  for (GenJob &j : jobs)
+    queue_.push_back(
+        std::make_shared<Job>(Job{std::move(j.params), std::move(j.callbacks), cancelled, 0}));
   metrics_.queue_depth = static_cast<int32_t>(queue_.size());
   wake_.notify_one();
   return SubmitStatus::kQueued;

@@ -105,12 +105,19 @@ struct EngineMetrics {
 // kTooManyChoices: GenParams::n is more than the engine runs at once.
 enum class SubmitStatus { kQueued, kQueueFull, kStopped, kTooManyChoices };
 
+// One prompt of a request, with what its choices report to.
+struct GenJob {
+  GenParams params;
+  GenCallbacks callbacks;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Queues a request. `cancelled` may be set from any thread: a queued request is then dropped,
-  // a running one ends at the next round; on_done reports kCancelled.
-  virtual SubmitStatus submit(GenParams params, GenCallbacks callbacks,
+  // Queues a request: a job per prompt, all of them or none (kQueueFull when the queue has no
+  // room for every one). `cancelled` may be set from any thread: a queued job is then dropped, a
+  // running one ends at the next round; on_done reports kCancelled.
+  virtual SubmitStatus submit(std::vector<GenJob> jobs,
                               std::shared_ptr<std::atomic<bool>> cancelled) = 0;
   virtual EngineMetrics metrics() const = 0;
   // Ends the running request (as cancelled) and every queued one; submit() refuses afterwards.
@@ -145,7 +152,7 @@ class Worker : public Engine {
   static std::unique_ptr<Worker> create(specinfer_registry *reg, specinfer_target *target,
                                         const Options &options, std::string *error);
   ~Worker() override;
-  SubmitStatus submit(GenParams params, GenCallbacks callbacks,
+  SubmitStatus submit(std::vector<GenJob> jobs,
                       std::shared_ptr<std::atomic<bool>> cancelled) override;
   EngineMetrics metrics() const override;
   void stop() override;

@@ -39,12 +39,14 @@ void send_error(httplib::Response &res, const ApiError &e) {
 }
 
 // What a running request shares between the engine's thread (the callbacks) and the HTTP thread.
+// A request of several prompts has per_prompt choices for each, prompt p's at p * per_prompt on.
 struct Exchange {
-  explicit Exchange(int32_t n) : choices(static_cast<size_t>(n)) {}
+  Exchange(size_t n_prompts, int32_t n)
+      : choices(n_prompts * static_cast<size_t>(n)),
+        per_prompt(static_cast<size_t>(n)),
+        prompt_texts(n_prompts) {}
   std::mutex m;
   std::condition_variable cv;
-  bool started = false;
-  std::string prompt_text;  // the prompt (token ids decoded), for echo
   struct Choice {
     std::string pending;                         // text not yet sent (streaming) or the whole text
     std::vector<TokenLogprob> pending_logprobs;  // the same for the tokens' log-probabilities
@@ -52,10 +54,14 @@ struct Exchange {
     bool done = false;
   };
   std::vector<Choice> choices;
+  size_t per_prompt;
+  std::vector<std::string> prompt_texts;  // each prompt (token ids decoded), for echo
+  size_t n_started = 0;                   // prompts the engine has accepted
   size_t n_done = 0;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 
   bool done() const { return n_done == choices.size(); }
+  bool started() const { return n_started == prompt_texts.size(); }
   // The request's error (nullptr: none): the first choice that failed, else the first that was
   // cancelled (the others end cancelled once one fails).
   const GenResult *failure() const {
@@ -67,45 +73,53 @@ struct Exchange {
     }
     return cancelled_choice;
   }
-  // The request's token counts: the prompt once, every choice's completion.
+  // The request's token counts: each prompt once, every choice's completion.
   GenResult usage() const {
     GenResult u;
-    for (const Choice &c : choices) {
-      u.prompt_tokens = std::max(u.prompt_tokens, c.result.prompt_tokens);
-      u.completion_tokens += c.result.completion_tokens;
+    for (size_t p = 0; p < prompt_texts.size(); ++p) {
+      int32_t prompt = 0;
+      for (size_t i = p * per_prompt; i < (p + 1) * per_prompt; ++i) {
+        prompt = std::max(prompt, choices[i].result.prompt_tokens);
+        u.completion_tokens += choices[i].result.completion_tokens;
+      }
+      u.prompt_tokens += prompt;
     }
     return u;
   }
 };
 
-GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x) {
+// The callbacks of prompt p's job: its choice i is the request's p * per_prompt + i.
+GenCallbacks callbacks_for(const std::shared_ptr<Exchange> &x, size_t p) {
   GenCallbacks cb;
-  cb.on_start = [x](int32_t, const std::string &prompt_text) {
+  const size_t first = p * x->per_prompt;
+  cb.on_start = [x, p](int32_t, const std::string &prompt_text) {
     std::lock_guard<std::mutex> lock(x->m);
-    x->started = true;
-    x->prompt_text = prompt_text;
+    x->prompt_texts[p] = prompt_text;
+    x->n_started++;
     x->cv.notify_all();
   };
-  cb.on_text = [x](int32_t i, const std::string &piece, int32_t,
-                   std::vector<TokenLogprob> logprobs) {
+  cb.on_text = [x, first](int32_t i, const std::string &piece, int32_t,
+                          std::vector<TokenLogprob> logprobs) {
     std::lock_guard<std::mutex> lock(x->m);
-    Exchange::Choice &c = x->choices[static_cast<size_t>(i)];
+    Exchange::Choice &c = x->choices[first + static_cast<size_t>(i)];
     c.pending += piece;
     for (TokenLogprob &t : logprobs) c.pending_logprobs.push_back(std::move(t));
     x->cv.notify_all();
     return true;
   };
-  // The prompt's entries go before every choice's own (none has any yet: choice 0 is about to
-  // give its first, the others start after it).
-  cb.on_prompt_logprobs = [x](std::vector<TokenLogprob> prompt) {
+  // The prompt's entries go before every choice's own of this prompt (none has any yet: choice 0
+  // is about to give its first, the others start after it).
+  cb.on_prompt_logprobs = [x, first](std::vector<TokenLogprob> prompt) {
     std::lock_guard<std::mutex> lock(x->m);
-    for (Exchange::Choice &c : x->choices)
-      c.pending_logprobs.insert(c.pending_logprobs.begin(), prompt.begin(), prompt.end());
+    for (size_t i = first; i < first + x->per_prompt; ++i) {
+      std::vector<TokenLogprob> &lp = x->choices[i].pending_logprobs;
+      lp.insert(lp.begin(), prompt.begin(), prompt.end());
+    }
     x->cv.notify_all();
   };
-  cb.on_done = [x](int32_t i, const GenResult &r) {
+  cb.on_done = [x, first](int32_t i, const GenResult &r) {
     std::lock_guard<std::mutex> lock(x->m);
-    Exchange::Choice &c = x->choices[static_cast<size_t>(i)];
+    Exchange::Choice &c = x->choices[first + static_cast<size_t>(i)];
     c.result = r;
     c.done = true;
     x->n_done++;
@@ -195,7 +209,9 @@ json byte_list(const std::string &s) {
 // What every response object of one request carries, and the objects made from it.
 struct Reply {
   bool chat = false;
-  std::string echo;       // a completion's prompt, put before each choice's text (echo)
+  // echo: each prompt, put before the text of its choices (per_prompt each); none: empty.
+  std::vector<std::string> echo;
+  size_t per_prompt = 1;
   bool logprobs = false;  // the request asked for log-probabilities
   // echo with logprobs: a choice's entries start with the prompt's tokens, at text offset 0.
   bool prompt_logprobs = false;
@@ -242,6 +258,13 @@ struct Reply {
             {"text_offset", offsets}};
   }
 
+  const std::string &echo_of(size_t choice) const {
+    static const std::string kNone;
+    return echo.empty() ? kNone : echo[choice / per_prompt];
+  }
+  // The text offset of a choice's first entry: 0 when they start with the prompt's.
+  size_t offset_of(size_t choice) const { return prompt_logprobs ? 0 : echo_of(choice).size(); }
+
   // A chat answer's text with its tool calls parsed out (when the request has tools).
   ParsedAnswer parsed(const std::string &text) const {
     if (!tools) return ParsedAnswer{text, json::array()};
@@ -253,10 +276,9 @@ struct Reply {
     json choices = json::array();
     for (size_t i = 0; i < x.choices.size(); ++i) {
       const Exchange::Choice &c = x.choices[i];
-      json choice = {
-          {"index", i},
-          {"finish_reason", c.result.finish_reason},
-          {"logprobs", logprobs_of(c.pending_logprobs, prompt_logprobs ? 0 : echo.size())}};
+      json choice = {{"index", i},
+                     {"finish_reason", c.result.finish_reason},
+                     {"logprobs", logprobs_of(c.pending_logprobs, offset_of(i))}};
       if (chat) {
         const ParsedAnswer a = parsed(c.pending);
         choice["message"] = {{"role", "assistant"}, {"content", a.content}};
@@ -266,7 +288,7 @@ struct Reply {
           choice["finish_reason"] = "tool_calls";
         }
       } else {
-        choice["text"] = echo + c.pending;
+        choice["text"] = echo_of(i) + c.pending;
       }
       choices.push_back(std::move(choice));
     }
@@ -374,8 +396,8 @@ bool write_choice(httplib::DataSink &sink, const Reply &reply, size_t index, Str
     if (reply.chat)
       ok = write_event(sink, reply.chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr));
     else
-      text = reply.echo + text;
-    sc.sent = reply.prompt_logprobs ? 0 : reply.echo.size();
+      text = reply.echo_of(index) + text;
+    sc.sent = reply.offset_of(index);
     sc.begun = true;
   }
   // Tokens without text yet (part of a character, text held back for a stop string) send
@@ -604,16 +626,26 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   }
 
   params.stop = std::move(r.stop);
-  auto x = std::make_shared<Exchange>(params.n);
-  std::string reply_echo;
-  const SubmitStatus st = model_entry.engine->submit(params, callbacks_for(x), x->cancelled);
+  // A job per prompt (a chat has the one it rendered), all queued together.
+  std::vector<GenJob> jobs;
+  if (chat) jobs.push_back(GenJob{params, {}});
+  for (PromptInput &p : r.prompts) {
+    jobs.push_back(GenJob{params, {}});
+    jobs.back().params.prompt = std::move(p.text);
+    jobs.back().params.prompt_tokens = std::move(p.tokens);
+  }
+  auto x = std::make_shared<Exchange>(jobs.size(), params.n);
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].callbacks = callbacks_for(x, i);
+  const SubmitStatus st = model_entry.engine->submit(std::move(jobs), x->cancelled);
   if (st != SubmitStatus::kQueued) return send_error(res, not_queued(st, model_entry));
+  std::vector<std::string> reply_echo;
   {
+    // Every prompt accepted, or one refused (its choices ended with the error, which cancels
+    // the others).
     std::unique_lock<std::mutex> lock(x->m);
-    x->cv.wait(lock, [&] { return x->started || x->done(); });
-    if (const GenResult *f = x->done() ? x->failure() : nullptr)
-      return send_error(res, error_of(*f));
-    if (r.echo) reply_echo = x->prompt_text;
+    x->cv.wait(lock, [&] { return x->started() || x->failure(); });
+    if (!x->started()) return send_error(res, error_of(*x->failure()));
+    if (r.echo) reply_echo = x->prompt_texts;
   }
 
   Reply reply;
@@ -624,6 +656,7 @@ void Routes::completion(const httplib::Request &req, httplib::Response &res, boo
   reply.logprobs = params.logprobs >= 0;
   reply.tools = tools;
   reply.echo = std::move(reply_echo);
+  reply.per_prompt = static_cast<size_t>(params.n);
   reply.prompt_logprobs = params.prompt_logprobs;
   if (r.stream)
     answer_stream(res, x, reply, r.include_usage);

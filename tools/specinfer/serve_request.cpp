@@ -133,7 +133,7 @@ std::optional<ApiError> read_sampling(const json &body, const RequestDefaults &d
 }
 
 // A completion's prompt: a string, a list of token ids, or a list holding one of either.
-std::optional<ApiError> read_prompt(const json &body, GenParams *p) {
+std::optional<ApiError> read_prompt(const json &body, std::vector<PromptInput> *out) {
   const auto it = body.find("prompt");
   const auto token_ids = [](const json &v) {
     if (!v.is_array() || v.empty()) return false;
@@ -142,18 +142,34 @@ std::optional<ApiError> read_prompt(const json &body, GenParams *p) {
         return false;
     return true;
   };
-  const json *one = it == body.end() ? nullptr : &*it;
-  if (one && one->is_array() && one->size() == 1 && ((*one)[0].is_string() || token_ids((*one)[0])))
-    one = &(*one)[0];
-  if (one && one->is_string()) {
-    p->prompt = one->get<std::string>();
-    if (p->prompt.empty()) return bad_param("prompt", "prompt must not be empty");
-  } else if (one && token_ids(*one)) {
-    for (const json &x : *one) p->prompt_tokens.push_back(static_cast<int32_t>(x.get<int64_t>()));
-  } else {
-    return bad_param("prompt",
-                     "prompt must be a string or a list of token ids (non-negative integers), or "
-                     "a list of one of either: one prompt per request");
+  const auto one = [&](const json &v) {
+    PromptInput p;
+    if (v.is_string()) {
+      p.text = v.get<std::string>();
+      return p.text.empty() ? std::optional<PromptInput>() : std::optional<PromptInput>(p);
+    }
+    if (!token_ids(v)) return std::optional<PromptInput>();
+    for (const json &x : v) p.tokens.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    return std::optional<PromptInput>(p);
+  };
+  const std::string what =
+      "prompt must be a non-empty string or list of token ids (non-negative integers), or a list "
+      "of 1 to " +
+      std::to_string(kMaxPrompts) + " of them";
+  if (it == body.end()) return bad_param("prompt", what);
+  // A list of ids is one prompt; a list of strings or of id lists is several.
+  const bool several = it->is_array() && !it->empty() && !token_ids(*it);
+  if (!several) {
+    auto p = one(*it);
+    if (!p) return bad_param("prompt", what);
+    out->push_back(std::move(*p));
+    return std::nullopt;
+  }
+  if (it->size() > kMaxPrompts) return bad_param("prompt", what);
+  for (const json &v : *it) {
+    auto p = one(v);
+    if (!p) return bad_param("prompt", what);
+    out->push_back(std::move(*p));
   }
   return std::nullopt;
 }
@@ -327,7 +343,7 @@ std::optional<ApiError> parse_completion_request(const std::string &text, bool c
   // echo with logprobs: the prompt's tokens' log-probabilities come first.
   out->params.prompt_logprobs = out->echo && out->params.logprobs >= 0;
   if (chat) return read_messages(body, &out->messages);
-  return read_prompt(body, &out->params);
+  return read_prompt(body, &out->prompts);
 }
 
 }  // namespace serve

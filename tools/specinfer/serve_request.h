@@ -47,11 +47,22 @@ struct RequestDefaults {
   uint64_t seed = 0;
 };
 
+// Most prompts one completion request may list.
+constexpr size_t kMaxPrompts = 32;
+
+// One prompt of a completion: text, or token ids when `tokens` is not empty.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
 struct CompletionRequest {
   size_t model = 0;  // index into the served models' names
-  // What the engine runs. For a completion the prompt is the request's; for a chat it is empty
-  // until `messages` is rendered with the model's chat template.
+  // What the engine runs for each prompt, the prompt left empty: a completion's are in `prompts`
+  // (1 .. kMaxPrompts, each with params.n choices); a chat's is `messages` rendered with the
+  // model's chat template.
   GenParams params;
+  std::vector<PromptInput> prompts;
   // Chat: the messages, each an object with a string `role` and a string `content` (text content
   // parts joined, null made ""), other fields kept as given.
   nlohmann::json messages = nlohmann::json::array();
