@@ -330,11 +330,11 @@ SPECINFER_API void specinfer_eval_params_init(specinfer_eval_params *params);
  * so far; the logits do not depend on how it is split, up to float summation order.
  * `*n_cached` (may be NULL) receives the positions the cache holds afterwards (before the pass
  * when params is NULL: a query). The target must not be in use by a session; a session made
- * afterwards starts from an empty cache. n_tokens = 0 only truncates the cache to n_past.
- * Errors: INVALID_ARGUMENT (NULL target, struct_size, NULL tokens or logits, an id outside the
- * vocabulary, n_past beyond the cache, n_logits outside 0 .. n_tokens), STATE (a session uses the
- * target, or the cache could not keep n_past positions: a model with sliding-window layers keeps
- * only the keys those layers still need, and a cut further back than 256 positions before the
+ * after a pass or truncation starts from an empty cache. n_tokens = 0 only truncates the cache to
+ * n_past. Errors: INVALID_ARGUMENT (NULL target, struct_size, NULL tokens or logits, an id outside
+ * the vocabulary, n_past beyond the cache, n_logits outside 0 .. n_tokens), STATE (a session uses
+ * the target, or the cache could not keep n_past positions: a model with sliding-window layers
+ * keeps only the keys those layers still need, and a cut further back than 256 positions before the
  * latest pass keeps nothing; *n_cached then tells what it kept, and gguf's swa_full=1 keeps
  * them all), CONTEXT_FULL (n_past + n_tokens beyond the context window), PLUGIN, OUT_OF_MEMORY;
  * message: specinfer_target_errmsg. */
@@ -539,7 +539,11 @@ SPECINFER_API void specinfer_session_params_init(specinfer_session_params *param
 /* Creates a session that generates with `target`, drafting with `drafter` (NULL: plain decoding)
  * and verifying with `coupler` (NULL: "greedy" when temperature is 0, else "rejection"). The
  * session borrows all three; they must outlive it, and target and drafter may be used by one
- * session at a time (STATE otherwise). `params` may be NULL for the defaults.
+ * session at a time (STATE otherwise). `params` may be NULL for the defaults. The session starts
+ * from what the last session on the target left in its cache: its first round keeps the prefix
+ * its text shares with that session's text and scores only the rest (as after
+ * specinfer_session_reset), unless the cache was changed since (specinfer_target_eval), when it
+ * starts from an empty cache.
  * Errors: INVALID_ARGUMENT, STATE, OUT_OF_MEMORY. */
 SPECINFER_API specinfer_status specinfer_session_create(specinfer_target *target,
                                                         specinfer_drafter *drafter,
@@ -738,6 +742,10 @@ typedef struct specinfer_session_stats {
   int64_t n_forced_drafted;
   int64_t n_forced_accepted;
   double t_constraint_ms;
+  /* Added after t_constraint_ms. Positions of the text that the first round after a feed found
+   * in the target's cache (kept from this session's earlier text, the text of the target's last
+   * session, or copied by specinfer_session_feed_from) and did not score again. */
+  int64_t n_cached_tokens;
 } specinfer_session_stats;
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */

@@ -154,6 +154,70 @@ static void test_unknown_plugin_and_config(void **state) {
   assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
 }
 
+/* Runs a greedy session on t over `prompt`, 16 tokens; its text into out (the number of tokens)
+ * and its target passes into *passes. */
+static size_t run_session(specinfer_target *t, const char *prompt, int32_t *out, size_t cap,
+                          int64_t *passes) {
+  specinfer_session *s = NULL;
+  assert_int_equal(specinfer_session_create(t, NULL, NULL, NULL, &s, NULL), SPECINFER_OK);
+  assert_int_equal(specinfer_session_feed_text(s, prompt, strlen(prompt)), SPECINFER_OK);
+  assert_int_equal(specinfer_session_generate(s, 16, NULL, NULL), SPECINFER_OK);
+  specinfer_session_stats st;
+  specinfer_session_stats_init(&st);
+  assert_int_equal(specinfer_session_get_stats(s, &st), SPECINFER_OK);
+  *passes = st.n_target_passes;
+  const int32_t *toks = NULL;
+  size_t n = 0;
+  assert_int_equal(specinfer_session_tokens(s, &toks, &n), SPECINFER_OK);
+  assert_true(n <= cap);
+  memcpy(out, toks, n * sizeof *out);
+  specinfer_session_destroy(s);
+  return n;
+}
+
+/* A session starts from what the last session on its target left in the cache: the prefix its
+ * text shares with that one is not scored again (one catch-up pass of 512 tokens fewer for a
+ * prompt of 1,200 bytes that continues the last text), and its text is the one an empty cache
+ * gives. A cache changed since (specinfer_target_eval) is not trusted: scored again. */
+static void test_next_session_keeps_shared_prefix(void **state) {
+  (void)state;
+  specinfer_registry *reg = new_registry();
+  specinfer_target *t = open_kgram(reg, CORPUS, 4);
+  specinfer_target *fresh = open_kgram(reg, CORPUS, 4);
+  char first[1101], second[1200];
+  for (size_t i = 0; i < 1100; ++i) first[i] = (char)('a' + (i * 7 + i / 13) % 26);
+  first[1100] = 0;
+  snprintf(second, sizeof second, "%s and then some more", first);
+  int32_t a[1400], b[1400], c[1400], d[1400];
+  int64_t passes_first = 0, passes_reused = 0, passes_fresh = 0, passes_changed = 0;
+  run_session(t, first, a, 1400, &passes_first);
+  const size_t nb = run_session(t, second, b, 1400, &passes_reused);
+  const size_t nc = run_session(fresh, second, c, 1400, &passes_fresh);
+  assert_int_equal(nb, nc);
+  assert_memory_equal(b, c, nb * sizeof *b);
+  /* Fresh: three catch-up passes (512 + 512 + 95) and 16 rounds; reused: the 20 new bytes. */
+  assert_int_equal(passes_fresh, passes_reused + 2);
+  /* An eval between sessions that writes other tokens from position 100 on. */
+  int32_t cached = 0;
+  assert_int_equal(specinfer_target_eval(t, NULL, &cached), SPECINFER_OK);
+  assert_true(cached > 1100);
+  const int32_t other[4] = {'z', 'z', 'z', 'z'};
+  specinfer_eval_params ep;
+  specinfer_eval_params_init(&ep);
+  ep.n_past = 100;
+  ep.tokens = other;
+  ep.n_tokens = 4;
+  assert_int_equal(specinfer_target_eval(t, &ep, NULL), SPECINFER_OK);
+  const size_t nd = run_session(t, second, d, 1400, &passes_changed);
+  assert_int_equal(nd, nc);
+  assert_memory_equal(d, c, nd * sizeof *d);
+  assert_int_equal(passes_changed, passes_fresh);
+  (void)passes_first;
+  assert_int_equal(specinfer_target_destroy(t), SPECINFER_OK);
+  assert_int_equal(specinfer_target_destroy(fresh), SPECINFER_OK);
+  assert_int_equal(specinfer_registry_destroy(reg), SPECINFER_OK);
+}
+
 static void test_wrong_abi_plugin(void **state) {
   (void)state;
   const char *dir = getenv("SPECINFER_TEST_PLUGINS");
@@ -624,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_in_process_drafter),
       cmocka_unit_test(test_tokenize_detokenize),
       cmocka_unit_test(test_concurrent_autoload),
+      cmocka_unit_test(test_next_session_keeps_shared_prefix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

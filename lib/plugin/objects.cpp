@@ -323,7 +323,10 @@ void TargetObject::forward_checked(TargetObject *const *targets,
                                    const specinfer_forward_batch *batches, int32_t n, Pass &&pass,
                                    const char *what) {
   std::vector<int32_t> before(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) before[static_cast<size_t>(i)] = targets[i]->kv_size();
+  for (int32_t i = 0; i < n; ++i) {
+    before[static_cast<size_t>(i)] = targets[i]->kv_size();
+    targets[i]->kv_changes_++;
+  }
   try {
     auto err = fresh_error();
     check_plugin(pass(err), err, what);
@@ -356,6 +359,20 @@ void TargetObject::forward_checked(TargetObject *const *targets,
   }
 }
 
+void TargetObject::leave_cached(std::vector<int32_t> tokens) {
+  left_ = std::move(tokens);
+  left_at_ = kv_changes_;
+}
+
+std::vector<int32_t> TargetObject::take_cached() {
+  std::vector<int32_t> out;
+  out.swap(left_);
+  // The cache may hold more than the session listed (a round's last positions): the next trim
+  // cuts those.
+  if (left_at_ != kv_changes_ || static_cast<size_t>(kv_size()) < out.size()) out.clear();
+  return out;
+}
+
 int32_t TargetObject::kv_size() {
   auto err = fresh_error();
   int32_t n = -1;
@@ -371,6 +388,7 @@ int32_t TargetObject::kv_size() {
 
 int32_t TargetObject::kv_truncate(int32_t n_keep) {
   const int32_t before = kv_size();
+  kv_changes_++;
   auto err = fresh_error();
   check_plugin(call_plugin(err, [&] { return vtable_->kv_truncate(self_, n_keep, &err); }), err,
                "kv_truncate");
@@ -384,6 +402,7 @@ int32_t TargetObject::kv_truncate(int32_t n_keep) {
 }
 
 void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
+  kv_changes_++;
   if (!vtable_->kv_keep)
     fail(SPECINFER_ERR_UNSUPPORTED, "this target cannot keep a token tree's path");
   auto err = fresh_error();
@@ -397,6 +416,7 @@ void TargetObject::kv_keep(int32_t base, const int32_t *idx, int32_t n) {
 }
 
 bool TargetObject::kv_copy(TargetObject &src, int32_t n) {
+  kv_changes_++;
   if (src.model_key().empty() || src.model_key() != key_)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "kv_copy: the source target is on another loaded model");
   if (vtable_->struct_size <

@@ -64,6 +64,14 @@ class TargetObject {
   void *self() const { return self_; }
   const specinfer_target_vtable *vtable() const { return vtable_; }
 
+  // What the cache holds when a session on this target ends: that session's cached tokens (the
+  // cache may hold more positions after them), for
+  // the next session to start from (it keeps the prefix its text shares with them). They stay
+  // valid until anything else changes the cache (a pass, a truncation, a copy into it):
+  // take_cached() then returns none.
+  void leave_cached(std::vector<int32_t> tokens);
+  std::vector<int32_t> take_cached();
+
   std::string last_error;
   // Atomic: sessions on other targets, and the application's threads, read and change them while
   // this target's session runs (claiming is an exchange, so two sessions never both get it).
@@ -73,6 +81,9 @@ class TargetObject {
  private:
   void copy_info(specinfer_model_info &info);
   Registry &registry_;
+  // Counts the calls that change the cache; left_ is valid while it is still left_at_.
+  uint64_t kv_changes_ = 0, left_at_ = 0;
+  std::vector<int32_t> left_;
   LoadedPlugin *plugin_;
   void *self_;
   const specinfer_target_vtable *vtable_;

@@ -99,7 +99,10 @@ Session::Session(TargetObject &target, DrafterObject *drafter, const Coupler *co
   }
   target_.users++;
   try {
-    target_.kv_truncate(0);
+    // What an earlier session on this target left in its cache: the first round keeps the prefix
+    // this session's text shares with it (trim_cache), as after a reset.
+    kv_tokens_ = target_.take_cached();
+    if (kv_tokens_.empty()) target_.kv_truncate(0);
   } catch (...) {
     release();  // the destructor does not run for a constructor that throws
     throw;
@@ -111,6 +114,7 @@ Session::~Session() {
 }
 
 void Session::release() {
+  target_.leave_cached(kv_tokens_);
   target_.in_session = false;
   target_.users--;
   if (drafter_) drafter_->in_session = false;
@@ -154,6 +158,7 @@ void Session::feed_tokens(const int32_t *tokens, size_t n) {
   n_prompt_ += static_cast<int64_t>(n);
   stops_.clear();
   if (prompt_top_ >= 0 && !tokens_.empty()) prompt_want_ = tokens_.size() - 1;
+  count_cached_ = true;
 }
 
 void Session::continue_from(Session &src, size_t n) {
@@ -174,6 +179,7 @@ void Session::continue_from(Session &src, size_t n) {
   n_prompt_ = static_cast<int64_t>(n);
   restart_prompt_logprobs();
   if (prompt_top_ >= 0) prompt_want_ = n - 1;
+  count_cached_ = true;
   // Every token but the last, as far as src's cache holds them.
   size_t cached = 0;
   const size_t limit = std::min(
@@ -641,6 +647,10 @@ size_t Session::trim_cache() {
     // A sliding-window cache may keep less; the prefill feeds the rest.
     kv_tokens_.resize(static_cast<size_t>(target_.kv_truncate(static_cast<int32_t>(keep))));
   }
+  if (count_cached_) {  // the first trim after a feed: what the text found cached
+    n_cached_ += static_cast<int64_t>(kv_tokens_.size());
+    count_cached_ = false;
+  }
   return want;
 }
 
@@ -1007,7 +1017,7 @@ void Session::reset() {
   drafter_known_ = 0;
   lookahead_.reset();
   n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = n_shifts_ = 0;
-  n_forced_drafted_ = n_forced_accepted_ = 0;
+  n_forced_drafted_ = n_forced_accepted_ = n_cached_ = 0;
   round_info_ = specinfer_round_info{};
   t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = t_constraint_ = 0;
 }
@@ -1034,6 +1044,7 @@ void Session::stats(specinfer_session_stats &s) const {
   o.n_forced_drafted = n_forced_drafted_;
   o.n_forced_accepted = n_forced_accepted_;
   o.t_constraint_ms = t_constraint_;
+  o.n_cached_tokens = n_cached_;
   std::memcpy(&s, &o, std::min<size_t>(s.struct_size, sizeof(o)));
 }
 

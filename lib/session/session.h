@@ -265,7 +265,9 @@ class Session {
 
   // statistics
   int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,
-          n_accepted_ = 0, n_shifts_ = 0, n_forced_drafted_ = 0, n_forced_accepted_ = 0;
+          n_accepted_ = 0, n_shifts_ = 0, n_forced_drafted_ = 0, n_forced_accepted_ = 0,
+          n_cached_ = 0;
+  bool count_cached_ = false;  // a feed since the last trim: the next one counts n_cached_
   double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0,
          t_constraint_ = 0;
 };

@@ -448,6 +448,28 @@ def test_several_prompts(qwen, reference):
     assert status == 400 and j["error"]["code"] == "context_length_exceeded", j
 
 
+def test_next_turn_finds_its_start_cached(qwen):
+    """A request that continues an earlier one's text (a conversation's next turn) goes to the
+    slot that served it and scores only the rest: usage's cached_tokens counts the positions found
+    in the cache, the /metrics counter adds them up, and the text is the one a cold cache gives."""
+    base = "\n".join(PROMPTS * 3) + "\n"
+    c = client(qwen)
+    first = c.completions.create(model=qwen.model, prompt=base, max_tokens=N, temperature=0)
+    assert first.usage.prompt_tokens > 32
+    before = metric(qwen, "specinfer_prompt_cached_tokens_total")
+    turn = base + first.choices[0].text + "\n# next\n"
+    r = c.completions.create(model=qwen.model, prompt=turn, max_tokens=N, temperature=0)
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    # Everything the first request's session had cached, its prompt at least.
+    assert first.usage.prompt_tokens <= cached < r.usage.prompt_tokens, (cached, r.usage)
+    assert metric(qwen, "specinfer_prompt_cached_tokens_total") - before == cached
+    if not SANITIZED:  # exactness: GENERATE_EQUALITY
+        assert printed(r.choices[0].text) == generate(qwen.target, "ngram", turn, N)
+    # A prompt that shares nothing with any slot's text finds nothing cached.
+    r = c.completions.create(model=qwen.model, prompt="SELECT name FROM", max_tokens=2)
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
+
+
 def test_token_prompts_tokenize_and_echo(qwen, reference):
     """A prompt of token ids (from /tokenize) gives the text the prompt's text gives; /detokenize
     turns them back; echo puts the prompt before the completion."""

@@ -90,7 +90,7 @@ SubmitStatus Worker::submit(std::vector<GenJob> jobs,
   }
   for (GenJob &j : jobs)
     queue_.push_back(
-        std::make_shared<Job>(Job{std::move(j.params), std::move(j.callbacks), cancelled, 0}));
+        std::make_shared<Job>(Job{std::move(j.params), std::move(j.callbacks), cancelled, 0, {}}));
   metrics_.queue_depth = static_cast<int32_t>(queue_.size());
   wake_.notify_one();
   return SubmitStatus::kQueued;
@@ -187,7 +187,7 @@ bool Worker::start(Slot &slot, Slot *source) {
   const GenParams &p = slot.job->params;
   // Count the prompt's tokens first (as feed_text will tokenize it: special tokens parsed, bos
   // added when the model asks), so that a prompt that leaves no room is refused with the numbers.
-  std::vector<int32_t> ids = p.prompt_tokens;
+  std::vector<int32_t> ids = slot.job->prompt_ids;  // admit's
   if (ids.empty() && serve::tokenize(slot.target, p.prompt, true, &ids) != SPECINFER_OK) {
     result = with_kind(GenResult::Kind::kBadRequest, std::string("cannot tokenize the prompt: ") +
                                                          specinfer_target_errmsg(slot.target));
@@ -271,7 +271,14 @@ bool Worker::open_session(Slot &slot) {
 void Worker::finish(Slot &slot) {
   specinfer_session_stats st;
   specinfer_session_stats_init(&st);
-  if (slot.session) specinfer_session_get_stats(slot.session, &st);
+  slot.text.clear();
+  if (slot.session) {
+    specinfer_session_get_stats(slot.session, &st);
+    const int32_t *text = nullptr;
+    size_t len = 0;
+    if (specinfer_session_tokens(slot.session, &text, &len) == SPECINFER_OK)
+      slot.text.assign(text, text + len);
+  }
   specinfer_session_destroy(slot.session);
   slot.session = nullptr;
   specinfer_constraint_destroy(slot.constraint);
@@ -279,7 +286,12 @@ void Worker::finish(Slot &slot) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Choices after the first take the prompt scored: it counts once.
-    if (slot.choice == 0) metrics_.prompt_tokens += st.n_prompt_tokens;
+    if (slot.choice == 0) {
+      metrics_.prompt_tokens += st.n_prompt_tokens;
+      slot.result.cached_tokens =
+          static_cast<int32_t>(std::min<int64_t>(st.n_cached_tokens, slot.result.prompt_tokens));
+      metrics_.cached_tokens += slot.result.cached_tokens;
+    }
     metrics_.generated_tokens += st.n_generated;
     metrics_.drafted += st.n_drafted;
     metrics_.accepted += st.n_accepted;
@@ -317,18 +329,57 @@ void Worker::start_waiting(Slot &source, bool scored) {
   }
 }
 
+namespace {
+
+// Tokens a free slot's cache must share with a prompt for the prompt to prefer that slot to the
+// one used least recently.
+constexpr size_t kMinSharedTokens = 32;
+
+// How many tokens two texts share from their start.
+size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
 void Worker::admit(std::vector<std::shared_ptr<Job>> arrived) {
   for (const std::shared_ptr<Job> &job : arrived) {
+    // Choice 0 takes the free slot whose cache holds the longest start of the prompt (a
+    // conversation's earlier turn, a shared system prompt): its session scores only the rest.
+    // Among slots that hold as much, the one used least recently.
+    Job &j = *job;
+    j.prompt_ids = j.params.prompt_tokens;
     Slot *first = nullptr;
-    int32_t choice = 0;
+    size_t best = 0;
     for (Slot &s : slots_) {
-      if (choice == job->params.n) break;
+      if (s.job) continue;
+      if (!first && j.prompt_ids.empty())
+        serve::tokenize(s.target, j.params.prompt, true, &j.prompt_ids);
+      // A few tokens in common (a bos, a heading's "#") are not worth another slot's cache.
+      const size_t shared = common_prefix(s.text, j.prompt_ids);
+      const size_t worth = shared >= kMinSharedTokens ? shared : 0;
+      if (!first || worth > best || (worth == best && s.last_used < first->last_used)) {
+        best = worth;
+        first = &s;
+      }
+    }
+    first->job = job;
+    first->choice = 0;
+    first->source = nullptr;
+    first->prompt_logprobs_sent = false;
+    first->last_used = ++uses_;
+    int32_t choice = 1;
+    for (Slot &s : slots_) {
+      if (choice == j.params.n) break;
       if (s.job) continue;
       s.job = job;
       s.choice = choice++;
-      s.prompt_logprobs_sent = false;
       s.source = first;
-      if (!first) first = &s;
+      s.prompt_logprobs_sent = false;
+      s.last_used = ++uses_;
     }
     if (!start(*first, nullptr)) {
       start_waiting(*first, false);

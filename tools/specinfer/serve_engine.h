@@ -64,6 +64,7 @@ struct GenResult {
                               // or "length"
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // of the prompt, positions its slot's cache held (choice 0)
 };
 
 // Called on the engine's thread, in this order: on_start once when the prompt is accepted (not
@@ -91,6 +92,7 @@ struct GenCallbacks {
 struct EngineMetrics {
   int64_t requests_done = 0, requests_failed = 0, requests_cancelled = 0, requests_rejected = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, drafted = 0, accepted = 0;
+  int64_t cached_tokens = 0;  // prompt tokens a slot's cache held (not scored again)
   int64_t rounds = 0;
   double round_seconds = 0;    // time in rounds after the prompt, summed
   double prefill_seconds = 0;  // time scoring prompts, summed
@@ -165,7 +167,8 @@ class Worker : public Engine {
     GenParams params;
     GenCallbacks callbacks;
     std::shared_ptr<std::atomic<bool>> cancelled;
-    int32_t prompt_tokens = 0;  // counted by choice 0 when it starts
+    int32_t prompt_tokens = 0;        // counted by choice 0 when it starts
+    std::vector<int32_t> prompt_ids;  // the prompt's tokens, when admit could have them
   };
   struct Slot {
     specinfer_target *target = nullptr;
@@ -179,6 +182,10 @@ class Worker : public Engine {
     GenResult result;
     std::vector<int32_t> room;  // step_many's token buffer
     bool prompt_logprobs_sent = false;
+    // The text of the slot's last session: its target's cache holds it (all but its last token)
+    // for the next session on the slot.
+    std::vector<int32_t> text;
+    uint64_t last_used = 0;  // when a request last took it (Worker::uses_)
   };
   Worker(specinfer_registry *reg, specinfer_target *target, const Options &options);
   void loop();
@@ -228,6 +235,7 @@ class Worker : public Engine {
   Options options_;
   specinfer_model_info info_;
   std::vector<Slot> slots_;
+  uint64_t uses_ = 0;  // slots taken so far (Slot::last_used)
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

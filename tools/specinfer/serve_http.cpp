@@ -83,6 +83,7 @@ struct Exchange {
         u.completion_tokens += choices[i].result.completion_tokens;
       }
       u.prompt_tokens += prompt;
+      u.cached_tokens += choices[p * per_prompt].result.cached_tokens;  // choice 0 scored it
     }
     return u;
   }
@@ -197,7 +198,8 @@ ApiError not_queued(SubmitStatus st, const ModelEntry &m) {
 json usage_of(const GenResult &r) {
   return json{{"prompt_tokens", r.prompt_tokens},
               {"completion_tokens", r.completion_tokens},
-              {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+              {"total_tokens", r.prompt_tokens + r.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 json byte_list(const std::string &s) {
@@ -737,8 +739,11 @@ std::string Routes::metrics_text() {
          [](const EngineMetrics &m) { return m.requests_cancelled; });
   series("specinfer_requests_total", "outcome=\"rejected\"",
          [](const EngineMetrics &m) { return m.requests_rejected; });
-  metric("specinfer_prompt_tokens_total", "counter", "Prompt tokens scored.",
+  metric("specinfer_prompt_tokens_total", "counter", "Prompt tokens of the requests.",
          [](const EngineMetrics &m) { return m.prompt_tokens; });
+  metric("specinfer_prompt_cached_tokens_total", "counter",
+         "Prompt tokens a slot's cache held from its last request (not scored again).",
+         [](const EngineMetrics &m) { return m.cached_tokens; });
   metric("specinfer_generated_tokens_total", "counter", "Tokens generated.",
          [](const EngineMetrics &m) { return m.generated_tokens; });
   metric("specinfer_drafted_tokens_total", "counter", "Tokens the drafter proposed.",
