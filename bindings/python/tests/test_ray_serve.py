@@ -5,7 +5,8 @@ replicas of `specinfer serve` on the Qwen2.5-Coder 0.5B behind one port.
   - a completion comes back with the x-specinfer-replica header and the text plain greedy
     decoding of the same model gives through the binding; streaming and the server's own errors
     come through unchanged;
-  - requests that share a long prefix go to one replica (affinity);
+  - requests that share a long prefix go to one replica (affinity), and a conversation's next
+    turn finds its start cached there;
   - a replica whose server is killed is replaced by Ray, and meanwhile every request is served;
   - `serve-ray --stop` shuts the application and the cluster down, the script exits, and no
     replica's server is left running.
@@ -137,6 +138,18 @@ def test_shared_prefix_goes_to_one_replica(cluster):
         assert status == 200, body
         seen.add(replica)
     assert len(seen) == 1, seen
+    # A conversation's next turn: the same replica, which scores only what the turn added.
+    prompt = PREFIX * 3
+    status, first, body = request(port, "POST", "/v1/completions",
+                                  {"prompt": prompt, "max_tokens": 8, "temperature": 0})
+    assert status == 200, body
+    answer = json.loads(body)
+    prompt += answer["choices"][0]["text"] + "\n# next\n"
+    status, replica, body = request(port, "POST", "/v1/completions",
+                                    {"prompt": prompt, "max_tokens": 4, "temperature": 0})
+    assert status == 200 and replica == first, (replica, first, body)
+    usage = json.loads(body)["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= answer["usage"]["prompt_tokens"], usage
 
 
 def test_a_dead_replica_is_replaced_and_others_serve(cluster):
