@@ -1,5 +1,7 @@
-"""specinfer on Ray Serve (scripts/serve-ray, specinfer.ray_serve) on a real local Ray cluster: two
-replicas of `specinfer serve` on the Qwen2.5-Coder 0.5B behind one port.
+"""specinfer on Ray Serve (scripts/serve-ray, specinfer.ray_serve) on a real Ray cluster of two
+nodes on this machine (one CPU each, ray.cluster_utils), joined through RAY_ADDRESS: two replicas
+of `specinfer serve` on the Qwen2.5-Coder 0.5B (one thread each, so one on each node) behind one
+port.
 
   - the script prints "ready" once both replicas have loaded the model; /health says so;
   - a completion comes back with the x-specinfer-replica header and the text plain greedy
@@ -61,11 +63,23 @@ def request(port, method, path, body=None, timeout=120):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def nodes():
+    """A head node and a second node, one CPU each."""
+    from ray.cluster_utils import Cluster
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        yield c.address
+    finally:
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, nodes):
     port = free_port()
     env = dict(os.environ, SPECINFER_BIN=BINARY, SPECINFER_RAY_VENV=sys.prefix,
-               SPECINFER_STATE_DIR=str(tmp_path_factory.mktemp("ray-state")))
-    env.pop("RAY_ADDRESS", None)
+               SPECINFER_STATE_DIR=str(tmp_path_factory.mktemp("ray-state")), RAY_ADDRESS=nodes)
     script = [str(ROOT / "scripts" / "serve-ray")]
     proc = subprocess.Popen(script + ["--target", f"gguf:path={MODEL}", "--replicas", "2",
                                       "--port", str(port), "--threads", "1", "--",
