@@ -7,6 +7,7 @@ port.
   - a completion comes back with the x-specinfer-replica header and the text plain greedy
     decoding of the same model gives through the binding; streaming and the server's own errors
     come through unchanged;
+  - 16 requests at once reach both replicas; the official openai client works, streaming too;
   - requests that share a long prefix go to one replica (affinity), and a conversation's next
     turn finds its start cached there;
   - a replica whose server is killed is replaced by Ray, and meanwhile every request is served;
@@ -15,6 +16,7 @@ port.
 
 Skipped, saying so, without ray (pip install 'bindings/python[ray]'), the model
 (scripts/fetch-models) or the specinfer command ($SPECINFER_BIN or PATH)."""
+import concurrent.futures
 import http.client
 import json
 import os
@@ -140,6 +142,27 @@ def test_replicas_serve_the_plain_text(cluster):
     status, replica, body = request(port, "POST", "/v1/completions", b"{not json")
     assert status == 400 and replica
     assert json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+def test_concurrent_requests_reach_both_replicas_and_the_openai_client(cluster):
+    """16 requests at once are spread over both replicas; the official openai client gets the
+    same text whole and streamed."""
+    port = cluster["port"]
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(lambda i: request(port, "POST", "/v1/completions",
+                                                {"prompt": f"def f{i}(x):", "max_tokens": 8}),
+                              range(16)))
+    assert all(status == 200 for status, _, _ in results), results
+    assert len({replica for _, replica, _ in results}) == 2, results
+    openai = pytest.importorskip("openai", reason="the openai package is not installed")
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                      timeout=120)
+    r = c.completions.create(model="qwen2.5-coder-0.5b", prompt=PREFIX, max_tokens=12,
+                             temperature=0)
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model="qwen2.5-coder-0.5b", prompt=PREFIX, max_tokens=12, temperature=0, stream=True)
+        if ch.choices)
+    assert streamed == r.choices[0].text == plain_greedy(PREFIX, 12)
 
 
 def test_shared_prefix_goes_to_one_replica(cluster):
