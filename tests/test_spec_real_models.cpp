@@ -251,6 +251,24 @@ std::vector<std::vector<double>> plain_logprobs(specinfer::TargetObject &t,
   return rows;
 }
 
+// How far one log-probability entry (a token's, and its `top` alternatives') is from `row`, the
+// target's log-softmax at that position fed as plain decoding. Asserts that the alternatives come
+// most likely first and that no token outside them scores higher.
+double entry_difference(const std::vector<double> &row, int32_t token, float logprob,
+                        const int32_t *top_tokens, const float *top_logprobs, int top) {
+  double worst = std::fabs(logprob - row[static_cast<size_t>(token)]);
+  for (int j = 0; j < top; ++j) {
+    worst = std::max(worst, std::fabs(top_logprobs[j] - row[static_cast<size_t>(top_tokens[j])]));
+    if (j > 0) assert_true(top_logprobs[j] <= top_logprobs[j - 1]);
+  }
+  const double last = top_logprobs[top - 1];
+  for (size_t v = 0; v < row.size(); ++v)
+    if (row[v] > last + 1e-4)
+      assert_true(std::find(top_tokens, top_tokens + top, static_cast<int32_t>(v)) !=
+                  top_tokens + top);
+  return worst;
+}
+
 // specinfer_session_set_logprobs: each emitted token's log-probability and its 5 most likely
 // alternatives equal the target's log-softmax fed as plain decoding within 1e-4, with the draft
 // model drafting (rows of batched verify passes), greedy and rejection-sampled.
@@ -307,19 +325,8 @@ void test_logprobs_equal_plain(void **state) {
     const auto want = plain_logprobs(*e->target, seq, n_prompt);
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const std::vector<double> &row = want[i];
-      worst = std::max(worst, std::fabs(got_lp[i] - row[static_cast<size_t>(got[i])]));
-      for (int j = 0; j < top; ++j) {
-        const size_t k = i * top + static_cast<size_t>(j);
-        worst = std::max(worst, std::fabs(got_top_lp[k] - row[static_cast<size_t>(got_top[k])]));
-        if (j > 0) assert_true(got_top_lp[k] <= got_top_lp[k - 1]);
-      }
-      // The alternatives are the most likely tokens: none outside them scores higher.
-      const double last = got_top_lp[i * top + top - 1];
-      for (size_t v = 0; v < row.size(); ++v)
-        if (row[v] > last + 1e-4)
-          assert_true(std::find(&got_top[i * top], &got_top[i * top] + top,
-                                static_cast<int32_t>(v)) != &got_top[i * top] + top);
+      worst = std::max(worst, entry_difference(want[i], got[i], got_lp[i], &got_top[i * top],
+                                               &got_top_lp[i * top], top));
       if (temp == 0.0f) assert_int_equal(got_top[i * top], got[i]);
     }
     std::fprintf(stderr,
@@ -406,20 +413,9 @@ void test_prompt_logprobs_equal_plain(void **state) {
     specinfer_session_destroy(s);
     const auto want = plain_logprobs(*e->target, seq, 1);
     double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const std::vector<double> &row = want[i];
-      worst = std::max(worst, std::fabs(got[i] - row[static_cast<size_t>(seq[i + 1])]));
-      for (int j = 0; j < top; ++j) {
-        const size_t k = i * top + static_cast<size_t>(j);
-        worst = std::max(worst, std::fabs(got_top_lp[k] - row[static_cast<size_t>(got_top[k])]));
-        if (j > 0) assert_true(got_top_lp[k] <= got_top_lp[k - 1]);
-      }
-      const double last = got_top_lp[i * top + top - 1];
-      for (size_t v = 0; v < row.size(); ++v)
-        if (row[v] > last + 1e-4)
-          assert_true(std::find(&got_top[i * top], &got_top[i * top] + top,
-                                static_cast<int32_t>(v)) != &got_top[i * top] + top);
-    }
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, entry_difference(want[i], seq[i + 1], got[i], &got_top[i * top],
+                                               &got_top_lp[i * top], top));
     std::fprintf(stderr, "prompt logprobs (%s): %zu tokens, max |difference| from plain %.3g\n",
                  many ? "step_many, chunks of 24" : "step", got.size(), worst);
     assert_true(worst <= 1e-4);

@@ -350,19 +350,7 @@ type Alternative struct {
 // the SetLogprobs number of alternatives. Empty when log-probabilities are off or the round only
 // scored a prompt chunk.
 func (s *Session) StepLogprobs() ([]TokenLogprob, error) {
-	p, err := s.raw()
-	if err != nil {
-		return nil, err
-	}
-	defer runtime.KeepAlive(s)
-	var toks, topToks *C.int32_t
-	var lps, topLps *C.float
-	var n C.size_t
-	var topN C.int32_t
-	if err := s.check(C.specinfer_session_step_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)); err != nil {
-		return nil, err
-	}
-	return tokenLogprobs(toks, lps, topToks, topLps, n, topN), nil
+	return s.logprobs(false)
 }
 
 // SetPromptLogprobs turns on (topN 0 .. MaxTopLogprobs alternatives) or off (-1) the
@@ -385,6 +373,11 @@ func (s *Session) SetPromptLogprobs(topN int) error {
 // PromptLogprobs returns the text's log-probabilities scored so far (SetPromptLogprobs): entry i
 // is of the text's token i + 1; all of them once a round has run after the feed.
 func (s *Session) PromptLogprobs() ([]TokenLogprob, error) {
+	return s.logprobs(true)
+}
+
+// logprobs reads the text's (prompt) or the last round's log-probabilities.
+func (s *Session) logprobs(prompt bool) ([]TokenLogprob, error) {
 	p, err := s.raw()
 	if err != nil {
 		return nil, err
@@ -394,7 +387,13 @@ func (s *Session) PromptLogprobs() ([]TokenLogprob, error) {
 	var lps, topLps *C.float
 	var n C.size_t
 	var topN C.int32_t
-	if err := s.check(C.specinfer_session_prompt_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)); err != nil {
+	var rc C.specinfer_status
+	if prompt {
+		rc = C.specinfer_session_prompt_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)
+	} else {
+		rc = C.specinfer_session_step_logprobs(p, &toks, &lps, &topToks, &topLps, &n, &topN)
+	}
+	if err := s.check(rc); err != nil {
 		return nil, err
 	}
 	return tokenLogprobs(toks, lps, topToks, topLps, n, topN), nil

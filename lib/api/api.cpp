@@ -608,11 +608,12 @@ SPECINFER_API specinfer_status specinfer_session_set_logprobs(specinfer_session 
   return guard(&session->impl->last_error, nullptr, [&] { session->impl->set_logprobs(top_n); });
 }
 
-SPECINFER_API specinfer_status specinfer_session_step_logprobs(
-    const specinfer_session *session, const int32_t **tokens, const float **logprobs,
-    const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n) {
-  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
-  const specinfer::Session::RoundLogprobs &lp = session->impl->last_logprobs();
+namespace {
+
+// The arrays of a session's log-probabilities into the caller's pointers (any may be NULL).
+specinfer_status give_logprobs(const specinfer::Session::RoundLogprobs &lp, const int32_t **tokens,
+                               const float **logprobs, const int32_t **top_tokens,
+                               const float **top_logprobs, size_t *n, int32_t *top_n) {
   if (tokens) *tokens = lp.tokens.data();
   if (logprobs) *logprobs = lp.logprobs.data();
   if (top_tokens) *top_tokens = lp.top_tokens.data();
@@ -620,6 +621,16 @@ SPECINFER_API specinfer_status specinfer_session_step_logprobs(
   if (n) *n = lp.tokens.size();
   if (top_n) *top_n = lp.top_n;
   return SPECINFER_OK;
+}
+
+}  // namespace
+
+SPECINFER_API specinfer_status specinfer_session_step_logprobs(
+    const specinfer_session *session, const int32_t **tokens, const float **logprobs,
+    const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n) {
+  if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
+  return give_logprobs(session->impl->last_logprobs(), tokens, logprobs, top_tokens, top_logprobs,
+                       n, top_n);
 }
 
 SPECINFER_API specinfer_status specinfer_session_set_prompt_logprobs(specinfer_session *session,
@@ -633,14 +644,8 @@ SPECINFER_API specinfer_status specinfer_session_prompt_logprobs(
     const specinfer_session *session, const int32_t **tokens, const float **logprobs,
     const int32_t **top_tokens, const float **top_logprobs, size_t *n, int32_t *top_n) {
   if (!session) return SPECINFER_ERR_INVALID_ARGUMENT;
-  const specinfer::Session::RoundLogprobs &lp = session->impl->prompt_logprobs();
-  if (tokens) *tokens = lp.tokens.data();
-  if (logprobs) *logprobs = lp.logprobs.data();
-  if (top_tokens) *top_tokens = lp.top_tokens.data();
-  if (top_logprobs) *top_logprobs = lp.top_logprobs.data();
-  if (n) *n = lp.tokens.size();
-  if (top_n) *top_n = lp.top_n;
-  return SPECINFER_OK;
+  return give_logprobs(session->impl->prompt_logprobs(), tokens, logprobs, top_tokens, top_logprobs,
+                       n, top_n);
 }
 
 SPECINFER_API specinfer_status specinfer_session_set_stop_strings(specinfer_session *session,
