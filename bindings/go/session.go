@@ -52,6 +52,9 @@ type Stats struct {
 	// them, kept; the time spent on it (masks, forced tokens, masking the scores).
 	NForcedDrafted, NForcedAccepted int64
 	TConstraintMs                   float64
+	// Positions of the text the first round after a feed found cached (from the text before, or
+	// from the target's last session) and did not score again.
+	NCachedTokens int64
 }
 
 // Session generates text with a target, an optional drafter and an optional coupler.
@@ -599,6 +602,7 @@ func (s *Session) Stats() (Stats, error) {
 		TSampleMs: float64(st.t_sample_ms), TTotalMs: float64(st.t_total_ms), TokensPerSecond: float64(st.tokens_per_second),
 		NContextShifts: int64(st.n_context_shifts), NForcedDrafted: int64(st.n_forced_drafted),
 		NForcedAccepted: int64(st.n_forced_accepted), TConstraintMs: float64(st.t_constraint_ms),
+		NCachedTokens: int64(st.n_cached_tokens),
 	}, nil
 }
 

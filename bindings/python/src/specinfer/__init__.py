@@ -522,6 +522,7 @@ class Stats:
     n_forced_drafted: int
     n_forced_accepted: int
     t_constraint_ms: float
+    n_cached_tokens: int  # text positions found cached, not scored again
 
 
 class Session(_Handle):

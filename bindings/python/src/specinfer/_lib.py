@@ -80,7 +80,8 @@ class SessionStats(Structure):
                 ("t_prefill_ms", c_double), ("t_draft_ms", c_double), ("t_verify_ms", c_double),
                 ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double),
                 ("n_context_shifts", c_int64), ("n_forced_drafted", c_int64),
-                ("n_forced_accepted", c_int64), ("t_constraint_ms", c_double)]
+                ("n_forced_accepted", c_int64), ("t_constraint_ms", c_double),
+                ("n_cached_tokens", c_int64)]
 
 
 class StepResultC(Structure):

@@ -246,6 +246,7 @@ pub struct specinfer_session_stats {
     pub n_forced_drafted: i64,
     pub n_forced_accepted: i64,
     pub t_constraint_ms: f64,
+    pub n_cached_tokens: i64,
 }
 
 #[repr(C)]
@@ -689,9 +690,8 @@ pub struct specinfer_constraint_vtable {
     pub consume: Option<
         unsafe extern "C" fn(this: *mut c_void, token: i32, err: *mut specinfer_plugin_error) -> specinfer_status,
     >,
-    pub rollback: Option<
-        unsafe extern "C" fn(this: *mut c_void, n: i32, err: *mut specinfer_plugin_error) -> specinfer_status,
-    >,
+    pub rollback:
+        Option<unsafe extern "C" fn(this: *mut c_void, n: i32, err: *mut specinfer_plugin_error) -> specinfer_status>,
     pub fork: Option<
         unsafe extern "C" fn(
             this: *mut c_void,
@@ -709,11 +709,7 @@ pub struct specinfer_constraint_vtable {
         ) -> specinfer_status,
     >,
     pub state: Option<
-        unsafe extern "C" fn(
-            this: *mut c_void,
-            state: *mut u32,
-            err: *mut specinfer_plugin_error,
-        ) -> specinfer_status,
+        unsafe extern "C" fn(this: *mut c_void, state: *mut u32, err: *mut specinfer_plugin_error) -> specinfer_status,
     >,
 }
 
@@ -1010,10 +1006,7 @@ extern "C" {
         text: *mut *const c_char,
         len: *mut usize,
     ) -> specinfer_status;
-    pub fn specinfer_session_set_logprobs(
-        session: *mut specinfer_session,
-        top_n: i32,
-    ) -> specinfer_status;
+    pub fn specinfer_session_set_logprobs(session: *mut specinfer_session, top_n: i32) -> specinfer_status;
     pub fn specinfer_session_step_logprobs(
         session: *const specinfer_session,
         tokens: *mut *const i32,
@@ -1023,10 +1016,7 @@ extern "C" {
         n: *mut usize,
         top_n: *mut i32,
     ) -> specinfer_status;
-    pub fn specinfer_session_set_prompt_logprobs(
-        session: *mut specinfer_session,
-        top_n: i32,
-    ) -> specinfer_status;
+    pub fn specinfer_session_set_prompt_logprobs(session: *mut specinfer_session, top_n: i32) -> specinfer_status;
     pub fn specinfer_session_prompt_logprobs(
         session: *const specinfer_session,
         tokens: *mut *const i32,

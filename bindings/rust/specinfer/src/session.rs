@@ -92,6 +92,9 @@ pub struct Stats {
     pub n_forced_accepted: i64,
     /// Time spent on the constraint: its masks and forced tokens, masking the scores.
     pub t_constraint_ms: f64,
+    /// Positions of the text the first round after a feed found cached (from the text before,
+    /// or from the target's last session) and did not score again.
+    pub n_cached_tokens: i64,
 }
 
 /// An emitted token's log-probability under the target ([`Session::step_logprobs`]), with its
@@ -494,6 +497,7 @@ impl<'a> Session<'a> {
                 n_forced_drafted: s.n_forced_drafted,
                 n_forced_accepted: s.n_forced_accepted,
                 t_constraint_ms: s.t_constraint_ms,
+                n_cached_tokens: s.n_cached_tokens,
             })
         }
     }
