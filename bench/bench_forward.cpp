@@ -194,6 +194,47 @@ BENCHMARK(BM_VerifyRatio)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// What a pass's logit rows cost: n tokens after a cached context of 64, once with logits for all n
+// (a verification pass) and once for the last alone (a prompt chunk), alternated every iteration
+// (see BM_VerifyRatio). Counters: median milliseconds of each and row_ms, the time of one more
+// logit row ((all - one) / (n - 1)): the output matrix over the vocabulary, which the session's
+// pass cost model (lib/session/pass_cost.h) adds per row.
+void BM_LogitRows(benchmark::State &state) {
+  Model &m = model();
+  const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
+  std::vector<float> logits;
+  specinfer::TargetObject *t = with_context(state, m, ctx, logits);
+  if (!t) return;
+  std::vector<double> all, one;
+  const auto time = [&](int32_t rows) {
+    t->kv_truncate(ctx);
+    const auto t0 = std::chrono::steady_clock::now();
+    forward(m, ctx, n, rows, logits);
+    benchmark::DoNotOptimize(logits.data());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    all.push_back(time(n));
+    one.push_back(time(1));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["all_ms"] = median(all);
+  state.counters["one_ms"] = median(one);
+  state.counters["row_ms"] = (median(all) - median(one)) / (n - 1);
+  state.SetLabel(m.info.name ? m.info.name : "");
+}
+BENCHMARK(BM_LogitRows)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->ArgName("tok")
+    ->MinTime(3.0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // A token tree against a chain of the same size: 8 tokens after a cached context of ctx, logits for
 // all, once with a tree mask (the last token, then two children per level along one branch: parents
 // -1, 0, 0, 2, 2, 4, 4, 6 in the batch, positions parent + 1) and once causal at consecutive

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "api/handles.h"
 #include "session/budget.h"
 #include "session/lookahead.h"
 #include "session/pass_cost.h"
@@ -291,6 +292,39 @@ void test_pass_cost_table(void **) {
   assert_true(f(20) >= f(8));
 }
 
+// Logit rows: the table holds passes with a row per token; a pass with fewer is recorded as what
+// it would have taken with all, and predicted without the rows it does not want.
+void test_pass_cost_rows(void **) {
+  PassCost pc;
+  assert_true(pc.claim_calibration());
+  assert_false(pc.claim_calibration());  // once per model
+  pc.set_row_ms(2.0);
+  pc.record(8, 8, 100.0);
+  pc.record(16, 1, 170.0);  // a prompt chunk: 15 rows short of a round of 16
+  assert_float_equal(pc.measured(16), 200.0, 1e-9);
+  assert_float_equal(pc.ms(16), 200.0, 1e-9);
+  assert_float_equal(pc.ms(16, 1), 170.0, 1e-9);
+  assert_float_equal(pc.ms(12, 12), 150.0, 1e-9);
+  assert_float_equal(pc.ms(12, 4), 134.0, 1e-9);
+  pc.clear();
+  assert_true(pc.claim_calibration());
+  assert_float_equal(pc.row_ms(), 0.0, 1e-9);
+
+  // A step with a prompt chunk of F = 32 tokens that wants one row: S = 31 rows less than T says,
+  // in the plan's pass time and goodput; the moves' added times are unchanged.
+  const PassTime t = linear_pass(10, 2.0);
+  std::vector<Curve> curves(2, Curve::geometric(4, 0.6, 0.0));
+  const DraftBudget full = choose_drafts(offers_of(curves), 32, t);
+  const DraftBudget saved = choose_drafts(offers_of(curves), 32, t, 31 * 2.0);
+  assert_float_equal(saved.pass_ms, t(saved.pass_tokens) - 62.0, 1e-9);
+  assert_float_equal(saved.fixed_saving_ms, 62.0, 1e-9);
+  assert_true(saved.plain_goodput > full.plain_goodput);
+  assert_float_equal(saved.goodput, saved.value / saved.pass_ms, 1e-9);
+  // Without prompt chunks there is nothing to save.
+  const DraftBudget none = choose_drafts(offers_of(curves), 0, t, 50.0);
+  assert_float_equal(none.fixed_saving_ms, 0.0, 1e-9);
+}
+
 // Sessions stepped together, simulated: each drafts by its lookahead's wish and the rule, its
 // tokens accepted with probability `accept` (0: always wrong), passes timed by `pass`.
 struct SimSession {
@@ -476,6 +510,12 @@ void test_step_many_equals_plain_kgram(void **) {
       specinfer_session_destroy(s[i]);
     }
   }
+  // The first group that weighed drafts calibrated the model's table (on a spare instance: the
+  // texts above are unchanged): the claim is taken, and the sizes it timed are in the table.
+  const std::shared_ptr<PassCost> &cost =
+      static_cast<specinfer::TargetObject *>(first)->pass_cost();
+  assert_false(cost->claim_calibration());
+  assert_true(cost->measured(1) > 0 && cost->measured(4) > 0 && cost->measured(8) > 0);
   for (size_t i = 0; i < n; ++i) {
     specinfer_drafter_destroy(d[i]);
     specinfer_target_destroy(t[i]);
@@ -494,6 +534,7 @@ int main() {
       cmocka_unit_test(test_favours_better_acceptance),
       cmocka_unit_test(test_probe_and_tree_cost),
       cmocka_unit_test(test_pass_cost_table),
+      cmocka_unit_test(test_pass_cost_rows),
       cmocka_unit_test(test_always_wrong_turned_off),
       cmocka_unit_test(test_catch_up_not_priced),
       cmocka_unit_test(test_step_many_equals_plain_kgram),

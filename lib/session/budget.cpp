@@ -13,8 +13,9 @@ struct Totals {
   double value = 0, tokens = 0, draft = 0;
 };
 
-double goodput(const Totals &t, const PassTime &pass_ms) {
-  const double ms = pass_ms(t.tokens) + t.draft;
+// saving: what the plan's prompt chunks take off the pass time (S in the header).
+double goodput(const Totals &t, const PassTime &pass_ms, double saving) {
+  const double ms = std::max(0.0, pass_ms(t.tokens) - saving) + t.draft;
   return ms > 0 ? t.value / ms : 0.0;
 }
 
@@ -35,8 +36,9 @@ PassTime interpolated_pass_time(std::vector<double> table) {
 }
 
 DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_tokens,
-                          const PassTime &pass_ms) {
+                          const PassTime &pass_ms, double fixed_saving_ms) {
   DraftBudget b;
+  const double saving = fixed_tokens > 0 ? std::max(0.0, fixed_saving_ms) : 0.0;
   b.k.resize(offers.size());
   Totals cur;
   cur.tokens = std::max(0.0, fixed_tokens);
@@ -53,19 +55,20 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
     b.value = t.value;
     b.pass_tokens = t.tokens;
     b.fixed_tokens = std::max(0.0, fixed_tokens);
-    b.pass_ms = pass_ms(t.tokens);
+    b.fixed_saving_ms = saving;
+    b.pass_ms = std::max(0.0, pass_ms(t.tokens) - saving);
     b.draft_ms = t.draft;
-    b.goodput = goodput(t, pass_ms);
+    b.goodput = goodput(t, pass_ms, saving);
     b.plain_goodput = plain;
     return b;
   };
-  const double plain = goodput(cur, pass_ms);
+  const double plain = goodput(cur, pass_ms, saving);
   if (!(pass_ms(cur.tokens) > 0)) return finish(b.k, cur, plain);
   // What a step's added time must buy at least: the plain goodput of the step without its prompt
   // chunks (see the header).
   Totals decode = cur;
   decode.tokens -= std::max(0.0, fixed_tokens);
-  const double floor_rate = std::max(plain, goodput(decode, pass_ms));
+  const double floor_rate = std::max(plain, goodput(decode, pass_ms, 0.0));
 
   std::vector<int32_t> k = b.k, best_k = b.k;
   Totals best = cur;
@@ -102,7 +105,7 @@ DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_to
     cur.value += step_dv;
     cur.tokens += step_dn;
     cur.draft += step_dd;
-    const double g = goodput(cur, pass_ms);
+    const double g = goodput(cur, pass_ms, saving);
     // A plan must beat the best so far clearly: a draft that gains nothing is not worth running.
     if (g > best_g * 1.0001) {
       best_g = g;
@@ -121,7 +124,7 @@ void group_pass_cost(const DraftBudget &budget, const std::vector<DraftOffer> &o
                draft = o.draft_ms ? o.draft_ms[k] : 0.0;
   // The step without this session's draft: its pass, the others' drafting, the tokens expected.
   const double base = std::max(1.0, budget.pass_tokens - nodes);
-  const double t_base = pass_ms(base);
+  const double t_base = std::max(0.0, pass_ms(base) - budget.fixed_saving_ms);
   const double others_ms = t_base + std::max(0.0, budget.draft_ms - draft);
   const double others_tokens = std::max(1.0, budget.value - value + (o.value ? o.value[0] : 1.0));
   // The step's time per expected token, at most a step's without prompt chunks (see the header).
@@ -129,8 +132,11 @@ void group_pass_cost(const DraftBudget &budget, const std::vector<DraftOffer> &o
       pass_ms(std::max(1.0, base - budget.fixed_tokens)) + std::max(0.0, budget.draft_ms - draft);
   const double unit = std::min(others_ms, decode_ms) / others_tokens;
   for (int32_t n = 0; n <= k; ++n)
-    out[n] = unit > 0 ? static_cast<float>(1.0 + std::max(0.0, pass_ms(base + n) - t_base) / unit)
-                      : 1.0f;
+    out[n] =
+        unit > 0
+            ? static_cast<float>(
+                  1.0 + std::max(0.0, pass_ms(base + n) - budget.fixed_saving_ms - t_base) / unit)
+            : 1.0f;
 }
 
 }  // namespace specinfer

@@ -29,7 +29,11 @@
 // draft model's catch-up on a fresh prompt is not bought in a prompt step just because that step
 // is slow.
 //
-// A pure function of the curves, the pass time and F: tests/test_budget.cpp checks it on
+// The pass time T counts a logit row for every token; prompt chunks want fewer (their last token's
+// alone), so a step with them takes S = fixed_saving_ms less than T says: the plan's pass time is
+// T(tokens) - S, and the step without its prompt chunks T(tokens - F).
+//
+// A pure function of the curves, the pass time, F and S: tests/test_budget.cpp checks it on
 // synthetic costs and acceptance curves.
 #pragma once
 
@@ -53,24 +57,26 @@ struct DraftOffer {
 using PassTime = std::function<double(double)>;
 
 struct DraftBudget {
-  std::vector<int32_t> k;    // per offer, least .. most
-  double value = 0;          // expected tokens committed by the step
-  double pass_tokens = 0;    // expected tokens of the pass (F included)
-  double fixed_tokens = 0;   // F
-  double pass_ms = 0;        // T(pass_tokens)
-  double draft_ms = 0;       // expected drafting time of the step
-  double goodput = 0;        // value / (pass_ms + draft_ms)
-  double plain_goodput = 0;  // the same with every session at its least
+  std::vector<int32_t> k;      // per offer, least .. most
+  double value = 0;            // expected tokens committed by the step
+  double pass_tokens = 0;      // expected tokens of the pass (F included)
+  double fixed_tokens = 0;     // F
+  double fixed_saving_ms = 0;  // S
+  double pass_ms = 0;          // T(pass_tokens) - S
+  double draft_ms = 0;         // expected drafting time of the step
+  double goodput = 0;          // value / (pass_ms + draft_ms)
+  double plain_goodput = 0;    // the same with every session at its least
 };
 
 // The pass time from a table of times by whole token counts (PassCost::monotone_table): linear
 // between entries, past the last with the last step; 0 for an empty table.
 PassTime interpolated_pass_time(std::vector<double> table);
 
-// The plan of most expected goodput (see above) for the offers and F = fixed_tokens. With a pass
-// time that is not positive (nothing measured yet) every session gets its least.
+// The plan of most expected goodput (see above) for the offers, F = fixed_tokens and
+// S = fixed_saving_ms. With a pass time that is not positive (nothing measured yet) every session
+// gets its least.
 DraftBudget choose_drafts(const std::vector<DraftOffer> &offers, double fixed_tokens,
-                          const PassTime &pass_ms);
+                          const PassTime &pass_ms, double fixed_saving_ms = 0);
 
 // For a drafter that sizes its own token tree within the k_i it was given: out[n], n = 0 .. k_i,
 // the cost of session i's round with n nodes, in the unit the drafter compares expected tokens

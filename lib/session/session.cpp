@@ -206,16 +206,17 @@ void Session::continue_from(Session &src, size_t n) {
 void Session::round(int32_t max_emit, std::vector<int32_t> &out, bool &done) {
   emit_limit_ = max_emit;
   const specinfer_forward_batch &b = begin_round(max_emit, 0);
-  plan_round(1, b.n_tokens, nullptr);
+  plan_round(1, b.n_tokens, b.n_logits, nullptr);
   const auto t0 = Clock::now();
   target_.forward(b);
   end_round(ms_since(t0), b.n_tokens, 1, 0, draft_.ms, false, out, done);
 }
 
-void Session::plan_round(int32_t n_sessions, int32_t pass_tokens, const DraftBudget *plan) {
+void Session::plan_round(int32_t n_sessions, int32_t pass_tokens, int32_t pass_rows,
+                         const DraftBudget *plan) {
   if (prefilling_) return;  // a prompt chunk is not a round
   round_info_.n_sessions = n_sessions;
-  round_info_.predicted_pass_ms = target_.pass_cost()->ms(pass_tokens);
+  round_info_.predicted_pass_ms = target_.pass_cost()->ms(pass_tokens, pass_rows);
   // The plan's goodputs are in tokens per millisecond.
   round_info_.goodput = plan ? plan->goodput * 1000.0 : 0.0;
   round_info_.plain_goodput = plan ? plan->plain_goodput * 1000.0 : 0.0;
@@ -385,7 +386,7 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
     }
     std::vector<TargetObject *> targets;
     std::vector<specinfer_forward_batch> bs;
-    int32_t pass_tokens = 0, pass_rounds = 0, pass_fixed = 0;
+    int32_t pass_tokens = 0, pass_rows = 0, pass_rounds = 0, pass_fixed = 0;
     double pass_draft_ms = 0;
     size_t row = 0;
     for (size_t j : group) {
@@ -395,6 +396,7 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
       targets.push_back(&sessions[j]->target_);
       bs.push_back(*batches[j]);
       pass_tokens += batches[j]->n_tokens;
+      pass_rows += batches[j]->n_logits;
       if (sessions[j]->prefilling_) {
         pass_fixed += batches[j]->n_tokens;
       } else {
@@ -403,7 +405,8 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
       }
     }
     for (size_t j : group)
-      sessions[j]->plan_round(pass_rounds, pass_tokens, group.size() > 1 ? &budgets[j] : nullptr);
+      sessions[j]->plan_round(pass_rounds, pass_tokens, pass_rows,
+                              group.size() > 1 ? &budgets[j] : nullptr);
     const auto t0 = Clock::now();
     try {
       if (group.size() == 1)
@@ -417,7 +420,7 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
     const double ms = ms_since(t0);
     // A shared pass is timed once for the model's table; a lone round's lookahead records its own.
     const bool shared = group.size() > 1;
-    if (shared) sessions[group[0]]->target_.pass_cost()->record(pass_tokens, ms);
+    if (shared) sessions[group[0]]->target_.pass_cost()->record(pass_tokens, pass_rows, ms);
     for (size_t j : group) {
       Session &s = *sessions[j];
       try {
@@ -441,12 +444,14 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
                           std::exception_ptr *errors, const Clock::time_point *begun,
                           DraftBudget *plans) {
   std::vector<size_t> rounds;
-  double fixed = 0;
+  double fixed = 0, fixed_rows = 0;
   for (size_t j : group) {
-    if (batches[j])
-      fixed += batches[j]->n_tokens;  // a chunk of a prompt
-    else
+    if (batches[j]) {  // a chunk of a prompt
+      fixed += batches[j]->n_tokens;
+      fixed_rows += batches[j]->n_logits;
+    } else {
       rounds.push_back(j);
+    }
   }
   // Each drafter plugin's begin time per token, as timed by any of its drafters in the group
   // (0: none has begun on a text long enough to time it yet).
@@ -491,13 +496,16 @@ void Session::draft_group(Session *const *sessions, const std::vector<size_t> &g
     most_tokens += 1 + w.most;
     any = any || w.most > 0;
   }
-  // The model's pass times, made monotone, as a function of the expected token count.
+  // The model's pass times (calibrated the first time a group weighs drafts on it), made
+  // monotone, as a function of the expected token count.
+  TargetObject &model = sessions[group[0]]->target_;
+  if (any) calibrate_pass_cost(model);
   const PassTime pass_time = interpolated_pass_time(
-      any ? sessions[group[0]]->target_.pass_cost()->monotone_table(most_tokens)
-          : std::vector<double>{});
+      any ? model.pass_cost()->monotone_table(most_tokens) : std::vector<double>{});
   DraftBudget budget;
   if (any)
-    budget = choose_drafts(offers, fixed, pass_time);
+    budget =
+        choose_drafts(offers, fixed, pass_time, model.pass_cost()->row_ms() * (fixed - fixed_rows));
   else
     budget.k.assign(rounds.size(), 0);
   for (size_t j : group) {

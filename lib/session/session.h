@@ -139,8 +139,10 @@ class Session {
                           std::exception_ptr *errors,
                           const std::chrono::steady_clock::time_point *begun, DraftBudget *plans);
   // Before a pass: the round's share of it for round_info_ (n_sessions rounds, pass_tokens
-  // tokens, the step's plan when the rounds' drafts were chosen together).
-  void plan_round(int32_t n_sessions, int32_t pass_tokens, const DraftBudget *plan);
+  // tokens of which pass_rows want logits, the step's plan when the rounds' drafts were chosen
+  // together).
+  void plan_round(int32_t n_sessions, int32_t pass_tokens, int32_t pass_rows,
+                  const DraftBudget *plan);
   void timed_round(int32_t max_emit, std::vector<int32_t> &out, bool &done);
   void shift_context();
   void catch_up();
