@@ -405,9 +405,10 @@ void test_bench_tables_add_up(void **) {
       if (p[config] == "plain" && p[coupler] == row[coupler]) return &p;
     return static_cast<const std::vector<std::string> *>(nullptr);
   });
-  // --batch: against plain at the smallest batch, and at the row's own batch.
+  // --batch, two runs: the median tokens/s against plain at the smallest batch, and at the row's
+  // own batch; each run's own ratio beside them.
   const Result b = run({"bench", "--target", kgram(4), "--prompts", prompts, "--drafter", "ngram",
-                        "-n", "32", "--batch", "2", "--batch", "1"});
+                        "-n", "32", "--batch", "2", "--batch", "1", "--runs", "2"});
   if (b.status != 0) print_error("%s\n", b.err.c_str());
   assert_int_equal(b.status, 0);
   const auto brows = table_rows(b.out);
@@ -426,8 +427,21 @@ void test_bench_tables_add_up(void **) {
                 [&](const std::vector<std::string> &row) { return plain_at(row[batch]); });
   // What each run drafted per session and step, and its pass time beside the predicted one.
   const size_t drafts = column(brows[0], "draft/session/step");
-  for (const auto &row : brows)
-    if (row[bconfig] == "plain") assert_string_equal(row[drafts].c_str(), "0.00");
+  const size_t each = column(brows[0], "x of plain at this batch, each run");
+  const size_t same = column(brows[0], "identical to plain");
+  for (size_t i = 1; i < brows.size(); ++i) {
+    const auto &row = brows[i];
+    if (row[bconfig] == "plain") {
+      assert_string_equal(row[drafts].c_str(), "0.00");
+      assert_string_equal(row[each].c_str(), "1.00 / 1.00");
+    }
+    assert_string_equal(row[same].c_str(), "4/4");  // two prompts, two runs
+  }
+  assert_true(b.err.find("bench: run 2/2, ngram, batch 1: ") != std::string::npos);
+  // --runs repeats the batched rows only.
+  const Result lone = run({"bench", "--target", kgram(4), "--prompts", prompts, "--runs", "2"});
+  assert_int_equal(lone.status, 2);
+  assert_true(lone.err.find("--runs needs --batch") != std::string::npos);
   assert_true(b.err.find("per step: ") != std::string::npos &&
               b.err.find("allowed per session, pass ") != std::string::npos);
 }

@@ -53,81 +53,138 @@ struct Config {
   std::vector<std::vector<int32_t>> outputs;
 };
 
-// --batch: every configuration at every batch size, configuration-major; one table.
-bool run_batches(specinfer_registry *reg, specinfer_target *target,
-                 const std::vector<Config> &configs, const cli::RunOptions &o,
-                 const std::vector<std::string> &prompts, const std::vector<int32_t> &batches,
-                 int32_t prefill_chunk) {
+// --batch: every configuration at every batch size, `runs` times over; one table.
+struct BatchRow {
+  size_t config;
+  int32_t batch;
+  std::vector<BatchRun> runs;
+};
+
+double tokens_per_second(const BatchRun &r) {
+  return r.wall_ms > 0 ? static_cast<double>(r.generated) * 1000.0 / r.wall_ms : 0.0;
+}
+
+// The median of the row's runs' tokens/s.
+double median_tps(const BatchRow &r) {
+  std::vector<double> v;
+  for (const BatchRun &x : r.runs) v.push_back(tokens_per_second(x));
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0.0;
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// One run of a configuration at a batch size, with its line on stderr; false after printing why
+// not.
+bool run_row(specinfer_registry *reg, specinfer_target *target, const Config &c,
+             const cli::RunOptions &o, const std::vector<std::string> &prompts,
+             int32_t prefill_chunk, const std::string &which, BatchRow &row) {
+  BatchRun x;
+  if (!run_batched(reg, target, c.drafter_spec, c.coupler, o, prompts, row.batch, prefill_chunk,
+                   &x))
+    return false;
+  const StepTally &t = x.step;
+  const double per_step = t.steps ? 1.0 / static_cast<double>(t.steps) : 0.0;
   std::fprintf(stderr,
-               "bench: %zu prompts x %zu configurations x %zu batch sizes, %d tokens each, %d "
-               "threads\n",
-               prompts.size(), configs.size(), batches.size(), o.max_tokens,
-               specinfer_registry_threads(reg));
-  struct Row {
-    size_t config;
-    int32_t batch;
-    BatchRun run;
-  };
-  // Batch-major: the configurations at one batch size run one after another, so that a ratio to
-  // plain compares runs minutes apart at most on a machine whose speed drifts.
-  std::vector<Row> rows;
-  for (int32_t b : batches)
-    for (size_t ci = 0; ci < configs.size(); ++ci) {
-      Row r{ci, b, {}};
-      if (!run_batched(reg, target, configs[ci].drafter_spec, configs[ci].coupler, o, prompts, b,
-                       prefill_chunk, &r.run))
-        return false;
-      const BatchRun &x = r.run;
-      const StepTally &t = x.step;
-      const double per_step = t.steps ? 1.0 / static_cast<double>(t.steps) : 0.0;
-      std::fprintf(stderr,
-                   "bench: %s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s); per step: "
-                   "%.2f sessions, draft %.2f of %.2f allowed per session, pass %.1f ms (predicted "
-                   "%.1f ms)\n",
-                   configs[ci].label.c_str(), b, x.wall_ms / 1000, x.prefill_ms / 1000,
-                   x.draft_ms / 1000, static_cast<double>(t.rounds) * per_step,
-                   t.rounds ? static_cast<double>(t.drafted) / t.rounds : 0.0,
-                   t.rounds ? static_cast<double>(t.budget) / t.rounds : 0.0, t.pass_ms * per_step,
-                   t.predicted_pass_ms * per_step);
-      rows.push_back(std::move(r));
-    }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const Row &a, const Row &b) { return a.config < b.config; });
-  const auto tps = [](const BatchRun &r) {
-    return r.wall_ms > 0 ? static_cast<double>(r.generated) * 1000.0 / r.wall_ms : 0.0;
-  };
-  const auto ratio = [&](const Row &r, const Row *plain) {
-    return plain && tps(plain->run) > 0 ? tps(r.run) / tps(plain->run) : 0.0;
-  };
-  // Both ratios are of tokens/s in this table: to the plain row of the same coupler at the
-  // smallest batch (what batching gains overall) and at the row's own batch (what speculation
-  // gains inside a batch).
-  const int32_t smallest = *std::min_element(batches.begin(), batches.end());
+               "bench: %s%s, batch %d: %.1f s (prompts %.1f s, drafting %.1f s); per step: "
+               "%.2f sessions, draft %.2f of %.2f allowed per session, pass %.1f ms (predicted "
+               "%.1f ms)\n",
+               which.c_str(), c.label.c_str(), row.batch, x.wall_ms / 1000, x.prefill_ms / 1000,
+               x.draft_ms / 1000, static_cast<double>(t.rounds) * per_step,
+               t.rounds ? static_cast<double>(t.drafted) / t.rounds : 0.0,
+               t.rounds ? static_cast<double>(t.budget) / t.rounds : 0.0, t.pass_ms * per_step,
+               t.predicted_pass_ms * per_step);
+  row.runs.push_back(std::move(x));
+  return true;
+}
+
+// The table: each row's tokens/s is the median of its runs, its ratios those medians' (so that
+// they add up); with several runs, also each run's own ratio to plain in that run. The other
+// columns are over all runs.
+void print_batch_table(const std::vector<Config> &configs, const std::vector<BatchRow> &rows,
+                       size_t n_prompts, int32_t smallest, int32_t runs) {
   std::printf(
-      "| configuration | coupler | batch | tokens/s | vs plain at batch %d | x of plain at this "
-      "batch | tokens/round | draft/session/step | pass ms (predicted) | identical to plain |\n",
-      smallest);
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const Row &r : rows) {
+      "| configuration | coupler | batch | tokens/s%s | vs plain at batch %d | x of plain "
+      "at this batch |%s tokens/round | draft/session/step | pass ms (predicted) | "
+      "identical to plain |\n",
+      runs > 1 ? ", median of runs" : "", smallest,
+      runs > 1 ? " x of plain at this batch, each run |" : "");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: |%s ---: | ---: | ---: | ---: |\n",
+              runs > 1 ? " ---: |" : "");
+  for (const BatchRow &r : rows) {
     const Config &c = configs[r.config];
-    const Row *base = nullptr, *plain = nullptr;
-    for (const Row &q : rows) {
+    const BatchRow *base = nullptr, *plain = nullptr;
+    for (const BatchRow &q : rows) {
       if (q.config != static_cast<size_t>(c.plain_index)) continue;
       if (q.batch == smallest) base = &q;
       if (q.batch == r.batch) plain = &q;
     }
-    size_t same = 0;
-    for (size_t i = 0; plain && i < prompts.size(); ++i)
-      same += r.run.outputs[i] == plain->run.outputs[i];
-    const BatchRun &x = r.run;
-    const StepTally &t = x.step;
-    std::printf("| %s | %s | %d | %.2f | %.2fx | %.2fx | %.2f | %.2f | %.1f (%.1f) | %zu/%zu |\n",
-                c.label.c_str(), c.coupler_spec.c_str(), r.batch, tps(x), ratio(r, base),
-                ratio(r, plain), x.rounds ? static_cast<double>(x.generated) / x.rounds : 0.0,
-                t.rounds ? static_cast<double>(t.drafted) / t.rounds : 0.0,
-                t.steps ? t.pass_ms / t.steps : 0.0, t.steps ? t.predicted_pass_ms / t.steps : 0.0,
-                same, prompts.size());
+    const double tps = median_tps(r);
+    const auto ratio = [&](const BatchRow *p) {
+      return p && median_tps(*p) > 0 ? tps / median_tps(*p) : 0.0;
+    };
+    std::string each;
+    if (runs > 1) {
+      for (size_t k = 0; k < r.runs.size(); ++k) {
+        const double p = plain && k < plain->runs.size() ? tokens_per_second(plain->runs[k]) : 0;
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%s%.2f", k ? " / " : " ",
+                      p > 0 ? tokens_per_second(r.runs[k]) / p : 0.0);
+        each += cell;
+      }
+      each += " |";
+    }
+    int64_t generated = 0, rounds = 0, tally_rounds = 0, drafted = 0, steps = 0;
+    double pass_ms = 0, predicted_ms = 0;
+    size_t same = 0, outputs = 0;
+    for (size_t k = 0; k < r.runs.size(); ++k) {
+      const BatchRun &x = r.runs[k];
+      generated += x.generated;
+      rounds += x.rounds;
+      tally_rounds += x.step.rounds;
+      drafted += x.step.drafted;
+      steps += x.step.steps;
+      pass_ms += x.step.pass_ms;
+      predicted_ms += x.step.predicted_pass_ms;
+      for (size_t i = 0; plain && k < plain->runs.size() && i < n_prompts; ++i)
+        same += x.outputs[i] == plain->runs[k].outputs[i];
+      outputs += n_prompts;
+    }
+    std::printf("| %s | %s | %d | %.2f | %.2fx | %.2fx |%s %.2f | %.2f | %.1f (%.1f) | %zu/%zu |\n",
+                c.label.c_str(), c.coupler_spec.c_str(), r.batch, tps, ratio(base), ratio(plain),
+                each.c_str(), rounds ? static_cast<double>(generated) / rounds : 0.0,
+                tally_rounds ? static_cast<double>(drafted) / tally_rounds : 0.0,
+                steps ? pass_ms / steps : 0.0, steps ? predicted_ms / steps : 0.0, same, outputs);
   }
+}
+
+bool run_batches(specinfer_registry *reg, specinfer_target *target,
+                 const std::vector<Config> &configs, const cli::RunOptions &o,
+                 const std::vector<std::string> &prompts, const std::vector<int32_t> &batches,
+                 int32_t prefill_chunk, int32_t runs) {
+  std::fprintf(stderr,
+               "bench: %zu prompts x %zu configurations x %zu batch sizes x %d runs, %d tokens "
+               "each, %d threads\n",
+               prompts.size(), configs.size(), batches.size(), runs, o.max_tokens,
+               specinfer_registry_threads(reg));
+  std::vector<BatchRow> rows;
+  for (size_t ci = 0; ci < configs.size(); ++ci)
+    for (int32_t b : batches) rows.push_back({ci, b, {}});
+  // Batch-major within a run: the configurations at one batch size run one after another, so
+  // that a ratio to plain compares runs minutes apart at most on a machine whose speed drifts.
+  for (int32_t k = 0; k < runs; ++k)
+    for (size_t bi = 0; bi < batches.size(); ++bi)
+      for (size_t ci = 0; ci < configs.size(); ++ci) {
+        const std::string which =
+            runs > 1 ? "run " + std::to_string(k + 1) + "/" + std::to_string(runs) + ", " : "";
+        if (!run_row(reg, target, configs[ci], o, prompts, prefill_chunk, which,
+                     rows[ci * batches.size() + bi]))
+          return false;
+      }
+  // Both ratios are of tokens/s in this table: to the plain row of the same coupler at the
+  // smallest batch (what batching gains overall) and at the row's own batch (what speculation
+  // gains inside a batch).
+  print_batch_table(configs, rows, prompts.size(),
+                    *std::min_element(batches.begin(), batches.end()), runs);
   return true;
 }
 
@@ -136,7 +193,7 @@ struct BenchOptions {
   cli::RunOptions o;
   std::string prompts_file, chart;
   std::vector<std::string> drafters, couplers;
-  int32_t limit = 0, prefill_chunk = 64;
+  int32_t limit = 0, prefill_chunk = 64, runs = 1;
   std::vector<int32_t> batches;
   bool verbose = false;
 };
@@ -173,6 +230,11 @@ void define_options(cli::App &app, BenchOptions *b) {
                   "with --batch: most prompt tokens a session scores per step (0: all at once)",
                   "N", 0, 1 << 20)
       ->default_val(64);
+  cli::add_number(app, "--runs", b->runs,
+                  "with --batch: run every row N times over (batch sizes in turn each time); "
+                  "tokens/s is then the median, and each run's ratio to plain is shown",
+                  "N", 1, 100)
+      ->default_val(1);
 }
 
 // The registry, the target and every configuration's drafter and coupler, destroyed together.
@@ -345,6 +407,10 @@ int cmd_bench(int argc, char **argv) {
   define_options(app, &b);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
+  if (b.runs > 1 && b.batches.empty()) {
+    std::fprintf(stderr, "specinfer bench: --runs needs --batch\n");
+    return 2;
+  }
   std::vector<std::string> prompts;
   try {
     prompts = read_prompts(b.prompts_file, static_cast<size_t>(b.limit));
@@ -370,7 +436,7 @@ int cmd_bench(int argc, char **argv) {
   if (!open_configs(b, &m)) return 1;
   if (!b.batches.empty()) {
     const bool ok =
-        run_batches(m.reg, m.target, m.configs, b.o, prompts, b.batches, b.prefill_chunk);
+        run_batches(m.reg, m.target, m.configs, b.o, prompts, b.batches, b.prefill_chunk, b.runs);
     return ok ? 0 : 1;
   }
   if (!run_prompts(b, &m, prompts)) return 1;
