@@ -13,11 +13,12 @@
 // has its row, a pass with fewer rows is recorded as what it would have taken with all of them,
 // and a prediction takes off the rows a pass will not want, at row_ms() each.
 //
-// The table starts from a calibration (calibrate(), a few passes on a spare instance of the model
-// the first time a group of sessions weighs drafts on it: the time of 1, 4 and 8 tokens and of a
-// logit row, well under a second) and is corrected online by every pass run. Each size keeps a
-// moving average of its recent passes (a machine shared with other work times the same pass
-// differently from one minute to the next); sizes not run yet are interpolated.
+// The table starts from a calibration (calibrate_pass_cost(), a few passes on a spare instance
+// of the model the first time a group of sessions weighs drafts on it: the time of 1, 4 and 8
+// tokens and of a logit row, 0.8 s for the 1.5B on Zen 3) and is corrected online by every pass
+// run. Each size keeps a moving average of its recent passes (a machine shared with other work
+// times the same pass differently from one minute to the next); sizes not run yet are
+// interpolated.
 //
 // Thread-safe: sessions on different threads share a model's table.
 #pragma once
