@@ -9,9 +9,13 @@
 //      indexed as corpus.h says).
 // The count caches propose the most frequent follower when it was seen at least min_count times
 // and makes up at least min_share of the followers; n runs from n_max down to cache_n_min.
+// With text=1, a draft of fewer than two tokens from those sources gives way to prompt lookup on
+// the text (text_lookup.h: the longest suffix of the text, text_min bytes at least, found earlier
+// and what followed it tokenized), when that drafts more: spans copied where their tokens differ
+// from the prompt's, as values copied into JSON.
 //   config: n_min=<1..16> (3), n_max=<1..16> (8), max_draft=<1..64> (16), dynamic=0|1 (1),
 //           static=<path of a text file> (none), cache_n_min=<1..16> (2), min_count=<1..> (2),
-//           min_share=<0..1> (0.5)
+//           min_share=<0..1> (0.5), text=0|1 (0), text_min=<1..64> (5)
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -24,6 +28,7 @@
 #include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
 #include "specinfer_plugin.h"
+#include "text_lookup.h"
 
 using specinfer_plugin::Config;
 using specinfer_plugin::ConfigError;
@@ -42,6 +47,9 @@ struct Drafter {
   specinfer_ngram::CountTable dynamic;
   std::shared_ptr<const specinfer_ngram::CorpusIndex> stat;  // static=: the corpus, or null
   std::vector<int32_t> tail;  // scratch: the last n_max tokens of the context, then the draft
+  bool use_text = false;
+  specinfer_ngram::TextLookup text;
+  std::vector<int32_t> text_draft;  // scratch
 };
 
 void d_destroy(void *self) {
@@ -118,6 +126,17 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
       out->parents[k] = k - 1;
       d->tail.push_back(tok);
     }
+    if (d->use_text && k < 2) {
+      d->text.sync(req->context, req->n_context);
+      d->text.draft(want, out->vocab_size, d->text_draft);
+      if (static_cast<int32_t>(d->text_draft.size()) > k) {
+        k = static_cast<int32_t>(d->text_draft.size());
+        for (int32_t i = 0; i < k; ++i) {
+          out->tokens[i] = d->text_draft[static_cast<size_t>(i)];
+          out->parents[i] = i - 1;
+        }
+      }
+    }
     out->n_nodes = k;
   });
 }
@@ -132,7 +151,7 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
                                 specinfer_plugin_error *err) {
   return guarded(err, "ngram", [&] {
     Config cfg(config, {"n_min", "n_max", "max_draft", "dynamic", "static", "cache_n_min",
-                        "min_count", "min_share"});
+                        "min_count", "min_share", "text", "text_min"});
     auto d = std::make_unique<Drafter>();
     d->n_min = static_cast<int32_t>(cfg.get_int("n_min", 3, 1, 16));
     d->n_max = static_cast<int32_t>(cfg.get_int("n_max", 8, 1, 16));
@@ -144,6 +163,13 @@ specinfer_status drafter_create(const specinfer_host *, const char *config,
     if (d->n_min > d->n_max) throw ConfigError("ngram: n_min must not exceed n_max");
     if (d->cache_n_min > d->n_max) throw ConfigError("ngram: cache_n_min must not exceed n_max");
     d->context.configure(d->n_max);
+    d->use_text = cfg.get_int("text", 0, 0, 1) != 0;
+    const auto text_min = static_cast<int32_t>(cfg.get_int("text_min", 5, 1, 64));
+    if (d->use_text) {
+      if (!target || !target->vtable || !target->vtable->tokenize || !target->vtable->token_bytes)
+        throw ConfigError("ngram: text=1 needs the target's tokenizer, and this target has none");
+      d->text.configure(*target, text_min);
+    }
     if (cfg.has("static"))
       d->stat = specinfer_ngram::shared_corpus(cfg.get("static", ""), info, target, d->n_max + 1,
                                                "ngram");
