@@ -6,7 +6,7 @@
 #include <memory>
 #include <utility>
 
-#include "plugin/objects.h"
+#include "api/handles.h"
 
 namespace specinfer {
 
@@ -118,15 +118,13 @@ std::vector<double> PassCost::monotone_table(int32_t n_max) const {
   return out;
 }
 
-}  // namespace specinfer
-
-namespace specinfer {
-
 void calibrate_pass_cost(TargetObject &model) {
   const std::shared_ptr<PassCost> cost = model.pass_cost();
   if (!cost || !model.can_share() || !cost->claim_calibration()) return;
   try {
-    std::unique_ptr<TargetObject> probe(model.share());
+    // Deleted as what share() made (lib/api/handles.h), since TargetObject has no virtual
+    // destructor.
+    std::unique_ptr<specinfer_target> probe(static_cast<specinfer_target *>(model.share()));
     const int32_t vocab = model.info().vocab_size;
     constexpr int32_t kWide = 8;
     if (vocab < 1 || model.info().n_ctx < kWide) return;
