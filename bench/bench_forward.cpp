@@ -117,6 +117,12 @@ void forward(Model &m, int32_t pos0, int32_t n, int32_t n_logits, std::vector<fl
   static_cast<specinfer::TargetObject *>(m.target)->forward(b);
 }
 
+// The median of v (0 for none).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
 // The target with ctx tokens in its cache, or NULL (the benchmark skipped) without the model.
 specinfer::TargetObject *with_context(benchmark::State &state, Model &m, int32_t ctx,
                                       std::vector<float> &logits) {
@@ -175,10 +181,6 @@ void BM_VerifyRatio(benchmark::State &state) {
     one.push_back(time(1));
     many.push_back(time(n));
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["one_ms"] = median(one);
   state.counters["n_ms"] = median(many);
   state.counters["ratio"] = median(many) / median(one);
@@ -217,10 +219,6 @@ void BM_LogitRows(benchmark::State &state) {
     all.push_back(time(n));
     one.push_back(time(1));
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["all_ms"] = median(all);
   state.counters["one_ms"] = median(one);
   state.counters["row_ms"] = (median(all) - median(one)) / (n - 1);
@@ -277,10 +275,6 @@ void BM_VerifyTree(benchmark::State &state) {
     chain.push_back(time(false));
     tree.push_back(time(true));
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["chain_ms"] = median(chain);
   state.counters["tree_ms"] = median(tree);
   state.counters["ratio"] = median(tree) / median(chain);
@@ -361,10 +355,6 @@ void BM_ForwardMany(benchmark::State &state) {
     apart.push_back(ms_since(t0));
     benchmark::DoNotOptimize(logits.data());
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   state.counters["one_pass_ms"] = median(together);
   state.counters["separate_ms"] = median(apart);
   state.counters["ratio"] = median(together) / median(apart);
@@ -561,10 +551,6 @@ void BM_LongContext(benchmark::State &state) {
     const auto t0 = std::chrono::steady_clock::now();
     t->forward(b);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
   };
   for (auto _ : state) {
     if (!error.empty()) break;

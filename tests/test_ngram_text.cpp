@@ -59,9 +59,14 @@ std::vector<int32_t> bytes(const std::string &s) {
   return t;
 }
 
-std::string text_of(const std::vector<int32_t> &t) {
+// The text of what `look` drafts, `want` tokens at most below `vocab`, after the bytes of text.
+std::string drafted(TextLookup &look, const std::string &text, int32_t want, int32_t vocab = 256) {
+  const std::vector<int32_t> ctx = bytes(text);
+  look.sync(ctx.data(), ctx.size());
+  std::vector<int32_t> out;
+  look.draft(want, vocab, out);
   std::string s;
-  for (int32_t c : t) s.push_back(static_cast<char>(c));
+  for (int32_t c : out) s.push_back(static_cast<char>(c));
   return s;
 }
 
@@ -69,47 +74,23 @@ void test_byte_tokens(void **) {
   const specinfer_target_vtable vt = byte_vtable();
   TextLookup look;
   look.configure(specinfer_host_target{nullptr, &vt, nullptr}, 4);
-  std::vector<int32_t> out;
   // The longest earlier suffix is " Northwind" (not the later "wind"): what followed it is
-  // drafted, `want` tokens of it.
-  std::vector<int32_t> ctx = bytes("from Northwind Office Supply; a wind; name: Northwind");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(8, 256, out);
-  assert_string_equal(text_of(out).c_str(), " Office ");
-  // Up to the end of the text.
-  ctx = bytes("say hello world. then hello");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(16, 256, out);
-  assert_string_equal(text_of(out).c_str(), " world. then hel");
+  // drafted, `want` tokens of it; up to the end of the text.
+  assert_string_equal(
+      drafted(look, "from Northwind Office Supply; a wind; name: Northwind", 8).c_str(),
+      " Office ");
+  assert_string_equal(drafted(look, "say hello world. then hello", 16).c_str(), " world. then hel");
   // Shorter than min_bytes: no draft; and an id at or past the vocabulary ends the draft.
-  ctx = bytes("abc xyz abc");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(8, 256, out);
-  assert_true(out.empty());
-  ctx = bytes("hello world; hello");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(8, 'w', out);
-  assert_true(out.size() == 1 && out[0] == ' ');
+  assert_string_equal(drafted(look, "abc xyz abc", 8).c_str(), "");
+  assert_string_equal(drafted(look, "hello world; hello", 8, 'w').c_str(), " ");
   // A cut never splits a UTF-8 character: room for 12 bytes would end inside the "é".
-  ctx = bytes("key: abcdefghijk\xc3\xa9xyz; key: ");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(1, 256, out);
+  assert_string_equal(drafted(look, "key: abcdefghijk\xc3\xa9xyz; key: ", 1).c_str(), "a");
   assert_string_equal(g_tokenized.c_str(), "abcdefghijk");
-  assert_string_equal(text_of(out).c_str(), "a");
   // The text follows the context: a context that extends it is appended, another starts over.
-  ctx = bytes("one two three one two");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(4, 256, out);
-  assert_string_equal(text_of(out).c_str(), " thr");
-  const std::vector<int32_t> more = bytes(" three four; one two three");
-  ctx.insert(ctx.end(), more.begin(), more.end());
-  look.sync(ctx.data(), ctx.size());
-  look.draft(6, 256, out);
-  assert_string_equal(text_of(out).c_str(), " four;");
-  ctx = bytes("red green blue red green");
-  look.sync(ctx.data(), ctx.size());
-  look.draft(32, 256, out);
-  assert_string_equal(text_of(out).c_str(), " blue red green");
+  assert_string_equal(drafted(look, "one two three one two", 4).c_str(), " thr");
+  assert_string_equal(drafted(look, "one two three one two three four; one two three", 6).c_str(),
+                      " four;");
+  assert_string_equal(drafted(look, "red green blue red green", 32).c_str(), " blue red green");
 }
 
 // The 0.5B's tokenizer: the prose holds " Northwind" and " Office"; JSON has "North" after a quote.
