@@ -178,14 +178,10 @@ void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts) {
   app.add_flag("--no-png", o->no_png, "do not write charts")->excludes(png);
 }
 
-int cmd_sketch_eval(int argc, char **argv) {
-  if (sketch_eval_real_requested(argc, argv)) return sketch_eval_real(argc, argv);
-  cli::App app{
-      "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product "
-      "Sketching\" (VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) "
-      "against storage.",
-      "specinfer sketch-eval"};
-  Config cfg;
+namespace {
+
+// The synthetic experiment's options (with the sketch options shared with --model) into cfg.
+void define_options(cli::App &app, Config &cfg) {
   cli::add_number(app, "--nnz", cfg.nnz, "nonzeros per vector (the length is 5 N)", "N",
                   int64_t{10}, int64_t{10000000});
   cli::add_number(app, "--overlaps", cfg.overlaps, "shared fractions of the nonzeros", "LIST", 0.0,
@@ -210,6 +206,85 @@ int cmd_sketch_eval(int argc, char **argv) {
       "With --model, the same on real query/key vectors from a model's attention "
       "layers:\n\n" +
       sketch_eval_real_help());
+}
+
+// One overlap: the pair of vectors, every method's mean error at every storage (a table row per
+// storage) and its chart; false after printing why not.
+bool run_overlap(const Config &cfg, double overlap, const std::vector<int64_t> &storages) {
+  std::vector<float> a, b;
+  make_pair(cfg, overlap, a, b);
+  const size_t d = a.size();
+  double ip = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < d; ++i) {
+    ip += static_cast<double>(a[i]) * b[i];
+    na += static_cast<double>(a[i]) * a[i];
+    nb += static_cast<double>(b[i]) * b[i];
+  }
+  const double scale = std::sqrt(na) * std::sqrt(nb);
+  std::vector<float> ab(a);
+  ab.insert(ab.end(), b.begin(), b.end());
+  std::printf("\noverlap %g%%: <a,b> = %.4f, ||a|| = %.3f, ||b|| = %.3f\n", overlap * 100, ip,
+              std::sqrt(na), std::sqrt(nb));
+  std::printf("%8s", "storage");
+  for (const std::string &m : cfg.methods) std::printf(" %12s", m.c_str());
+  std::printf("   (mean |est - <a,b>| / (||a|| ||b||))\n");
+
+  pngchart::Chart chart;
+  char title[96];
+  std::snprintf(title, sizeof title, "Inner product error, overlap %g%%", overlap * 100);
+  chart.title = title;
+  chart.x_label = "storage (64-bit words)";
+  chart.y_label = "mean |est - <a,b>| / (|a| |b|)";
+  chart.log_y = true;
+  for (const std::string &m : cfg.methods) chart.series.push_back({m, {}, {}, 0, true});
+
+  for (int64_t storage : storages) {
+    std::printf("%8lld", static_cast<long long>(storage));
+    for (size_t mi = 0; mi < cfg.methods.size(); ++mi) {
+      const std::string &method = cfg.methods[mi];
+      double err_sum = 0.0;
+      try {
+        for (int t = 0; t < cfg.trials; ++t) {
+          const double est = one_trial(method, cfg, size_for(method, storage),
+                                       static_cast<uint64_t>(t) + 1, ab, d, nullptr);
+          err_sum += std::fabs(est - ip) / scale;
+        }
+      } catch (const Failure &f) {
+        std::fprintf(stderr, "\nsketch-eval: %s, storage %lld: %s\n", method.c_str(),
+                     static_cast<long long>(storage), f.message.c_str());
+        return false;
+      }
+      const double mean = err_sum / cfg.trials;
+      std::printf(" %12.6f", mean);
+      std::fflush(stdout);
+      chart.series[mi].x.push_back(static_cast<double>(storage));
+      chart.series[mi].y.push_back(mean);
+    }
+    std::printf("\n");
+  }
+  if (cfg.no_png) return true;
+  char path[512];
+  std::snprintf(path, sizeof path, "%s-overlap-%g.png", cfg.png_prefix.c_str(), overlap * 100);
+  std::string error;
+  if (!pngchart::write_png(path, chart, &error)) {
+    std::fprintf(stderr, "sketch-eval: %s\n", error.c_str());
+    return false;
+  }
+  std::printf("chart: %s\n", path);
+  return true;
+}
+
+}  // namespace
+
+int cmd_sketch_eval(int argc, char **argv) {
+  if (sketch_eval_real_requested(argc, argv)) return sketch_eval_real(argc, argv);
+  cli::App app{
+      "Reproduces the synthetic experiment of \"Sampling Methods for Inner Product "
+      "Sketching\" (VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) "
+      "against storage.",
+      "specinfer sketch-eval"};
+  Config cfg;
+  define_options(app, cfg);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   std::vector<int64_t> storages;
@@ -221,69 +296,7 @@ int cmd_sketch_eval(int argc, char **argv) {
   std::printf(
       "storage S in 64-bit words: jl/countsketch/qjl m = S, threshold/priority m = S/1.5 "
       "samples\n");
-
-  for (double overlap : cfg.overlaps) {
-    std::vector<float> a, b;
-    make_pair(cfg, overlap, a, b);
-    const size_t d = a.size();
-    double ip = 0, na = 0, nb = 0;
-    for (size_t i = 0; i < d; ++i) {
-      ip += static_cast<double>(a[i]) * b[i];
-      na += static_cast<double>(a[i]) * a[i];
-      nb += static_cast<double>(b[i]) * b[i];
-    }
-    const double scale = std::sqrt(na) * std::sqrt(nb);
-    std::vector<float> ab(a);
-    ab.insert(ab.end(), b.begin(), b.end());
-    std::printf("\noverlap %g%%: <a,b> = %.4f, ||a|| = %.3f, ||b|| = %.3f\n", overlap * 100, ip,
-                std::sqrt(na), std::sqrt(nb));
-    std::printf("%8s", "storage");
-    for (const std::string &m : cfg.methods) std::printf(" %12s", m.c_str());
-    std::printf("   (mean |est - <a,b>| / (||a|| ||b||))\n");
-
-    pngchart::Chart chart;
-    char title[96];
-    std::snprintf(title, sizeof title, "Inner product error, overlap %g%%", overlap * 100);
-    chart.title = title;
-    chart.x_label = "storage (64-bit words)";
-    chart.y_label = "mean |est - <a,b>| / (|a| |b|)";
-    chart.log_y = true;
-    for (const std::string &m : cfg.methods) chart.series.push_back({m, {}, {}, 0, true});
-
-    for (int64_t storage : storages) {
-      std::printf("%8lld", static_cast<long long>(storage));
-      for (size_t mi = 0; mi < cfg.methods.size(); ++mi) {
-        const std::string &method = cfg.methods[mi];
-        double err_sum = 0.0;
-        try {
-          for (int t = 0; t < cfg.trials; ++t) {
-            const double est = one_trial(method, cfg, size_for(method, storage),
-                                         static_cast<uint64_t>(t) + 1, ab, d, nullptr);
-            err_sum += std::fabs(est - ip) / scale;
-          }
-        } catch (const Failure &f) {
-          std::fprintf(stderr, "\nsketch-eval: %s, storage %lld: %s\n", method.c_str(),
-                       static_cast<long long>(storage), f.message.c_str());
-          return 1;
-        }
-        const double mean = err_sum / cfg.trials;
-        std::printf(" %12.6f", mean);
-        std::fflush(stdout);
-        chart.series[mi].x.push_back(static_cast<double>(storage));
-        chart.series[mi].y.push_back(mean);
-      }
-      std::printf("\n");
-    }
-    if (!cfg.no_png) {
-      char path[512];
-      std::snprintf(path, sizeof path, "%s-overlap-%g.png", cfg.png_prefix.c_str(), overlap * 100);
-      std::string error;
-      if (!pngchart::write_png(path, chart, &error)) {
-        std::fprintf(stderr, "sketch-eval: %s\n", error.c_str());
-        return 1;
-      }
-      std::printf("chart: %s\n", path);
-    }
-  }
+  for (double overlap : cfg.overlaps)
+    if (!run_overlap(cfg, overlap, storages)) return 1;
   return 0;
 }

@@ -205,16 +205,7 @@ void on_log(void *user, specinfer_log_level level, const char *message) {
   std::fflush(stderr);
 }
 
-}  // namespace
-
-int cmd_train_heads(int argc, char **argv) {
-  Options o;
-  cli::App app{
-      "Trains Medusa heads for a target: self-distillation on a text corpus (the labels are the "
-      "target's own predictions), written as a GGUF heads file for `--drafter "
-      "medusa:path=FILE`. Checkpoints are kept beside the output, so an interrupted run goes on "
-      "with --resume.",
-      "specinfer train-heads"};
+void define_options(cli::App &app, Options &o) {
   app.add_option("--target", o.target, "target model, e.g. gguf:path=model.gguf")
       ->type_name(cli::kSpec)
       ->required();
@@ -241,6 +232,75 @@ int cmd_train_heads(int argc, char **argv) {
       ->type_name("K=V,...");
   app.add_option("--plugin", o.plugin, "the drafter plugin to train")->type_name("NAME");
   cli::add_number(app, "--threads", o.threads, "backend threads (0: all cores)", "N", 0, 1024);
+}
+
+// The plugin's training config from the options (its defaults stand where nothing is given).
+std::string training_config(const Options &o) {
+  std::vector<std::string> settings;
+  if (o.heads > 0) settings.push_back("heads=" + std::to_string(o.heads));
+  if (o.tokens > 0) settings.push_back("tokens=" + std::to_string(o.tokens));
+  if (o.epochs > 0) settings.push_back("epochs=" + std::to_string(o.epochs));
+  if (o.minutes >= 0) settings.push_back("minutes=" + std::to_string(o.minutes));
+  if (o.resume) settings.push_back("resume=1");
+  if (!o.options.empty()) settings.push_back(o.options);
+  std::string config;
+  for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
+  return config;
+}
+
+// Trains on `files` with the registry's target and writes o.out; the exit status.
+int train(specinfer_registry *reg, const Options &o, const std::vector<std::string> &files,
+          const std::string &config, ProgressBar &bar) {
+  specinfer_target *target = nullptr;
+  char *err = nullptr;
+  int rc = 1;
+  if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
+    std::fprintf(stderr, "specinfer train-heads: cannot open target: %s\n", err);
+    specinfer_free(err);
+    return 1;
+  }
+  std::vector<const char *> paths;
+  for (const std::string &f : files) paths.push_back(f.c_str());
+  const std::string count = o.heads > 0 ? std::to_string(o.heads) + " " : "";
+  std::fprintf(stderr, "training %s%s heads on %zu corpus files (%s%s) -> %s\n", count.c_str(),
+               o.plugin.c_str(), files.size(), o.corpus.front().c_str(),
+               o.corpus.size() > 1 ? ", ..." : "", o.out.c_str());
+  specinfer_train_params tp;
+  specinfer_train_params_init(&tp);
+  tp.config = config.c_str();
+  tp.corpus = paths.data();
+  tp.n_corpus = static_cast<int32_t>(paths.size());
+  tp.out_path = o.out.c_str();
+  tp.progress = on_progress;
+  tp.user = &bar;
+  const auto t0 = std::chrono::steady_clock::now();
+  bar.run_start = t0;
+  const specinfer_status s = specinfer_drafter_train(reg, o.plugin.c_str(), target, &tp, &err);
+  bar.finish_line();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (s != SPECINFER_OK) {
+    std::fprintf(stderr, "specinfer train-heads: %s: %s\n", specinfer_status_str(s),
+                 err ? err : "");
+  } else {
+    std::printf("wrote %s in %s\n", o.out.c_str(), cli::clock_text(secs).c_str());
+    rc = 0;
+  }
+  specinfer_free(err);
+  specinfer_target_destroy(target);
+  return rc;
+}
+
+}  // namespace
+
+int cmd_train_heads(int argc, char **argv) {
+  Options o;
+  cli::App app{
+      "Trains Medusa heads for a target: self-distillation on a text corpus (the labels are the "
+      "target's own predictions), written as a GGUF heads file for `--drafter "
+      "medusa:path=FILE`. Checkpoints are kept beside the output, so an interrupted run goes on "
+      "with --resume.",
+      "specinfer train-heads"};
+  define_options(app, o);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 
   if (o.corpus.empty()) {
@@ -259,58 +319,14 @@ int cmd_train_heads(int argc, char **argv) {
   }
   if (o.out.empty()) o.out = default_out(o.target);
 
-  std::vector<std::string> settings;  // the plugin's defaults stand where nothing is given
-  if (o.heads > 0) settings.push_back("heads=" + std::to_string(o.heads));
-  if (o.tokens > 0) settings.push_back("tokens=" + std::to_string(o.tokens));
-  if (o.epochs > 0) settings.push_back("epochs=" + std::to_string(o.epochs));
-  if (o.minutes >= 0) settings.push_back("minutes=" + std::to_string(o.minutes));
-  if (o.resume) settings.push_back("resume=1");
-  if (!o.options.empty()) settings.push_back(o.options);
-  std::string config;
-  for (const std::string &kv : settings) config += (config.empty() ? "" : ",") + kv;
-
+  const std::string config = training_config(o);
   ProgressBar bar;
   bar.budget_seconds = 60.0 * budget_minutes(config, o.plugin);
   cli::RunOptions ro;
   ro.threads = o.threads;
   specinfer_registry *reg = cli::create_registry(ro, "specinfer train-heads", on_log, &bar);
   if (!reg) return 1;
-  specinfer_target *target = nullptr;
-  char *err = nullptr;
-  int rc = 1;
-  if (cli::open_target(reg, o.target, &target, &err) != SPECINFER_OK) {
-    std::fprintf(stderr, "specinfer train-heads: cannot open target: %s\n", err);
-  } else {
-    std::vector<const char *> paths;
-    for (const std::string &f : files) paths.push_back(f.c_str());
-    const std::string count = o.heads > 0 ? std::to_string(o.heads) + " " : "";
-    std::fprintf(stderr, "training %s%s heads on %zu corpus files (%s%s) -> %s\n", count.c_str(),
-                 o.plugin.c_str(), files.size(), o.corpus.front().c_str(),
-                 o.corpus.size() > 1 ? ", ..." : "", o.out.c_str());
-    specinfer_train_params tp;
-    specinfer_train_params_init(&tp);
-    tp.config = config.c_str();
-    tp.corpus = paths.data();
-    tp.n_corpus = static_cast<int32_t>(paths.size());
-    tp.out_path = o.out.c_str();
-    tp.progress = on_progress;
-    tp.user = &bar;
-    const auto t0 = std::chrono::steady_clock::now();
-    bar.run_start = t0;
-    const specinfer_status s = specinfer_drafter_train(reg, o.plugin.c_str(), target, &tp, &err);
-    bar.finish_line();
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s != SPECINFER_OK) {
-      std::fprintf(stderr, "specinfer train-heads: %s: %s\n", specinfer_status_str(s),
-                   err ? err : "");
-    } else {
-      std::printf("wrote %s in %s\n", o.out.c_str(), cli::clock_text(secs).c_str());
-      rc = 0;
-    }
-  }
-  specinfer_free(err);
-  specinfer_target_destroy(target);
+  const int rc = train(reg, o, files, config, bar);
   specinfer_registry_destroy(reg);
   return rc;
 }

@@ -466,112 +466,121 @@ void Worker::loop() {
   specinfer_step_params_init(&step);
   step.prefill_chunk = options_.prefill_chunk;
   for (;;) {
-    // Free slots take waiting requests; with nothing running, wait for one.
-    std::vector<std::shared_ptr<Job>> arrived;
     bool stopping = false;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      int32_t busy = 0;
-      for (const Slot &s : slots_) busy += s.job ? 1 : 0;
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy > 0; });
-      stopping = stopping_;
-      // In arrival order: a request whose choices do not all fit waits, and so do those after it.
-      while (!stopping && !queue_.empty() &&
-             busy + queue_.front()->params.n <= static_cast<int32_t>(slots_.size())) {
-        busy += queue_.front()->params.n;
-        arrived.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      metrics_.queue_depth = static_cast<int32_t>(queue_.size());
-    }
-    admit(std::move(arrived));
-    std::vector<Slot *> active;
-    for (Slot &s : slots_) {
-      if (!s.session) continue;
-      if (stopping || s.job->cancelled->load()) {
-        s.result.kind = GenResult::Kind::kCancelled;
-        start_waiting(s, false);
-        finish(s);
-        continue;
-      }
-      active.push_back(&s);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      metrics_.running = static_cast<int32_t>(active.size());
-    }
+    admit(take_arrivals(&stopping));
+    const std::vector<Slot *> active = running_slots(stopping);
     if (active.empty()) {
       if (stopping) return;
       continue;
     }
-    std::vector<specinfer_session *> sessions;
     std::vector<specinfer_step_result> results(active.size());
-    for (size_t i = 0; i < active.size(); ++i) {
-      Slot &s = *active[i];
-      sessions.push_back(s.session);
-      specinfer_step_result &r = results[i];
-      r = specinfer_step_result{};
-      r.struct_size = sizeof r;
-      r.tokens = s.room.data();
-      // A round emits no more than the request has left.
-      const int32_t left = s.job->params.max_tokens - s.result.completion_tokens;
-      r.cap = std::min(s.room.size(), static_cast<size_t>(std::max(left, 1)));
-    }
-    const auto step_start = std::chrono::steady_clock::now();
-    specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
-    count_step(sessions, results, std::chrono::steady_clock::now() - step_start);
+    step_slots(active, step, results);
     // Choices waiting for a prompt start from it once its first tokens show it scored (before
     // anything below may end the session that holds it).
     for (size_t i = 0; i < active.size(); ++i)
       if (results[i].status == SPECINFER_OK && results[i].n_tokens > 0)
         start_waiting(*active[i], true);
-    for (size_t i = 0; i < active.size(); ++i) {
-      Slot &s = *active[i];
-      const specinfer_step_result &r = results[i];
-      GenResult &result = s.result;
-      if (r.status == SPECINFER_ERR_CONTEXT_FULL) {
-        result.finish_reason = "length";
-        start_waiting(s, true);
-        finish(s);
-        continue;
-      }
-      if (r.status != SPECINFER_OK) {
-        result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(s.session));
-        start_waiting(s, false);
-        finish(s);
-        continue;
-      }
-      if (r.n_tokens == 0) continue;  // the prompt is still being scored
-      const char *round_text = nullptr;
-      size_t round_len = 0;
-      specinfer_session_step_text(s.session, &round_text, &round_len);
-      std::string text(round_text ? round_text : "", round_len);
-      result.completion_tokens += static_cast<int32_t>(r.n_tokens);
-      const bool full = !r.done && result.completion_tokens >= s.job->params.max_tokens;
-      if (full) {  // the text ends here: what was held back for the stop strings is the request's
-        const char *tail = nullptr;
-        size_t tail_len = 0;
-        if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
-          text.append(tail, tail_len);
-      }
-      if (s.job->params.prompt_logprobs && s.choice == 0 && !s.prompt_logprobs_sent) {
-        s.prompt_logprobs_sent = true;
-        if (s.job->callbacks.on_prompt_logprobs)
-          s.job->callbacks.on_prompt_logprobs(prompt_logprobs(s));
-      }
-      const bool more = s.job->callbacks.on_text(s.choice, text, static_cast<int32_t>(r.n_tokens),
-                                                 round_logprobs(s));
-      if (r.done || !more || full) {
-        result.finish_reason = full && more ? "length" : "stop";
-        finish(s);
-      }
-    }
+    for (size_t i = 0; i < active.size(); ++i) deliver(*active[i], results[i]);
     // Requests that ended in this step no longer run (the gauge would otherwise keep them until
     // the next request arrives).
     int32_t running = 0;
     for (const Slot &s : slots_) running += s.session ? 1 : 0;
     std::lock_guard<std::mutex> lock(mutex_);
     metrics_.running = running;
+  }
+}
+
+std::vector<std::shared_ptr<Worker::Job>> Worker::take_arrivals(bool *stopping) {
+  std::vector<std::shared_ptr<Job>> arrived;
+  std::unique_lock<std::mutex> lock(mutex_);
+  int32_t busy = 0;
+  for (const Slot &s : slots_) busy += s.job ? 1 : 0;
+  wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || busy > 0; });
+  *stopping = stopping_;
+  // In arrival order: a request whose choices do not all fit waits, and so do those after it.
+  while (!*stopping && !queue_.empty() &&
+         busy + queue_.front()->params.n <= static_cast<int32_t>(slots_.size())) {
+    busy += queue_.front()->params.n;
+    arrived.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  metrics_.queue_depth = static_cast<int32_t>(queue_.size());
+  return arrived;
+}
+
+std::vector<Worker::Slot *> Worker::running_slots(bool stopping) {
+  std::vector<Slot *> active;
+  for (Slot &s : slots_) {
+    if (!s.session) continue;
+    if (stopping || s.job->cancelled->load()) {
+      s.result.kind = GenResult::Kind::kCancelled;
+      start_waiting(s, false);
+      finish(s);
+      continue;
+    }
+    active.push_back(&s);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  metrics_.running = static_cast<int32_t>(active.size());
+  return active;
+}
+
+void Worker::step_slots(const std::vector<Slot *> &active, const specinfer_step_params &step,
+                        std::vector<specinfer_step_result> &results) {
+  std::vector<specinfer_session *> sessions;
+  for (size_t i = 0; i < active.size(); ++i) {
+    Slot &s = *active[i];
+    sessions.push_back(s.session);
+    specinfer_step_result &r = results[i];
+    r = specinfer_step_result{};
+    r.struct_size = sizeof r;
+    r.tokens = s.room.data();
+    // A round emits no more than the request has left.
+    const int32_t left = s.job->params.max_tokens - s.result.completion_tokens;
+    r.cap = std::min(s.room.size(), static_cast<size_t>(std::max(left, 1)));
+  }
+  const auto step_start = std::chrono::steady_clock::now();
+  specinfer_session_step_many(sessions.data(), results.data(), sessions.size(), &step);
+  count_step(sessions, results, std::chrono::steady_clock::now() - step_start);
+}
+
+void Worker::deliver(Slot &s, const specinfer_step_result &r) {
+  GenResult &result = s.result;
+  if (r.status == SPECINFER_ERR_CONTEXT_FULL) {
+    result.finish_reason = "length";
+    start_waiting(s, true);
+    finish(s);
+    return;
+  }
+  if (r.status != SPECINFER_OK) {
+    result = with_kind(GenResult::Kind::kFailed, specinfer_session_errmsg(s.session));
+    start_waiting(s, false);
+    finish(s);
+    return;
+  }
+  if (r.n_tokens == 0) return;  // the prompt is still being scored
+  const char *round_text = nullptr;
+  size_t round_len = 0;
+  specinfer_session_step_text(s.session, &round_text, &round_len);
+  std::string text(round_text ? round_text : "", round_len);
+  result.completion_tokens += static_cast<int32_t>(r.n_tokens);
+  const bool full = !r.done && result.completion_tokens >= s.job->params.max_tokens;
+  if (full) {  // the text ends here: what was held back for the stop strings is the request's
+    const char *tail = nullptr;
+    size_t tail_len = 0;
+    if (specinfer_session_end_text(s.session, &tail, &tail_len) == SPECINFER_OK)
+      text.append(tail, tail_len);
+  }
+  if (s.job->params.prompt_logprobs && s.choice == 0 && !s.prompt_logprobs_sent) {
+    s.prompt_logprobs_sent = true;
+    if (s.job->callbacks.on_prompt_logprobs)
+      s.job->callbacks.on_prompt_logprobs(prompt_logprobs(s));
+  }
+  const bool more =
+      s.job->callbacks.on_text(s.choice, text, static_cast<int32_t>(r.n_tokens), round_logprobs(s));
+  if (r.done || !more || full) {
+    result.finish_reason = full && more ? "length" : "stop";
+    finish(s);
   }
 }
 

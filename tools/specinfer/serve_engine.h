@@ -188,7 +188,19 @@ class Worker : public Engine {
     uint64_t last_used = 0;  // when a request last took it (Worker::uses_)
   };
   Worker(specinfer_registry *reg, specinfer_target *target, const Options &options);
+  // Steps the running slots' sessions together until stopped: takes arrivals, steps, delivers.
   void loop();
+  // Waits for work (a request queued, a slot running, or stopping) and takes the queued requests
+  // that fit the free slots, in arrival order; *stopping set when the worker is to stop.
+  std::vector<std::shared_ptr<Job>> take_arrivals(bool *stopping);
+  // The slots with a session to step; those cancelled (all of them when stopping) end here.
+  std::vector<Slot *> running_slots(bool stopping);
+  // One step of the slots' sessions together (specinfer_session_step_many), counted in metrics_.
+  void step_slots(const std::vector<Slot *> &active, const specinfer_step_params &step,
+                  std::vector<specinfer_step_result> &results);
+  // A step's result to the slot's request: its text and logprobs, or its end (stop, length,
+  // failure).
+  void deliver(Slot &slot, const specinfer_step_result &result);
   // Takes waiting requests into free slots, a slot per choice, and starts their first choices.
   void admit(std::vector<std::shared_ptr<Job>> arrived);
   // Starts the slot's choice: a session with its prompt fed (choice 0) or taken from `source`'s
