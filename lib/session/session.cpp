@@ -371,66 +371,80 @@ void Session::step_many(Session *const *sessions, size_t n, const int32_t *max_e
                   group.end());
       if (group.empty()) continue;
     }
-    // The group's logit rows go to one arena, in the pass's row order, instead of each session's
-    // own rows: a pass's rows are then resident once per thread, not once per session, and a
-    // target can write them with one matrix product.
-    size_t rows = 0;
-    for (size_t j : group) rows += static_cast<size_t>(batches[j]->n_logits);
-    static thread_local PageBuffer<float> arena;
-    const size_t vocab = static_cast<size_t>(sessions[i]->vocab_);
+    pass_group(sessions, group, batches.data(), budgets.data(), outs, dones, errors, begun.data());
+  }
+}
+
+// One pass for the group's batches (sessions[j] for j in group, each batch ready), then each
+// session's round ends: its result in outs[j] and dones[j], or its error in errors[j].
+void Session::pass_group(Session *const *sessions, const std::vector<size_t> &group,
+                         const specinfer_forward_batch *const *batches, const DraftBudget *budgets,
+                         std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors,
+                         const Clock::time_point *begun) {
+  const size_t i = group.front();
+  const auto failed = [&](size_t j) {
+    errors[j] = std::current_exception();
+    sessions[j]->t_total_ += ms_since(begun[j]);
+  };
+  // The group's logit rows go to one arena, in the pass's row order, instead of each session's
+  // own rows: a pass's rows are then resident once per thread, not once per session, and a
+  // target can write them with one matrix product.
+  size_t rows = 0;
+  for (size_t j : group) rows += static_cast<size_t>(batches[j]->n_logits);
+  static thread_local PageBuffer<float> arena;
+  const size_t vocab = static_cast<size_t>(sessions[i]->vocab_);
+  try {
+    if (arena.size() < rows * vocab) arena.assign_zero(rows * vocab);
+  } catch (...) {
+    for (size_t j : group) failed(j);
+    return;
+  }
+  std::vector<TargetObject *> targets;
+  std::vector<specinfer_forward_batch> bs;
+  int32_t pass_tokens = 0, pass_rows = 0, pass_rounds = 0, pass_fixed = 0;
+  double pass_draft_ms = 0;
+  size_t row = 0;
+  for (size_t j : group) {
+    specinfer_forward_batch &b = sessions[j]->verify_batch_;
+    if (b.n_logits > 0) b.logits = arena.data() + row * vocab;
+    row += static_cast<size_t>(b.n_logits);
+    targets.push_back(&sessions[j]->target_);
+    bs.push_back(*batches[j]);
+    pass_tokens += batches[j]->n_tokens;
+    pass_rows += batches[j]->n_logits;
+    if (sessions[j]->prefilling_) {
+      pass_fixed += batches[j]->n_tokens;
+    } else {
+      ++pass_rounds;
+      pass_draft_ms += sessions[j]->draft_.ms;
+    }
+  }
+  for (size_t j : group)
+    sessions[j]->plan_round(pass_rounds, pass_tokens, pass_rows,
+                            group.size() > 1 ? &budgets[j] : nullptr);
+  const auto t0 = Clock::now();
+  try {
+    if (group.size() == 1)
+      targets[0]->forward(bs[0]);
+    else
+      TargetObject::forward_many(targets.data(), bs.data(), static_cast<int32_t>(bs.size()));
+  } catch (...) {
+    for (size_t j : group) failed(j);
+    return;
+  }
+  const double ms = ms_since(t0);
+  // A shared pass is timed once for the model's table; a lone round's lookahead records its own.
+  const bool shared = group.size() > 1;
+  if (shared) sessions[group[0]]->target_.pass_cost()->record(pass_tokens, pass_rows, ms);
+  for (size_t j : group) {
+    Session &s = *sessions[j];
     try {
-      if (arena.size() < rows * vocab) arena.assign_zero(rows * vocab);
+      s.end_round(ms, pass_tokens, pass_rounds, pass_fixed, pass_draft_ms, shared, outs[j],
+                  dones[j]);
     } catch (...) {
-      for (size_t j : group) failed(j);
-      continue;
+      errors[j] = std::current_exception();
     }
-    std::vector<TargetObject *> targets;
-    std::vector<specinfer_forward_batch> bs;
-    int32_t pass_tokens = 0, pass_rows = 0, pass_rounds = 0, pass_fixed = 0;
-    double pass_draft_ms = 0;
-    size_t row = 0;
-    for (size_t j : group) {
-      specinfer_forward_batch &b = sessions[j]->verify_batch_;
-      if (b.n_logits > 0) b.logits = arena.data() + row * vocab;
-      row += static_cast<size_t>(b.n_logits);
-      targets.push_back(&sessions[j]->target_);
-      bs.push_back(*batches[j]);
-      pass_tokens += batches[j]->n_tokens;
-      pass_rows += batches[j]->n_logits;
-      if (sessions[j]->prefilling_) {
-        pass_fixed += batches[j]->n_tokens;
-      } else {
-        ++pass_rounds;
-        pass_draft_ms += sessions[j]->draft_.ms;
-      }
-    }
-    for (size_t j : group)
-      sessions[j]->plan_round(pass_rounds, pass_tokens, pass_rows,
-                              group.size() > 1 ? &budgets[j] : nullptr);
-    const auto t0 = Clock::now();
-    try {
-      if (group.size() == 1)
-        targets[0]->forward(bs[0]);
-      else
-        TargetObject::forward_many(targets.data(), bs.data(), static_cast<int32_t>(bs.size()));
-    } catch (...) {
-      for (size_t j : group) failed(j);
-      continue;
-    }
-    const double ms = ms_since(t0);
-    // A shared pass is timed once for the model's table; a lone round's lookahead records its own.
-    const bool shared = group.size() > 1;
-    if (shared) sessions[group[0]]->target_.pass_cost()->record(pass_tokens, pass_rows, ms);
-    for (size_t j : group) {
-      Session &s = *sessions[j];
-      try {
-        s.end_round(ms, pass_tokens, pass_rounds, pass_fixed, pass_draft_ms, shared, outs[j],
-                    dones[j]);
-      } catch (...) {
-        errors[j] = std::current_exception();
-      }
-      s.t_total_ += ms_since(begun[j]);
-    }
+    s.t_total_ += ms_since(begun[j]);
   }
 }
 

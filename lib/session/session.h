@@ -134,6 +134,10 @@ class Session {
   const specinfer_forward_batch &draft_round(int32_t k, const float *pass_cost);
   void end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds, int32_t pass_fixed,
                  double pass_draft_ms, bool pass_recorded, std::vector<int32_t> &out, bool &done);
+  static void pass_group(Session *const *sessions, const std::vector<size_t> &group,
+                         const specinfer_forward_batch *const *batches, const DraftBudget *budgets,
+                         std::vector<int32_t> *outs, bool *dones, std::exception_ptr *errors,
+                         const std::chrono::steady_clock::time_point *begun);
   static void draft_group(Session *const *sessions, const std::vector<size_t> &group,
                           const int32_t *emits, const specinfer_forward_batch **batches,
                           std::exception_ptr *errors,
