@@ -24,6 +24,10 @@
 // points past the end), and a model file replaced while it is mapped (written anew and renamed
 // over the path, as an update should be made) leaves the open model's text unchanged.
 // Truncating a file in place while it is mapped is the documented limit (docs/RELIABILITY.md).
+// The replaced operator new and delete below allocate with malloc and free with free: GCC, once
+// it inlines the replacement into a container's destructor, takes that free for a mismatch.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <execinfo.h>
 #include <unistd.h>
 
