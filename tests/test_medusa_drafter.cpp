@@ -34,7 +34,7 @@
 #include "heads.h"
 #include "specinfer.h"
 #include "specinfer_plugin.h"
-#include "tree.h"
+#include "token_tree.h"
 
 #include "support/cmocka_setup.h"
 #include "support/models.h"
@@ -50,7 +50,7 @@ namespace {
 
 // Checks the structural promises of a tree and that each value is the product of the estimates
 // along its path (recomputed from the spec).
-void check_tree(const medusa::TreeSpec &spec, const medusa::Tree &t) {
+void check_tree(const token_tree::TreeSpec &spec, const token_tree::Tree &t) {
   const size_t n = t.tokens.size();
   assert_int_equal(t.parents.size(), n);
   assert_int_equal(t.values.size(), n);
@@ -101,17 +101,17 @@ void check_tree(const medusa::TreeSpec &spec, const medusa::Tree &t) {
   assert_true(std::fabs(t.expected_tokens - (1 + sum)) < 1e-5);
 }
 
-medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int n_chains) {
+token_tree::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int n_chains) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::uniform_int_distribution<int32_t> tok(0, 30);  // a small range: repeats happen
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels.resize(static_cast<size_t>(n_levels));
   for (auto &level : s.levels)
     for (int r = 0; r < k; ++r) level.push_back({tok(rng), u(rng)});
   // Chains of up to 8 tokens, some starting with a head's candidate valued 0 (as the drafter's
   // branches do) or sharing a prefix with an earlier chain.
   for (int c = 0; c < n_chains; ++c) {
-    std::vector<medusa::Candidate> ch;
+    std::vector<token_tree::Candidate> ch;
     if (c > 0 && rng() % 2) {
       const size_t shared = std::min<size_t>(rng() % 3, s.chains[0].size());
       ch.assign(s.chains[0].begin(), s.chains[0].begin() + static_cast<ptrdiff_t>(shared));
@@ -126,10 +126,10 @@ medusa::TreeSpec random_spec(std::mt19937 &rng, int n_levels, int k, int n_chain
 
 void test_tree_structure(void **) {
   std::mt19937 rng(7);
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
   for (int iter = 0; iter < 500; ++iter) {
-    medusa::TreeSpec s = random_spec(rng, 1 + iter % 5, 1 + iter % 7, iter % 6);
+    token_tree::TreeSpec s = random_spec(rng, 1 + iter % 5, 1 + iter % 7, iter % 6);
     s.max_nodes = 1 + iter % 20;
     s.allow_tree = iter % 4 != 0;
     std::vector<float> cost(static_cast<size_t>(s.max_nodes) + 1);
@@ -138,7 +138,7 @@ void test_tree_structure(void **) {
       s.pass_cost = cost.data();
       s.n_pass_cost = static_cast<int32_t>(cost.size());
     }
-    medusa::build_tree(s, t, q);
+    token_tree::build_tree(s, t, q);
     check_tree(s, t);
   }
 }
@@ -152,7 +152,7 @@ struct UNode {
 void test_tree_best_first_is_optimal(void **) {
   // Two levels of three candidates: 3 + 9 nodes. For every size n, the best total value over all
   // subsets closed under parents must equal the tree's (flat pass cost: every n is kept).
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{10, 0.5f}, {11, 0.3f}, {12, 0.15f}}, {{20, 0.9f}, {21, 0.05f}, {22, 0.6f}}};
   std::vector<UNode> u;
   for (int a = 0; a < 3; ++a) u.push_back({-1, s.levels[0][static_cast<size_t>(a)].p});
@@ -161,8 +161,8 @@ void test_tree_best_first_is_optimal(void **) {
       u.push_back(
           {a, s.levels[0][static_cast<size_t>(a)].p * s.levels[1][static_cast<size_t>(b)].p});
   std::vector<float> flat(20, 1.0f);
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
   for (int n = 1; n <= 12; ++n) {
     double best = 0;
     for (uint32_t mask = 0; mask < (1u << 12); ++mask) {
@@ -181,44 +181,44 @@ void test_tree_best_first_is_optimal(void **) {
     s.max_nodes = n;
     s.pass_cost = flat.data();
     s.n_pass_cost = static_cast<int32_t>(flat.size());
-    medusa::build_tree(s, t, q);
+    token_tree::build_tree(s, t, q);
     check_tree(s, t);
     assert_int_equal(t.tokens.size(), static_cast<size_t>(n));
     assert_true(std::fabs(t.expected_tokens - 1 - best) < 1e-6);
   }
   // The first nodes: 10 (0.5), 10->20 (0.45), 11 (0.3), 10->22 (0.3), 11->20 (0.27).
   s.max_nodes = 5;
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   const std::vector<int32_t> tokens = {10, 20, 11, 22, 20}, parents = {-1, 0, -1, 0, 2};
   assert_true(t.tokens == tokens);
   assert_true(t.parents == parents);
 }
 
 void test_tree_size_follows_cost(void **) {
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{1, 0.8f}, {2, 0.1f}}, {{3, 0.7f}, {4, 0.1f}}, {{5, 0.6f}}};
   s.max_nodes = 16;
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
   // Free passes: every node with a positive value is worth verifying.
   std::vector<float> flat(17, 1.0f);
   s.pass_cost = flat.data();
   s.n_pass_cost = 17;
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   assert_int_equal(t.tokens.size(), 2u + 2u * 2u + 4u * 1u);  // the whole universe
   // A steep cost: the chosen size must give the best rate of all prefixes, and be small.
   std::vector<float> steep(17);
   for (size_t i = 0; i < steep.size(); ++i) steep[i] = 1.0f + 0.3f * i;
   s.pass_cost = steep.data();
   s.draft_cost = 0.1f;
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   const double rate = t.expected_tokens / t.cost;
   assert_true(std::fabs(t.cost - (double(s.draft_cost) + steep[t.tokens.size()])) < 1e-6);
   s.max_nodes = 16;
-  medusa::Tree all;
+  token_tree::Tree all;
   s.pass_cost = flat.data();
-  medusa::build_tree(s, all, q);  // the same order, all nodes
+  token_tree::build_tree(s, all, q);  // the same order, all nodes
   double sum = 0;
   for (size_t n = 0; n <= all.values.size(); ++n) {
     if (n > 0) sum += all.values[n - 1];
@@ -229,34 +229,35 @@ void test_tree_size_follows_cost(void **) {
   std::vector<float> huge(17, 1.0f);
   for (size_t i = 1; i < huge.size(); ++i) huge[i] = 10.0f;
   s.pass_cost = huge.data();
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   assert_int_equal(t.tokens.size(), 0u);
   // Without measured costs the default gentle growth applies, and beyond the measured sizes
   // the last step continues.
   s.pass_cost = nullptr;
   s.n_pass_cost = 0;
-  assert_true(std::fabs(medusa::pass_cost(s, 4) - (1 + 4 * medusa::kDefaultPassStep)) < 1e-6);
+  assert_true(std::fabs(token_tree::pass_cost(s, 4) - (1 + 4 * token_tree::kDefaultPassStep)) <
+              1e-6);
   const float some[3] = {1.0f, 1.5f, 1.75f};
   s.pass_cost = some;
   s.n_pass_cost = 3;
-  assert_true(std::fabs(medusa::pass_cost(s, 5) - 2.5) < 1e-6);
+  assert_true(std::fabs(token_tree::pass_cost(s, 5) - 2.5) < 1e-6);
 }
 
 // Heads that read the path: deeper levels only under the first candidates' path.
 void test_tree_path_levels(void **) {
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{1, 0.6f}, {2, 0.5f}}, {{3, 0.9f}, {4, 0.8f}}, {{5, 0.9f}}};
   s.max_nodes = 16;
   s.pass_cost = nullptr;
   s.path_levels = true;
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
   s.draft_cost = 0;
   // Free passes (a flat cost): every node that may be drafted is.
   const std::vector<float> flat(17, 1.0f);
   s.pass_cost = flat.data();
   s.n_pass_cost = 17;
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   // 1 -> {3 -> 5, 4} and 2 alone: 2 gets no children, nor does 4.
   assert_int_equal(t.tokens.size(), 5);
@@ -269,36 +270,36 @@ void test_tree_path_levels(void **) {
   }
   // Without path_levels the same spec hangs every level under every node.
   s.path_levels = false;
-  medusa::build_tree(s, t, q);
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   assert_true(t.tokens.size() > 5);
   // Random specs, with chains: the structural checks hold.
   std::mt19937 rng(11);
   for (int it = 0; it < 200; ++it) {
-    medusa::TreeSpec r = random_spec(rng, 1 + static_cast<int>(rng() % 4), 1 + rng() % 4,
-                                     static_cast<int>(rng() % 4));
+    token_tree::TreeSpec r = random_spec(rng, 1 + static_cast<int>(rng() % 4), 1 + rng() % 4,
+                                         static_cast<int>(rng() % 4));
     r.path_levels = true;
     r.max_nodes = 1 + static_cast<int32_t>(rng() % 16);
-    medusa::build_tree(r, t, q);
+    token_tree::build_tree(r, t, q);
     check_tree(r, t);
   }
 }
 
 void test_tree_chain_mode(void **) {
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{1, 0.5f}, {2, 0.45f}}, {{3, 0.9f}, {4, 0.8f}}, {{5, 0.7f}}};
   s.max_nodes = 8;
   s.allow_tree = false;
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
-  medusa::build_tree(s, t, q);
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   const std::vector<int32_t> tokens = {1, 3, 5};
   assert_true(t.tokens == tokens);
 }
 
 void test_tree_merges_lookup(void **) {
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{1, 0.5f}, {2, 0.3f}}, {{3, 0.4f}, {4, 0.2f}}};
   // Lookup: 1 (agrees with the head), then 9 (new), then 7 (deeper than the heads).
   s.chains = {{{1, 0.7f}, {9, 0.8f}, {7, 0.9f}}};
@@ -306,9 +307,9 @@ void test_tree_merges_lookup(void **) {
   std::vector<float> flat(65, 1.0f);
   s.pass_cost = flat.data();
   s.n_pass_cost = 65;
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
-  medusa::build_tree(s, t, q);
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   // Root children: 1 (one node for head and lookup, value 0.7) and 2.
   int n_root = 0, one = -1;
@@ -341,7 +342,7 @@ void test_tree_merges_lookup(void **) {
 void test_tree_branch_chains(void **) {
   // Two chains after head candidates (valued 0 there: the head's estimate counts) and one that
   // shares their first token and parts ways after it.
-  medusa::TreeSpec s;
+  token_tree::TreeSpec s;
   s.levels = {{{1, 0.6f}, {2, 0.3f}}};
   s.chains = {{{1, 0.0f}, {5, 0.9f}, {6, 0.9f}},
               {{2, 0.0f}, {5, 0.5f}},
@@ -351,9 +352,9 @@ void test_tree_branch_chains(void **) {
   std::vector<float> flat(65, 1.0f);
   s.pass_cost = flat.data();
   s.n_pass_cost = 65;
-  medusa::Tree t;
-  std::vector<medusa::TreeQueueEntry> q;
-  medusa::build_tree(s, t, q);
+  token_tree::Tree t;
+  std::vector<token_tree::TreeQueueEntry> q;
+  token_tree::build_tree(s, t, q);
   check_tree(s, t);
   // 1 (0.6), 1->5 (0.54, chains 0 and 2), 1->5->6 (0.486), 1->5->8 (0.216), 2 (0.3),
   // 2->5 (0.15).

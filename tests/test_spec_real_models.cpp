@@ -14,6 +14,9 @@
 //    what the model drafts without it;
 //  - drafts made for several drafters in one call (propose_many) are the drafts each makes
 //    alone;
+//  - draft-model trees (tree=1) stay within the node budget, fill it where nodes cost nothing,
+//    hold siblings, shrink to nothing where no node can pay for its pass cost, and are chains
+//    when the session verifies only chains;
 //  - log-probabilities of the emitted tokens (specinfer_session_set_logprobs), with drafts,
 //    greedy and sampled, equal the target's fed as plain decoding (within 1e-4).
 // With SPECINFER_SANITIZED=1 (ASan/UBSan builds, ~10x slower) the 0.5B is both target and draft
@@ -102,7 +105,9 @@ std::vector<std::string> drafter_specs() {
           "draft-model:path=" + g_draft + ",lookup=1",
           "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0",
           // A window of 8 tokens: the draft's cache starts over several times per text.
-          "draft-model:path=" + g_draft + ",window=8"};
+          "draft-model:path=" + g_draft + ",window=8",
+          // Token trees: the model's path with its runners-up as siblings.
+          "draft-model:path=" + g_draft + ",tree=1,p_min=0.2"};
 }
 
 // expect_same_tokens with the coupler and the drafter named.
@@ -614,6 +619,68 @@ void test_batched_drafts_equal_lone(void **state) {
   assert_true(warnings.empty());
 }
 
+// draft-model's trees (tree=1) against the pass costs a request carries: where nodes cost
+// nothing the tree fills the budget (max_tokens, every size from 1 to 8) and holds siblings
+// (distinct tokens under one parent); where a node costs 100 passes, no node pays (a node adds at
+// most one expected token, and the round without it costs at most 3 passes: the draft's measured
+// time is capped at 2); at a moderate cost the tree is no larger than with free nodes; with
+// allow_tree = 0 it is a chain.
+void test_draft_model_trees(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  specinfer_drafter *d = open_drafter(e, "draft-model:path=" + g_draft + ",tree=1,p_min=0");
+  const int32_t vocab = e->target->info().vocab_size;
+  std::vector<int32_t> ctx = e->target->tokenize(kPrompts[2], std::strlen(kPrompts[2]), true, true);
+  d->begin(ctx.data(), ctx.size());
+  constexpr int32_t kMost = 8;
+  std::vector<int32_t> tokens(kMost), parents(kMost);
+  std::vector<float> cost(kMost + 1);
+  auto draft = [&](int32_t max_tokens, float step, int32_t allow_tree) {
+    for (int32_t i = 0; i <= kMost; ++i) cost[static_cast<size_t>(i)] = 1.0f + step * i;
+    specinfer_draft_request r{};
+    r.struct_size = sizeof r;
+    r.max_tokens = max_tokens;
+    r.allow_tree = allow_tree;
+    r.context = ctx.data();
+    r.n_context = ctx.size();
+    r.hidden_position = -1;
+    r.pass_cost = cost.data();
+    r.n_pass_cost = max_tokens + 1;
+    specinfer_draft o{};
+    o.struct_size = sizeof o;
+    o.cap = kMost;
+    o.vocab_size = vocab;
+    o.tokens = tokens.data();
+    o.parents = parents.data();
+    d->propose(r, o);  // the host's checks: node count, tokens, parent links
+    assert_int_equal(o.has_probs, 0);
+    return o.n_nodes;
+  };
+  for (int32_t most = 1; most <= kMost; ++most) {
+    const int32_t n = draft(most, 0.0f, 1);
+    assert_int_equal(n, most);
+    bool siblings = false;
+    for (int32_t a = 0; a < n; ++a)
+      for (int32_t b = a + 1; b < n; ++b)
+        if (parents[static_cast<size_t>(a)] == parents[static_cast<size_t>(b)]) {
+          siblings = true;
+          assert_int_not_equal(tokens[static_cast<size_t>(a)], tokens[static_cast<size_t>(b)]);
+        }
+    // The model's path is 4 rows deep (max_draft), so 5 nodes or more need siblings.
+    if (most > 4) assert_true(siblings);
+  }
+  const int32_t free_nodes = draft(kMost, 0.0f, 1);
+  assert_int_equal(draft(kMost, 100.0f, 1), 0);
+  const int32_t moderate = draft(kMost, 0.1f, 1);
+  assert_true(moderate <= free_nodes);
+  const int32_t chain = draft(kMost, 0.0f, 0);
+  assert_int_equal(chain, 4);
+  for (int32_t j = 0; j < chain; ++j) assert_int_equal(parents[static_cast<size_t>(j)], j - 1);
+  std::fprintf(stderr, "draft-model trees: %d nodes free, %d at 0.1 pass per node, chain %d\n",
+               free_nodes, moderate, chain);
+  assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+}
+
 void test_bad_configs(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -635,6 +702,12 @@ void test_bad_configs(void **state) {
       SPECINFER_ERR_CONFIG);
   specinfer_free(err);
   err = nullptr;
+  for (const char *bad : {"path=x.gguf,tree=2", "path=x.gguf,tree=1,branch=9"}) {
+    assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", bad, e->target, &d, &err),
+                     SPECINFER_ERR_CONFIG);
+    specinfer_free(err);
+    err = nullptr;
+  }
   assert_int_equal(specinfer_drafter_open(e->reg, "draft-model", "path=x.gguf,stage_n_min=6",
                                           e->target, &d, &err),
                    SPECINFER_ERR_CONFIG);
@@ -678,6 +751,7 @@ int main(void) {
       cmocka_unit_test(test_draft_model_follows_text),
       cmocka_unit_test(test_staged_drafts_unchanged),
       cmocka_unit_test(test_batched_drafts_equal_lone),
+      cmocka_unit_test(test_draft_model_trees),
       cmocka_unit_test(test_bad_configs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

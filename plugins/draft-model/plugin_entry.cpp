@@ -22,6 +22,16 @@
 //    staging (the kernels score each token of a batch as they would alone), only cheaper: a
 //    forward of a few tokens costs far less than as many single ones, one skipped forward saves a
 //    whole one, and half the staged tokens match on HumanEval.
+//  - Token trees (tree=1): the model is still run down one path, its most likely token at each
+//    depth, but at every row it reads (the one where its confidence ends the path included) its
+//    `branch` most likely tokens become candidates under that path's node, valued by the draft
+//    model's own probability. The best-first builder of plugins/common/token_tree.h keeps the
+//    nodes whose path is most likely accepted, as many as pay for their share of the target's
+//    pass (the session's measured pass costs, req.pass_cost). The siblings are point masses on
+//    distinct tokens, so every coupler stays exact (greedy and gumbel/minhash walk down the
+//    target's own choices; rejection sampling takes distinct point masses without replacement);
+//    a sampling session's draft follows the most likely path rather than samples. The siblings
+//    cost no draft-model pass: where the model's top token is wrong its second often is right.
 //  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
@@ -47,7 +57,7 @@
 // max_draft=<1..64> (4; the model's drafts only: prompt-lookup drafts are as long as the session
 // allows), lookup=0|1 (0), lookup_n_min=<1..16> (3), lookup_n_max=<1..16> (5), stage=<0..16> (3; 0
 // = off), stage_n_min=<1..16> (2), window=<0..16777216> (2048, at most about half the draft model's
-// n_ctx; 0 = the whole context).
+// n_ctx; 0 = the whole context), tree=0|1 (0), branch=<1..8> (3; candidates per row in a tree).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -62,6 +72,7 @@
 #include "../common/drafter_plugin.h"
 #include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
+#include "../common/token_tree.h"
 #include "specinfer_plugin.h"
 
 using specinfer_plugin::Config;
@@ -85,6 +96,8 @@ struct Drafter {
   int32_t stage = 3;  // most prompt-lookup tokens checked along in a draft's first forward
   int32_t stage_n_min = 2;
   int64_t window = 2048;  // recent tokens the draft model reads at least (0: all)
+  bool tree = false;      // propose token trees (see the top of the file)
+  int32_t branch = 3;     // candidates per row in a tree
 
   size_t base = 0;             // the context index of the draft cache's position 0
   std::vector<int32_t> kv;     // what the draft model's KV cache holds: context[base ..]
@@ -93,6 +106,10 @@ struct Drafter {
   std::vector<int32_t> batch_tokens, batch_pos;
   specinfer_ngram::ContextIndex index;
   std::vector<int32_t> tail, cand, pending;
+  token_tree::TreeSpec spec;  // tree=1: each row's candidates (spec.levels) and the budget
+  token_tree::Tree built;
+  token_tree::DraftClock clock;  // the draft's time in one-token target passes
+  std::vector<token_tree::TreeQueueEntry> queue;
 
   ~Drafter() {
     if (host && model.host_handle) host->close_target(host, &model);
@@ -195,7 +212,8 @@ struct Drafter {
   // forward of its own. Each returns whether a forward is pending.
   const specinfer_draft_request *req = nullptr;
   specinfer_draft *out = nullptr;
-  int32_t want = 0, k = 0;  // nodes wanted, nodes drafted
+  int32_t want = 0, k = 0;  // tokens wanted down the model's path, tokens drafted
+  int32_t max_nodes = 0;    // nodes wanted (a tree's budget)
   size_t n_cand = 0;        // staged tokens in the cache after the context
   size_t first = 0;         // cache index of the first drafted token
   size_t fed_n = 0;         // tokens of `pending` fed so far
@@ -209,6 +227,9 @@ struct Drafter {
     o.n_nodes = 0;
     o.has_probs = 0;
     want = std::min(r.max_tokens, o.cap);
+    max_nodes = want;
+    spec.levels.clear();
+    if (tree) clock.start();
     if (want <= 0 || r.n_context == 0) return false;
     if (o.vocab_size <= 0)
       throw Failure(SPECINFER_ERR_INVALID_ARGUMENT, "draft-model: bad vocab_size");
@@ -278,7 +299,7 @@ struct Drafter {
 
   bool advance() {
     specinfer_draft &o = *out;
-    const bool sample = req->temperature > 0 && req->sample != nullptr;
+    const bool sample = !tree && req->temperature > 0 && req->sample != nullptr;
     const int32_t v = std::min(vocab, o.vocab_size);
     for (; k < want; ++k) {
       float *q = sample ? o.probs + static_cast<size_t>(k) * o.vocab_size : scratch.data();
@@ -296,6 +317,7 @@ struct Drafter {
       for (int32_t i = 0; i < v; ++i) q[i] = row[i] * inv_t;
       host->kernels->softmax(q, v);
       for (int32_t i = v; i < o.vocab_size; ++i) q[i] = 0.0f;
+      if (tree) add_level(q, v);
       if (q[arg] < p_min) break;  // not confident: end the draft here
       int32_t tok = arg;
       if (sample) {
@@ -323,9 +345,53 @@ struct Drafter {
       n_out = 1;
       return true;
     }
+    if (tree) {
+      build();
+      return false;
+    }
     o.n_nodes = k;
     o.has_probs = sample && k > 0 ? 1 : 0;
     return false;
+  }
+
+  // tree=1: the `branch` most likely tokens of q[0 .. v) (the row at the next depth down the
+  // model's path), most likely first, as that depth's candidates.
+  void add_level(const float *q, int32_t v) {
+    std::vector<token_tree::Candidate> &level = spec.levels.emplace_back();
+    for (int32_t i = 0; i < v; ++i) {
+      if (static_cast<int32_t>(level.size()) == branch && !(q[i] > level.back().p)) continue;
+      if (static_cast<int32_t>(level.size()) == branch) level.pop_back();
+      auto at = level.begin();
+      while (at != level.end() && at->p >= q[i]) ++at;
+      level.insert(at, token_tree::Candidate{i, q[i]});
+    }
+  }
+
+  // tree=1: the draft is the tree of the candidates that pays most for the target's pass.
+  void build() {
+    specinfer_draft &o = *out;
+    spec.chains.clear();
+    spec.path_levels = true;
+    spec.max_nodes = max_nodes;
+    spec.allow_tree = req->allow_tree != 0;
+    spec.draft_cost = clock.cost();
+    spec.pass_cost = nullptr;
+    spec.n_pass_cost = 0;
+    if (req->struct_size >=
+            offsetof(specinfer_draft_request, n_pass_cost) + sizeof(req->n_pass_cost) &&
+        req->pass_cost && req->n_pass_cost > 0) {
+      spec.pass_cost = req->pass_cost;
+      spec.n_pass_cost = req->n_pass_cost;
+    }
+    token_tree::build_tree(spec, built, queue);
+    const auto n = static_cast<int32_t>(built.tokens.size());
+    clock.drafted(n > 0 ? token_tree::pass_cost(spec, n) : 0.0, true);
+    for (int32_t j = 0; j < n; ++j) {
+      o.tokens[j] = built.tokens[static_cast<size_t>(j)];
+      o.parents[j] = built.parents[static_cast<size_t>(j)];
+    }
+    o.n_nodes = n;
+    o.has_probs = 0;
   }
 
   // One forward of this drafter's pending batch.
@@ -416,6 +482,7 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
     // Prefill the prompt (its window) now, so the first draft costs what later drafts cost.
     if (n > 0 && n - d->window_start(n) <= static_cast<size_t>(d->n_ctx)) d->sync(context, n);
     if (d->lookup) d->index.sync(context, n);
+    d->clock.forget();
   });
 }
 
@@ -495,9 +562,9 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host cannot open targets");
     if (!host->kernels || !host->kernels->softmax)
       throw Failure(SPECINFER_ERR_UNSUPPORTED, "draft-model: the host has no softmax kernel");
-    Config cfg(config,
-               {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min", "max_draft",
-                "lookup", "lookup_n_min", "lookup_n_max", "stage", "stage_n_min", "window"});
+    Config cfg(config, {"plugin", "path", "n_ctx", "k", "vocab_limit", "requant", "p_min",
+                        "max_draft", "lookup", "lookup_n_min", "lookup_n_max", "stage",
+                        "stage_n_min", "window", "tree", "branch"});
     auto d = std::make_unique<Drafter>();
     d->p_min = static_cast<float>(cfg.get_float("p_min", 0.4, 0.0, 1.0));
     d->max_draft = static_cast<int32_t>(cfg.get_int("max_draft", 4, 1, 64));
@@ -511,6 +578,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     if (d->stage_n_min > d->lookup_n_max)
       throw ConfigError("draft-model: stage_n_min must not exceed lookup_n_max");
     d->window = cfg.get_int("window", 2048, 0, 1 << 24);
+    d->tree = cfg.get_int("tree", 0, 0, 1) != 0;
+    d->branch = static_cast<int32_t>(cfg.get_int("branch", 3, 1, 8));
     d->index.configure(d->lookup_n_max);
     std::string plugin = cfg.get("plugin", "gguf");
     if (plugin.empty() || plugin == "draft-model")

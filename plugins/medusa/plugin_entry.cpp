@@ -46,7 +46,6 @@
 // value replaces the measurement), node_cost=<0..2> (measured: a value c makes a pass over n nodes
 // cost 1 + c n one-token passes, for studying tree sizes).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -63,11 +62,11 @@
 #include "../common/plugin_config.h"
 #include "../common/plugin_error.h"
 #include "../common/shared_cache.h"
+#include "../common/token_tree.h"
 #include "f16.h"
 #include "heads.h"
 #include "specinfer_plugin.h"
 #include "train.h"
-#include "tree.h"
 
 using specinfer_plugin::Config;
 using specinfer_plugin::ConfigError;
@@ -77,8 +76,6 @@ using specinfer_plugin::guarded;
 using specinfer_plugin::SharedCache;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 enum class Value { acc, prob, mix };
 
@@ -249,14 +246,14 @@ struct Drafter {
   // Scratch.
   std::vector<float> x, z, y, logits;  // [D], [K*H], [K][H], [K][V]
   std::vector<int32_t> top;            // [top_k]
-  medusa::TreeSpec spec;
-  medusa::Tree tree;
-  std::vector<medusa::TreeQueueEntry> queue;
+  token_tree::TreeSpec spec;
+  token_tree::Tree tree;
+  std::vector<token_tree::TreeQueueEntry> queue;
   specinfer_ngram::ContextIndex index;
   std::vector<int32_t> tail;
 
   // Learning from what the target accepted: the previous tree and the context it was made for.
-  medusa::Tree pending;
+  token_tree::Tree pending;
   std::vector<float> pending_est;     // the heads' estimate of each node (before adaptation)
   std::vector<int32_t> pending_cell;  // its cell (below), -1 for lookup-only nodes
   size_t pending_n = 0;
@@ -280,10 +277,7 @@ struct Drafter {
   std::shared_ptr<const specinfer_ngram::CorpusIndex> corpus;
 
   // Draft cost in one-token passes: the drafter's own time against the round's.
-  double draft_ms = 0, pass1_ms = 0;
-  Clock::time_point last_start{};
-  double last_draft_ms = 0, last_pass_cost = 0;
-  bool last_valid = false;
+  token_tree::DraftClock clock;
   double fixed_draft_cost = -1;  // config draft_cost: >= 0 replaces the measurement
   double node_cost = -1;         // config node_cost: >= 0 replaces the session's pass costs
   std::vector<float> fixed_pass_cost;
@@ -323,7 +317,7 @@ struct Drafter {
         if (pending.parents[j] != cur) continue;
         const bool hit = pending.tokens[j] == got[depth];
         if (hit) next = static_cast<int32_t>(j);
-        const medusa::NodeOrigin &o = pending.origins[j];
+        const token_tree::NodeOrigin &o = pending.origins[j];
         const int32_t c = pending_cell[j];
         if (c >= 0) {
           cell_expected[static_cast<size_t>(c)] =
@@ -395,7 +389,7 @@ struct Drafter {
       }
       top[static_cast<size_t>(j)] = i;
     }
-    std::vector<medusa::Candidate> &level = spec.levels[static_cast<size_t>(k)];
+    std::vector<token_tree::Candidate> &level = spec.levels[static_cast<size_t>(k)];
     std::vector<float> &est = level_est[static_cast<size_t>(k)];
     std::vector<int32_t> &cell = level_cell[static_cast<size_t>(k)];
     level.clear();
@@ -490,7 +484,7 @@ struct Drafter {
   // with lookup's continuation up to `want` tokens, each valued by the recent acceptance of its
   // cell.
   void continue_chain(std::vector<int32_t> &t, int32_t want, int32_t vocab_size,
-                      std::vector<medusa::Candidate> &chain, std::vector<int32_t> &cells) {
+                      std::vector<token_tree::Candidate> &chain, std::vector<int32_t> &cells) {
     bool first = true;
     while (static_cast<int32_t>(chain.size()) < want) {
       int32_t source = 0;
@@ -516,7 +510,7 @@ struct Drafter {
     spec.chains.clear();
     chain_cells.clear();
     tail.assign(ctx + n - keep, ctx + n);
-    std::vector<medusa::Candidate> chain;
+    std::vector<token_tree::Candidate> chain;
     std::vector<int32_t> cells;
     continue_chain(tail, want, vocab_size, chain, cells);
     if (!chain.empty()) {
@@ -524,7 +518,7 @@ struct Drafter {
       chain_cells.push_back(cells);
     }
     if (spec.levels.empty()) return;
-    const std::vector<medusa::Candidate> &first = spec.levels[0];
+    const std::vector<token_tree::Candidate> &first = spec.levels[0];
     for (size_t r = 0; r < first.size() && static_cast<int32_t>(r) < lookup_branches; ++r) {
       tail.assign(ctx + n - keep, ctx + n);
       tail.push_back(first[r].token);
@@ -538,21 +532,11 @@ struct Drafter {
   }
 
   void propose(const specinfer_draft_request &req, specinfer_draft &out) {
-    const Clock::time_point start = Clock::now();
+    clock.start();
     out.n_nodes = 0;
     out.has_probs = 0;
     if (req.n_context == 0) return;
     learn(req.context, req.n_context);
-    // The round since the last draft: its time minus the draft's is the verify pass, which
-    // gives the time of a one-token pass through the pass cost of that tree.
-    if (last_valid && last_pass_cost > 0) {
-      const double round_ms = std::chrono::duration<double, std::milli>(start - last_start).count();
-      const double p1 = (round_ms - last_draft_ms) / last_pass_cost;
-      // Skip gaps in which the application did something else between rounds.
-      if (p1 > 0 && (pass1_ms == 0 || p1 < 4 * pass1_ms))
-        pass1_ms = pass1_ms == 0 ? p1 : 0.9 * pass1_ms + 0.1 * p1;
-    }
-    last_valid = false;
 
     const int32_t want = std::min({req.max_tokens, out.cap, max_nodes});
     if (want <= 0 || out.vocab_size <= 0) return;
@@ -586,12 +570,8 @@ struct Drafter {
       spec.pass_cost = req.pass_cost;
       spec.n_pass_cost = req.n_pass_cost;
     }
-    if (fixed_draft_cost >= 0)
-      spec.draft_cost = static_cast<float>(fixed_draft_cost);
-    else
-      spec.draft_cost =
-          pass1_ms > 0 ? static_cast<float>(std::min(draft_ms / pass1_ms, 2.0)) : 0.0f;
-    medusa::build_tree(spec, tree, queue);
+    spec.draft_cost = fixed_draft_cost >= 0 ? static_cast<float>(fixed_draft_cost) : clock.cost();
+    token_tree::build_tree(spec, tree, queue);
 
     const int32_t n = static_cast<int32_t>(tree.tokens.size());
     for (int32_t j = 0; j < n; ++j) {
@@ -607,7 +587,7 @@ struct Drafter {
     pending_est.assign(static_cast<size_t>(n), 0.0f);
     pending_cell.assign(static_cast<size_t>(n), -1);
     for (int32_t j = 0; j < n; ++j) {
-      const medusa::NodeOrigin &o = tree.origins[static_cast<size_t>(j)];
+      const token_tree::NodeOrigin &o = tree.origins[static_cast<size_t>(j)];
       if (o.rank < 0) continue;
       const size_t d = static_cast<size_t>(o.depth - 1), r = static_cast<size_t>(o.rank);
       pending_est[static_cast<size_t>(j)] = level_est[d][r];
@@ -616,12 +596,7 @@ struct Drafter {
     pending_n = req.n_context;
     pending_last = req.context[req.n_context - 1];
 
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (has_hidden) draft_ms = draft_ms == 0 ? ms : 0.9 * draft_ms + 0.1 * ms;
-    last_start = start;
-    last_draft_ms = ms;
-    last_pass_cost = medusa::pass_cost(spec, n);
-    last_valid = n > 0;
+    clock.drafted(n > 0 ? token_tree::pass_cost(spec, n) : 0.0, has_hidden);
   }
 };
 
@@ -641,7 +616,7 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
   return guarded(err, "medusa", [&] {
     check_tokens(context, n);
     d->pending.tokens.clear();
-    d->last_valid = false;
+    d->clock.forget();
     if (d->lookup) {
       // The sequence that ends here feeds the counts.
       const std::vector<int32_t> &prev = d->index.tokens();
@@ -726,7 +701,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
     d->lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
     d->use_counts = cfg.get_int("dynamic", 1, 0, 1) != 0;
     d->lookup_branches =
-        static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, medusa::kMaxChains - 1));
+        static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, token_tree::kMaxChains - 1));
     if (d->lookup_n_min > d->lookup_n_max)
       throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
     d->fixed_draft_cost = cfg.get_float("draft_cost", -1.0, -1.0, 2.0);

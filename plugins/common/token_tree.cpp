@@ -1,8 +1,8 @@
-#include "tree.h"
+#include "token_tree.h"
 
 #include <algorithm>
 
-namespace medusa {
+namespace token_tree {
 
 namespace {
 
@@ -138,4 +138,29 @@ void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &qu
   out.cost = draft + pass_cost(spec, static_cast<int32_t>(best_n));
 }
 
-}  // namespace medusa
+void DraftClock::start() {
+  start_ = Clock::now();
+  if (last_valid_ && last_pass_cost_ > 0) {
+    const double round_ms = std::chrono::duration<double, std::milli>(start_ - last_start_).count();
+    const double p1 = (round_ms - last_draft_ms_) / last_pass_cost_;
+    // Skip gaps in which the application did something else between rounds.
+    if (p1 > 0 && (pass1_ms_ == 0 || p1 < 4 * pass1_ms_))
+      pass1_ms_ = pass1_ms_ == 0 ? p1 : 0.9 * pass1_ms_ + 0.1 * p1;
+  }
+  last_valid_ = false;
+}
+
+void DraftClock::drafted(double pass_cost, bool timed) {
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  if (timed) draft_ms_ = draft_ms_ == 0 ? ms : 0.9 * draft_ms_ + 0.1 * ms;
+  last_start_ = start_;
+  last_draft_ms_ = ms;
+  last_pass_cost_ = pass_cost;
+  last_valid_ = pass_cost > 0;
+}
+
+float DraftClock::cost() const {
+  return pass1_ms_ > 0 ? static_cast<float>(std::min(draft_ms_ / pass1_ms_, 2.0)) : 0.0f;
+}
+
+}  // namespace token_tree

@@ -1,13 +1,15 @@
-// Sparse token trees for the medusa drafter: which candidates of the heads (and of prompt lookup)
-// the target verifies in one pass. A pure function of its inputs, tested white-box.
+// Sparse token trees for tree drafters (medusa, draft-model with tree=1): which candidates the
+// target verifies in one pass. A pure function of its inputs, tested white-box.
 //
 // Every node stands for a path of drafted tokens after the last committed one; its value is the
 // estimated probability that the target accepts the whole path: the product, along the path, of
 // each token's estimated probability of being the target's token given that its parent was
-// accepted. The heads read one hidden state, so the candidates at depth d are the same under every
-// parent (`levels[d - 1]`). Chains (prompt lookup's continuations) add paths of their own: a
-// chain's token at depth d is a child only of the nodes on that chain's path. Where several
-// sources propose one token under one parent they are one node, with the largest estimate.
+// accepted. Levels give the candidates at each depth: the same under every parent (Medusa heads
+// read one hidden state) or, with path_levels, only under the path of the levels' first
+// candidates (a draft model run down its own best path). Chains (prompt lookup's continuations)
+// add paths of their own: a chain's token at depth d is a child only of the nodes on that chain's
+// path. Where several sources propose one token under one parent they are one node, with the
+// largest estimate.
 //
 // Values never grow down a path (estimates are at most 1), so the n nodes of largest value form a
 // tree (every ancestor of one of them is among them, ties going to the ancestor): best-first
@@ -18,10 +20,11 @@
 // (at most max_nodes) that maximize expected tokens per unit of time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
-namespace medusa {
+namespace token_tree {
 
 // A token proposed at some depth, with the estimated probability that it is the target's token
 // there given that its parent was accepted (clamped to [0, 1]; 0 = never proposed).
@@ -87,4 +90,28 @@ struct TreeQueueEntry {
 };
 void build_tree(const TreeSpec &spec, Tree &out, std::vector<TreeQueueEntry> &queue);
 
-}  // namespace medusa
+// A tree drafter's own time in one-token target passes (TreeSpec::draft_cost), measured from its
+// rounds: the time from one draft's start to the next is the draft plus the target's pass over
+// the tree, whose cost in one-token passes the builder predicted (pass_cost(spec, n)), so the two
+// give the time of a one-token pass. Both times are running averages.
+class DraftClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // A draft starts: the round that ends here teaches the time of a one-token pass.
+  void start();
+  // The draft is made; its pass is predicted to cost `pass_cost` one-token passes (0: nothing to
+  // verify). `timed`: the draft's time goes into the average (false for a draft that skipped
+  // the costly part, such as a prompt-lookup match).
+  void drafted(double pass_cost, bool timed);
+  // The next draft starts a new text: the time until then is no round.
+  void forget() { last_valid_ = false; }
+  // The draft's time in one-token passes, at most 2; 0 until both times are known.
+  float cost() const;
+
+ private:
+  Clock::time_point start_{}, last_start_{};
+  double draft_ms_ = 0, pass1_ms_ = 0, last_draft_ms_ = 0, last_pass_cost_ = 0;
+  bool last_valid_ = false;
+};
+
+}  // namespace token_tree
