@@ -746,6 +746,13 @@ typedef struct specinfer_session_stats {
    * in the target's cache (kept from this session's earlier text, the text of the target's last
    * session, or copied by specinfer_session_feed_from) and did not score again. */
   int64_t n_cached_tokens;
+  /* Added after n_cached_tokens. Rounds in which the drafter drafted and estimated how many of
+   * its nodes the target would keep (specinfer_draft.expected_accepted), the sum of those
+   * estimates, and the sum of the drafted tokens the target kept in the same rounds: the two
+   * means say how well the drafter knows its drafts on this text. */
+  int64_t n_estimated_rounds;
+  double expected_accepted;
+  double estimated_rounds_accepted;
 } specinfer_session_stats;
 
 /* Fills `stats` (struct_size set by the caller or by specinfer_session_stats_init). */
@@ -774,6 +781,8 @@ typedef struct specinfer_round_info {
   double predicted_pass_ms; /* the pass time predicted for n_pass_tokens (0: nothing measured) */
   double goodput;           /* the step's plan: expected tokens per second (0: a session alone) */
   double plain_goodput;     /* the same step with no session drafting */
+  /* Added after plain_goodput: the drafter's own estimate of n_accepted (-1: none given). */
+  double expected_accepted;
 } specinfer_round_info;
 
 SPECINFER_API void specinfer_round_info_init(specinfer_round_info *info);

@@ -436,6 +436,12 @@ typedef struct specinfer_draft {
    * has_probs = 0 for point masses (deterministic drafters), then `probs` is ignored. */
   float *probs;
   int32_t has_probs;
+  /* Added after has_probs (written only if struct_size covers it). out, optional: how many of the
+   * nodes the drafter expects the target to keep, by its own estimates (the expected length of
+   * the accepted path, 0 .. n_nodes). The host sets -1 (no estimate) before the call; a drafter
+   * without estimates leaves it. The session reports it beside what the target kept
+   * (specinfer_session_stats), so that a user sees how well a drafter knows its own drafts. */
+  double expected_accepted;
 } specinfer_draft;
 
 typedef struct specinfer_drafter_vtable {

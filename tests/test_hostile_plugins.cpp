@@ -5,7 +5,8 @@
 // (greedy, and Gumbel-coupled sampling, which is drafter-invariant at a fixed seed).
 //  - drafters: tokens outside the vocabulary, more nodes than the room given, a negative count,
 //    forward / self / below -1 parent links, q rows with NaN, +inf, negative or unnormalized
-//    probabilities or none on the node's token, an error with no message or with a message that
+//    probabilities or none on the node's token, an expected accepted length that is NaN or more
+//    than the nodes, an error with no message or with a message that
 //    fills the buffer without a NUL, an unknown status, exceptions thrown from propose and begin;
 //  - targets (a kgram target wrapped by a plugin that corrupts what it returns): NaN / +inf
 //    logits and rows of only -inf (a -inf here and there is allowed: kgram's unseen bytes), a
@@ -52,6 +53,8 @@ enum class D {
   negative_q,
   unnormalized_q,
   zero_q,
+  nan_expected,
+  big_expected,
   no_message,
   unterminated,
   unknown_status,
@@ -115,6 +118,12 @@ specinfer_status d_propose(void *, const specinfer_draft_request *req, specinfer
       break;
     case D::nan_q:
       q0[7] = NAN;
+      break;
+    case D::nan_expected:
+      out->expected_accepted = NAN;
+      break;
+    case D::big_expected:
+      out->expected_accepted = n + 0.5;
       break;
     case D::inf_q:
       q0[7] = INFINITY;
@@ -538,6 +547,9 @@ void test_hostile_drafters(void **) {
       {D::negative_q, SPECINFER_ERR_PLUGIN, "q[7] is negative", "negative q"},
       {D::unnormalized_q, SPECINFER_ERR_PLUGIN, "sum to 2, not 1", "q sums to 2"},
       {D::zero_q, SPECINFER_ERR_PLUGIN, "has probability 0 in its own q", "q(token) = 0"},
+      {D::nan_expected, SPECINFER_ERR_PLUGIN, "drafter expects nan of its 3 nodes", "expected NaN"},
+      {D::big_expected, SPECINFER_ERR_PLUGIN, "drafter expects 3.5 of its 3 nodes",
+       "expected > nodes"},
       {D::no_message, SPECINFER_ERR_IO,
        "drafter propose: the plugin failed with SPECINFER_ERR_IO and no message", "no message"},
       {D::unterminated, SPECINFER_ERR_FORMAT, unterminated.c_str(), "unterminated message"},

@@ -14,6 +14,9 @@
 //    what the model drafts without it;
 //  - drafts made for several drafters in one call (propose_many) are the drafts each makes
 //    alone;
+//  - the accepted length a drafter expects (specinfer_draft.expected_accepted) is reported in the
+//    session's statistics beside what the target kept: by the draft model's greedy chains and
+//    trees, not by its sampled chains nor by prompt lookup;
 //  - draft-model trees (tree=1) stay within the node budget, fill it where nodes cost nothing,
 //    hold siblings, shrink to nothing where no node can pay for its pass cost, and are chains
 //    when the session verifies only chains;
@@ -681,6 +684,46 @@ void test_draft_model_trees(void **state) {
   assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
 }
 
+// The accepted length each drafter expects per round, against what the target kept, in the
+// session's statistics: every drafting round of the draft model's greedy chains and trees carries
+// an estimate (at most the nodes drafted); its sampled chains and prompt lookup give none.
+void test_expected_accepted(void **state) {
+  skip_without_models(state);
+  auto *e = static_cast<Env *>(*state);
+  struct Case {
+    std::string spec;
+    float temp;
+    bool estimates;
+  };
+  const Case cases[] = {{"draft-model:path=" + g_draft, 0.0f, true},
+                        {"draft-model:path=" + g_draft + ",tree=1", 0.0f, true},
+                        {"draft-model:path=" + g_draft, 1.0f, false},
+                        {"ngram", 0.0f, false}};
+  for (const Case &c : cases) {
+    specinfer_drafter *d = open_drafter(e, c.spec);
+    specinfer_session_stats st;
+    run(e, d, c.temp > 0 ? "rejection" : nullptr, c.temp, 9, kPrompts[0], g_tokens, &st);
+    std::fprintf(
+        stderr,
+        "%s T=%.0f: %lld of %lld rounds estimated; expected %.2f accepted per round, "
+        "kept %.2f\n",
+        c.spec.c_str(), c.temp, (long long)st.n_estimated_rounds, (long long)st.n_rounds,
+        st.n_estimated_rounds ? st.expected_accepted / st.n_estimated_rounds : 0.0,
+        st.n_estimated_rounds ? st.estimated_rounds_accepted / st.n_estimated_rounds : 0.0);
+    if (c.estimates) {
+      assert_true(st.n_estimated_rounds > 0);
+      assert_true(st.n_estimated_rounds <= st.n_rounds);
+      assert_true(st.expected_accepted > 0);
+      assert_true(st.expected_accepted <= static_cast<double>(st.n_drafted));
+      assert_true(st.estimated_rounds_accepted <= static_cast<double>(st.n_accepted));
+    } else {
+      assert_int_equal(st.n_estimated_rounds, 0);
+      assert_true(st.expected_accepted == 0.0);
+    }
+    assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
+  }
+}
+
 void test_bad_configs(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -752,6 +795,7 @@ int main(void) {
       cmocka_unit_test(test_staged_drafts_unchanged),
       cmocka_unit_test(test_batched_drafts_equal_lone),
       cmocka_unit_test(test_draft_model_trees),
+      cmocka_unit_test(test_expected_accepted),
       cmocka_unit_test(test_bad_configs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -55,6 +55,10 @@ type Stats struct {
 	// Positions of the text the first round after a feed found cached (from the text before, or
 	// from the target's last session) and did not score again.
 	NCachedTokens int64
+	// Rounds in which the drafter estimated how many of its nodes the target would keep, the sum
+	// of those estimates, and the drafted tokens kept in those rounds.
+	NEstimatedRounds                          int64
+	ExpectedAccepted, EstimatedRoundsAccepted float64
 }
 
 // Session generates text with a target, an optional drafter and an optional coupler.
@@ -602,7 +606,9 @@ func (s *Session) Stats() (Stats, error) {
 		TSampleMs: float64(st.t_sample_ms), TTotalMs: float64(st.t_total_ms), TokensPerSecond: float64(st.tokens_per_second),
 		NContextShifts: int64(st.n_context_shifts), NForcedDrafted: int64(st.n_forced_drafted),
 		NForcedAccepted: int64(st.n_forced_accepted), TConstraintMs: float64(st.t_constraint_ms),
-		NCachedTokens: int64(st.n_cached_tokens),
+		NCachedTokens:    int64(st.n_cached_tokens),
+		NEstimatedRounds: int64(st.n_estimated_rounds), ExpectedAccepted: float64(st.expected_accepted),
+		EstimatedRoundsAccepted: float64(st.estimated_rounds_accepted),
 	}, nil
 }
 

@@ -599,6 +599,10 @@ void DrafterObject::check_draft(const specinfer_draft &draft) {
       fail(SPECINFER_ERR_PLUGIN, "drafter node %d has parent %d (must be -1 or an earlier node)", i,
            draft.parents[i]);
   }
+  // A negative estimate is none; NaN or more than the nodes is a broken drafter.
+  if (!(draft.expected_accepted < 0) && !(draft.expected_accepted <= draft.n_nodes))
+    fail(SPECINFER_ERR_PLUGIN, "drafter expects %g of its %d nodes to be accepted",
+         draft.expected_accepted, draft.n_nodes);
   if (draft.has_probs && draft.probs)
     for (int32_t i = 0; i < draft.n_nodes; ++i)
       check_draft_probs(draft.probs + static_cast<size_t>(i) * draft.vocab_size, draft.vocab_size,

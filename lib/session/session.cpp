@@ -306,6 +306,12 @@ void Session::end_round(double pass_ms, int32_t pass_tokens, int32_t pass_rounds
   n_accepted_ += accepted;
   n_forced_drafted_ += draft_.forced;
   n_forced_accepted_ += v.n_accepted - accepted;
+  if (drafted > 0 && draft_.expected >= 0) {
+    ++n_estimated_;
+    expected_sum_ += draft_.expected;
+    estimated_accepted_ += accepted;
+  }
+  round_info_.expected_accepted = draft_.expected >= 0 ? draft_.expected : -1.0;
   round_info_.n_pass_tokens = pass_tokens;
   round_info_.draft_budget = draft_.requested;
   round_info_.n_drafted = drafted;
@@ -814,6 +820,7 @@ void Session::draft_request(int32_t k, const float *pass_cost, specinfer_draft_r
   out.tokens = draft_tokens_.data();
   out.parents = draft_parents_.data();
   out.probs = draft_probs_.data();
+  out.expected_accepted = -1;
 }
 
 // The round's draft from what the drafter wrote (already checked) in `ms` of drafting.
@@ -822,6 +829,7 @@ Session::Draft Session::drafted(int32_t k, const specinfer_draft &out, double ms
   d.requested = k;
   d.n = out.n_nodes;
   d.has_probs = out.has_probs != 0;
+  d.expected = out.expected_accepted;
   for (int32_t i = 0; i < d.n; ++i) d.chain = d.chain && draft_parents_[i] == i - 1;
   d.ms = ms;
   t_draft_ += d.ms;
@@ -1039,7 +1047,8 @@ void Session::reset() {
   drafter_known_ = 0;
   lookahead_.reset();
   n_prompt_ = n_generated_ = n_rounds_ = n_passes_ = n_drafted_ = n_accepted_ = n_shifts_ = 0;
-  n_forced_drafted_ = n_forced_accepted_ = n_cached_ = 0;
+  n_forced_drafted_ = n_forced_accepted_ = n_cached_ = n_estimated_ = 0;
+  expected_sum_ = estimated_accepted_ = 0;
   round_info_ = specinfer_round_info{};
   t_prefill_ = t_draft_ = t_verify_ = t_sample_ = t_total_ = t_constraint_ = 0;
 }
@@ -1067,6 +1076,9 @@ void Session::stats(specinfer_session_stats &s) const {
   o.n_forced_accepted = n_forced_accepted_;
   o.t_constraint_ms = t_constraint_;
   o.n_cached_tokens = n_cached_;
+  o.n_estimated_rounds = n_estimated_;
+  o.expected_accepted = expected_sum_;
+  o.estimated_rounds_accepted = estimated_accepted_;
   std::memcpy(&s, &o, std::min<size_t>(s.struct_size, sizeof(o)));
 }
 

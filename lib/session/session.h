@@ -117,6 +117,7 @@ class Session {
     bool chain = true;       // parents[i] == i - 1 for every node
     int32_t forced = 0;      // of the n nodes, the last ones a constraint forced (a chain's end)
     double ms = 0;           // time spent drafting
+    double expected = -1;    // the drafter's expected accepted nodes (-1: no estimate)
   };
 
   // The round, in order: catch up, draft, score, couple, commit. begin_round does all before the
@@ -272,10 +273,11 @@ class Session {
   // statistics
   int64_t n_prompt_ = 0, n_generated_ = 0, n_rounds_ = 0, n_passes_ = 0, n_drafted_ = 0,
           n_accepted_ = 0, n_shifts_ = 0, n_forced_drafted_ = 0, n_forced_accepted_ = 0,
-          n_cached_ = 0;
+          n_estimated_ = 0, n_cached_ = 0;
   bool count_cached_ = false;  // a feed since the last trim: the next one counts n_cached_
   double t_prefill_ = 0, t_draft_ = 0, t_verify_ = 0, t_sample_ = 0, t_total_ = 0,
          t_constraint_ = 0;
+  double expected_sum_ = 0, estimated_accepted_ = 0;  // over the n_estimated_ rounds
 };
 
 }  // namespace specinfer

@@ -171,6 +171,7 @@ void Session::constrain_draft(Draft &d) {
       }
       ++n;
     }
+    if (n != d.n) d.expected = -1;  // the drafter's estimate was for the nodes it gave
     d.n = n;
     d.chain = true;
     for (int32_t i = 0; i < d.n; ++i) d.chain = d.chain && draft_parents_[i] == i - 1;

@@ -25,11 +25,22 @@
 // factory (kgram: a target and a drafter) or with init/deinit writes its descriptor itself.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "specinfer_plugin.h"
 
 namespace specinfer_plugin {
+
+// Reports how many of the draft's nodes the drafter expects the target to keep
+// (specinfer_draft.expected_accepted), when the host's struct has the field; clamped to the
+// draft's node count.
+inline void set_expected_accepted(specinfer_draft &out, double expected) {
+  if (out.struct_size >=
+      offsetof(specinfer_draft, expected_accepted) + sizeof(out.expected_accepted))
+    out.expected_accepted = std::clamp(expected, 0.0, static_cast<double>(out.n_nodes));
+}
 
 // A drafter factory whose create is `create`: struct_size set, the fields after create NULL.
 constexpr specinfer_drafter_factory drafter_factory(

@@ -214,10 +214,13 @@ struct Drafter {
   specinfer_draft *out = nullptr;
   int32_t want = 0, k = 0;  // tokens wanted down the model's path, tokens drafted
   int32_t max_nodes = 0;    // nodes wanted (a tree's budget)
-  size_t n_cand = 0;        // staged tokens in the cache after the context
-  size_t first = 0;         // cache index of the first drafted token
-  size_t fed_n = 0;         // tokens of `pending` fed so far
-  size_t n_out = 1;         // logits rows wanted from the pending forward's last tokens
+  // Greedy chains: the model's probability of its path so far, and the sum of those over the
+  // path's prefixes (the expected accepted length, by the model's own estimate).
+  double path_p = 1, expected = 0;
+  size_t n_cand = 0;  // staged tokens in the cache after the context
+  size_t first = 0;   // cache index of the first drafted token
+  size_t fed_n = 0;   // tokens of `pending` fed so far
+  size_t n_out = 1;   // logits rows wanted from the pending forward's last tokens
   const float *row = nullptr;
 
   bool start(const specinfer_draft_request &r, specinfer_draft &o) {
@@ -229,6 +232,8 @@ struct Drafter {
     want = std::min(r.max_tokens, o.cap);
     max_nodes = want;
     spec.levels.clear();
+    path_p = 1;
+    expected = 0;
     if (tree) clock.start();
     if (want <= 0 || r.n_context == 0) return false;
     if (o.vocab_size <= 0)
@@ -328,6 +333,8 @@ struct Drafter {
       }
       o.tokens[k] = tok;
       o.parents[k] = k - 1;
+      path_p *= q[tok];
+      expected += path_p;
       if (k + 1 >= want) continue;
       if (static_cast<size_t>(k) < n_cand) {
         if (tok == cand[static_cast<size_t>(k)]) {  // the staged token: its row is ready
@@ -351,6 +358,7 @@ struct Drafter {
     }
     o.n_nodes = k;
     o.has_probs = sample && k > 0 ? 1 : 0;
+    if (!sample && k > 0) specinfer_plugin::set_expected_accepted(o, expected);
     return false;
   }
 
@@ -392,6 +400,7 @@ struct Drafter {
     }
     o.n_nodes = n;
     o.has_probs = 0;
+    if (n > 0) specinfer_plugin::set_expected_accepted(o, built.expected_tokens - 1.0);
   }
 
   // One forward of this drafter's pending batch.

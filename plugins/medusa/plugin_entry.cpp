@@ -579,6 +579,7 @@ struct Drafter {
       out.parents[j] = tree.parents[static_cast<size_t>(j)];
     }
     out.n_nodes = n;
+    if (n > 0) specinfer_plugin::set_expected_accepted(out, tree.expected_tokens - 1.0);
 
     // What to learn from once the target has spoken: each head node's estimate before the
     // adaptive scale (the scale is what is being learned).

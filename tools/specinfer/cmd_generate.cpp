@@ -145,6 +145,13 @@ void print_stats(const char *label, const specinfer_session_stats &s) {
       s.n_rounds ? double(s.n_drafted) / double(s.n_rounds) : 0.0,
       s.n_rounds ? double(s.n_accepted) / double(s.n_rounds) : 0.0, label, s.t_prefill_ms,
       s.t_draft_ms, s.t_verify_ms, s.t_sample_ms, s.tokens_per_second);
+  if (s.n_estimated_rounds > 0)
+    std::fprintf(stderr,
+                 "[%s] in the %lld rounds the drafter estimated: it expected %.2f accepted "
+                 "tokens per round, the target kept %.2f\n",
+                 label, (long long)s.n_estimated_rounds,
+                 s.expected_accepted / double(s.n_estimated_rounds),
+                 s.estimated_rounds_accepted / double(s.n_estimated_rounds));
   if (s.n_forced_drafted > 0 || s.t_constraint_ms > 0)
     std::fprintf(stderr,
                  "[%s] constraint: %lld forced tokens drafted, %lld accepted; %.2f ms per "

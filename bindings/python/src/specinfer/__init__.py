@@ -523,6 +523,11 @@ class Stats:
     n_forced_accepted: int
     t_constraint_ms: float
     n_cached_tokens: int  # text positions found cached, not scored again
+    # Rounds whose drafter estimated its accepted length; the estimates' sum and the tokens kept
+    # in those rounds.
+    n_estimated_rounds: int
+    expected_accepted: float
+    estimated_rounds_accepted: float
 
 
 class Session(_Handle):

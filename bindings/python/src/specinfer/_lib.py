@@ -81,7 +81,8 @@ class SessionStats(Structure):
                 ("t_sample_ms", c_double), ("t_total_ms", c_double), ("tokens_per_second", c_double),
                 ("n_context_shifts", c_int64), ("n_forced_drafted", c_int64),
                 ("n_forced_accepted", c_int64), ("t_constraint_ms", c_double),
-                ("n_cached_tokens", c_int64)]
+                ("n_cached_tokens", c_int64), ("n_estimated_rounds", c_int64),
+                ("expected_accepted", c_double), ("estimated_rounds_accepted", c_double)]
 
 
 class StepResultC(Structure):
@@ -133,7 +134,7 @@ class DraftRequestC(Structure):
 class DraftC(Structure):
     _fields_ = [("struct_size", c_uint32), ("cap", c_int32), ("vocab_size", c_int32), ("n_nodes", c_int32),
                 ("tokens", POINTER(c_int32)), ("parents", POINTER(c_int32)), ("probs", POINTER(c_float)),
-                ("has_probs", c_int32)]
+                ("has_probs", c_int32), ("expected_accepted", c_double)]
 
 
 DESTROY_FN = CFUNCTYPE(None, c_void_p)

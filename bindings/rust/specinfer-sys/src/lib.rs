@@ -247,6 +247,9 @@ pub struct specinfer_session_stats {
     pub n_forced_accepted: i64,
     pub t_constraint_ms: f64,
     pub n_cached_tokens: i64,
+    pub n_estimated_rounds: i64,
+    pub expected_accepted: f64,
+    pub estimated_rounds_accepted: f64,
 }
 
 #[repr(C)]
@@ -263,6 +266,7 @@ pub struct specinfer_round_info {
     pub predicted_pass_ms: f64,
     pub goodput: f64,
     pub plain_goodput: f64,
+    pub expected_accepted: f64,
 }
 
 #[repr(C)]
@@ -601,6 +605,7 @@ pub struct specinfer_draft {
     pub parents: *mut i32,
     pub probs: *mut f32,
     pub has_probs: i32,
+    pub expected_accepted: f64,
 }
 
 #[repr(C)]

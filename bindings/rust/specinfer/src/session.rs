@@ -95,6 +95,11 @@ pub struct Stats {
     /// Positions of the text the first round after a feed found cached (from the text before,
     /// or from the target's last session) and did not score again.
     pub n_cached_tokens: i64,
+    /// Rounds in which the drafter estimated how many of its nodes the target would keep, the
+    /// sum of those estimates, and the drafted tokens kept in those rounds.
+    pub n_estimated_rounds: i64,
+    pub expected_accepted: f64,
+    pub estimated_rounds_accepted: f64,
 }
 
 /// An emitted token's log-probability under the target ([`Session::step_logprobs`]), with its
@@ -498,6 +503,9 @@ impl<'a> Session<'a> {
                 n_forced_accepted: s.n_forced_accepted,
                 t_constraint_ms: s.t_constraint_ms,
                 n_cached_tokens: s.n_cached_tokens,
+                n_estimated_rounds: s.n_estimated_rounds,
+                expected_accepted: s.expected_accepted,
+                estimated_rounds_accepted: s.estimated_rounds_accepted,
             })
         }
     }
