@@ -673,6 +673,53 @@ void load_output_rows(Drafter &d, Prepared &p, const specinfer_host_target &targ
   });
 }
 
+// The drafter's options from its config; returns the weight type of the prepared matrices.
+int32_t read_options(Drafter &d, const Config &cfg) {
+  d.max_nodes = static_cast<int32_t>(cfg.get_int("nodes", 16, 1, 64));
+  d.top_k = static_cast<int32_t>(cfg.get_int("top_k", 4, 1, 16));
+  d.value = cfg.get_choice<Value>(
+      "value", Value::mix, {{"acc", Value::acc}, {"prob", Value::prob}, {"mix", Value::mix}});
+  d.adapt = cfg.get_int("adapt", 1, 0, 1) != 0;
+  const int32_t wtype = cfg.get_choice<int32_t>(
+      "wtype", SPECINFER_WTYPE_Q8_0,
+      {{"q8_0", SPECINFER_WTYPE_Q8_0}, {"f16", SPECINFER_WTYPE_F16}, {"f32", SPECINFER_WTYPE_F32}});
+  d.lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
+  d.lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
+  d.lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 8, 1, 16));
+  d.lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
+  d.use_counts = cfg.get_int("dynamic", 1, 0, 1) != 0;
+  d.lookup_branches =
+      static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, token_tree::kMaxChains - 1));
+  if (d.lookup_n_min > d.lookup_n_max)
+    throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
+  d.fixed_draft_cost = cfg.get_float("draft_cost", -1.0, -1.0, 2.0);
+  d.node_cost = cfg.get_float("node_cost", -1.0, -1.0, 2.0);
+  return wtype;
+}
+
+// What the heads need of the host (kernels) and of the session's target (its output rows).
+void check_host(const specinfer_host *host, const specinfer_model_info *target_info,
+                const specinfer_host_target *target, int32_t wtype) {
+  const specinfer_kernels *k = host->kernels;
+  if (!k || !covers<void *>(k->struct_size, offsetof(specinfer_kernels, isa)) || !k->matmul ||
+      !k->softmax || !k->row_size)
+    fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the host has no matmul or softmax kernels");
+  if (wtype == SPECINFER_WTYPE_Q8_0 &&
+      !(covers<void *>(k->struct_size, offsetof(specinfer_kernels, quantize_row)) &&
+        k->quantize_row))
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "medusa: the host cannot quantize to Q8_0 (an older host): use wtype=f16");
+  if (!target_info || !target || !target->vtable)
+    fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the heads need the session's target");
+  const specinfer_target_vtable *tv = target->vtable;
+  if (!covers<void *>(tv->struct_size, offsetof(specinfer_target_vtable, output_rows)) ||
+      !tv->output_rows)
+    fail(SPECINFER_ERR_UNSUPPORTED,
+         "medusa: the target (%s) cannot hand out its output rows (output_rows), which Medusa "
+         "heads need",
+         target_info->name ? target_info->name : "?");
+}
+
 specinfer_status drafter_create(const specinfer_host *host, const char *config,
                                 const specinfer_model_info *target_info,
                                 const specinfer_host_target *target, void **self,
@@ -687,45 +734,8 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
       throw ConfigError("medusa: path=<heads file> is required");
     const std::string path = cfg.get("path", "");
     auto d = std::make_unique<Drafter>(host);
-    d->max_nodes = static_cast<int32_t>(cfg.get_int("nodes", 16, 1, 64));
-    d->top_k = static_cast<int32_t>(cfg.get_int("top_k", 4, 1, 16));
-    d->value = cfg.get_choice<Value>(
-        "value", Value::mix, {{"acc", Value::acc}, {"prob", Value::prob}, {"mix", Value::mix}});
-    d->adapt = cfg.get_int("adapt", 1, 0, 1) != 0;
-    const int32_t wtype = cfg.get_choice<int32_t>("wtype", SPECINFER_WTYPE_Q8_0,
-                                                  {{"q8_0", SPECINFER_WTYPE_Q8_0},
-                                                   {"f16", SPECINFER_WTYPE_F16},
-                                                   {"f32", SPECINFER_WTYPE_F32}});
-    d->lookup = cfg.get_int("lookup", 0, 0, 1) != 0;
-    d->lookup_n_min = static_cast<int32_t>(cfg.get_int("lookup_n_min", 2, 1, 16));
-    d->lookup_n_max = static_cast<int32_t>(cfg.get_int("lookup_n_max", 8, 1, 16));
-    d->lookup_max = static_cast<int32_t>(cfg.get_int("lookup_max", 16, 1, kMaxDepth));
-    d->use_counts = cfg.get_int("dynamic", 1, 0, 1) != 0;
-    d->lookup_branches =
-        static_cast<int32_t>(cfg.get_int("lookup_branches", 4, 0, token_tree::kMaxChains - 1));
-    if (d->lookup_n_min > d->lookup_n_max)
-      throw ConfigError("medusa: lookup_n_min must not exceed lookup_n_max");
-    d->fixed_draft_cost = cfg.get_float("draft_cost", -1.0, -1.0, 2.0);
-    d->node_cost = cfg.get_float("node_cost", -1.0, -1.0, 2.0);
-
-    const specinfer_kernels *k = host->kernels;
-    if (!k || !covers<void *>(k->struct_size, offsetof(specinfer_kernels, isa)) || !k->matmul ||
-        !k->softmax || !k->row_size)
-      fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the host has no matmul or softmax kernels");
-    if (wtype == SPECINFER_WTYPE_Q8_0 &&
-        !(covers<void *>(k->struct_size, offsetof(specinfer_kernels, quantize_row)) &&
-          k->quantize_row))
-      fail(SPECINFER_ERR_UNSUPPORTED,
-           "medusa: the host cannot quantize to Q8_0 (an older host): use wtype=f16");
-    if (!target_info || !target || !target->vtable)
-      fail(SPECINFER_ERR_UNSUPPORTED, "medusa: the heads need the session's target");
-    const specinfer_target_vtable *tv = target->vtable;
-    if (!covers<void *>(tv->struct_size, offsetof(specinfer_target_vtable, output_rows)) ||
-        !tv->output_rows)
-      fail(SPECINFER_ERR_UNSUPPORTED,
-           "medusa: the target (%s) cannot hand out its output rows (output_rows), which Medusa "
-           "heads need",
-           target_info->name ? target_info->name : "?");
+    const int32_t wtype = read_options(*d, cfg);
+    check_host(host, target_info, target, wtype);
 
     d->heads = medusa::load_heads(path);
     const medusa::TargetIdentity identity = medusa::identify_target(*target_info, *target);
