@@ -737,18 +737,6 @@ specinfer_draft_request hidden_request(const std::vector<int32_t> &ctx,
   return req;
 }
 
-// The draft a proposal writes: up to `cap` nodes into tokens and parents.
-specinfer_draft draft_into(std::vector<int32_t> &tokens, std::vector<int32_t> &parents, int32_t cap,
-                           int32_t vocab) {
-  specinfer_draft out{};
-  out.struct_size = sizeof out;
-  out.cap = cap;
-  out.vocab_size = vocab;
-  out.tokens = tokens.data();
-  out.parents = parents.data();
-  return out;
-}
-
 void test_requests_without_hidden(void **state) {
   skip_without_model(state);
   auto *e = static_cast<Env *>(*state);

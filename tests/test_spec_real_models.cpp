@@ -649,12 +649,7 @@ void test_draft_model_trees(void **state) {
     r.hidden_position = -1;
     r.pass_cost = cost.data();
     r.n_pass_cost = max_tokens + 1;
-    specinfer_draft o{};
-    o.struct_size = sizeof o;
-    o.cap = kMost;
-    o.vocab_size = vocab;
-    o.tokens = tokens.data();
-    o.parents = parents.data();
+    specinfer_draft o = draft_into(tokens, parents, kMost, vocab);
     d->propose(r, o);  // the host's checks: node count, tokens, parent links
     assert_int_equal(o.has_probs, 0);
     return o.n_nodes;

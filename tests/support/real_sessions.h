@@ -102,3 +102,16 @@ inline std::vector<int32_t> run_session(specinfer_target *target, specinfer_draf
   specinfer_session_destroy(s);
   return out;
 }
+
+// The draft a proposal writes (a drafter called directly): up to `cap` nodes into tokens and
+// parents, point masses.
+inline specinfer_draft draft_into(std::vector<int32_t> &tokens, std::vector<int32_t> &parents,
+                                  int32_t cap, int32_t vocab) {
+  specinfer_draft out{};
+  out.struct_size = sizeof out;
+  out.cap = cap;
+  out.vocab_size = vocab;
+  out.tokens = tokens.data();
+  out.parents = parents.data();
+  return out;
+}
