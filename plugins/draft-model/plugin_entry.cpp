@@ -31,7 +31,8 @@
 //    distinct tokens, so every coupler stays exact (greedy and gumbel/minhash walk down the
 //    target's own choices; rejection sampling takes distinct point masses without replacement);
 //    a sampling session's draft follows the most likely path rather than samples. The siblings
-//    cost no draft-model pass: where the model's top token is wrong its second often is right.
+//    cost no draft-model pass, only their share of the target's; on HumanEval they add about
+//    0.12 tokens per round for 0.37 nodes (docs/BENCHMARKS.md).
 //  - lookup=1 first tries prompt lookup (the ngram plugin's context index, n from lookup_n_max
 //    down to lookup_n_min) and runs the model only when the context has no match: the two
 //    drafters combined.
