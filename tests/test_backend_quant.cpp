@@ -334,6 +334,36 @@ void test_quantize_rows(void **) {
   assert_int_equal(code(SPECINFER_WTYPE_Q4_0, bad, 32), SPECINFER_ERR_INVALID_ARGUMENT);
 }
 
+// A row of Q4_0 blocks is quantized eight blocks at a time (their sums vectorized across blocks):
+// byte for byte what the blocks give one at a time, on ordinary, all-zero, tiny (the scale rounds
+// to zero in fp16), huge (it overflows fp16) and single-spike blocks; a row with a NaN in its
+// tenth block is refused, naming that block.
+void test_quantize_groups_equal_blocks(void **) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int n_blocks = 8 * 40 + 5;  // whole groups and a tail
+  std::vector<float> x(size_t(n_blocks) * 32);
+  for (int b = 0; b < n_blocks; ++b) {
+    const float scale[] = {0.02f, 0.0f, 1e-9f, 1e6f, 3.0f, 0.5f};
+    const float s = scale[(b * 7) % 6];
+    for (int j = 0; j < 32; ++j) x[size_t(b * 32 + j)] = nd(rng) * s;
+    if (b % 11 == 3) x[size_t(b * 32 + b % 32)] = -40.0f;  // one spike
+  }
+  std::vector<BlockQ4_0> whole(static_cast<size_t>(n_blocks)), one(whole.size());
+  quantize_row_ref(SPECINFER_WTYPE_Q4_0, x.data(), whole.data(), int64_t(x.size()));
+  for (int b = 0; b < n_blocks; ++b)
+    quantize_row_ref(SPECINFER_WTYPE_Q4_0, &x[size_t(b) * 32], &one[size_t(b)], 32);
+  assert_memory_equal(whole.data(), one.data(), whole.size() * sizeof(BlockQ4_0));
+  x[9 * 32 + 4] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    quantize_row_ref(SPECINFER_WTYPE_Q4_0, x.data(), whole.data(), int64_t(x.size()));
+    fail_msg("a NaN was quantized");
+  } catch (const Error &e) {
+    assert_int_equal(e.code(), SPECINFER_ERR_INVALID_ARGUMENT);
+    assert_non_null(std::strstr(e.what(), "value 288..319"));
+  }
+}
+
 // The int8 activations: within half a step of the input, and the block sums match.
 void test_act_quant(void **) {
   std::vector<float> x(512);
@@ -440,6 +470,7 @@ int main() {
       cmocka_unit_test(test_act_quant),
       cmocka_unit_test(test_act_quant_avx2),
       cmocka_unit_test(test_quantize_rows),
+      cmocka_unit_test(test_quantize_groups_equal_blocks),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
