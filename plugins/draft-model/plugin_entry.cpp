@@ -74,6 +74,7 @@
 #include "../common/ngram_index.h"
 #include "../common/plugin_config.h"
 #include "../common/token_tree.h"
+#include "../common/tree_draft.h"
 #include "specinfer_plugin.h"
 
 using specinfer_plugin::Config;
@@ -378,30 +379,16 @@ struct Drafter {
 
   // tree=1: the draft is the tree of the candidates that pays most for the target's pass.
   void build() {
-    specinfer_draft &o = *out;
     spec.chains.clear();
     spec.path_levels = true;
     spec.max_nodes = max_nodes;
     spec.allow_tree = req->allow_tree != 0;
     spec.draft_cost = clock.cost();
-    spec.pass_cost = nullptr;
-    spec.n_pass_cost = 0;
-    if (req->struct_size >=
-            offsetof(specinfer_draft_request, n_pass_cost) + sizeof(req->n_pass_cost) &&
-        req->pass_cost && req->n_pass_cost > 0) {
-      spec.pass_cost = req->pass_cost;
-      spec.n_pass_cost = req->n_pass_cost;
-    }
+    token_tree::take_pass_cost(*req, spec);
     token_tree::build_tree(spec, built, queue);
     const auto n = static_cast<int32_t>(built.tokens.size());
     clock.drafted(n > 0 ? token_tree::pass_cost(spec, n) : 0.0, true);
-    for (int32_t j = 0; j < n; ++j) {
-      o.tokens[j] = built.tokens[static_cast<size_t>(j)];
-      o.parents[j] = built.parents[static_cast<size_t>(j)];
-    }
-    o.n_nodes = n;
-    o.has_probs = 0;
-    if (n > 0) specinfer_plugin::set_expected_accepted(o, built.expected_tokens - 1.0);
+    token_tree::write_draft(built, *out);
   }
 
   // One forward of this drafter's pending batch.

@@ -63,6 +63,7 @@
 #include "../common/plugin_error.h"
 #include "../common/shared_cache.h"
 #include "../common/token_tree.h"
+#include "../common/tree_draft.h"
 #include "f16.h"
 #include "heads.h"
 #include "specinfer_plugin.h"
@@ -557,29 +558,19 @@ struct Drafter {
 
     spec.max_nodes = want;
     spec.allow_tree = req.allow_tree != 0;
-    spec.pass_cost = nullptr;
-    spec.n_pass_cost = 0;
-    if (node_cost >= 0) {
+    token_tree::take_pass_cost(req, spec);
+    if (node_cost >= 0) {  // the configured cost per node instead of the session's
       fixed_pass_cost.resize(static_cast<size_t>(want) + 1);
       for (int32_t i = 0; i <= want; ++i)
         fixed_pass_cost[static_cast<size_t>(i)] = 1.0f + static_cast<float>(node_cost) * i;
       spec.pass_cost = fixed_pass_cost.data();
       spec.n_pass_cost = want + 1;
-    } else if (covers<int32_t>(size, offsetof(specinfer_draft_request, n_pass_cost)) &&
-               req.pass_cost && req.n_pass_cost > 0) {
-      spec.pass_cost = req.pass_cost;
-      spec.n_pass_cost = req.n_pass_cost;
     }
     spec.draft_cost = fixed_draft_cost >= 0 ? static_cast<float>(fixed_draft_cost) : clock.cost();
     token_tree::build_tree(spec, tree, queue);
 
     const int32_t n = static_cast<int32_t>(tree.tokens.size());
-    for (int32_t j = 0; j < n; ++j) {
-      out.tokens[j] = tree.tokens[static_cast<size_t>(j)];
-      out.parents[j] = tree.parents[static_cast<size_t>(j)];
-    }
-    out.n_nodes = n;
-    if (n > 0) specinfer_plugin::set_expected_accepted(out, tree.expected_tokens - 1.0);
+    token_tree::write_draft(tree, out);
 
     // What to learn from once the target has spoken: each head node's estimate before the
     // adaptive scale (the scale is what is being learned).
