@@ -23,6 +23,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/handles.h"
@@ -123,6 +124,25 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The median milliseconds of two passes, a() and b(), run one after the other every iteration so
+// that both see the same memory bandwidth (on a shared machine it swings by half within minutes,
+// more than the differences these benchmarks measure). reset() runs, untimed, before each.
+template <class Reset, class A, class B>
+std::pair<double, double> alternated_ms(benchmark::State &state, Reset &&reset, A &&a, B &&b) {
+  std::vector<double> ms_a, ms_b;
+  const auto time = [&](auto &&pass) {
+    reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    ms_a.push_back(time(a));
+    ms_b.push_back(time(b));
+  }
+  return {median(ms_a), median(ms_b)};
+}
+
 // The target with ctx tokens in its cache, or NULL (the benchmark skipped) without the model.
 specinfer::TargetObject *with_context(benchmark::State &state, Model &m, int32_t ctx,
                                       std::vector<float> &logits) {
@@ -159,31 +179,24 @@ BENCHMARK(BM_Forward)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// The verify curve as a ratio: one forward of n tokens and one of a single token, alternated every
-// iteration so that both see the same memory bandwidth (on a shared machine it swings by half
-// within minutes, more than the differences measured here). Counters: median milliseconds of each
-// and their ratio (the design target: at most 1.3 for 5 tokens).
+// The verify curve as a ratio: one forward of n tokens and one of a single token, alternated
+// (alternated_ms). Counters: median milliseconds of each and their ratio (the design target: at
+// most 1.3 for 5 tokens).
 void BM_VerifyRatio(benchmark::State &state) {
   Model &m = model();
   const int32_t ctx = 64, n = static_cast<int32_t>(state.range(0));
   std::vector<float> logits;
   specinfer::TargetObject *t = with_context(state, m, ctx, logits);
   if (!t) return;
-  std::vector<double> one, many;
-  const auto time = [&](int32_t k) {
-    t->kv_truncate(ctx);
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto pass = [&](int32_t k) {
     forward(m, ctx, k, k, logits);
     benchmark::DoNotOptimize(logits.data());
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (auto _ : state) {
-    one.push_back(time(1));
-    many.push_back(time(n));
-  }
-  state.counters["one_ms"] = median(one);
-  state.counters["n_ms"] = median(many);
-  state.counters["ratio"] = median(many) / median(one);
+  const auto [one, many] = alternated_ms(
+      state, [&] { t->kv_truncate(ctx); }, [&] { pass(1); }, [&] { pass(n); });
+  state.counters["one_ms"] = one;
+  state.counters["n_ms"] = many;
+  state.counters["ratio"] = many / one;
   state.SetLabel(m.info.name ? m.info.name : "");
 }
 BENCHMARK(BM_VerifyRatio)
@@ -198,7 +211,7 @@ BENCHMARK(BM_VerifyRatio)
 
 // What a pass's logit rows cost: n tokens after a cached context of 64, once with logits for all n
 // (a verification pass) and once for the last alone (a prompt chunk), alternated every iteration
-// (see BM_VerifyRatio). Counters: median milliseconds of each and row_ms, the time of one more
+// (alternated_ms). Counters: median milliseconds of each and row_ms, the time of one more
 // logit row ((all - one) / (n - 1)): the output matrix over the vocabulary, which the session's
 // pass cost model (lib/session/pass_cost.h) adds per row.
 void BM_LogitRows(benchmark::State &state) {
@@ -207,21 +220,15 @@ void BM_LogitRows(benchmark::State &state) {
   std::vector<float> logits;
   specinfer::TargetObject *t = with_context(state, m, ctx, logits);
   if (!t) return;
-  std::vector<double> all, one;
-  const auto time = [&](int32_t rows) {
-    t->kv_truncate(ctx);
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto pass = [&](int32_t rows) {
     forward(m, ctx, n, rows, logits);
     benchmark::DoNotOptimize(logits.data());
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (auto _ : state) {
-    all.push_back(time(n));
-    one.push_back(time(1));
-  }
-  state.counters["all_ms"] = median(all);
-  state.counters["one_ms"] = median(one);
-  state.counters["row_ms"] = (median(all) - median(one)) / (n - 1);
+  const auto [all, one] = alternated_ms(
+      state, [&] { t->kv_truncate(ctx); }, [&] { pass(n); }, [&] { pass(1); });
+  state.counters["all_ms"] = all;
+  state.counters["one_ms"] = one;
+  state.counters["row_ms"] = (all - one) / (n - 1);
   state.SetLabel(m.info.name ? m.info.name : "");
 }
 BENCHMARK(BM_LogitRows)
@@ -236,8 +243,8 @@ BENCHMARK(BM_LogitRows)
 // A token tree against a chain of the same size: 8 tokens after a cached context of ctx, logits for
 // all, once with a tree mask (the last token, then two children per level along one branch: parents
 // -1, 0, 0, 2, 2, 4, 4, 6 in the batch, positions parent + 1) and once causal at consecutive
-// positions, alternated every iteration (see BM_VerifyRatio). Counters: median milliseconds of each
-// and their ratio, the cost of verifying a tree rather than a chain.
+// positions, alternated (alternated_ms). Counters: median milliseconds of each and their ratio,
+// the cost of verifying a tree rather than a chain.
 void BM_VerifyTree(benchmark::State &state) {
   Model &m = model();
   const int32_t ctx = static_cast<int32_t>(state.range(0)), n = 8;
@@ -255,8 +262,7 @@ void BM_VerifyTree(benchmark::State &state) {
     for (int32_t j = i; j >= 0; j = parent[j]) mask[static_cast<size_t>(i) * n + j] = 1;
   }
   logits.resize(static_cast<size_t>(n) * static_cast<size_t>(m.info.vocab_size));
-  const auto time = [&](bool tree) {
-    t->kv_truncate(ctx);
+  const auto pass = [&](bool tree) {
     specinfer_forward_batch b{};
     b.struct_size = sizeof b;
     b.n_tokens = n;
@@ -265,19 +271,14 @@ void BM_VerifyTree(benchmark::State &state) {
     b.tree_mask = tree ? mask.data() : nullptr;
     b.n_logits = n;
     b.logits = logits.data();
-    const auto t0 = std::chrono::steady_clock::now();
     t->forward(b);
     benchmark::DoNotOptimize(logits.data());
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  std::vector<double> chain, tree;
-  for (auto _ : state) {
-    chain.push_back(time(false));
-    tree.push_back(time(true));
-  }
-  state.counters["chain_ms"] = median(chain);
-  state.counters["tree_ms"] = median(tree);
-  state.counters["ratio"] = median(tree) / median(chain);
+  const auto [chain, tree] = alternated_ms(
+      state, [&] { t->kv_truncate(ctx); }, [&] { pass(false); }, [&] { pass(true); });
+  state.counters["chain_ms"] = chain;
+  state.counters["tree_ms"] = tree;
+  state.counters["ratio"] = tree / chain;
   state.SetLabel(m.info.name ? m.info.name : "");
 }
 BENCHMARK(BM_VerifyTree)
@@ -290,7 +291,7 @@ BENCHMARK(BM_VerifyTree)
 
 // Several sequences on one loaded model (shares of the benchmark's target), each with a cached
 // context of 64 and `tok` new tokens (1: a decode step; 5: a verification pass), once as one
-// forward_many and once as a forward per sequence, alternated every iteration. Counters: median
+// forward_many and once as a forward per sequence, alternated (alternated_ms). Counters: median
 // milliseconds of each and their ratio (one pass / separate passes): how much cheaper serving
 // several users is when their steps share the weights' stream.
 void BM_ForwardMany(benchmark::State &state) {
@@ -340,24 +341,23 @@ void BM_ForwardMany(benchmark::State &state) {
     v.n_logits = tok;
     v.logits = logits.data() + i * static_cast<size_t>(tok) * vocab;
   }
-  std::vector<double> together, apart;
-  const auto ms_since = [](std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  for (auto _ : state) {
-    for (auto *t : seqs) t->kv_truncate(ctx);
-    auto t0 = std::chrono::steady_clock::now();
-    specinfer::TargetObject::forward_many(seqs.data(), batches.data(), static_cast<int32_t>(n_seq));
-    together.push_back(ms_since(t0));
-    for (auto *t : seqs) t->kv_truncate(ctx);
-    t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < n_seq; ++i) seqs[i]->forward(batches[i]);
-    apart.push_back(ms_since(t0));
-    benchmark::DoNotOptimize(logits.data());
-  }
-  state.counters["one_pass_ms"] = median(together);
-  state.counters["separate_ms"] = median(apart);
-  state.counters["ratio"] = median(together) / median(apart);
+  const auto [together, apart] = alternated_ms(
+      state,
+      [&] {
+        for (auto *t : seqs) t->kv_truncate(ctx);
+      },
+      [&] {
+        specinfer::TargetObject::forward_many(seqs.data(), batches.data(),
+                                              static_cast<int32_t>(n_seq));
+        benchmark::DoNotOptimize(logits.data());
+      },
+      [&] {
+        for (size_t i = 0; i < n_seq; ++i) seqs[i]->forward(batches[i]);
+        benchmark::DoNotOptimize(logits.data());
+      });
+  state.counters["one_pass_ms"] = together;
+  state.counters["separate_ms"] = apart;
+  state.counters["ratio"] = together / apart;
   state.SetLabel(m.info.name ? m.info.name : "");
   for (specinfer_target *t : shares) specinfer_target_destroy(t);
 }
