@@ -29,10 +29,13 @@ type Drafter interface {
 type DrafterFactory func(config string, target ModelInfo) (Drafter, error)
 
 // Draft is a proposal: Tokens, and optionally Probs, the len(Tokens) x vocab distributions the
-// tokens were drawn from (nil: point masses, for deterministic drafters).
+// tokens were drawn from (nil: point masses, for deterministic drafters), and ExpectedAccepted,
+// how many of the tokens the drafter expects the target to keep (0..len(Tokens); nil: no
+// estimate), which Stats shows beside what was kept.
 type Draft struct {
-	Tokens []int32
-	Probs  []float32
+	Tokens           []int32
+	Probs            []float32
+	ExpectedAccepted *float64
 }
 
 // DraftRequest is what the session asks of a drafter. Its slices point into the library's
@@ -260,6 +263,9 @@ func goSpecinferDrafterPropose(h C.uintptr_t, req *C.specinfer_draft_request, ou
 		if d.Probs != nil && len(d.Probs) != n*vocab {
 			return NewError(InvalidArgument, "the draft has %d probabilities, want %d x %d", len(d.Probs), n, vocab)
 		}
+		if e := d.ExpectedAccepted; e != nil && !(*e >= 0 && *e <= float64(n)) { // NaN included
+			return NewError(InvalidArgument, "the draft expects %g accepted tokens, not within 0..%d (its length)", *e, n)
+		}
 		if n == 0 {
 			return nil
 		}
@@ -277,6 +283,11 @@ func goSpecinferDrafterPropose(h C.uintptr_t, req *C.specinfer_draft_request, ou
 			out.has_probs = 1
 		}
 		out.n_nodes = C.int32_t(n)
+		// A host whose draft has the field (struct_size covers it) shows the estimate.
+		if e := d.ExpectedAccepted; e != nil &&
+			uintptr(out.struct_size) >= unsafe.Offsetof(out.expected_accepted)+unsafe.Sizeof(out.expected_accepted) {
+			out.expected_accepted = C.double(*e)
+		}
 		return nil
 	})
 }

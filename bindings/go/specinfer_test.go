@@ -243,6 +243,48 @@ func TestGoDrafterSeesNoHiddenStateAndThePassCostsWithKgram(t *testing.T) {
 	checkSeen(t, seen, 0, false)
 }
 
+// expecting is prompt lookup that expects the target to keep half of each draft
+// (Draft.ExpectedAccepted) and sums what it said.
+type expecting struct {
+	lookup
+	said   float64
+	rounds int
+}
+
+func (e *expecting) Propose(req *DraftRequest) (Draft, error) {
+	d, err := e.lookup.Propose(req)
+	if err != nil || len(d.Tokens) == 0 {
+		return d, err
+	}
+	half := float64(len(d.Tokens)) / 2
+	e.said += half
+	e.rounds++
+	d.ExpectedAccepted = &half
+	return d, nil
+}
+
+func TestGoDrafterReportsTheAcceptedLengthItExpects(t *testing.T) {
+	r := must(NewRegistry(2))
+	defer r.Close()
+	var made *expecting
+	var begins, commits int
+	noErr(t, r.RegisterDrafter("expecting-go", "", func(string, ModelInfo) (Drafter, error) {
+		made = &expecting{lookup: lookup{nMax: 3, begins: &begins, commits: &commits}}
+		return made, nil
+	}))
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	plain, _ := generate(t, tg, nil, nil, 200)
+	d := must(r.OpenDrafter("expecting-go", "", tg))
+	defer d.Close()
+	spec, st := generate(t, tg, d, nil, 200)
+	if spec != plain || made.rounds == 0 || st.NEstimatedRounds != int64(made.rounds) ||
+		math.Abs(st.ExpectedAccepted-made.said) > 1e-9 ||
+		!(st.EstimatedRoundsAccepted > 0 && st.EstimatedRoundsAccepted <= float64(st.NAccepted)) {
+		t.Fatalf("rounds %d said %g: %+v", made.rounds, made.said, st)
+	}
+}
+
 type failing struct{ panic bool }
 
 func (f *failing) Begin([]int32) error  { return nil }
@@ -261,7 +303,7 @@ func TestDrafterErrorsReachTheCaller(t *testing.T) {
 		return &failing{panic: cfg == "panic=1"}, nil
 	}))
 	noErr(t, r.RegisterDrafter("bad-go", "", func(cfg string, _ ModelInfo) (Drafter, error) {
-		return badDrafter{}, nil
+		return badDrafter{expected: cfg == "expected=1"}, nil
 	}))
 	tg := kgram(t, r, 4)
 	defer tg.Close()
@@ -269,6 +311,7 @@ func TestDrafterErrorsReachTheCaller(t *testing.T) {
 		{"failing-go", "", "the oracle is out of tea"},
 		{"failing-go", "panic=1", "drafter bug 7"},
 		{"bad-go", "", "outside the vocabulary"},
+		{"bad-go", "expected=1", "expects 3 accepted tokens, not within 0..2"},
 	} {
 		d := must(r.OpenDrafter(c.plugin, c.cfg, tg))
 		s := must(NewSession(tg, d, nil, DefaultSessionParams()))
@@ -283,11 +326,17 @@ func TestDrafterErrorsReachTheCaller(t *testing.T) {
 	}
 }
 
-type badDrafter struct{}
+// badDrafter proposes a token outside the vocabulary, or (expected) expects more tokens kept
+// than it drafts.
+type badDrafter struct{ expected bool }
 
 func (badDrafter) Begin([]int32) error  { return nil }
 func (badDrafter) Commit([]int32) error { return nil }
-func (badDrafter) Propose(*DraftRequest) (Draft, error) {
+func (b badDrafter) Propose(*DraftRequest) (Draft, error) {
+	if b.expected {
+		three := 3.0
+		return Draft{Tokens: []int32{1, 2}, ExpectedAccepted: &three}, nil
+	}
 	return Draft{Tokens: []int32{100000}}, nil
 }
 

@@ -61,6 +61,35 @@ def test_python_drafter_sees_no_hidden_state_and_the_pass_costs_with_kgram(regis
     check_seen(probes[0].seen, 0, False)
 
 
+class Expecting(Lookup):
+    """Prompt lookup that expects the target to keep half of each draft (a Draft with
+    expected_accepted), and sums what it said."""
+
+    def __init__(self):
+        super().__init__()
+        self.said, self.rounds = 0.0, 0
+
+    def propose(self, req):
+        tokens = super().propose(req)
+        if not tokens:
+            return []
+        self.said += len(tokens) / 2
+        self.rounds += 1
+        return specinfer.Draft(tokens, expected_accepted=len(tokens) / 2)
+
+
+def test_python_drafter_reports_the_accepted_length_it_expects(registry):
+    made = []
+    registry.register_drafter("expecting-py", lambda cfg, info: made.append(Expecting()) or made[-1])
+    target = kgram(registry)
+    plain, _ = generate(target)
+    spec, st = generate(target, registry.open_drafter("expecting-py", "", target))
+    assert spec == plain
+    assert made[0].rounds > 0 and st.n_estimated_rounds == made[0].rounds
+    assert st.expected_accepted == pytest.approx(made[0].said)
+    assert 0 < st.estimated_rounds_accepted <= st.n_accepted
+
+
 class Failing:
     def __init__(self, how):
         self.how = how
@@ -70,12 +99,15 @@ class Failing:
             raise RuntimeError("the oracle is out of tea")
         if self.how == "bad-token":
             return [100000]
+        if self.how == "bad-expected":
+            return specinfer.Draft([1, 2], expected_accepted=3.0)  # more than its tokens
         return [1, 2], [0.5]  # wrong number of probabilities
 
 
 @pytest.mark.parametrize("how,want", [("raise", "the oracle is out of tea"),
                                       ("bad-token", "outside the vocabulary"),
-                                      ("bad-probs", "probabilities")])
+                                      ("bad-probs", "probabilities"),
+                                      ("bad-expected", "expects 3.0 accepted tokens, not within 0..2")])
 def test_drafter_errors_reach_the_caller(registry, how, want):
     registry.register_drafter("failing-py", lambda cfg, info: Failing(cfg))
     target = kgram(registry, 4)

@@ -40,7 +40,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Code", "SpecinferError", "Registry", "Target", "Drafter", "Coupler", "Constraint", "Session",
-           "Sketcher", "DraftRequest", "ModelInfo", "Stats", "StepResult", "TokenLogprob", "TrainProgress",
+           "Sketcher", "Draft", "DraftRequest", "ModelInfo", "Stats", "StepResult", "TokenLogprob", "TrainProgress",
            "live_handles", "step_many", "version"]
 
 
@@ -294,8 +294,9 @@ class Registry(_Handle):
 
     def register_drafter(self, name, factory, description=""):
         """Registers a drafter written in Python under `name`: `factory(config, model_info)`
-        returns an object with propose(request) -> list of tokens (or (tokens, probs)), and
-        optionally begin(context) and commit(tokens). Raise SpecinferError to report a code."""
+        returns an object with propose(request) -> list of tokens (or (tokens, probs), or a
+        Draft), and optionally begin(context) and commit(tokens). Raise SpecinferError to report a
+        code."""
         plugin = _PyPlugin(name, description, factory)
         msg = c_void_p()
         _check_msg(lib.specinfer_registry_register_plugin(self._raw(), byref(plugin.descriptor), byref(msg)), msg)
@@ -832,6 +833,18 @@ def _covers(raw, *fields):
     return raw.struct_size >= max(ends)
 
 
+@dataclass(frozen=True)
+class Draft:
+    """What a Python drafter's propose may return: a chain of tokens; optionally their draft
+    distributions (len(tokens) x vocab_size floats, row by row: a sampling session's coupler
+    reads them); and optionally how many of the tokens the drafter expects the target to keep
+    (0..len(tokens)), which the session's statistics show beside what it kept
+    (Stats.expected_accepted, estimated_rounds_accepted)."""
+    tokens: list
+    probs: list = None
+    expected_accepted: float = None
+
+
 class DraftRequest:
     """What the session asks of a drafter: max_tokens, context (the committed sequence),
     temperature, seed, and sample(q, position), the coupler's draft-side sampler.
@@ -919,7 +932,11 @@ def _inst_propose(self_ptr, req, out, err):
 
     def run():
         got = d.propose(DraftRequest(req.contents))
-        tokens, probs = (got if isinstance(got, tuple) else (got, None))
+        expected = None
+        if isinstance(got, Draft):
+            tokens, probs, expected = got.tokens, got.probs, got.expected_accepted
+        else:
+            tokens, probs = (got if isinstance(got, tuple) else (got, None))
         tokens = list(tokens or [])
         if len(tokens) > o.cap:
             raise SpecinferError(Code.INVALID_ARGUMENT, f"the draft has {len(tokens)} tokens, room for {o.cap}")
@@ -931,10 +948,16 @@ def _inst_propose(self_ptr, req, out, err):
                 raise SpecinferError(Code.INVALID_ARGUMENT, f"token {t} is outside the vocabulary")
             o.tokens[i] = t
             o.parents[i] = i - 1
+        if expected is not None and not (0.0 <= expected <= len(tokens)):  # NaN included
+            raise SpecinferError(Code.INVALID_ARGUMENT, f"the draft expects {expected} accepted "
+                                 f"tokens, not within 0..{len(tokens)} (its length)")
         if probs is not None and tokens:
             ctypes.memmove(o.probs, (c_float * len(probs))(*probs), 4 * len(probs))
             o.has_probs = 1
         o.n_nodes = len(tokens)
+        # A host whose draft has the field (struct_size covers it) shows the estimate.
+        if expected is not None and o.struct_size >= _lib.DraftC.expected_accepted.offset + 8:
+            o.expected_accepted = float(expected)
 
     st = _guard(err, run)
     if st != 0:

@@ -191,6 +191,25 @@ impl Draft<'_> {
     pub fn push_sampled(&mut self, token: i32, q: &[f32]) -> Result<()> {
         self.push_node(token, Some(q))
     }
+
+    /// How many of the tokens pushed so far the drafter expects the target to keep (0 to
+    /// `len()`): the session's statistics show the estimates beside what was kept. Without a
+    /// call the draft gives no estimate.
+    pub fn set_expected_accepted(&mut self, expected: f64) -> Result<()> {
+        let n = self.len();
+        if !(expected >= 0.0 && expected <= n as f64) {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("the draft expects {expected} accepted tokens, not within 0..{n} (its length)"),
+            ));
+        }
+        // A host whose draft has the field (struct_size covers it) shows the estimate.
+        let end = std::mem::offset_of!(sys::specinfer_draft, expected_accepted) + std::mem::size_of::<f64>();
+        if self.raw.struct_size as usize >= end {
+            self.raw.expected_accepted = expected;
+        }
+        Ok(())
+    }
 }
 
 unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {

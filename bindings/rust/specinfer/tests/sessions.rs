@@ -143,6 +143,61 @@ fn draft_rejects_bad_tokens() {
 }
 
 #[test]
+fn rust_drafter_reports_the_accepted_length_it_expects() {
+    // Prompt lookup that expects the target to keep half of each draft, and sums what it said.
+    struct Expecting {
+        lookup: Lookup,
+        said: Arc<std::sync::Mutex<(f64, i64)>>,
+    }
+    impl Drafter for Expecting {
+        fn propose(&mut self, req: &DraftRequest<'_>, d: &mut Draft<'_>) -> specinfer::Result<()> {
+            self.lookup.propose(req, d)?;
+            if !d.is_empty() {
+                let half = d.len() as f64 / 2.0;
+                let mut said = self.said.lock().unwrap();
+                said.0 += half;
+                said.1 += 1;
+                d.set_expected_accepted(half)?;
+            }
+            Ok(())
+        }
+    }
+    let reg = registry();
+    let said = Arc::new(std::sync::Mutex::new((0.0, 0i64)));
+    let s2 = said.clone();
+    reg.register_drafter("expecting-rs", "", move |_: &str, _: &ModelInfo| {
+        let lookup = Lookup { n_max: 3, begins: Arc::new(AtomicUsize::new(0)) };
+        Ok(Box::new(Expecting { lookup, said: s2.clone() }) as Box<dyn Drafter>)
+    })
+    .unwrap();
+    let mut target = kgram(&reg, 6);
+    let (plain, _) = generate(&mut target, None, None, 200);
+    let mut d = reg.open_drafter("expecting-rs", "", &target).unwrap();
+    let (spec, st) = generate(&mut target, Some(&mut d), None, 200);
+    assert_eq!(spec, plain);
+    let (sum, rounds) = *said.lock().unwrap();
+    assert!(rounds > 0 && st.n_estimated_rounds == rounds, "{rounds}: {st:?}");
+    assert!((st.expected_accepted - sum).abs() < 1e-9, "{sum}: {st:?}");
+    assert!(st.estimated_rounds_accepted > 0.0 && st.estimated_rounds_accepted <= st.n_accepted as f64, "{st:?}");
+
+    // More than its tokens is refused, saying so.
+    struct Greedy;
+    impl Drafter for Greedy {
+        fn propose(&mut self, _: &DraftRequest<'_>, d: &mut Draft<'_>) -> specinfer::Result<()> {
+            d.push(1)?;
+            d.push(2)?;
+            d.set_expected_accepted(3.0)
+        }
+    }
+    reg.register_drafter("greedy-rs", "", |_: &str, _: &ModelInfo| Ok(Box::new(Greedy) as Box<dyn Drafter>)).unwrap();
+    let mut d = reg.open_drafter("greedy-rs", "", &target).unwrap();
+    let mut s = Session::new(&mut target, Some(&mut d), None, &SessionParams::default()).unwrap();
+    s.feed_text(PROMPT).unwrap();
+    let e = s.generate(20).unwrap_err();
+    assert!(e.message().contains("expects 3 accepted tokens, not within 0..2"), "{e}");
+}
+
+#[test]
 fn stop_strings_end_the_text_before_them() {
     let reg = registry();
     let mut target = kgram(&reg, 6);
