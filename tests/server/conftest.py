@@ -86,6 +86,7 @@ class Server:
     def __init__(self, args):
         if not CLI:
             pytest.fail("SPECINFER_CLI is not set (ctest sets it)")
+        self.clients = []  # objects with close(): closed before the server stops
         self.proc = subprocess.Popen(
             [CLI, "serve", "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -111,6 +112,11 @@ class Server:
             self.log.append(line)
 
     def stop(self):
+        # An idle keep-alive connection holds one of the server's threads until its client closes
+        # it or the keep-alive timeout (5 s) ends, and the server waits for its threads to stop.
+        for c in self.clients:
+            c.close()
+        self.clients.clear()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

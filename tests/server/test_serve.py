@@ -46,8 +46,11 @@ GEMMA3_TEMPLATE = os.path.join(os.path.dirname(__file__), "data", "gemma3-chat-t
 
 
 def client(server, **kw):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=TIMEOUT,
-                         max_retries=0, **kw)
+    """An openai client of `server`; the server closes it before it stops (Server.stop)."""
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=TIMEOUT,
+                      max_retries=0, **kw)
+    server.clients.append(c)
+    return c
 
 
 def post(server, path, body):
