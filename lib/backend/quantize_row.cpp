@@ -87,8 +87,11 @@ typedef int32_t Mask4 __attribute__((vector_size(4 * sizeof(int32_t))));
 Vec4 splat(float v) noexcept {
   return Vec4{v, v, v, v};
 }
-float &lane(Vec4 *v, int l) noexcept {
+float lane(const Vec4 *v, int l) noexcept {
   return v[l / 4][l % 4];
+}
+void set_lane(Vec4 *v, int l, float x) noexcept {
+  v[l / 4][l % 4] = x;
 }
 
 // xt[j][h] = values j of blocks 4h..4h+3 (4 x 4 transposes of the blocks' rows).
@@ -97,14 +100,14 @@ void transpose_blocks(const float *x, Vec4 (*xt)[kVecs]) noexcept {
     for (int j = 0; j < kQK; j += 4) {
       Vec4 r[4];
       for (int b = 0; b < 4; ++b) std::memcpy(&r[b], x + (4 * h + b) * kQK + j, sizeof(Vec4));
-      const Vec4 t0 = __builtin_shuffle(r[0], r[1], Mask4{0, 4, 1, 5}),
-                 t1 = __builtin_shuffle(r[0], r[1], Mask4{2, 6, 3, 7}),
-                 t2 = __builtin_shuffle(r[2], r[3], Mask4{0, 4, 1, 5}),
-                 t3 = __builtin_shuffle(r[2], r[3], Mask4{2, 6, 3, 7});
-      xt[j][h] = __builtin_shuffle(t0, t2, Mask4{0, 1, 4, 5});
-      xt[j + 1][h] = __builtin_shuffle(t0, t2, Mask4{2, 3, 6, 7});
-      xt[j + 2][h] = __builtin_shuffle(t1, t3, Mask4{0, 1, 4, 5});
-      xt[j + 3][h] = __builtin_shuffle(t1, t3, Mask4{2, 3, 6, 7});
+      const Vec4 t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5),
+                 t1 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7),
+                 t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5),
+                 t3 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+      xt[j][h] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+      xt[j + 1][h] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+      xt[j + 2][h] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+      xt[j + 3][h] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
     }
 }
 
@@ -150,8 +153,8 @@ void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
         active[l] = dl != 0.0f && std::isfinite(dl);
         if (!active[l]) dl = 1.0f;
       }
-      lane(d, l) = dl;
-      lane(id, l) = 1.0f / dl;
+      set_lane(d, l, dl);
+      set_lane(id, l, 1.0f / dl);
       any = any || active[l];
     }
     if (!any) break;
