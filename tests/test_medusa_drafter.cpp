@@ -756,7 +756,7 @@ void test_requests_without_hidden(void **state) {
       if (variant == 0) req.struct_size = offsetof(specinfer_draft_request, hidden);  // old host
       if (variant == 1) req.hidden = nullptr;                                         // none
       if (variant == 2) req.hidden_position = 3;  // not the last position: stale, ignored
-      specinfer_draft out = draft_into(tokens, parents, 16, vocab);
+      specinfer_draft out = draft_into(tokens.data(), parents.data(), 16, vocab);
       assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
       if (*cfg == 0) {
         assert_int_equal(out.n_nodes, 0);
@@ -770,7 +770,7 @@ void test_requests_without_hidden(void **state) {
     }
     // A hidden state of the wrong width is the host's error, refused with a message.
     specinfer_draft_request req = hidden_request(ctx, hidden, e->hidden / 2, 4);
-    specinfer_draft out = draft_into(tokens, parents, 4, vocab);
+    specinfer_draft out = draft_into(tokens.data(), parents.data(), 4, vocab);
     assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_ERR_INVALID_ARGUMENT);
     assert_non_null(std::strstr(err.message, "hidden"));
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);
@@ -784,7 +784,7 @@ void test_requests_without_hidden(void **state) {
     const std::vector<int32_t> one(1, 100);  // its own buffer, so ASan sees a read before it
     assert_int_equal(w->vt->begin(w->self, one.data(), one.size(), &err), SPECINFER_OK);
     specinfer_draft_request req = hidden_request(one, hidden, e->hidden, 4);  // position -1
-    specinfer_draft out = draft_into(tokens, parents, 4, vocab);
+    specinfer_draft out = draft_into(tokens.data(), parents.data(), 4, vocab);
     assert_int_equal(w->vt->propose(w->self, &req, &out, &err), SPECINFER_OK);
     assert_int_equal(out.n_nodes, 0);
     assert_int_equal(specinfer_drafter_destroy(d), SPECINFER_OK);

@@ -573,14 +573,8 @@ void test_batched_drafts_equal_lone(void **state) {
           r.hidden_position = -1;
           for (int side = 0; side < 2; ++side) {
             const size_t at = static_cast<size_t>((i * 2 + side) * kMost);
-            specinfer_draft &o = outs[side][i];
-            o = specinfer_draft{};
-            o.struct_size = sizeof o;
-            o.cap = kMost;
-            o.vocab_size = vocab;
-            o.tokens = tokens.data() + at;
-            o.parents = parents.data() + at;
-            o.probs = probs.data() + at * static_cast<size_t>(vocab);
+            outs[side][i] = draft_into(tokens.data() + at, parents.data() + at, kMost, vocab,
+                                       probs.data() + at * static_cast<size_t>(vocab));
           }
         }
         specinfer::DrafterObject *group[kN] = {together[0], together[1], together[2]};
@@ -649,7 +643,7 @@ void test_draft_model_trees(void **state) {
     r.hidden_position = -1;
     r.pass_cost = cost.data();
     r.n_pass_cost = max_tokens + 1;
-    specinfer_draft o = draft_into(tokens, parents, kMost, vocab);
+    specinfer_draft o = draft_into(tokens.data(), parents.data(), kMost, vocab);
     d->propose(r, o);  // the host's checks: node count, tokens, parent links
     assert_int_equal(o.has_probs, 0);
     return o.n_nodes;

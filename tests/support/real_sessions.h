@@ -104,14 +104,15 @@ inline std::vector<int32_t> run_session(specinfer_target *target, specinfer_draf
 }
 
 // The draft a proposal writes (a drafter called directly): up to `cap` nodes into tokens and
-// parents, point masses.
-inline specinfer_draft draft_into(std::vector<int32_t> &tokens, std::vector<int32_t> &parents,
-                                  int32_t cap, int32_t vocab) {
+// parents, and their distributions into probs (cap x vocab floats; NULL: point masses only).
+inline specinfer_draft draft_into(int32_t *tokens, int32_t *parents, int32_t cap, int32_t vocab,
+                                  float *probs = nullptr) {
   specinfer_draft out{};
   out.struct_size = sizeof out;
   out.cap = cap;
   out.vocab_size = vocab;
-  out.tokens = tokens.data();
-  out.parents = parents.data();
+  out.tokens = tokens;
+  out.parents = parents;
+  out.probs = probs;
   return out;
 }
