@@ -311,7 +311,8 @@ void BM_MatmulStream(benchmark::State &state) {
 BENCHMARK(BM_MatmulStream)
     ->ArgsProduct(
         {{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {1536}, {8960}, {1, 2, 3, 4, 5, 8}})
-    ->ArgsProduct({{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {8960}, {1536}, {1, 5}})
+    ->ArgsProduct(
+        {{SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K}, {8960}, {1536}, {1, 2, 3, 4, 5, 8}})
     // The re-quantized 0.5B draft (q40_x4), one token: q/o, gate/up.
     ->ArgsProduct({{SPECINFER_WTYPE_Q4_0}, {896, 4864}, {896}, {1}})
     ->ArgNames({"type", "rows", "cols", "tok"})

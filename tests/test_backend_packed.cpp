@@ -24,6 +24,7 @@ namespace specinfer {  // tests/support/avx512_emulated_packed.cpp
 void q4k_x8_rows_avx512_emulated(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_avx512_emulated(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
+void q6k_x16_rows_avx512_split_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512_emulated(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q32_r16_rows_avx512_emulated(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
@@ -34,8 +35,8 @@ using namespace specinfer;
 namespace {
 
 // The SIMD kernel sets to check against the scalar one: those of every instruction set above
-// scalar that this CPU has, and the AVX-512 kernels over software intrinsics when the build has
-// them (SIMDe; they run on AVX2 code).
+// scalar that this CPU has (AVX-512 with both Q6_K row kernels, whichever this CPU picks), and the
+// AVX-512 kernels over software intrinsics when the build has them (SIMDe; they run on AVX2 code).
 struct Variant {
   std::string name;
   PackedKernels k;
@@ -44,6 +45,12 @@ std::vector<Variant> simd_variants() {
   std::vector<Variant> v;
   for (Isa isa : {Isa::avx2, Isa::avx512})
     if (isa_available(isa)) v.push_back({isa_name(isa), packed_kernels(isa)});
+  if (isa_available(Isa::avx512)) {
+    PackedKernels k = packed_kernels(Isa::avx512);
+    const bool split = k.q6k_x16 == q6k_x16_rows_avx512_split;
+    k.q6k_x16 = split ? q6k_x16_rows_avx512 : q6k_x16_rows_avx512_split;
+    v.push_back({split ? "avx512 (Q6_K row pairs)" : "avx512 (Q6_K split)", k});
+  }
 #if defined(SPECINFER_AVX512_EMULATION)
   if (isa_available(Isa::avx2)) {
     PackedKernels k;
@@ -54,6 +61,8 @@ std::vector<Variant> simd_variants() {
     k.q32_r16 = q32_r16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
+    k.q6k_x16 = q6k_x16_rows_avx512_split_emulated;
+    v.push_back({"avx512 (emulated, Q6_K split)", k});
   }
 #endif
   return v;

@@ -681,7 +681,7 @@ PackedKernels packed_kernels(Isa isa) noexcept {
     k.q4k_r16 = q4k_r16_rows_avx512;
     k.q32_r16 = q32_r16_rows_avx512;
     k.q40_x4 = q40_x4_rows_avx512;
-    k.q6k_x16 = q6k_x16_rows_avx512;
+    k.q6k_x16 = avx512_split() ? q6k_x16_rows_avx512_split : q6k_x16_rows_avx512;
     k.simd_prep = true;
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;

@@ -280,6 +280,9 @@ void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept
 void q6k_x16_rows_avx2(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 // AVX-512 VL + VNNI: vpdpwssd applies the scales and adds (same bits as AVX2).
 void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
+// The same for CPUs that split 512-bit operations (avx512_split(), Zen 4): the 256-bit one-row
+// kernel where it runs faster there (same bits).
+void q6k_x16_rows_avx512_split(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_scalar(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q40_x4_rows_avx2(const PackedArgsX4 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_x8_rows_scalar(const PackedArgs &a, int64_t r0, int64_t r1) noexcept;

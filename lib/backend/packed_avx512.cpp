@@ -35,6 +35,7 @@
 #define q4k_x8_rows_avx512 q4k_x8_rows_avx512_emulated
 #define q40_x4_rows_avx512 q40_x4_rows_avx512_emulated
 #define q6k_x16_rows_avx512 q6k_x16_rows_avx512_emulated
+#define q6k_x16_rows_avx512_split q6k_x16_rows_avx512_split_emulated
 #define q4k_r16_rows_avx512 q4k_r16_rows_avx512_emulated
 #define q32_r16_rows_avx512 q32_r16_rows_avx512_emulated
 #else
@@ -705,6 +706,22 @@ void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept
         r0, r1, [&](auto np, int64_t r) { q6k_x16_tile_pairs<NT, decltype(np)::value>(a, r, t0); },
         [&](int64_t r, int64_t end) { q6k_x16_tile<NT>(a, r, end, t0); });
   });
+}
+
+// Where 512-bit operations run as two 256-bit halves (Zen 4) the row pairs' lane inserts and
+// broadcasts cost more than the wider registers save in two cases, where the one-row 256-bit
+// kernel runs on every row: one token (memory-bound), and up to 8 tokens on rows of at most 2048
+// columns (the output layer). Long rows with more tokens keep the pairs, which read each token's
+// activations once for four rows. Zen 4, weights streamed from memory (bench_kernels
+// BM_MatmulStream), microseconds one-row / pairs: 1536 x 8960 one token 335 / 452, two tokens
+// 594 / 455; 8960 x 1536 one token 320 / 397, five tokens 412-444 / 470-510. Same bits either way.
+void q6k_x16_rows_avx512_split(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
+  if (a.n_tok == 1 || (a.n_tok <= 8 && a.n_blocks * kQKK <= 2048)) {
+    token_tiles<5>(a.n_tok,
+                   [&](auto nt, int64_t t0) { q6k_x16_tile<decltype(nt)::value>(a, r0, r1, t0); });
+    return;
+  }
+  q6k_x16_rows_avx512(a, r0, r1);
 }
 
 }  // namespace specinfer

@@ -49,6 +49,25 @@ Isa from_env(Isa best) noexcept {
   return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
 
+// AMD family 19h (base family 0xF plus extended family 0xA) with AVX-512 is Zen 4; Zen 3, the
+// other 19h parts, has no AVX-512 and Zen 5 (1Ah) runs 512-bit operations at full width.
+bool detect_split() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  if (cpu_isa() != Isa::avx512) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  if (std::strcmp(vendor, "AuthenticAMD") != 0 || __get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  const unsigned family = ((a >> 8) & 0xF) + ((a >> 20) & 0xFF);
+  return family == 0x19;
+#else
+  return false;
+#endif
+}
+
 std::atomic<int> g_active{-1};
 
 }  // namespace
@@ -56,6 +75,11 @@ std::atomic<int> g_active{-1};
 Isa cpu_isa() noexcept {
   static const Isa best = detect();
   return best;
+}
+
+bool avx512_split() noexcept {
+  static const bool split = detect_split();
+  return split;
 }
 
 bool isa_available(Isa isa) noexcept {

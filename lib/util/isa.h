@@ -17,6 +17,10 @@ Isa active_isa() noexcept;
 // Makes every kernel use `isa` (capped at cpu_isa()) until called again; returns the previous
 // active set. For tests and benchmarks; not meant to race with running kernels.
 Isa set_active_isa(Isa isa) noexcept;
+// True when the CPU runs AVX-512 and executes 512-bit operations as two 256-bit halves (AMD
+// family 19h: Zen 4), where some of the AVX-512 kernels run faster on 256-bit registers
+// (packed_kernels in lib/backend/packed.cpp). Read once from CPUID.
+bool avx512_split() noexcept;
 // "scalar", "avx2", "avx512".
 const char *isa_name(Isa isa) noexcept;
 
