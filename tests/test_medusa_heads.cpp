@@ -176,15 +176,14 @@ void put_u32(std::vector<uint8_t> &b, size_t at, uint32_t v) {
   std::memcpy(b.data() + at, le, 4);
 }
 
-// Heads with token inputs: W reads [h, e], [h, e, e'] or the feature chain's [y, e], two, three or
-// two times the columns, and the count survives the file; a count that does not fit W's width, or
-// above 3, is refused.
+// Heads with token inputs: W reads [h, e] or [h, e, e'], two or three times the columns, and the
+// count survives the file; a count that does not fit W's width, or above 2, is refused.
 void test_token_input(void **) {
   const std::string path = temp_path(".gguf");
   const std::string bad = path + ".bad";
-  for (int32_t n = 1; n <= 3; ++n) {
+  for (int32_t n = 1; n <= 2; ++n) {
     const Heads h = sample_heads(n);
-    assert_int_equal(h.input_size(), (n == 3 ? 2 : 1 + n) * h.hidden_size);  // 3: [y, e(p)]
+    assert_int_equal(h.input_size(), (1 + n) * h.hidden_size);
     assert_int_equal(status_of([&] { medusa::save_heads(h, path); }), SPECINFER_OK);
     Heads g;
     assert_int_equal(status_of([&] { g = medusa::load_heads(path); }), SPECINFER_OK);
@@ -193,11 +192,10 @@ void test_token_input(void **) {
     std::vector<uint8_t> b = read_all(path);
     const size_t at =
         find(b, "medusa-heads.token_inputs") + std::strlen("medusa-heads.token_inputs") + 4;
-    // W keeps its width: the shape no longer fits (3's width is 1's + 1).
-    put_u32(b, at, static_cast<uint32_t>(n == 3 ? 2 : n - 1));
+    put_u32(b, at, static_cast<uint32_t>(n - 1));  // W keeps its width: the shape no longer fits
     write_all(bad, b);
     expect_format_error(bad, "shape");
-    put_u32(b, at, 4);
+    put_u32(b, at, 3);
     write_all(bad, b);
     expect_format_error(bad, "token_inputs");
   }

@@ -5,8 +5,7 @@
  *    goes through collect, train and evaluate, the training loss of the last epoch is below the
  *    first's, held-out accuracies are reported in [0, 1], and the heads file opens as a drafter;
  *  - reruns with fewer tokens and then the same tokens reuse the collected data (the first progress
- *    report already has every token), and so does one training the feature chain (token=3), whose
- *    loss falls too and whose file opens as a drafter;
+ *    report already has every token);
  *  - with a time budget already spent, collection stops after the held-out documents and one to
  *    train on, and the training still runs and writes heads;
  *  - with a budget that stops collection partway, the whole call ends inside it (with a margin for
@@ -213,22 +212,6 @@ static void test_train_and_resume(void **state) {
     assert_true(seen.first_collect_done == seen.collect_total);
     assert_int_equal(seen.n_epochs, 3);
   }
-
-  /* The feature chain (token=3) trains on the same data, its loss falls, and its file drafts. */
-  memset(&seen, 0, sizeof seen);
-  char chain_cfg[300];
-  snprintf(chain_cfg, sizeof chain_cfg, "%s,token=3", train_config(0));
-  rc = train(fx, chain_cfg, &seen, &err);
-  if (rc != SPECINFER_OK) fprintf(stderr, "train token=3: %s\n", err ? err : "?");
-  assert_int_equal(rc, SPECINFER_OK);
-  assert_true(seen.first_collect_done == seen.collect_total);
-  assert_int_equal(seen.n_epochs, 3);
-  fprintf(stderr, "token=3: training loss by epoch: %.4f %.4f %.4f; held-out top-1: %.3f %.3f\n",
-          seen.epoch_loss[1], seen.epoch_loss[2], seen.epoch_loss[3], seen.accuracy[0],
-          seen.accuracy[1]);
-  assert_true(seen.epoch_loss[3] < seen.epoch_loss[1]);
-  d = open_drafter(fx->reg, fx->target, "medusa", cfg);
-  specinfer_drafter_destroy(d);
 }
 
 static void test_time_budget(void **state) {

@@ -15,10 +15,10 @@
 //   medusa-heads.target.vocab_size  u32
 //   medusa-heads.target.hidden_size u32
 //   medusa-heads.target.fingerprint string, 16 hex digits (GGUF readers take u64 > INT64_MAX badly)
-//   medusa-heads.token_inputs       u32, 0 to 3 (heads.h; absent: 0)
+//   medusa-heads.token_inputs       u32, 0, 1 or 2 (heads.h; absent: 0)
 //   tensor medusa.vocab     i32 [n_vocab]
-//   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input =
-//                           Heads::input_size(): (1 + token_inputs) * hidden, 2 * hidden for 3)
+//   tensor medusa.w         f16 [input, hidden, n_heads] (f32 is read too; input = (1 +
+//                           token_inputs) * hidden)
 //   tensor medusa.b         f32 [hidden, n_heads]
 //   tensor medusa.accuracy  f32 [n_ranks, n_heads]
 // W is written as f16: half the file, and W is a small correction to h (the head starts at zero)
@@ -262,7 +262,7 @@ void save_heads(const Heads &heads, const std::string &path) {
   const int32_t K = heads.n_heads, H = heads.hidden_size, V = heads.n_vocab();
   const int32_t D = heads.input_size();
   if (K < 1 || K > kMaxHeads || H < 1 || H > kMaxHidden || V < 1 || heads.token_inputs < 0 ||
-      heads.token_inputs > 3 || heads.w.size() != static_cast<size_t>(K) * H * D ||
+      heads.token_inputs > 2 || heads.w.size() != static_cast<size_t>(K) * H * D ||
       heads.b.size() != static_cast<size_t>(K) * H ||
       heads.accuracy.size() != static_cast<size_t>(K) * kRanks)
     fail(SPECINFER_ERR_INVALID_ARGUMENT,
@@ -334,7 +334,7 @@ Heads load_heads(const std::string &path) {
       bad(path, "medusa-heads.target.fingerprint '" + fp + "' is not 16 hex digits");
     h.target.fingerprint = std::strtoull(fp.c_str(), nullptr, 16);
     if (f->get_int("medusa-heads.token_inputs"))
-      h.token_inputs = static_cast<int32_t>(need_int(*f, path, "medusa-heads.token_inputs", 0, 3));
+      h.token_inputs = static_cast<int32_t>(need_int(*f, path, "medusa-heads.token_inputs", 0, 2));
 
     const int64_t K = h.n_heads, H = h.hidden_size, D = h.input_size();
     const auto &tv = need_tensor(*f, path, "medusa.vocab", {kTypeI32}, {V});

@@ -13,11 +13,6 @@
 //    token it predicts (p_{-1} the context's last token but one, p_0 its last, p_j the drafted
 //    token at depth j): each head knows the path it extends, so the drafter runs them one after
 //    another down the path.
-//  - 3 (feature chain): head k reads x = [y_{k-1}, e(p_k)], y_{-1} = h, and adds to that
-//    feature: y_k = y_{k-1} + silu(W_k x + b_k). Each head refines the one before it toward the
-//    target's state at the next position (as feature-level drafters do) instead of guessing from
-//    h alone, and the path's tokens reach it through that chain and its own token input. Run
-//    down the path as with 2.
 //
 // The heads file is GGUF (general.architecture = "medusa-heads"): the weights, the truncated
 // vocabulary, the held-out accuracy of each head by candidate rank (what the drafter's tree uses
@@ -48,7 +43,7 @@ struct Heads {
   TargetIdentity target;
   int32_t n_heads = 0;
   int32_t hidden_size = 0;
-  int32_t token_inputs = 0;    // 0, 1, 2 or 3 (above)
+  int32_t token_inputs = 0;    // 0, 1 or 2 (above)
   std::vector<int32_t> vocab;  // truncated vocabulary: target token ids, [n_vocab]
   std::vector<float> w;        // [n_heads][hidden_size][input_size()], row-major (W_k x)
   std::vector<float> b;        // [n_heads][hidden_size]
@@ -60,13 +55,7 @@ struct Heads {
   int64_t trained_tokens = 0;  // corpus tokens the heads were trained on
 
   int32_t n_vocab() const { return static_cast<int32_t>(vocab.size()); }
-  int32_t input_size() const { return input_width(token_inputs) * hidden_size; }
-  // Whether head k reads what the heads before it chose (so they run one after another).
-  bool reads_path() const { return token_inputs >= 2; }
-  // The input x in hidden-size blocks: h or y_{k-1}, then the token inputs.
-  static int32_t input_width(int32_t token_inputs) {
-    return token_inputs == 3 ? 2 : 1 + token_inputs;
-  }
+  int32_t input_size() const { return (1 + token_inputs) * hidden_size; }
 };
 
 // Scales a target output row in place to the token input e: unit root-mean-square (the rows'

@@ -175,8 +175,8 @@ class Matrix {
 // The heads' matrices, prepared for the host's kernels. Immutable once built: drafters of one
 // heads file on one target model (every slot of a server, say) share one copy (prepared_cache).
 struct Prepared {
-  Matrix w;                                     // [K * H][D] (heads that share x)
-  std::vector<std::unique_ptr<Matrix>> head_w;  // K x [H][D] (heads that read the path)
+  Matrix w;                                     // [K * H][D] (token_inputs < 2)
+  std::vector<std::unique_ptr<Matrix>> head_w;  // K x [H][D] (token_inputs = 2: one at a time)
   Matrix u;                                     // [V][H]
 };
 
@@ -414,8 +414,8 @@ struct Drafter {
   void run_heads(const float *h, const int32_t *ctx, size_t n, int32_t vocab_size) {
     std::copy(h, h + H, x.data());
     spec.levels.resize(static_cast<size_t>(K));
-    spec.path_levels = heads.reads_path();
-    if (!heads.reads_path()) {
+    spec.path_levels = heads.token_inputs == 2;
+    if (heads.token_inputs < 2) {
       // Every head reads the same x: one matmul for all of them.
       if (heads.token_inputs == 1) token_input(ctx[n - 1], x.data() + H);
       prep->w.apply(x.data(), 1, z.data());
@@ -426,25 +426,19 @@ struct Drafter {
     }
     // Heads that read the path: head k extends the path of the levels' first candidates, so they
     // run one after another, until that path is too unlikely to reach the tree.
-    // token_inputs 2: x = [h, e(prev), e(cur)], each step's e(cur) the next one's e(prev);
-    // 3 (the feature chain): x = [y_{k-1}, e(cur)], y_{-1} = h.
-    const bool chain = heads.token_inputs == 3;
-    float *e_prev = chain ? nullptr : x.data() + H;
-    float *e_cur = x.data() + (chain ? 1 : 2) * static_cast<size_t>(H);
-    if (!chain) token_input(ctx[n - 2], e_prev);
+    // x = [h, e(prev), e(cur)]; each step's e(cur) becomes the next one's e(prev).
+    float *e_prev = x.data() + H, *e_cur = x.data() + 2 * static_cast<size_t>(H);
+    token_input(ctx[n - 2], e_prev);
     token_input(ctx[n - 1], e_cur);
     float path = 1.0f;
     for (int32_t k = 0; k < K; ++k) {
       if (k > 0) {
-        if (chain)
-          std::copy_n(y.data() + static_cast<size_t>(k - 1) * H, H, x.data());
-        else
-          std::copy(e_cur, e_cur + H, e_prev);
+        std::copy(e_cur, e_cur + H, e_prev);
         token_input(spec.levels[static_cast<size_t>(k - 1)][0].token, e_cur);
       }
       prep->head_w[static_cast<size_t>(k)]->apply(x.data(), 1,
                                                   z.data() + static_cast<size_t>(k) * H);
-      residual(chain ? x.data() : h, k);  // the chain's x begins with y_{k-1}
+      residual(h, k);
       prep->u.apply(y.data() + static_cast<size_t>(k) * H, 1,
                     logits.data() + static_cast<size_t>(k) * V);
       path *= fill_level(k, vocab_size);
@@ -766,7 +760,7 @@ specinfer_status drafter_create(const specinfer_host *host, const char *config,
                       sizeof(float) * static_cast<size_t>(d->D));
         };
       };
-      if (!d->heads.reads_path()) {
+      if (d->heads.token_inputs < 2) {
         prep->w.build(host, wtype, static_cast<int64_t>(d->K) * d->H, d->D, rows_from(0));
       } else {
         for (int32_t k = 0; k < d->K; ++k) {

@@ -32,7 +32,7 @@ Options parse_options(const char *text, const specinfer_model_info &info) {
   o.warmup = cfg.get_float("warmup", o.warmup, 0.0, 0.5);
   o.offpath = cfg.get_float("offpath", o.offpath, 0.0, 1.0);
   o.rank = static_cast<int32_t>(cfg.get_int("rank", 0, 0, 2 * info.hidden_size));
-  o.token = static_cast<int32_t>(cfg.get_int("token", o.token, 0, 3));
+  o.token = static_cast<int32_t>(cfg.get_int("token", o.token, 0, 2));
   o.chunk = static_cast<int32_t>(
       cfg.get_int("chunk", std::min(o.chunk, info.n_ctx), kMinDocTokens, info.n_ctx));
   o.seed = static_cast<uint64_t>(cfg.get_int("seed", 1, 0, std::numeric_limits<long>::max()));

@@ -44,10 +44,9 @@
 //   share of the steps)  chunk=<N> (512, tokens per document and forward pass)  offpath=<0..1> (1:
 //   the weight of training positions whose text leaves the target's greedy path before the
 //   predicted token; such positions do not occur in drafting)  rank=<0..2*hidden> (0: full-rank W;
-//   r: W trained as a product of H x r and r x input factors, stored as the full W)  token=0|1|2|3
-//   (1: token inputs, heads.h; with 3, the feature chain, each head learns from the previous one's
-//   output on the text's path, held fixed for its gradient)  seed=<N> (1)  resume=0|1 (1: reuse
-//   OUT.data and OUT.ckpt when they match)  keep_data=0|1 (1)
+//   r: W trained as a product of H x r and r x input factors, stored as the full W)  token=0|1|2
+//   (1: token inputs, heads.h) seed=<N> (1)  resume=0|1 (1: reuse OUT.data and OUT.ckpt when they
+//   match)  keep_data=0|1 (1)
 #pragma once
 
 #include "specinfer_plugin.h"

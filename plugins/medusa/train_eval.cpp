@@ -39,7 +39,6 @@ Trainer::Eval Trainer::evaluate() {
     const size_t nb = std::min(eval_pos_.size() - s, static_cast<size_t>(o_.batch));
     const int64_t *pos = eval_pos_.data() + s;
     load_x(pos, nb);
-    features(nb);
     parallel(cx_.host(), K_, [&](int64_t k) {
       Head &h = heads_[static_cast<size_t>(k)];
       h.loss_sum = 0;

@@ -317,22 +317,16 @@ class Trainer {
  private:
   // Every head's inputs at positions pos[0..nb): the hidden state h at g, then the token input:
   // token=1, e(token g + 1) (the token h chose); token=2, head k reads e(token g + k) and
-  // e(token g + k + 1), the last two tokens of the path before the one it predicts; token=3,
-  // e(token g + k + 1), and heads after the first read the previous one's y in h's place, which
-  // features() fills (zeros past the document's end, where no label is either).
+  // e(token g + k + 1), the last two tokens of the path before the one it predicts (zeros past
+  // the document's end, where no label is either).
   void load_x(const int64_t *pos, size_t nb);
-
-  // Every head's z and y on the batch loaded, one after another for the feature chain (token=3:
-  // head k's input begins with head k - 1's y), else on the host's threads.
-  void features(size_t nb);
 
   // Whether the text at g follows the target's greedy path for head k: tokens g+1 .. g+k+1 were
   // each the target's top-1 at the position before.
   bool on_path(int64_t g, int64_t k) const;
 
-  // Head k on the batch: z = x W^T + b, y = h + silu(z) (h the first H values of x).
-  void feature(Head &h, size_t nb);
-  // Head k on the batch after feature(): logits = y U^T, then softmax in place;
+  // Head k on the batch: z = x W^T + b, y = h + silu(z) (h the first H values of x),
+  // logits = y U^T, then softmax in place;
   // with `grad`, replaced by d(loss)/d(logits) = (softmax - labels) * weight / total weight. Adds
   // the (unweighted) loss to h.loss_*.
   void forward(Head &h, int32_t k, const int64_t *pos, size_t nb, bool grad);

@@ -20,7 +20,7 @@ Trainer::Trainer(const Context &cx, const Options &o, const Data &data, const La
       u_(u),
       emb_(emb),
       H_(data.H),
-      D_(Heads::input_width(o.token) * data.H),
+      D_((1 + o.token) * data.H),
       V_(V),
       K_(o.heads),
       softmax_(cx.host()->kernels->softmax) {
@@ -78,7 +78,6 @@ double Trainer::epoch(int32_t e) {
            (1.0 + std::cos(std::numbers::pi * static_cast<double>(step_ - warm) /
                            static_cast<double>(std::max<int64_t>(1, total - warm))));
     ++step_;
-    features(nb);
     parallel(cx_.host(), K_, [&](int64_t k) {
       Head &h = heads_[static_cast<size_t>(k)];
       h.loss_sum = 0;
@@ -110,17 +109,14 @@ void Trainer::load_x(const int64_t *pos, size_t nb) {
     const int64_t end = data_.end[g];
     const uint16_t *src = data_.hidden.data() + g * H;
     const float *h0 = heads_[0].x.data() + r * D;  // h, converted once
-    const int32_t n_emb = Heads::input_width(o_.token) - 1;
     for (size_t k = 0; k < heads_.size(); ++k) {
       float *dst = heads_[k].x.data() + r * D;
       if (k == 0)
         for (size_t i = 0; i < H; ++i) dst[i] = f16_to_f32(src[i]);
-      else if (o_.token != 3)  // the chain's y_{k-1}: features()
+      else
         std::copy(h0, h0 + H, dst);
-      for (int32_t j = 0; j < n_emb; ++j) {
-        const int64_t t = o_.token == 1   ? g + 1
-                          : o_.token == 3 ? g + static_cast<int64_t>(k) + 1
-                                          : g + static_cast<int64_t>(k) + j;
+      for (int32_t j = 0; j < o_.token; ++j) {
+        const int64_t t = static_cast<int64_t>(o_.token == 1 ? g + 1 : g + k + j);
         float *e = dst + H * static_cast<size_t>(1 + j);
         if (t < end)
           emb_.row(data_.token[static_cast<size_t>(t)], e);
@@ -138,22 +134,8 @@ bool Trainer::on_path(int64_t g, int64_t k) const {
   return true;
 }
 
-void Trainer::features(size_t nb) {
-  if (o_.token != 3) {
-    parallel(cx_.host(), K_, [&](int64_t k) { feature(heads_[static_cast<size_t>(k)], nb); });
-    return;
-  }
-  const size_t H = static_cast<size_t>(H_), D = static_cast<size_t>(D_);
-  for (size_t k = 0; k < heads_.size(); ++k) {
-    if (k > 0)
-      for (size_t r = 0; r < nb; ++r)
-        std::copy_n(heads_[k - 1].y.data() + r * H, H, heads_[k].x.data() + r * D);
-    feature(heads_[k], nb);
-  }
-}
-
-void Trainer::feature(Head &h, size_t nb) {
-  const int H = H_, D = D_, B = static_cast<int>(nb);
+void Trainer::forward(Head &h, int32_t k, const int64_t *pos, size_t nb, bool grad) {
+  const int H = H_, D = D_, V = V_, B = static_cast<int>(nb);
   for (int r = 0; r < B; ++r)
     std::copy(h.b.p.begin(), h.b.p.end(), h.z.begin() + static_cast<ptrdiff_t>(r) * H);
   if (o_.rank == 0) {
@@ -169,10 +151,6 @@ void Trainer::feature(Head &h, size_t nb) {
   for (size_t r = 0; r < static_cast<size_t>(B); ++r)
     for (size_t i = 0; i < static_cast<size_t>(H); ++i)
       h.y[r * H + i] = h.x[r * D + i] + silu(h.z[r * H + i]);
-}
-
-void Trainer::forward(Head &h, int32_t k, const int64_t *pos, size_t nb, bool grad) {
-  const int H = H_, V = V_, B = static_cast<int>(nb);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, V, H, 1.0f, h.y.data(), H, u_.data(), H,
               0.0f, h.logits.data(), V);
   // Rows with a label, weighted: positions off the target's greedy path count `offpath`.
