@@ -32,7 +32,7 @@ namespace {
 
 constexpr char kMagic[8] = {'_', 'l', 'o', 'g', 'i', 't', 's', '_'};
 
-struct Options {
+struct PerplexityOptions {
   std::string target, file, kl_base;
   bool kl = false;
   int32_t ctx = 512, batch = 0, chunks = -1, threads = 0;
@@ -235,8 +235,9 @@ bool open_base(const std::string &path, BaseFile *b) {
 
 // The tokens to score into *tokens and the chunk length into *n_ctx: the base file's with
 // --kl-divergence (opened into *base), else the text's; false after printing why not.
-bool load_tokens(const Options &o, specinfer_target *target, const specinfer_model_info &info,
-                 BaseFile *base, std::vector<int32_t> *tokens, int32_t *n_ctx) {
+bool load_tokens(const PerplexityOptions &o, specinfer_target *target,
+                 const specinfer_model_info &info, BaseFile *base, std::vector<int32_t> *tokens,
+                 int32_t *n_ctx) {
   const int32_t vocab = info.vocab_size;
   *n_ctx = o.ctx;
   if (o.kl) {
@@ -299,7 +300,7 @@ struct Plan {
   bool save = false;  // writing a base file
 };
 
-Plan make_plan(const Options &o, int32_t vocab, int32_t n_ctx, size_t n_tokens) {
+Plan make_plan(const PerplexityOptions &o, int32_t vocab, int32_t n_ctx, size_t n_tokens) {
   Plan p;
   p.vocab = vocab;
   p.n_ctx = n_ctx;
@@ -314,7 +315,7 @@ Plan make_plan(const Options &o, int32_t vocab, int32_t n_ctx, size_t n_tokens) 
 }
 
 // Creates the base file o.kl_base and writes its header and tokens; false after printing why not.
-bool open_output(const Options &o, const Plan &p, const std::vector<int32_t> &tokens,
+bool open_output(const PerplexityOptions &o, const Plan &p, const std::vector<int32_t> &tokens,
                  std::ofstream *out) {
   out->open(o.kl_base, std::ios::binary | std::ios::trunc);
   if (!*out) {
@@ -375,9 +376,10 @@ void score_rows(const Plan &p, bool kl, const std::vector<int32_t> &chunk,
 }
 
 // Scores every chunk into *t; false after printing why not.
-bool score_chunks(const Options &o, specinfer_target *target, const specinfer_model_info &info,
-                  const Plan &p, const std::vector<int32_t> &tokens, BaseFile *base,
-                  std::ofstream *out, Totals *t) {
+bool score_chunks(const PerplexityOptions &o, specinfer_target *target,
+                  const specinfer_model_info &info, const Plan &p,
+                  const std::vector<int32_t> &tokens, BaseFile *base, std::ofstream *out,
+                  Totals *t) {
   std::vector<float> logits(size_t(p.rows) * size_t(p.vocab));
   std::vector<uint16_t> rows16(size_t(p.rows - 1) * size_t(p.width));
   std::vector<int32_t> chunk(static_cast<size_t>(p.n_ctx));
@@ -407,7 +409,7 @@ bool score_chunks(const Options &o, specinfer_target *target, const specinfer_mo
 }
 
 // The perplexity and, with kl, the comparison with the base run, in llama-perplexity's words.
-void print_results(const Options &o, const Plan &p, const Totals &t) {
+void print_results(const PerplexityOptions &o, const Plan &p, const Totals &t) {
   const MeanErr lp = mean_err(t.nll, t.nll2, t.count);
   const double ppl = std::exp(lp.mean);
   std::printf("scored %lld tokens in %d chunks of %d (ctx %d)\n", (long long)t.count, p.n_chunk,
@@ -440,7 +442,7 @@ void print_results(const Options &o, const Plan &p, const Totals &t) {
 }
 
 // Loads, cuts and scores the tokens with an open target; the exit code.
-int score(const Options &o, specinfer_target *target) {
+int score(const PerplexityOptions &o, specinfer_target *target) {
   specinfer_model_info info;
   specinfer_model_info_init(&info);
   specinfer_target_info(target, &info);
@@ -465,7 +467,7 @@ int score(const Options &o, specinfer_target *target) {
   return 0;
 }
 
-int run(const Options &o) {
+int run(const PerplexityOptions &o) {
   cli::RunOptions ro;
   ro.threads = o.threads;
   specinfer_registry *reg = cli::create_registry(ro, "specinfer perplexity");
@@ -495,7 +497,7 @@ int cmd_perplexity(int argc, char **argv) {
       "saved to FILE (llama-perplexity's format); with --kl-divergence too, the tokens of FILE "
       "are scored and compared with it: mean KL divergence and top-1 agreement.",
       "specinfer perplexity"};
-  Options o;
+  PerplexityOptions o;
   app.add_option("--target", o.target, "target, e.g. gguf:path=model.gguf")
       ->type_name(cli::kSpec)
       ->required();

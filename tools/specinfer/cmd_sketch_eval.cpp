@@ -28,21 +28,21 @@
 
 namespace {
 
-struct Config : SketchOptions {
+struct SyntheticConfig : SketchOptions {
   int64_t nnz = 20000;
   std::vector<double> overlaps = {0.01, 0.1, 0.5, 1.0};
   double outliers = 0.02;
   int64_t storage_lo = 200, storage_hi = 2000, storage_step = 200;
   int trials = 100;
   uint64_t data_seed = 9;
-  Config() {
+  SyntheticConfig() {
     methods = {"jl", "countsketch", "threshold", "priority"};
     png_prefix = "sketch-eval";
   }
 };
 
 // "LO:HI:STEP" with 2 <= LO <= HI <= 2^24 and STEP >= 1 into the config; false if it is not.
-bool parse_storage(const std::string &s, Config *cfg) {
+bool parse_storage(const std::string &s, SyntheticConfig *cfg) {
   const std::vector<std::string> parts = cli::split(s, ':');
   if (parts.size() != 3) return false;
   int64_t v[3];
@@ -67,7 +67,8 @@ struct Rng : specinfer::SplitMix64 {
   }
 };
 
-void make_pair(const Config &cfg, double overlap, std::vector<float> &a, std::vector<float> &b) {
+void make_pair(const SyntheticConfig &cfg, double overlap, std::vector<float> &a,
+               std::vector<float> &b) {
   Rng rng{cfg.data_seed};
   const size_t nnz = static_cast<size_t>(cfg.nnz), d = 5 * nnz;
   std::vector<float> va(nnz), vb(nnz);
@@ -97,17 +98,8 @@ void make_pair(const Config &cfg, double overlap, std::vector<float> &a, std::ve
   for (size_t k = 0; k < nnz; ++k) b[k < shared ? perm[k] : perm[nnz + k]] = vb[k];
 }
 
-int64_t size_for(const std::string &method, int64_t storage) {
-  if (method == "threshold" || method == "priority") return static_cast<int64_t>(storage / 1.5);
-  return storage;
-}
-
-struct Failure {
-  std::string message;
-};
-
 // One estimate of <a, b> with a fresh sketcher of `seed`.
-double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64_t seed,
+double one_trial(const std::string &method, const SyntheticConfig &cfg, int64_t m, uint64_t seed,
                  const std::vector<float> &ab, size_t d, double *samples) {
   std::string options;
   if (method == "jl") options = "dist=" + cfg.jl_dist;
@@ -115,7 +107,7 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
   char *err = nullptr;
   if (specinfer_sketcher_create(method.c_str(), static_cast<int64_t>(d), m, seed, options.c_str(),
                                 &s, &err) != SPECINFER_OK) {
-    Failure f{err ? err : "sketcher_create failed"};
+    SketchFailure f{err ? err : "sketcher_create failed"};
     specinfer_free(err);
     throw f;
   }
@@ -153,7 +145,7 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
   }
   specinfer_sketcher_destroy(s);
   if (rc != SPECINFER_OK) {
-    Failure f{std::string(specinfer_status_str(rc)) + ": " + (err ? err : "")};
+    SketchFailure f{std::string(specinfer_status_str(rc)) + ": " + (err ? err : "")};
     specinfer_free(err);
     throw f;
   }
@@ -161,6 +153,12 @@ double one_trial(const std::string &method, const Config &cfg, int64_t m, uint64
 }
 
 }  // namespace
+
+int64_t sketch_size_for(const std::string &method, int64_t storage) {
+  if (method == "threshold" || method == "priority")
+    return std::max<int64_t>(1, static_cast<int64_t>(storage / 1.5));
+  return storage;
+}
 
 void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts) {
   app.add_option("--methods", o->methods, "the sketchers to compare")
@@ -181,7 +179,7 @@ void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts) {
 namespace {
 
 // The synthetic experiment's options (with the sketch options shared with --model) into cfg.
-void define_options(cli::App &app, Config &cfg) {
+void define_options(cli::App &app, SyntheticConfig &cfg) {
   cli::add_number(app, "--nnz", cfg.nnz, "nonzeros per vector (the length is 5 N)", "N",
                   int64_t{10}, int64_t{10000000});
   cli::add_number(app, "--overlaps", cfg.overlaps, "shared fractions of the nonzeros", "LIST", 0.0,
@@ -210,7 +208,7 @@ void define_options(cli::App &app, Config &cfg) {
 
 // One overlap: the pair of vectors, every method's mean error at every storage (a table row per
 // storage) and its chart; false after printing why not.
-bool run_overlap(const Config &cfg, double overlap, const std::vector<int64_t> &storages) {
+bool run_overlap(const SyntheticConfig &cfg, double overlap, const std::vector<int64_t> &storages) {
   std::vector<float> a, b;
   make_pair(cfg, overlap, a, b);
   const size_t d = a.size();
@@ -245,11 +243,11 @@ bool run_overlap(const Config &cfg, double overlap, const std::vector<int64_t> &
       double err_sum = 0.0;
       try {
         for (int t = 0; t < cfg.trials; ++t) {
-          const double est = one_trial(method, cfg, size_for(method, storage),
+          const double est = one_trial(method, cfg, sketch_size_for(method, storage),
                                        static_cast<uint64_t>(t) + 1, ab, d, nullptr);
           err_sum += std::fabs(est - ip) / scale;
         }
-      } catch (const Failure &f) {
+      } catch (const SketchFailure &f) {
         std::fprintf(stderr, "\nsketch-eval: %s, storage %lld: %s\n", method.c_str(),
                      static_cast<long long>(storage), f.message.c_str());
         return false;
@@ -283,7 +281,7 @@ int cmd_sketch_eval(int argc, char **argv) {
       "Sketching\" (VLDB 2024): mean relative error |est - <a,b>| / (||a|| ||b||) "
       "against storage.",
       "specinfer sketch-eval"};
-  Config cfg;
+  SyntheticConfig cfg;
   define_options(app, cfg);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
 

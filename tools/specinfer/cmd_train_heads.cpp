@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Options {
+struct TrainHeadsOptions {
   std::string target, plugin = "medusa", out, options;
   std::vector<std::string> corpus;
   int32_t heads = 0, tokens = 0, epochs = 0, threads = 0;
@@ -205,7 +205,7 @@ void on_log(void *user, specinfer_log_level level, const char *message) {
   std::fflush(stderr);
 }
 
-void define_options(cli::App &app, Options &o) {
+void define_options(cli::App &app, TrainHeadsOptions &o) {
   app.add_option("--target", o.target, "target model, e.g. gguf:path=model.gguf")
       ->type_name(cli::kSpec)
       ->required();
@@ -235,7 +235,7 @@ void define_options(cli::App &app, Options &o) {
 }
 
 // The plugin's training config from the options (its defaults stand where nothing is given).
-std::string training_config(const Options &o) {
+std::string training_config(const TrainHeadsOptions &o) {
   std::vector<std::string> settings;
   if (o.heads > 0) settings.push_back("heads=" + std::to_string(o.heads));
   if (o.tokens > 0) settings.push_back("tokens=" + std::to_string(o.tokens));
@@ -249,8 +249,8 @@ std::string training_config(const Options &o) {
 }
 
 // Trains on `files` with the registry's target and writes o.out; the exit status.
-int train(specinfer_registry *reg, const Options &o, const std::vector<std::string> &files,
-          const std::string &config, ProgressBar &bar) {
+int train(specinfer_registry *reg, const TrainHeadsOptions &o,
+          const std::vector<std::string> &files, const std::string &config, ProgressBar &bar) {
   specinfer_target *target = nullptr;
   char *err = nullptr;
   int rc = 1;
@@ -293,7 +293,7 @@ int train(specinfer_registry *reg, const Options &o, const std::vector<std::stri
 }  // namespace
 
 int cmd_train_heads(int argc, char **argv) {
-  Options o;
+  TrainHeadsOptions o;
   cli::App app{
       "Trains Medusa heads for a target: self-distillation on a text corpus (the labels are the "
       "target's own predictions), written as a GGUF heads file for `--drafter "

@@ -45,7 +45,7 @@
 
 namespace {
 
-struct Config : SketchOptions {
+struct RealConfig : SketchOptions {
   std::string model, text_file;
   int64_t tokens = 1024, chunk = 256;
   std::string layers = "all";
@@ -54,17 +54,13 @@ struct Config : SketchOptions {
   int64_t queries = 16;
   int64_t min_pos = 64;
   uint64_t seed = 1;
-  Config() {
+  RealConfig() {
     methods = {"jl", "countsketch", "qjl", "threshold", "priority"};
     png_prefix = "sketch-eval-real";
   }
 };
 
 constexpr int kTopK = 8;
-
-struct Failure {
-  std::string message;
-};
 
 using cli::split;
 
@@ -169,20 +165,14 @@ struct Cell {
   }
 };
 
-int64_t size_for(const std::string &method, int64_t storage) {
-  if (method == "threshold" || method == "priority")
-    return std::max<int64_t>(1, static_cast<int64_t>(storage / 1.5));
-  return storage;
-}
-
-// One sketcher through the C ABI; throws Failure.
+// One sketcher through the C ABI; throws SketchFailure.
 struct Sketcher {
   specinfer_sketcher *s = nullptr;
   Sketcher(const std::string &kind, int64_t d, int64_t m, uint64_t seed, const std::string &opt) {
     char *err = nullptr;
     if (specinfer_sketcher_create(kind.c_str(), d, m, seed, opt.c_str(), &s, &err) !=
         SPECINFER_OK) {
-      Failure f{kind + ": " + (err ? err : "sketcher_create failed")};
+      SketchFailure f{kind + ": " + (err ? err : "sketcher_create failed")};
       specinfer_free(err);
       throw f;
     }
@@ -193,8 +183,8 @@ struct Sketcher {
 
   void check(specinfer_status rc, char *err, const char *what) const {
     if (rc == SPECINFER_OK) return;
-    Failure f{std::string(what) + ": " + specinfer_status_str(rc) +
-              (err ? std::string(": ") + err : "")};
+    SketchFailure f{std::string(what) + ": " + specinfer_status_str(rc) +
+                    (err ? std::string(": ") + err : "")};
     specinfer_free(err);
     throw f;
   }
@@ -236,7 +226,7 @@ std::vector<int32_t> top_indices(const double *x, int32_t n, int k) {
 }
 
 // Evaluates one (slot, kv head) unit into cells[budget][method].
-void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
+void eval_unit(const RealConfig &cfg, const Capture &cap, size_t slot, int32_t g,
                const std::vector<int64_t> &storages, std::vector<std::vector<Cell>> &cells) {
   const int32_t layer = cap.layers[slot], hd = cap.hd, N = cap.n_tok;
   const int32_t group = cap.n_head / cap.n_kv;
@@ -298,7 +288,7 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
         const uint64_t seed = mix(cfg.seed * 0x100000001b3ULL + uint64_t(layer) * 1000003ULL +
                                   uint64_t(g) * 7919ULL + uint64_t(t)) |
                               1;
-        Sketcher sk(method, hd, size_for(method, storages[bi]), seed, opt);
+        Sketcher sk(method, hd, sketch_size_for(method, storages[bi]), seed, opt);
         sk.rows(K, size_t(kmax) + 1, kstride, 0, kbuf, koff);
         sk.rows(qrows.data(), qs.size(), size_t(hd), SPECINFER_SKETCH_QUERY, qbuf, qoff);
         c.key_bytes += double(koff[size_t(kmax) + 1]);
@@ -332,7 +322,7 @@ void eval_unit(const Config &cfg, const Capture &cap, size_t slot, int32_t g,
 }
 
 // The options of the --model mode, into *cfg.
-void define_options(CLI::App &app, Config *cfg) {
+void define_options(CLI::App &app, RealConfig *cfg) {
   app.add_option("--model", cfg->model, "GGUF model whose attention queries and keys are used")
       ->type_name("PATH")
       ->required();
@@ -392,7 +382,7 @@ struct OpenModel {
 };
 
 // Opens cfg.model through the gguf plugin into *m; false after printing why not.
-bool open_model(const Config &cfg, OpenModel *m) {
+bool open_model(const RealConfig &cfg, OpenModel *m) {
   char *err = nullptr;
   m->reg = cli::create_registry(cli::RunOptions{}, "sketch-eval");
   if (!m->reg) return false;
@@ -415,7 +405,7 @@ bool open_model(const Config &cfg, OpenModel *m) {
 }
 
 // The first cfg.tokens tokens of text into *ids; false after printing why not.
-bool tokenize_text(const Config &cfg, specinfer_target *target, const std::string &text,
+bool tokenize_text(const RealConfig &cfg, specinfer_target *target, const std::string &text,
                    std::vector<int32_t> *ids) {
   // Tokenize a prefix that surely holds enough tokens (a token has at least one byte).
   size_t cut = std::min(text.size(), static_cast<size_t>(cfg.tokens) * 16 + 64);
@@ -440,7 +430,7 @@ bool tokenize_text(const Config &cfg, specinfer_target *target, const std::strin
 
 struct ObserverCtx {
   Capture *cap;
-  const Config *cfg;
+  const RealConfig *cfg;
 };
 
 // The qk observer: the first layer seen sets the shapes and the selection; every layer copies its
@@ -489,7 +479,7 @@ void observe_qk(void *p, const specinfer_qk_view *v) {
 
 // Runs the model over ids in chunks of cfg.chunk, capturing the selected layers' queries and keys
 // into *cap. Returns 0, or the exit code after printing why not.
-int capture_vectors(const Config &cfg, const OpenModel &m, const std::vector<int32_t> &ids,
+int capture_vectors(const RealConfig &cfg, const OpenModel &m, const std::vector<int32_t> &ids,
                     Capture *cap, Clock::time_point t0) {
   const int32_t N = static_cast<int32_t>(ids.size());
   cap->n_tok = N;
@@ -529,13 +519,13 @@ int capture_vectors(const Config &cfg, const OpenModel &m, const std::vector<int
 
 // The storage budgets: --storage, or head_dim / 16 ... / 1. Returns 0, or 2 after printing that
 // one is too large.
-int choose_storages(const Config &cfg, const Capture &cap, std::vector<int64_t> *storages) {
+int choose_storages(const RealConfig &cfg, const Capture &cap, std::vector<int64_t> *storages) {
   *storages = cfg.storage;
   if (storages->empty())
     for (int div : {16, 8, 4, 2, 1}) storages->push_back(std::max<int64_t>(2, cap.hd / div));
   for (int64_t s : *storages)
     for (const std::string &m : cfg.methods)
-      if (size_for(m, s) > (int64_t{1} << 24)) {
+      if (sketch_size_for(m, s) > (int64_t{1} << 24)) {
         std::fprintf(stderr, "sketch-eval: storage %lld is too large\n", static_cast<long long>(s));
         return 2;
       }
@@ -550,7 +540,7 @@ struct Results {
 
 // Evaluates every (layer, kv head) unit in parallel into *res; results per unit, summed in order
 // (deterministic). Returns 0, or 1 after printing the first failure.
-int sketch_all(const Config &cfg, const Capture &cap, const std::vector<int64_t> &storages,
+int sketch_all(const RealConfig &cfg, const Capture &cap, const std::vector<int64_t> &storages,
                Results *res, Clock::time_point t0) {
   const size_t n_units = cap.layers.size() * size_t(cap.n_kv);
   const size_t nb = storages.size(), nm = cfg.methods.size();
@@ -566,7 +556,7 @@ int sketch_all(const Config &cfg, const Capture &cap, const std::vector<int64_t>
     try {
       eval_unit(cfg, cap, u / size_t(cap.n_kv), int32_t(u % size_t(cap.n_kv)), storages,
                 unit_cells[u]);
-    } catch (const Failure &f) {
+    } catch (const SketchFailure &f) {
       std::lock_guard<std::mutex> lock(mu);
       if (failure.empty()) failure = f.message;
     }
@@ -594,7 +584,7 @@ int sketch_all(const Config &cfg, const Capture &cap, const std::vector<int64_t>
 }
 
 // The tables on stdout.
-void print_tables(const Config &cfg, const Capture &cap, const std::string &model_name,
+void print_tables(const RealConfig &cfg, const Capture &cap, const std::string &model_name,
                   const std::vector<int64_t> &storages, const Results &res) {
   const size_t nb = storages.size(), nm = cfg.methods.size();
   std::string layer_desc =
@@ -658,7 +648,7 @@ void print_tables(const Config &cfg, const Capture &cap, const std::string &mode
 
 // The error and top-8 recall charts, PREFIX-error.png and PREFIX-top8.png. Returns 0, or 1 after
 // printing why one could not be written.
-int write_charts(const Config &cfg, const Capture &cap, const std::vector<int64_t> &storages,
+int write_charts(const RealConfig &cfg, const Capture &cap, const std::vector<int64_t> &storages,
                  const Results &res) {
   const size_t nb = storages.size(), nm = cfg.methods.size();
   std::string model_stem = cfg.model.substr(cfg.model.find_last_of('/') + 1);  // npos + 1 = 0
@@ -695,7 +685,7 @@ int write_charts(const Config &cfg, const Capture &cap, const std::vector<int64_
   return 0;
 }
 
-int run(const Config &cfg) {
+int run(const RealConfig &cfg) {
   const Clock::time_point t0 = Clock::now();
   std::string text, error;
   if (!read_text(cfg.text_file, &text, &error)) {
@@ -732,14 +722,14 @@ bool sketch_eval_real_requested(int argc, char **argv) {
 
 std::string sketch_eval_real_help() {
   cli::App app{kRealAbout, kRealName};
-  Config cfg;
+  RealConfig cfg;
   define_options(app, &cfg);
   return app.help();
 }
 
 int sketch_eval_real(int argc, char **argv) {
   cli::App app{kRealAbout, kRealName};
-  Config cfg;
+  RealConfig cfg;
   define_options(app, &cfg);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   return run(cfg);

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@ struct SketchOptions {
   bool no_png = false;
 };
 void add_sketch_options(CLI::App &app, SketchOptions *o, const char *charts);
+
+// The sketch size (m) that `storage` bytes of a sketch hold for `method`: threshold and priority
+// sampling store an index beside each value, the others m values.
+int64_t sketch_size_for(const std::string &method, int64_t storage);
+// What a trial throws when the library refuses a sketcher call; the mode reports it and goes on.
+struct SketchFailure {
+  std::string message;
+};
 
 // True if the command line (argv[0] is "sketch-eval") asks for the --model mode.
 bool sketch_eval_real_requested(int argc, char **argv);
