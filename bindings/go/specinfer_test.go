@@ -60,6 +60,26 @@ func generate(t *testing.T, tg *Target, d *DrafterHandle, c *Coupler, max int) (
 	return text, must(s.Stats())
 }
 
+// plainAndSpec is plain and speculative decoding of the same text.
+type plainAndSpec struct {
+	plain, spec       string
+	plainStats, stats Stats
+}
+
+// runPlainAndSpec generates max tokens after the prompt on a 6-gram kgram target, plain and then
+// with drafter name (opened with config) and coupler c (nil: greedy).
+func runPlainAndSpec(t *testing.T, r *Registry, name, config string, c *Coupler, max int) plainAndSpec {
+	t.Helper()
+	tg := kgram(t, r, 6)
+	defer tg.Close()
+	var run plainAndSpec
+	run.plain, run.plainStats = generate(t, tg, nil, nil, max)
+	d := must(r.OpenDrafter(name, config, tg))
+	defer d.Close()
+	run.spec, run.stats = generate(t, tg, d, c, max)
+	return run
+}
+
 // lookup is a prompt-lookup drafter written in Go: it finds the latest earlier occurrence of
 // the context's last n tokens and proposes what followed.
 type lookup struct {
@@ -98,17 +118,13 @@ func equal(a, b []int32) bool {
 func TestNgramDrafterGivesPlainGreedyText(t *testing.T) {
 	r := must(NewRegistry(2))
 	defer r.Close()
-	tg := kgram(t, r, 6)
-	defer tg.Close()
-	plain, st0 := generate(t, tg, nil, nil, 300)
-	d := must(r.OpenDrafter("ngram", "n_max=4", tg))
-	defer d.Close()
 	c := must(NewCoupler("greedy"))
 	defer c.Close()
-	spec, st := generate(t, tg, d, c, 300)
-	if spec != plain || plain == "" {
-		t.Fatalf("speculative text differs:\n%q\n%q", spec, plain)
+	run := runPlainAndSpec(t, r, "ngram", "n_max=4", c, 300)
+	if run.spec != run.plain || run.plain == "" {
+		t.Fatalf("speculative text differs:\n%q\n%q", run.spec, run.plain)
 	}
+	st, st0 := run.stats, run.plainStats
 	if st.NAccepted == 0 || st.NTargetPasses >= st0.NTargetPasses || st.NGenerated != 300 {
 		t.Fatalf("stats %+v vs %+v", st, st0)
 	}
@@ -140,23 +156,20 @@ func TestGoDrafterGivesPlainGreedyText(t *testing.T) {
 	if !found {
 		t.Fatalf("lookup-go not listed right: %+v", plugins)
 	}
-	tg := kgram(t, r, 6)
-	defer tg.Close()
-	plain, _ := generate(t, tg, nil, nil, 300)
 	for _, spec := range []string{"greedy", "gumbel"} {
 		c := must(NewCoupler(spec))
-		d := must(r.OpenDrafter("lookup-go", "", tg))
 		b0 := begins
-		text, st := generate(t, tg, d, c, 300)
-		if text != plain {
-			t.Fatalf("%s: Go drafter text differs:\n%q\n%q", spec, text, plain)
+		run := runPlainAndSpec(t, r, "lookup-go", "", c, 300)
+		if run.spec != run.plain {
+			t.Fatalf("%s: Go drafter text differs:\n%q\n%q", spec, run.spec, run.plain)
 		}
-		if st.NAccepted == 0 || begins != b0+1 || commits == 0 {
-			t.Fatalf("%s: stats %+v, begins %d, commits %d", spec, st, begins, commits)
+		if run.stats.NAccepted == 0 || begins != b0+1 || commits == 0 {
+			t.Fatalf("%s: stats %+v, begins %d, commits %d", spec, run.stats, begins, commits)
 		}
-		noErr(t, d.Close())
 		noErr(t, c.Close())
 	}
+	tg := kgram(t, r, 6)
+	defer tg.Close()
 	_, err = r.OpenDrafter("lookup-go", "x=1", tg)
 	var e *Error
 	if !errors.As(err, &e) || e.Code != ConfigError || !strings.Contains(e.Message, "lookup-go takes no config, got 'x=1'") {
@@ -230,14 +243,9 @@ func TestGoDrafterSeesNoHiddenStateAndThePassCostsWithKgram(t *testing.T) {
 	noErr(t, r.RegisterDrafter("probe-go", "", func(string, ModelInfo) (Drafter, error) {
 		return &probe{lookup: lookup{nMax: 3, begins: &b, commits: &c}, seen: &seen}, nil
 	}))
-	tg := kgram(t, r, 6)
-	defer tg.Close()
-	plain, _ := generate(t, tg, nil, nil, 200)
-	d := must(r.OpenDrafter("probe-go", "", tg))
-	defer d.Close()
-	spec, st := generate(t, tg, d, nil, 200)
-	if spec != plain || st.NDrafted == 0 {
-		t.Fatalf("%+v:\n%q\n%q", st, spec, plain)
+	run := runPlainAndSpec(t, r, "probe-go", "", nil, 200)
+	if run.spec != run.plain || run.stats.NDrafted == 0 {
+		t.Fatalf("%+v:\n%q\n%q", run.stats, run.spec, run.plain)
 	}
 	// kgram has no hidden state (hidden_size 0).
 	checkSeen(t, seen, 0, false)
@@ -272,13 +280,9 @@ func TestGoDrafterReportsTheAcceptedLengthItExpects(t *testing.T) {
 		made = &expecting{lookup: lookup{nMax: 3, begins: &begins, commits: &commits}}
 		return made, nil
 	}))
-	tg := kgram(t, r, 6)
-	defer tg.Close()
-	plain, _ := generate(t, tg, nil, nil, 200)
-	d := must(r.OpenDrafter("expecting-go", "", tg))
-	defer d.Close()
-	spec, st := generate(t, tg, d, nil, 200)
-	if spec != plain || made.rounds == 0 || st.NEstimatedRounds != int64(made.rounds) ||
+	run := runPlainAndSpec(t, r, "expecting-go", "", nil, 200)
+	st := run.stats
+	if run.spec != run.plain || made.rounds == 0 || st.NEstimatedRounds != int64(made.rounds) ||
 		math.Abs(st.ExpectedAccepted-made.said) > 1e-9 ||
 		!(st.EstimatedRoundsAccepted > 0 && st.EstimatedRoundsAccepted <= float64(st.NAccepted)) {
 		t.Fatalf("rounds %d said %g: %+v", made.rounds, made.said, st)

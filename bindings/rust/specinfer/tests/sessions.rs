@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{corpus, generate, kgram, Lookup, Probe, PROMPT};
+use common::{corpus, generate, kgram, plain_and_spec, Lookup, PlainAndSpec, Probe, PROMPT};
 use specinfer::plugin::{Draft, DraftRequest, Drafter};
 use specinfer::{Code, Coupler, Error, ModelInfo, Registry, Session, SessionParams, Sketcher};
 
@@ -16,13 +16,11 @@ fn registry() -> Registry {
 #[test]
 fn ngram_drafter_gives_the_plain_greedy_text() {
     let reg = registry();
-    let mut target = kgram(&reg, 6);
-    let (plain, st0) = generate(&mut target, None, None, 300);
+    let coupler = Coupler::new("greedy").unwrap();
+    let PlainAndSpec { plain, plain_stats: st0, spec, stats: st } =
+        plain_and_spec(&reg, "ngram", "n_max=4", Some(&coupler), 300);
     assert_eq!(st0.n_drafted, 0);
     assert_eq!(st0.n_generated, 300);
-    let mut drafter = reg.open_drafter("ngram", "n_max=4", &target).unwrap();
-    let coupler = Coupler::new("greedy").unwrap();
-    let (spec, st) = generate(&mut target, Some(&mut drafter), Some(&coupler), 300);
     assert_eq!(spec, plain);
     assert!(!plain.is_empty());
     assert!(st.n_accepted > 0, "{st:?}");
@@ -45,18 +43,16 @@ fn rust_drafter_gives_the_plain_greedy_text() {
     let info = reg.plugins().unwrap().into_iter().find(|p| p.name == "lookup-rs").unwrap();
     assert!(info.has_drafter && !info.has_target && info.path.is_empty());
 
-    let mut target = kgram(&reg, 6);
-    let (plain, _) = generate(&mut target, None, None, 300);
     for coupler in ["greedy", "gumbel"] {
         let coupler = Coupler::new(coupler).unwrap();
-        let mut drafter = reg.open_drafter("lookup-rs", "", &target).unwrap();
         let before = begins.load(Ordering::SeqCst);
-        let (spec, st) = generate(&mut target, Some(&mut drafter), Some(&coupler), 300);
-        assert_eq!(spec, plain, "coupler {}", coupler.name());
-        assert!(st.n_accepted > 0, "{st:?}");
+        let run = plain_and_spec(&reg, "lookup-rs", "", Some(&coupler), 300);
+        assert_eq!(run.spec, run.plain, "coupler {}", coupler.name());
+        assert!(run.stats.n_accepted > 0, "{:?}", run.stats);
         assert_eq!(begins.load(Ordering::SeqCst), before + 1);
     }
     // The factory's refusal reaches the caller with its code and message.
+    let target = kgram(&reg, 6);
     let e = reg.open_drafter("lookup-rs", "x=1", &target).err().unwrap();
     assert_eq!(e.code(), Code::Config);
     assert!(e.message().contains("lookup-rs takes no config, got 'x=1'"), "{e}");
@@ -77,10 +73,7 @@ fn rust_drafter_sees_no_hidden_state_and_the_pass_costs_with_kgram() {
             as Box<dyn Drafter>)
     })
     .unwrap();
-    let mut target = kgram(&reg, 6);
-    let (plain, _) = generate(&mut target, None, None, 200);
-    let mut drafter = reg.open_drafter("probe-rs", "", &target).unwrap();
-    let (spec, st) = generate(&mut target, Some(&mut drafter), None, 200);
+    let PlainAndSpec { plain, spec, stats: st, .. } = plain_and_spec(&reg, "probe-rs", "", None, 200);
     assert_eq!(spec, plain);
     let seen = seen.lock().unwrap();
     assert!(!seen.is_empty() && st.n_drafted > 0);
@@ -170,10 +163,7 @@ fn rust_drafter_reports_the_accepted_length_it_expects() {
         Ok(Box::new(Expecting { lookup, said: s2.clone() }) as Box<dyn Drafter>)
     })
     .unwrap();
-    let mut target = kgram(&reg, 6);
-    let (plain, _) = generate(&mut target, None, None, 200);
-    let mut d = reg.open_drafter("expecting-rs", "", &target).unwrap();
-    let (spec, st) = generate(&mut target, Some(&mut d), None, 200);
+    let PlainAndSpec { plain, spec, stats: st, .. } = plain_and_spec(&reg, "expecting-rs", "", None, 200);
     assert_eq!(spec, plain);
     let (sum, rounds) = *said.lock().unwrap();
     assert!(rounds > 0 && st.n_estimated_rounds == rounds, "{rounds}: {st:?}");
@@ -190,6 +180,7 @@ fn rust_drafter_reports_the_accepted_length_it_expects() {
         }
     }
     reg.register_drafter("greedy-rs", "", |_: &str, _: &ModelInfo| Ok(Box::new(Greedy) as Box<dyn Drafter>)).unwrap();
+    let mut target = kgram(&reg, 6);
     let mut d = reg.open_drafter("greedy-rs", "", &target).unwrap();
     let mut s = Session::new(&mut target, Some(&mut d), None, &SessionParams::default()).unwrap();
     s.feed_text(PROMPT).unwrap();

@@ -76,6 +76,24 @@ pub fn generate(
     (text, s.stats().unwrap())
 }
 
+/// Plain and speculative decoding of the same text (`plain_and_spec`).
+pub struct PlainAndSpec {
+    pub plain: String,
+    pub plain_stats: specinfer::Stats,
+    pub spec: String,
+    pub stats: specinfer::Stats,
+}
+
+/// `max` tokens after PROMPT on a 6-gram kgram target, plain and then with drafter `name` (opened
+/// with `config`) and `coupler` (None: greedy).
+pub fn plain_and_spec(reg: &Registry, name: &str, config: &str, coupler: Option<&Coupler>, max: i32) -> PlainAndSpec {
+    let mut target = kgram(reg, 6);
+    let (plain, plain_stats) = generate(&mut target, None, None, max);
+    let mut drafter = reg.open_drafter(name, config, &target).expect("open the drafter");
+    let (spec, stats) = generate(&mut target, Some(&mut drafter), coupler, max);
+    PlainAndSpec { plain, plain_stats, spec, stats }
+}
+
 /// Compiles bindings/testdata/train_probe.c (a drafter plugin whose training only reports
 /// progress and writes down its parameters) once per test binary and returns the plugin's path;
 /// None, saying why, when there is no C compiler.
