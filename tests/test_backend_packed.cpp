@@ -27,6 +27,7 @@ void q6k_x16_rows_avx512_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1)
 void q6k_x16_rows_avx512_split_emulated(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept;
 void q4k_r16_rows_avx512_emulated(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcept;
 void q32_r16_rows_avx512_emulated(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept;
+void q6k_r16_rows_avx512_emulated(const PackedArgsQ6R16 &a, int64_t r0, int64_t r1) noexcept;
 }  // namespace specinfer
 #endif
 
@@ -59,6 +60,7 @@ std::vector<Variant> simd_variants() {
     k.q6k_x16 = q6k_x16_rows_avx512_emulated;
     k.q4k_r16 = q4k_r16_rows_avx512_emulated;
     k.q32_r16 = q32_r16_rows_avx512_emulated;
+    k.q6k_r16 = q6k_r16_rows_avx512_emulated;
     k.simd_prep = true;
     v.push_back({"avx512 (emulated)", k});
     k.q6k_x16 = q6k_x16_rows_avx512_split_emulated;
@@ -233,6 +235,18 @@ void test_repack_is_lossless(void **) {
     }
   assert_memory_equal(back16.data(), w16.data(), w16.size());
   assert_memory_not_equal(tiles.data(), w16.data(), w16.size());
+  // q6k_r16: the same, with the padding after each tile's d left zero.
+  const size_t rb6 = wtype_row_size(SPECINFER_WTYPE_Q6_K, 512);
+  const std::vector<uint8_t> w616 = q6k_weights(32, 512, rng, false);
+  std::vector<uint8_t> tiles6(4 * kQ6R16Tile, 0xAB), back616(w616.size());
+  for (int64_t g = 0; g < 2; ++g)
+    for (int64_t i = 0; i < 2; ++i) {
+      uint8_t *tile = tiles6.data() + static_cast<size_t>(2 * g + i) * kQ6R16Tile;
+      pack_tile_q6k_r16(w616.data() + static_cast<size_t>(16 * g) * rb6, rb6, i, tile);
+      unpack_tile_q6k_r16(tile, back616.data() + static_cast<size_t>(16 * g) * rb6, rb6, i);
+      for (size_t b = kQ6R16D + 32; b < kQ6R16Tile; ++b) assert_int_equal(tile[b], 0);
+    }
+  assert_memory_equal(back616.data(), w616.data(), w616.size());
   // q32_r16: tiles of sixteen rows of 32-value blocks (two row groups, three blocks).
   for (int32_t wtype : {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0}) {
     const size_t rb32 = wtype_row_size(wtype, 96), tb = q32_r16_tile_bytes(wtype);
@@ -277,11 +291,12 @@ void test_packed_matches_reference(void **) {
     Isa pack_isa;  // whose layout
   };
   // 8960 columns: a token tile's activations then exceed L1. 39 rows: the row-pair kernels' nine
-  // groups of four rows, a pair and a single row; 48: three q4k_r16 groups.
+  // groups of four rows, a pair and a single row; 48: three groups of the sixteen-row layouts.
   const Case cases[] = {
       {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_x8, {256, 1536, 8960}, 39, Isa::avx2},
       {SPECINFER_WTYPE_Q4_K, PackLayout::q4k_r16, {256, 1536, 8960}, 48, Isa::avx512},
       {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_x16, {256, 1536, 8960}, 39, Isa::avx512},
+      {SPECINFER_WTYPE_Q6_K, PackLayout::q6k_r16, {256, 1536, 8960}, 48, Isa::avx512},
       {SPECINFER_WTYPE_Q4_0, PackLayout::q40_x4, {128, 896}, 39, Isa::avx512},
       {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
       {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
@@ -322,7 +337,7 @@ void test_packed_batch_invariance(void **) {
     for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0,
                           SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
       for (Isa pack_isa :
-           {Isa::avx2, Isa::avx512}) {  // Q4_K: q4k_x8 and q4k_r16; Q8_0: plain and q32_r16
+           {Isa::avx2, Isa::avx512}) {  // Q4_K, Q6_K: x8/x16 and r16; Q8_0: plain and q32_r16
         if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;
         const std::vector<uint8_t> w = weights(wtype, n_rows, n_cols, rng, false);
         auto pw = pack_weight_for(pack_isa, wtype, w.data(), n_rows, n_cols);

@@ -110,7 +110,7 @@ specinfer_status k_quantize_row(int32_t wtype, const float *src, void *dst, int6
 size_t k_packed_bytes(const specinfer_packed_weight *pw) {
   if (pw == nullptr) return 0;
   const auto &p = *reinterpret_cast<const PackedWeight *>(pw);
-  return p.owned ? p.row_bytes * size_t(p.rows) : 0;
+  return p.owned ? p.packed_bytes : 0;
 }
 
 specinfer_status k_kv_store(int32_t wtype, const float *src, void *dst, int64_t n) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -27,7 +28,8 @@ PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) n
   if (wtype == SPECINFER_WTYPE_Q4_K)
     return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q4k_r16 : PackLayout::q4k_x8;
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
-  if (wtype == SPECINFER_WTYPE_Q6_K) return PackLayout::q6k_x16;
+  if (wtype == SPECINFER_WTYPE_Q6_K)
+    return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q6k_r16 : PackLayout::q6k_x16;
   // Q4_0 with other column counts, Q5_0 and Q8_0. (For Q4_0 the sixteen-row kernel is also faster
   // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafts no faster with it.)
   // With AVX2 Q4_0 and Q5_0 only (see the layout).
@@ -117,13 +119,10 @@ int q6k_x16_get(const uint8_t *blk, int g, int k, int j) {
   return ((blk[nb] >> ns) & 15) | (((blk[hb] >> hs) & 3) << 4);
 }
 
-}  // namespace
-
-void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
-  // All 256 values first (the file's order: per half n, ql[l] and ql[l + 32] give values l, l + 32
-  // in their low nibbles and l + 64, l + 96 in their high ones, qh[l] the high bit pairs of all
-  // four), then the packed bytes (this runs for every Q6_K block at model load).
-  uint8_t q[256];
+// The 256 values (0..63) of a Q6_K block, in column order. The file's order: per half n, ql[l]
+// and ql[l + 32] give values l, l + 32 in their low nibbles and l + 64, l + 96 in their high ones,
+// qh[l] the high bit pairs of all four. (This runs for every Q6_K block at model load.)
+void q6k_file_values(const uint8_t *src, uint8_t *q) noexcept {
   for (int n = 0; n < 2; ++n) {
     const uint8_t *ql = src + 64 * n, *qh = src + 128 + 32 * n;
     uint8_t *v = q + 128 * n;
@@ -135,6 +134,13 @@ void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
       v[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4));
     }
   }
+}
+
+}  // namespace
+
+void pack_block_q6k_x16(const uint8_t *src, uint8_t *dst) noexcept {
+  uint8_t q[256];
+  q6k_file_values(src, q);
   for (int g = 0; g < 16; ++g)
     for (int j = 0; j < 2; ++j) {
       const uint8_t *v = q + 16 * g + j;  // v[2k] = value 2k + j of group g
@@ -350,6 +356,47 @@ void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept {
   }
 }
 
+static_assert(kQ6R16D + 32 <= kQ6R16Tile && kQ6R16Tile % 64 == 0 &&
+                  kQ6R16Tile - 64 < 16 * sizeof(BlockQ6_K),
+              "a q6k_r16 tile holds sixteen super-blocks, padded to a whole cache line");
+
+int q6k_r16_value(const uint8_t *tile, int l, int c) noexcept {
+  const int g = c / 16, k = (c % 16) / 4;  // value register k (0..3) of group g
+  const int low = (tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15;
+  const int high = (tile[kQ6R16High + 64 * g + 4 * l + c % 4] >> (2 * k)) & 3;
+  return low | high << 4;
+}
+
+void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
+                       uint8_t *tile) noexcept {
+  std::memset(tile, 0, kQ6R16Tile);
+  for (int l = 0; l < 16; ++l) {
+    const uint8_t *blk =
+        src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    uint8_t q[256];
+    q6k_file_values(blk, q);
+    for (int c = 0; c < 256; ++c) {
+      const int g = c / 16, k = (c % 16) / 4;
+      tile[r16_nibble_byte(l, c)] |= static_cast<uint8_t>((q[c] & 15) << (4 * ((c / 4) % 2)));
+      tile[kQ6R16High + 64 * g + 4 * l + c % 4] |= static_cast<uint8_t>((q[c] >> 4) << (2 * k));
+    }
+    for (int g = 0; g < 16; ++g) tile[kQ6R16Scales + 16 * g + l] = blk[192 + g];
+    std::memcpy(tile + kQ6R16D + 2 * l, blk + 208, 2);
+  }
+}
+
+void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept {
+  for (int l = 0; l < 16; ++l) {
+    uint8_t *blk =
+        dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    std::memset(blk, 0, 192);
+    for (int c = 0; c < 256; ++c) q6k_file_set(blk, c, q6k_r16_value(tile, l, c));
+    for (int g = 0; g < 16; ++g) blk[192 + g] = tile[kQ6R16Scales + 16 * g + l];
+    std::memcpy(blk + 208, tile + kQ6R16D + 2 * l, 2);
+  }
+}
+
 namespace {
 
 // Value j (0..31) of a file block of wtype, unsigned as q32_r16 stores it.
@@ -499,7 +546,10 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
     pw->data = static_cast<const uint8_t *>(w);
     return pw;
   }
-  const size_t bytes = pw->row_bytes * static_cast<size_t>(n_rows);
+  // q6k_r16 tiles are padded (see the layout); every other layout keeps the file's size.
+  const size_t bytes = pw->layout == PackLayout::q6k_r16
+                           ? static_cast<size_t>(n_rows / 16 * (n_cols / kQKK)) * kQ6R16Tile
+                           : pw->row_bytes * static_cast<size_t>(n_rows);
   auto *mem = fault_injected(FAULT_ALLOC)
                   ? nullptr
                   : static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
@@ -507,6 +557,7 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
     fail(SPECINFER_ERR_OUT_OF_MEMORY, "pack_weight: cannot allocate %zu bytes", bytes);
   pw->owned.reset(mem);
   pw->data = mem;
+  pw->packed_bytes = bytes;
   const auto *src = static_cast<const uint8_t *>(w);
   if (pw->layout == PackLayout::q32_r16) {
     const int64_t nb = n_cols / 32, n_tiles = n_rows / 16 * nb;
@@ -519,14 +570,17 @@ std::unique_ptr<PackedWeight> pack_weight_for(Isa isa, int32_t wtype, const void
         });
     return pw;
   }
-  if (pw->layout == PackLayout::q4k_r16) {
+  if (pw->layout == PackLayout::q4k_r16 || pw->layout == PackLayout::q6k_r16) {
+    const bool q6 = pw->layout == PackLayout::q6k_r16;
+    const size_t tb = q6 ? kQ6R16Tile : kR16Tile;
+    const auto pack_tile = q6 ? pack_tile_q6k_r16 : pack_tile_q4k_r16;
     const int64_t nb = n_cols / kQKK, n_tiles = n_rows / 16 * nb;
-    tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, n_tiles, 64), [&](const tbb::blocked_range<int64_t> &r) {
-          for (int64_t k = r.begin(); k < r.end(); ++k)
-            pack_tile_q4k_r16(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes, pw->row_bytes,
-                              k % nb, mem + static_cast<size_t>(k) * kR16Tile);
-        });
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tiles, 64),
+                      [&](const tbb::blocked_range<int64_t> &r) {
+                        for (int64_t k = r.begin(); k < r.end(); ++k)
+                          pack_tile(src + static_cast<size_t>(k / nb) * 16 * pw->row_bytes,
+                                    pw->row_bytes, k % nb, mem + static_cast<size_t>(k) * tb);
+                      });
     return pw;
   }
   // Every layout keeps the size: q4k_x8 one 144-byte super-block for one, q6k_x16 210 bytes for
@@ -610,6 +664,26 @@ void q4k_r16_rows_scalar(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcep
   });
 }
 
+void q6k_r16_rows_scalar(const PackedArgsQ6R16 &a, int64_t r0, int64_t r1) noexcept {
+  r16_rows_scalar(a, kQ6R16Tile, r0, r1,
+                  [](const uint8_t *tile, int l, const ActQ8K &x, float acc) {
+                    uint16_t dh;
+                    std::memcpy(&dh, tile + kQ6R16D + 2 * l, 2);
+                    // As the AVX-512 kernel: each group's exact sum (the values' offset of 32 taken
+                    // off as 32 times the activations' group sum) times its scale, added in float
+                    // (each product exact); then scaled * d * xd added.
+                    float scaled = 0.0f;
+                    for (int g = 0; g < 16; ++g) {
+                      int32_t sum = -32 * x.bsums[g];
+                      for (int c = 16 * g; c < 16 * g + 16; ++c)
+                        sum += q6k_r16_value(tile, l, c) * x.qs[c];
+                      const auto sc = static_cast<int8_t>(tile[kQ6R16Scales + 16 * g + l]);
+                      scaled = std::fma(static_cast<float>(sum), static_cast<float>(sc), scaled);
+                    }
+                    return std::fma(scaled * fp16_to_fp32(dh), x.d, acc);
+                  });
+}
+
 void q6k_x16_rows_scalar(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t *row = a.w + static_cast<size_t>(r) * a.row_bytes;
@@ -682,6 +756,7 @@ PackedKernels packed_kernels(Isa isa) noexcept {
     k.q32_r16 = q32_r16_rows_avx512;
     k.q40_x4 = q40_x4_rows_avx512;
     k.q6k_x16 = avx512_split() ? q6k_x16_rows_avx512_split : q6k_x16_rows_avx512;
+    k.q6k_r16 = q6k_r16_rows_avx512;
     k.simd_prep = true;
   } else if (isa == Isa::avx2) {
     k.q4k_x8 = q4k_x8_rows_avx2;
@@ -689,6 +764,7 @@ PackedKernels packed_kernels(Isa isa) noexcept {
     k.q32_r16 = q32_r16_rows_avx2;
     k.q40_x4 = q40_x4_rows_avx2;
     k.q6k_x16 = q6k_x16_rows_avx2;
+    k.q6k_r16 = q6k_r16_rows_scalar;
     k.simd_prep = true;
   } else {
     k.q4k_x8 = q4k_x8_rows_scalar;
@@ -696,6 +772,7 @@ PackedKernels packed_kernels(Isa isa) noexcept {
     k.q32_r16 = q32_r16_rows_scalar;
     k.q40_x4 = q40_x4_rows_scalar;
     k.q6k_x16 = q6k_x16_rows_scalar;
+    k.q6k_r16 = q6k_r16_rows_scalar;
   }
   return k;
 }
@@ -748,9 +825,9 @@ void quantize_tokens_q8(bool simd, const float *x, int64_t n_tok, int64_t cols, 
   }
 }
 
-// The layouts over Q8_K activations (q4k_x8, q6k_x16, q4k_r16): quantizes every token to Q8_K,
-// permutes the blocks into the layout's order (Act, by prep) and runs fn over the rows, in whole
-// groups of kUnit.
+// The layouts over Q8_K activations (q4k_x8, q6k_x16, q4k_r16, q6k_r16): quantizes every token
+// to Q8_K, permutes the blocks into the layout's order (Act, by prep; q6k_r16 takes them as they
+// are, Act = ActQ8K and no prep) and runs fn over the rows, in whole groups of kUnit.
 template <class Args, class Act, int64_t kUnit = 4>
 void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n_tok, float *y,
                     void (*prep)(const ActQ8K *, Act *, int64_t) noexcept,
@@ -765,15 +842,19 @@ void run_q8k_layout(const PackedWeight &pw, bool simd, const float *x, int64_t n
   const auto n = static_cast<size_t>(n_tok * a.n_blocks);
   ActBuffers buffers;
   ActQ8K *q = buffers.get<ActQ8K, 0>(n);
-  Act *xp = buffers.get<Act, 1>(n);
   for (int64_t t = 0; t < n_tok; ++t) {
     if (simd)
       quantize_act_q8k_avx2(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
     else
       quantize_act_q8k(x + t * pw.cols, q + t * a.n_blocks, pw.cols);
   }
-  prep(q, xp, static_cast<int64_t>(n));
-  a.x = xp;
+  if constexpr (std::is_same_v<Act, ActQ8K>) {
+    a.x = q;
+  } else {
+    Act *xp = buffers.get<Act, 1>(n);
+    prep(q, xp, static_cast<int64_t>(n));
+    a.x = xp;
+  }
   for_row_ranges<kUnit>(pw.rows, pw.row_bytes, [&](int64_t r0, int64_t r1) { fn(a, r0, r1); });
 }
 
@@ -825,6 +906,10 @@ void matmul_packed_kernels(const PackedKernels &k, const PackedWeight &pw, const
   }
   if (pw.layout == PackLayout::q4k_r16) {
     run_q8k_layout<PackedArgsR16, ActQ8KS, 16>(pw, simd, x, n_tok, y, act_to_q8ks, k.q4k_r16);
+    return;
+  }
+  if (pw.layout == PackLayout::q6k_r16) {
+    run_q8k_layout<PackedArgsQ6R16, ActQ8K, 16>(pw, simd, x, n_tok, y, nullptr, k.q6k_r16);
     return;
   }
   if (pw.layout == PackLayout::q6k_x16)

@@ -26,7 +26,8 @@
 //    weights and token instead of about 44 for four separate blocks. The values stay unsigned
 //    (0..15) and the -8 offset comes off the exact integer sums (ActQ8X4::osum). Same bytes as
 //    the file's layout.
-//  q6k_x16 (Q6_K): the same 210-byte super-blocks, the sixteen int8 scales and d at the file's
+//  q6k_x16 (Q6_K where q6k_r16 does not apply): the same 210-byte super-blocks, the sixteen int8
+//  scales and d at the file's
 //    offsets (bytes 192..207, 208..209); the 6-bit values are reordered so that register k
 //    (k = 0..7) holds in int16 lane g the values 16g + 2k and 16g + 2k + 1 of group g (a 16-value
 //    group with its own scale). Bytes 0..127 (4 chunks of 32): byte 2g + j of chunk c holds in its
@@ -71,6 +72,20 @@
 //    Also chosen for Q5_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as
 //    two halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
 //    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
+//  q6k_r16 (Q6_K, rows a multiple of 16, chosen when the AVX-512 kernels run): sixteen rows
+//    interleaved as in q4k_r16, a 32-bit lane of a register per row. Tile (G, i) (3392 bytes at
+//    (G * n_blocks + i) * 3392) holds super-block i of rows 16G..16G+15: bytes 0..2047 the low 4
+//    bits of the values (0..63) at q4k_r16's places (r16_nibble_byte); bytes 2048 + 64g + 4l + v
+//    (group g = 0..15 of 16 columns, v = 0..3) their high 2 bits, bits 2k, 2k + 1 for row l's value
+//    at column 16g + 4k + v (so that one 64-byte register holds a group's high bits, and 16-bit
+//    shifts by 4, 2, 0, -2 and an AND put value register k's in place); bytes 3072 + 16g + l the
+//    int8 scale of row l, group g; the sixteen rows' d (fp16, bytes 3328..3359); then 32 bytes
+//    of zeros, so that every tile starts on a cache line (16 x 210 = 3360 bytes would start every
+//    other tile mid-line, and each of its 64-byte loads would span two lines). Per
+//    group and token: four vpdpbusd with four activation bytes broadcast, started from -32 times
+//    the token's group sum (the values' offset, exact), and one multiply-add by the sixteen
+//    scales; per super-block and token one multiply-add by d * xd. Activations stay in the file's
+//    order (ActQ8K), group sums included. The same values, scales and d as the file's.
 //  plain: every other type, and Q4_0 / Q5_0 / Q8_0 where none of the above applies; the handle
 //    refers to the caller's weights and the ordinary kernels (matmul.h) run.
 // With AVX-512 VL + VNNI (packed_avx512.cpp) the layouts keep their meaning. In q4k_x8 and q40_x4
@@ -95,7 +110,8 @@ enum class PackLayout : int32_t {
   q40_x4 = 2,
   q6k_x16 = 3,
   q4k_r16 = 4,
-  q32_r16 = 5
+  q32_r16 = 5,
+  q6k_r16 = 6
 };
 
 // Q8_K activations in the q4k_x8 order: qs permuted (register k, bytes 4s..4s+3 = values
@@ -136,6 +152,7 @@ struct PackedWeight {
   PackLayout layout = PackLayout::plain;
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;
+  size_t packed_bytes = 0;        // the size of the packed copy (0 for the plain layout)
   const uint8_t *data = nullptr;  // packed copy (owned below) or the caller's weights
   struct Free {
     void operator()(uint8_t *p) const noexcept;
@@ -207,6 +224,15 @@ void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes
 // ActQ8K -> ActQ8KS.
 void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 
+// q6k_r16 tiles (see the layout above): offsets, size, and row l's value (0..63) at column c.
+constexpr size_t kQ6R16High = 2048, kQ6R16Scales = 3072, kQ6R16D = 3328, kQ6R16Tile = 3392;
+int q6k_r16_value(const uint8_t *tile, int l, int c) noexcept;
+// Super-block i of sixteen Q6_K rows (src, rows src_row_bytes apart) into a q6k_r16 tile, and
+// back (tests).
+void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint8_t *tile) noexcept;
+void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
+                         int64_t i) noexcept;
+
 // q32_r16 tiles of wtype (Q4_0, Q5_0, Q8_0): size, where the sixteen d are, the offset of the
 // stored values, and row l's stored (unsigned) value at column c (0..31).
 constexpr size_t q32_r16_tile_bytes(int32_t wtype) noexcept {
@@ -261,6 +287,17 @@ struct PackedArgsR16 {
   const ActQ8KS *x = nullptr;
   float *y = nullptr;
 };
+// The q6k_r16 kernels: w points at the tiles, x at ActQ8K [n_tok][n_blocks]; rows [r0, r1) are
+// whole groups of sixteen.
+struct PackedArgsQ6R16 {
+  const uint8_t *w = nullptr;
+  size_t row_bytes = 0;  // the file's (210 per super-block; tiles hold sixteen rows, padded)
+  int64_t n_blocks = 0, n_tok = 0, y_stride = 0;
+  const ActQ8K *x = nullptr;
+  float *y = nullptr;
+};
+void q6k_r16_rows_scalar(const PackedArgsQ6R16 &a, int64_t r0, int64_t r1) noexcept;
+void q6k_r16_rows_avx512(const PackedArgsQ6R16 &a, int64_t r0, int64_t r1) noexcept;
 // The q32_r16 kernels: w points at the tiles of wtype, x at ActQ8 [n_tok][n_blocks] (blocks of
 // 32); rows [r0, r1) are whole groups of sixteen.
 struct PackedArgsQ32 {
@@ -299,6 +336,7 @@ struct PackedKernels {
   void (*q6k_x16)(const PackedArgsQ6 &, int64_t, int64_t) noexcept = nullptr;
   void (*q4k_r16)(const PackedArgsR16 &, int64_t, int64_t) noexcept = nullptr;
   void (*q32_r16)(const PackedArgsQ32 &, int64_t, int64_t) noexcept = nullptr;
+  void (*q6k_r16)(const PackedArgsQ6R16 &, int64_t, int64_t) noexcept = nullptr;
   bool simd_prep = false;  // prepare the activations with the AVX2 routines (same bytes as scalar)
 };
 // The packed row kernels of isa (one for every layout in each set).

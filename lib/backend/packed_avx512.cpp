@@ -13,8 +13,8 @@
 // activation again for every row (at 5 tokens and 8960 columns, 56 KB of activations, from L2).
 // (Some cores, Zen 5 among them, issue 512-bit vpdpbusd twice per cycle, as 256-bit ones; others
 // once.) for_row_ranges hands out whole groups of four rows; a range's last one to three rows run
-// in pairs or alone (the 256-bit *_tile). Q4_K matrices with rows a multiple of 16 use q4k_r16
-// instead (q4k_r16_tile: a lane per row, sixteen rows per register).
+// in pairs or alone (the 256-bit *_tile). Q4_K and Q6_K matrices with rows a multiple of 16 use
+// q4k_r16 and q6k_r16 instead (*_r16_tile: a lane per row, sixteen rows per register).
 //
 // Tests run these kernels natively where the CPU has the extensions and, everywhere, compiled
 // over software intrinsics (SIMDe, tests/support/avx512_emulation.h, under the names
@@ -38,6 +38,7 @@
 #define q6k_x16_rows_avx512_split q6k_x16_rows_avx512_split_emulated
 #define q4k_r16_rows_avx512 q4k_r16_rows_avx512_emulated
 #define q32_r16_rows_avx512 q32_r16_rows_avx512_emulated
+#define q6k_r16_rows_avx512 q6k_r16_rows_avx512_emulated
 #else
 #include <immintrin.h>
 #endif
@@ -554,6 +555,68 @@ void q4k_r16_tile(const PackedArgsR16 &a, int64_t g, int64_t t0) {
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * g, acc[t]);
 }
 
+// q6k_r16: the sixteen rows of group G (lane l = row 16G + l) for NT tokens from t0. Per
+// super-block and 16-column group g: the sixteen rows' scales as floats, four registers of values
+// (nibbles and high bit pairs joined); per token four vpdpbusd, each with four activation bytes
+// broadcast to all lanes, in two chains, the first started from -32 times the token's group sum,
+// and the exact sum times the scale added to the token's super-block sum. Per super-block and
+// token: that sum times d, times xd, added to the accumulator, as in q6k_r16_rows_scalar (same
+// bits). Prefetches as q4k_r16.
+template <int NT>
+void q6k_r16_tile(const PackedArgsQ6R16 &a, int64_t G, int64_t t0) {
+  const ActQ8K *x = a.x + t0 * a.n_blocks;
+  const int64_t nb = a.n_blocks;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t *tile = a.w + static_cast<size_t>(G * nb + i) * kQ6R16Tile;
+    prefetch_tiles_ahead(tile, kQ6R16Tile, t0 == 0);
+    __m512 scaled[NT];
+    for (int t = 0; t < NT; ++t) scaled[t] = _mm512_setzero_ps();
+    SPECINFER_UNROLL(16)
+    for (int g = 0; g < 16; ++g) {
+      const __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i *>(tile + kQ6R16Scales + 16 * g))));
+      const __m512i raw0 = _mm512_load_si512(tile + 128 * g),
+                    raw1 = _mm512_load_si512(tile + 128 * g + 64),
+                    hb = _mm512_load_si512(tile + kQ6R16High + 64 * g);
+      // Value register k: its nibbles | (the high bit pairs shifted to bits 4-5) & 0x30, the OR
+      // and the AND in one vpternlogd (0xF8: a | (b & c)).
+      const auto join = [&](__m512i nib, __m512i high) {
+        return _mm512_ternarylogic_epi32(_mm512_and_si512(nib, m4), high, m30, 0xF8);
+      };
+      const __m512i v0 = join(raw0, _mm512_slli_epi16(hb, 4)),
+                    v1 = join(_mm512_srli_epi16(raw0, 4), _mm512_slli_epi16(hb, 2)),
+                    v2 = join(raw1, hb),
+                    v3 = join(_mm512_srli_epi16(raw1, 4), _mm512_srli_epi16(hb, 2));
+      SPECINFER_UNROLL(8)
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8K &xb = x[t * nb + i];
+        const int8_t *xq = xb.qs + 16 * g;
+        int32_t x0, x1, x2, x3;
+        std::memcpy(&x0, xq, 4);
+        std::memcpy(&x1, xq + 4, 4);
+        std::memcpy(&x2, xq + 8, 4);
+        std::memcpy(&x3, xq + 12, 4);
+        __m512i s0 = _mm512_set1_epi32(-32 * xb.bsums[g]);
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v1, _mm512_set1_epi32(x1));
+        s0 = _mm512_dpbusd_epi32(s0, v0, _mm512_set1_epi32(x0));
+        s1 = _mm512_dpbusd_epi32(s1, v3, _mm512_set1_epi32(x3));
+        s0 = _mm512_dpbusd_epi32(s0, v2, _mm512_set1_epi32(x2));
+        scaled[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), w, scaled[t]);
+      }
+    }
+    const __m512 dv =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(tile + kQ6R16D)));
+    SPECINFER_UNROLL(8)
+    for (int t = 0; t < NT; ++t)
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_mul_ps(scaled[t], dv), _mm512_set1_ps(x[t * nb + i].d), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * G, acc[t]);
+}
+
 // q32_r16 (W = Q4_0, Q5_0 or Q8_0): the sixteen rows of group g for NT tokens from t0. Per block:
 // the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16 added
 // under a byte mask tested from the bit plane, vptestmb, which is cheaper here than the AVX2
@@ -685,6 +748,12 @@ void q4k_r16_rows_avx512(const PackedArgsR16 &a, int64_t r0, int64_t r1) noexcep
   });
 }
 
+void q6k_r16_rows_avx512(const PackedArgsQ6R16 &a, int64_t r0, int64_t r1) noexcept {
+  token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
+    for (int64_t g = r0 / 16; g < r1 / 16; ++g) q6k_r16_tile<decltype(nt)::value>(a, g, t0);
+  });
+}
+
 void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept {
   token_tiles<8>(a.n_tok, [&](auto nt, int64_t t0) {
     constexpr int NT = decltype(nt)::value;
@@ -711,10 +780,11 @@ void q6k_x16_rows_avx512(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept
 // Where 512-bit operations run as two 256-bit halves (Zen 4) the row pairs' lane inserts and
 // broadcasts cost more than the wider registers save in two cases, where the one-row 256-bit
 // kernel runs on every row: one token (memory-bound), and up to 8 tokens on rows of at most 2048
-// columns (the output layer). Long rows with more tokens keep the pairs, which read each token's
-// activations once for four rows. Zen 4, weights streamed from memory (bench_kernels
-// BM_MatmulStream), microseconds one-row / pairs: 1536 x 8960 one token 335 / 452, two tokens
-// 594 / 455; 8960 x 1536 one token 320 / 397, five tokens 412-444 / 470-510. Same bits either way.
+// columns. (Only matrices whose rows are not a multiple of 16 take q6k_x16 on AVX-512.) Long rows
+// with more tokens keep the pairs, which read each token's activations once for four rows. Zen 4,
+// weights streamed from memory (bench_kernels BM_MatmulStream), microseconds one-row / pairs: 1536
+// x 8960 one token 335 / 452, two tokens 594 / 455; 8960 x 1536 one token 320 / 397, five tokens
+// 412-444 / 470-510. Same bits either way.
 void q6k_x16_rows_avx512_split(const PackedArgsQ6 &a, int64_t r0, int64_t r1) noexcept {
   if (a.n_tok == 1 || (a.n_tok <= 8 && a.n_blocks * kQKK <= 2048)) {
     token_tiles<5>(a.n_tok,

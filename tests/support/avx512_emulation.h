@@ -40,6 +40,14 @@ inline simde__m512i cvtepu8_epi32(simde__m128i a) {
   return simde__m512i_from_private(r);
 }
 
+// 16 int8 -> 16 int32 (sign extension, as vpmovsxbd).
+inline simde__m512i cvtepi8_epi32(simde__m128i a) {
+  simde__m128i_private ai = simde__m128i_to_private(a);
+  simde__m512i_private r;
+  for (int i = 0; i < 16; ++i) r.i32[i] = static_cast<int32_t>(ai.i8[i]);
+  return simde__m512i_from_private(r);
+}
+
 // 32 uint8 -> 32 int16 (zero extension, as vpmovzxbw).
 inline simde__m512i cvtepu8_epi16(simde__m256i a) {
   simde__m256i_private ai = simde__m256i_to_private(a);
@@ -78,12 +86,14 @@ inline simde__m256 extractf32x8_ps(simde__m512 a, int imm) {
 #undef _mm512_cvtepi32_ps
 #undef _mm512_cvtepu16_epi32
 #undef _mm512_cvtepu8_epi32
+#undef _mm512_cvtepi8_epi32
 #undef _mm512_cvtepu8_epi16
 #undef _mm512_cvtph_ps
 #undef _mm512_extractf32x8_ps
 #define _mm512_cvtepi32_ps(a) specinfer_avx512_emulation::cvtepi32_ps(a)
 #define _mm512_cvtepu16_epi32(a) specinfer_avx512_emulation::cvtepu16_epi32(a)
 #define _mm512_cvtepu8_epi32(a) specinfer_avx512_emulation::cvtepu8_epi32(a)
+#define _mm512_cvtepi8_epi32(a) specinfer_avx512_emulation::cvtepi8_epi32(a)
 #define _mm512_cvtepu8_epi16(a) specinfer_avx512_emulation::cvtepu8_epi16(a)
 #define _mm512_cvtph_ps(a) specinfer_avx512_emulation::cvtph_ps(a)
 #define _mm512_extractf32x8_ps(a, imm) specinfer_avx512_emulation::extractf32x8_ps(a, imm)
