@@ -50,6 +50,12 @@ inline void x8_pos(int s, int i, int *byte, int *shift) {
   *shift = 4 * (k % 2);
 }
 
+// Block i (block_bytes each) of row l of a sixteen-row group whose rows are row_bytes apart.
+template <class Byte>
+Byte *group_block(Byte *rows, size_t row_bytes, int l, int64_t i, size_t block_bytes) {
+  return rows + static_cast<size_t>(l) * row_bytes + static_cast<size_t>(i) * block_bytes;
+}
+
 void check_sizes(int32_t wtype, const void *w, int64_t n_rows, int64_t n_cols) {
   const int64_t bs = wtype_block_size(wtype);
   if (bs == 0) fail(SPECINFER_ERR_UNSUPPORTED, "pack_weight: unknown weight type %d", wtype);
@@ -303,8 +309,7 @@ void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
                        uint8_t *tile) noexcept {
   std::memset(tile, 0, kR16Tile);
   for (int l = 0; l < 16; ++l) {
-    const uint8_t *blk =
-        src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    const uint8_t *blk = group_block(src, src_row_bytes, l, i, sizeof(BlockQ4_K));
     // Tile byte r16_nibble_byte(l, c) holds values c (low nibble) and c + 4 (high), c = 32 g + 8 a
     // + r (r < 4): both in group g, whose nibbles are in file bytes 32 (g / 2) + c % 32, each
     // byte written once.
@@ -331,8 +336,7 @@ void pack_tile_q4k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
 void unpack_tile_q4k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
                          int64_t i) noexcept {
   for (int l = 0; l < 16; ++l) {
-    uint8_t *blk =
-        dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ4_K);
+    uint8_t *blk = group_block(dst, dst_row_bytes, l, i, sizeof(BlockQ4_K));
     std::memcpy(blk, tile + kR16D + 2 * l, 2);
     std::memcpy(blk + 2, tile + kR16Dmin + 2 * l, 2);
     uint8_t sc[8], mn[8];
@@ -371,8 +375,7 @@ void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
                        uint8_t *tile) noexcept {
   std::memset(tile, 0, kQ6R16Tile);
   for (int l = 0; l < 16; ++l) {
-    const uint8_t *blk =
-        src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    const uint8_t *blk = group_block(src, src_row_bytes, l, i, sizeof(BlockQ6_K));
     uint8_t q[256];
     q6k_file_values(blk, q);
     for (int c = 0; c < 256; ++c) {
@@ -388,8 +391,7 @@ void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
 void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
                          int64_t i) noexcept {
   for (int l = 0; l < 16; ++l) {
-    uint8_t *blk =
-        dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * sizeof(BlockQ6_K);
+    uint8_t *blk = group_block(dst, dst_row_bytes, l, i, sizeof(BlockQ6_K));
     std::memset(blk, 0, 192);
     for (int c = 0; c < 256; ++c) q6k_file_set(blk, c, q6k_r16_value(tile, l, c));
     for (int g = 0; g < 16; ++g) blk[192 + g] = tile[kQ6R16Scales + 16 * g + l];
@@ -461,7 +463,7 @@ void pack_tile_q32_r16_of(const uint8_t *src, size_t src_row_bytes, int64_t i,
   const size_t bb = wtype_row_size(wtype, 32);
   std::memset(tile, 0, q32_r16_tile_bytes(wtype));
   for (int l = 0; l < 16; ++l) {
-    const uint8_t *blk = src + static_cast<size_t>(l) * src_row_bytes + static_cast<size_t>(i) * bb;
+    const uint8_t *blk = group_block(src, src_row_bytes, l, i, bb);
     for (int c = 0; c < 32; ++c) {
       const int q = block32_value(wtype, blk, c);
       if (wtype == SPECINFER_WTYPE_Q8_0) {
@@ -496,7 +498,7 @@ void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_
                          int64_t i) noexcept {
   const size_t bb = wtype_row_size(wtype, 32);
   for (int l = 0; l < 16; ++l) {
-    uint8_t *blk = dst + static_cast<size_t>(l) * dst_row_bytes + static_cast<size_t>(i) * bb;
+    uint8_t *blk = group_block(dst, dst_row_bytes, l, i, bb);
     std::memset(blk, 0, bb);
     std::memcpy(blk, tile + q32_r16_d_offset(wtype) + 2 * l, 2);
     uint32_t qh = 0;
