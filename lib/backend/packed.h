@@ -27,18 +27,17 @@
 //    (0..15) and the -8 offset comes off the exact integer sums (ActQ8X4::osum). Same bytes as
 //    the file's layout.
 //  q6k_x16 (Q6_K where q6k_r16 does not apply): the same 210-byte super-blocks, the sixteen int8
-//  scales and d at the file's
-//    offsets (bytes 192..207, 208..209); the 6-bit values are reordered so that register k
-//    (k = 0..7) holds in int16 lane g the values 16g + 2k and 16g + 2k + 1 of group g (a 16-value
-//    group with its own scale). Bytes 0..127 (4 chunks of 32): byte 2g + j of chunk c holds in its
-//    low nibble the low 4 bits of value 16g + 4c + j (register 2c) and in its high nibble those of
-//    value 16g + 4c + 2 + j (register 2c + 1). Bytes 128..191 (2 chunks of 32): bits 2i, 2i + 1 of
-//    byte 2g + j of chunk h are the high 2 bits of value 16g + 8h + 2i + j (register 4h + i).
-//    Activations are permuted the same way (ActQ8K16), so every int16 lane of a vpmaddubsw product
-//    belongs to one group: two registers' products add up in int16 (at most 2 * 2 * 63 * 128 =
-//    32256) and one vpmaddwd by the sixteen scales, loaded as they are, applies them; the file's
-//    order needs blends, byte shuffles and per-register scale shuffles for the same (12 fewer
-//    instructions per super-block, and the scale setup shrinks from ~11 to 3).
+//    scales and d at the file's offsets (bytes 192..207, 208..209); the 6-bit values are reordered
+//    so that register k (k = 0..7) holds in int16 lane g the values 16g + 2k and 16g + 2k + 1 of
+//    group g (a 16-value group with its own scale). Bytes 0..127 (4 chunks of 32): byte 2g + j of
+//    chunk c holds in its low nibble the low 4 bits of value 16g + 4c + j (register 2c) and in its
+//    high nibble those of value 16g + 4c + 2 + j (register 2c + 1). Bytes 128..191 (2 chunks of
+//    32): bits 2i, 2i + 1 of byte 2g + j of chunk h are the high 2 bits of value 16g + 8h + 2i + j
+//    (register 4h + i). Activations are permuted the same way (ActQ8K16), so every int16 lane of a
+//    vpmaddubsw product belongs to one group: two registers' products add up in int16 (at most
+//    2 * 2 * 63 * 128 = 32256) and one vpmaddwd by the sixteen scales, loaded as they are, applies
+//    them; the file's order needs blends, byte shuffles and per-register scale shuffles for the
+//    same (12 fewer instructions per super-block, and the scale setup shrinks from ~11 to 3).
 //  q4k_r16 (Q4_K, rows a multiple of 16, chosen when the AVX-512 kernels run): sixteen rows
 //    interleaved, so that a 32-bit lane of a 512-bit register is a row. Tile (G, i) (2304 bytes =
 //    16 super-blocks, at (G * n_blocks + i) * 2304) holds super-block i of rows 16G..16G+15:
@@ -81,8 +80,8 @@
 //    shifts by 4, 2, 0, -2 and an AND put value register k's in place); bytes 3072 + 16g + l the
 //    int8 scale of row l, group g; the sixteen rows' d (fp16, bytes 3328..3359); then 32 bytes
 //    of zeros, so that every tile starts on a cache line (16 x 210 = 3360 bytes would start every
-//    other tile mid-line, and each of its 64-byte loads would span two lines). Per
-//    group and token: four vpdpbusd with four activation bytes broadcast, started from -32 times
+//    other tile mid-line, and each of its 64-byte loads would span two lines). Per group and
+//    token: four vpdpbusd with four activation bytes broadcast, started from -32 times
 //    the token's group sum (the values' offset, exact), and one multiply-add by the sixteen
 //    scales; per super-block and token one multiply-add by d * xd. Activations stay in the file's
 //    order (ActQ8K), group sums included. The same values, scales and d as the file's.
