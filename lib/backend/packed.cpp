@@ -365,9 +365,8 @@ static_assert(kQ6R16D + 32 <= kQ6R16Tile && kQ6R16Tile % 64 == 0 &&
               "a q6k_r16 tile holds sixteen super-blocks, padded to a whole cache line");
 
 int q6k_r16_value(const uint8_t *tile, int l, int c) noexcept {
-  const int g = c / 16, k = (c % 16) / 4;  // value register k (0..3) of group g
   const int low = (tile[r16_nibble_byte(l, c)] >> (4 * ((c / 4) % 2))) & 15;
-  const int high = (tile[kQ6R16High + 64 * g + 4 * l + c % 4] >> (2 * k)) & 3;
+  const int high = (tile[kQ6R16High + q6r16_high_byte(l, c)] >> q6r16_high_shift(c)) & 3;
   return low | high << 4;
 }
 
@@ -379,9 +378,9 @@ void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i,
     uint8_t q[256];
     q6k_file_values(blk, q);
     for (int c = 0; c < 256; ++c) {
-      const int g = c / 16, k = (c % 16) / 4;
       tile[r16_nibble_byte(l, c)] |= static_cast<uint8_t>((q[c] & 15) << (4 * ((c / 4) % 2)));
-      tile[kQ6R16High + 64 * g + 4 * l + c % 4] |= static_cast<uint8_t>((q[c] >> 4) << (2 * k));
+      tile[kQ6R16High + q6r16_high_byte(l, c)] |=
+          static_cast<uint8_t>((q[c] >> 4) << q6r16_high_shift(c));
     }
     for (int g = 0; g < 16; ++g) tile[kQ6R16Scales + 16 * g + l] = blk[192 + g];
     std::memcpy(tile + kQ6R16D + 2 * l, blk + 208, 2);

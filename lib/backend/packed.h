@@ -225,6 +225,14 @@ void act_to_q8ks(const ActQ8K *a, ActQ8KS *out, int64_t n_blocks) noexcept;
 
 // q6k_r16 tiles (see the layout above): offsets, size, and row l's value (0..63) at column c.
 constexpr size_t kQ6R16High = 2048, kQ6R16Scales = 3072, kQ6R16D = 3328, kQ6R16Tile = 3392;
+// Where the high 2 bits of row l's value at column c (0..255) lie: byte kQ6R16High +
+// q6r16_high_byte(l, c), shift q6r16_high_shift(c) (value register k = (c % 16) / 4 of its group).
+inline int q6r16_high_byte(int l, int c) noexcept {
+  return 64 * (c / 16) + 4 * l + c % 4;
+}
+inline int q6r16_high_shift(int c) noexcept {
+  return 2 * ((c % 16) / 4);
+}
 int q6k_r16_value(const uint8_t *tile, int l, int c) noexcept;
 // Super-block i of sixteen Q6_K rows (src, rows src_row_bytes apart) into a q6k_r16 tile, and
 // back (tests).
