@@ -63,7 +63,12 @@ typedef enum specinfer_wtype {
   SPECINFER_WTYPE_Q5_K = 13,
   SPECINFER_WTYPE_Q6_K = 14,
   SPECINFER_WTYPE_Q8_K = 15,
-  SPECINFER_WTYPE_BF16 = 30
+  SPECINFER_WTYPE_BF16 = 30,
+  /* specinfer's own, never in a file (GGUF has no such type): blocks of 32 values of 3 bits and
+   * one fp16 scale, 14 bytes: d, then 8 bytes holding value j's low 2 bits at bits 2 * (j / 8) of
+   * byte j % 8, then 4 bytes holding its third bit at bit j; value = d * (q - 4). For re-quantized
+   * draft models (quantize_row), which read 3.5 bits per weight instead of Q4_0's 4.5. */
+  SPECINFER_WTYPE_Q3_0 = 1024
 } specinfer_wtype;
 
 /* ---------------------------------------------------------------------------------------------
@@ -242,7 +247,8 @@ typedef struct specinfer_kernels {
 
   /* Added in 0.1 after free_packed (check struct_size before use). Quantizes n floats (a multiple
    * of 32) into row_size(wtype, n) bytes of wtype: SPECINFER_WTYPE_Q4_0 (scale: the block's value
-   * of largest magnitude / -8, refitted by least squares) or SPECINFER_WTYPE_Q8_0 (amax / 127);
+   * of largest magnitude / -8, refitted by least squares), SPECINFER_WTYPE_Q3_0 (the same with
+   * -4) or SPECINFER_WTYPE_Q8_0 (amax / 127);
    * UNSUPPORTED for other types, INVALID_ARGUMENT for a bad n, NULL, or inf / NaN in the input.
    * Slow-ish (load time). */
   specinfer_status (*quantize_row)(int32_t wtype, const float *src, void *dst, int64_t n);

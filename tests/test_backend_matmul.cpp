@@ -22,11 +22,11 @@ using namespace specinfer;
 
 namespace {
 
-const int32_t kTypes[] = {SPECINFER_WTYPE_F32,  SPECINFER_WTYPE_F16,  SPECINFER_WTYPE_BF16,
-                          SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q4_1, SPECINFER_WTYPE_Q5_0,
-                          SPECINFER_WTYPE_Q5_1, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_Q8_1,
-                          SPECINFER_WTYPE_Q2_K, SPECINFER_WTYPE_Q3_K, SPECINFER_WTYPE_Q4_K,
-                          SPECINFER_WTYPE_Q5_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_K};
+const int32_t kTypes[] = {
+    SPECINFER_WTYPE_F32,  SPECINFER_WTYPE_F16,  SPECINFER_WTYPE_BF16, SPECINFER_WTYPE_Q4_0,
+    SPECINFER_WTYPE_Q4_1, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q5_1, SPECINFER_WTYPE_Q8_0,
+    SPECINFER_WTYPE_Q8_1, SPECINFER_WTYPE_Q2_K, SPECINFER_WTYPE_Q3_K, SPECINFER_WTYPE_Q4_K,
+    SPECINFER_WTYPE_Q5_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q8_K, SPECINFER_WTYPE_Q3_0};
 
 void set16(uint8_t *p, float v) {
   const uint16_t h = fp32_to_fp16(v);
@@ -64,6 +64,7 @@ std::vector<uint8_t> random_weights(int32_t wtype, int64_t n_rows, int64_t n_col
       case SPECINFER_WTYPE_Q4_0:
       case SPECINFER_WTYPE_Q5_0:
       case SPECINFER_WTYPE_Q8_0:
+      case SPECINFER_WTYPE_Q3_0:
         set16(p, scale(rng));
         break;
       case SPECINFER_WTYPE_Q4_1:

@@ -117,8 +117,8 @@ std::vector<uint8_t> q6k_weights(int64_t n_rows, int64_t n_cols, std::mt19937 &r
   return w;
 }
 
-// Random Q5_0 or Q8_0 rows; `extreme`: every Q5_0 value 31 (all bits set), every Q8_0 value -128
-// (the largest sums after the q32_r16 offsets).
+// Random Q5_0, Q3_0 or Q8_0 rows; `extreme`: every Q5_0 value 31 and Q3_0 value 7 (all bits set),
+// every Q8_0 value -128 (the largest sums after the q32_r16 offsets).
 std::vector<uint8_t> q32_weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std::mt19937 &rng,
                                  bool extreme) {
   const size_t rs = wtype_row_size(wtype, n_cols), bb = wtype_row_size(wtype, 32);
@@ -139,7 +139,8 @@ std::vector<uint8_t> weights(int32_t wtype, int64_t n_rows, int64_t n_cols, std:
                              bool extreme) {
   if (wtype == SPECINFER_WTYPE_Q4_K) return q4k_weights(n_rows, n_cols, rng, extreme);
   if (wtype == SPECINFER_WTYPE_Q6_K) return q6k_weights(n_rows, n_cols, rng, extreme);
-  if (wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0)
+  if (wtype == SPECINFER_WTYPE_Q5_0 || wtype == SPECINFER_WTYPE_Q8_0 ||
+      wtype == SPECINFER_WTYPE_Q3_0)
     return q32_weights(wtype, n_rows, n_cols, rng, extreme);
   return q40_weights(n_rows, n_cols, rng, extreme);
 }
@@ -248,7 +249,8 @@ void test_repack_is_lossless(void **) {
     }
   assert_memory_equal(back616.data(), w616.data(), w616.size());
   // q32_r16: tiles of sixteen rows of 32-value blocks (two row groups, three blocks).
-  for (int32_t wtype : {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0}) {
+  for (int32_t wtype :
+       {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_Q3_0}) {
     const size_t rb32 = wtype_row_size(wtype, 96), tb = q32_r16_tile_bytes(wtype);
     const std::vector<uint8_t> w32 = wtype == SPECINFER_WTYPE_Q4_0
                                          ? q40_weights(32, 96, rng, false)
@@ -301,6 +303,8 @@ void test_packed_matches_reference(void **) {
       {SPECINFER_WTYPE_Q4_0, PackLayout::q32_r16, {32, 160}, 48, Isa::avx512},
       {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
       {SPECINFER_WTYPE_Q5_0, PackLayout::q32_r16, {896}, 32, Isa::avx2},
+      {SPECINFER_WTYPE_Q3_0, PackLayout::q32_r16, {32, 896, 4864}, 48, Isa::avx512},
+      {SPECINFER_WTYPE_Q3_0, PackLayout::q32_r16, {896}, 32, Isa::avx2},
       {SPECINFER_WTYPE_Q8_0, PackLayout::q32_r16, {32, 896}, 48, Isa::avx512}};
   for (const Case &cs : cases)
     for (bool extreme : {false, true}) {
@@ -335,7 +339,7 @@ void test_packed_batch_invariance(void **) {
   // 11 tokens run in tiles of 5 or fewer, 6 and 8 in one tile of up to 8 (Q6_K, Q4_K r16).
   for (int64_t n_tok : {11, 6, 8})
     for (int32_t wtype : {SPECINFER_WTYPE_Q4_K, SPECINFER_WTYPE_Q6_K, SPECINFER_WTYPE_Q4_0,
-                          SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0})
+                          SPECINFER_WTYPE_Q5_0, SPECINFER_WTYPE_Q8_0, SPECINFER_WTYPE_Q3_0})
       for (Isa pack_isa :
            {Isa::avx2, Isa::avx512}) {  // Q4_K, Q6_K: x8/x16 and r16; Q8_0: plain and q32_r16
         if (pack_layout(wtype, n_rows, n_cols, pack_isa) == PackLayout::plain) continue;

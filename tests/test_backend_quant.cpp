@@ -46,6 +46,7 @@ void test_sizes(void **) {
   assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q4_0, 0), 0);
   assert_int_equal(wtype_row_size(4, 32), 0);  // unused type number
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_Q5_0), 32);
+  assert_int_equal(wtype_row_size(SPECINFER_WTYPE_Q3_0, 896), 28 * 14);
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_Q3_K), 256);
   assert_int_equal(wtype_block_size(SPECINFER_WTYPE_BF16), 1);
   assert_int_equal(wtype_block_size(99), 0);
@@ -124,6 +125,24 @@ void test_q5(void **) {
   expect(y, 16, 2.5f);  // 0.5 * 3 + 1
   expect(y, 17, 1.0f);
   expect(y, 31, 9.0f);  // 0.5 * 16 + 1
+}
+
+// Q3_0 (specinfer's own): value j's low two bits at bits 2 (j / 8) of qs[j % 8], its third bit at
+// bit j of qh, value = d * (q - 4).
+void test_q3_0(void **) {
+  BlockQ3_0 b{};
+  b.d = 0x3800;    // 0.5
+  b.qs[0] = 0x1B;  // values 0, 8, 16, 24: low bits 3, 2, 1, 0
+  b.qs[7] = 0xC0;  // value 31: low bits 3
+  b.qh[0] = 0x01;  // value 0: third bit
+  b.qh[3] = 0x80;  // value 31: third bit
+  auto y = deq(SPECINFER_WTYPE_Q3_0, &b, 32);
+  expect(y, 0, 1.5f);    // 0.5 * (7 - 4)
+  expect(y, 8, -1.0f);   // 0.5 * (2 - 4)
+  expect(y, 16, -1.5f);  // 0.5 * (1 - 4)
+  expect(y, 24, -2.0f);  // 0.5 * (0 - 4)
+  expect(y, 31, 1.5f);
+  expect(y, 1, -2.0f);
 }
 
 void test_q8(void **) {
@@ -276,6 +295,22 @@ void test_quantize_rows(void **) {
     const std::vector<float> y = deq(SPECINFER_WTYPE_Q4_0, &back, 32);
     for (size_t j = 0; j < 32; ++j) expect(y, j, x[j]);
   }
+  // Q3_0 blocks come back as they were, the same way (one value at q = 0: -4 d).
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int rep = 0; rep < 200; ++rep) {
+    BlockQ3_0 src{};
+    src.d = fp32_to_fp16(0.001f + 0.0001f * static_cast<float>(rep));
+    for (uint8_t &v : src.qs) v = static_cast<uint8_t>(byte(rng));
+    for (uint8_t &v : src.qh) v = static_cast<uint8_t>(byte(rng));
+    const int j0 = rep % 32;
+    src.qs[j0 % 8] = static_cast<uint8_t>(src.qs[j0 % 8] & ~(3 << (2 * (j0 / 8))));
+    src.qh[j0 / 8] = static_cast<uint8_t>(src.qh[j0 / 8] & ~(1 << (j0 % 8)));
+    const std::vector<float> x = deq(SPECINFER_WTYPE_Q3_0, &src, 32);
+    BlockQ3_0 back{};
+    quantize_row_ref(SPECINFER_WTYPE_Q3_0, x.data(), &back, 32);
+    const std::vector<float> y = deq(SPECINFER_WTYPE_Q3_0, &back, 32);
+    for (size_t j = 0; j < 32; ++j) expect(y, j, x[j]);
+  }
   int refit_better = 0;
   for (int rep = 0; rep < 200; ++rep) {
     float x[64];
@@ -312,6 +347,31 @@ void test_quantize_rows(void **) {
     }
   }
   assert_true(refit_better > 100);  // the refit does improve on most blocks (of 400)
+  int refit_better3 = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    float x[32];
+    for (float &v : x) v = nd(rng) * (rep % 7 == 0 ? 50.0f : 1.0f);
+    BlockQ3_0 q{};
+    quantize_row_ref(SPECINFER_WTYPE_Q3_0, x, &q, 32);
+    const std::vector<float> y = deq(SPECINFER_WTYPE_Q3_0, &q, 32);
+    float m = 0.0f, amax = 0.0f;
+    for (float v : x)
+      if (std::fabs(v) > amax) {
+        amax = std::fabs(v);
+        m = v;
+      }
+    const float d = fp16_to_fp32(fp32_to_fp16(m / -4.0f));
+    double plain = 0.0, ours = 0.0;
+    for (int j = 0; j < 32; ++j) {
+      const float qv = std::min(7.0f, std::max(0.0f, std::nearbyint(x[j] / d) + 4.0f));
+      plain += static_cast<double>(x[j] - d * (qv - 4.0f)) * (x[j] - d * (qv - 4.0f));
+      const double e = x[j] - y[static_cast<size_t>(j)];
+      ours += e * e;
+    }
+    assert_true(ours <= plain * (1.0 + 1e-4));
+    refit_better3 += ours < plain * (1.0 - 1e-3);
+  }
+  assert_true(refit_better3 > 50);  // of 200
   float bad[32] = {};
   BlockQ4_0 out{};
   const auto code = [&](int32_t wtype, const float *src, int64_t n) {
@@ -334,10 +394,10 @@ void test_quantize_rows(void **) {
   assert_int_equal(code(SPECINFER_WTYPE_Q4_0, bad, 32), SPECINFER_ERR_INVALID_ARGUMENT);
 }
 
-// A row of Q4_0 blocks is quantized eight blocks at a time (their sums vectorized across blocks):
-// byte for byte what the blocks give one at a time, on ordinary, all-zero, tiny (the scale rounds
-// to zero in fp16), huge (it overflows fp16) and single-spike blocks; a row with a NaN in its
-// tenth block is refused, naming that block.
+// A row of Q4_0 or Q3_0 blocks is quantized eight blocks at a time (their sums vectorized across
+// blocks): byte for byte what the blocks give one at a time, on ordinary, all-zero, tiny (the scale
+// rounds to zero in fp16), huge (it overflows fp16) and single-spike blocks; a row with a NaN in
+// its tenth block is refused, naming that block.
 void test_quantize_groups_equal_blocks(void **) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -349,11 +409,15 @@ void test_quantize_groups_equal_blocks(void **) {
     for (int j = 0; j < 32; ++j) x[size_t(b * 32 + j)] = nd(rng) * s;
     if (b % 11 == 3) x[size_t(b * 32 + b % 32)] = -40.0f;  // one spike
   }
-  std::vector<BlockQ4_0> whole(static_cast<size_t>(n_blocks)), one(whole.size());
-  quantize_row_ref(SPECINFER_WTYPE_Q4_0, x.data(), whole.data(), int64_t(x.size()));
-  for (int b = 0; b < n_blocks; ++b)
-    quantize_row_ref(SPECINFER_WTYPE_Q4_0, &x[size_t(b) * 32], &one[size_t(b)], 32);
-  assert_memory_equal(whole.data(), one.data(), whole.size() * sizeof(BlockQ4_0));
+  for (int32_t wtype : {SPECINFER_WTYPE_Q4_0, SPECINFER_WTYPE_Q3_0}) {
+    const size_t bb = wtype_row_size(wtype, 32);
+    std::vector<uint8_t> rows(bb * size_t(n_blocks)), blocks(rows.size());
+    quantize_row_ref(wtype, x.data(), rows.data(), int64_t(x.size()));
+    for (int b = 0; b < n_blocks; ++b)
+      quantize_row_ref(wtype, &x[size_t(b) * 32], &blocks[size_t(b) * bb], 32);
+    assert_memory_equal(rows.data(), blocks.data(), rows.size());
+  }
+  std::vector<BlockQ4_0> whole(static_cast<size_t>(n_blocks));
   x[9 * 32 + 4] = std::numeric_limits<float>::quiet_NaN();
   try {
     quantize_row_ref(SPECINFER_WTYPE_Q4_0, x.data(), whole.data(), int64_t(x.size()));
@@ -456,21 +520,14 @@ void test_act_quant_avx2(void **) {
 
 int main() {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sizes),
-      cmocka_unit_test(test_fp16),
-      cmocka_unit_test(test_q4_0_q4_1),
-      cmocka_unit_test(test_q5),
-      cmocka_unit_test(test_q8),
-      cmocka_unit_test(test_q2_k),
-      cmocka_unit_test(test_q3_k),
-      cmocka_unit_test(test_q4_k_q5_k),
-      cmocka_unit_test(test_q6_k),
-      cmocka_unit_test(test_float_types),
-      cmocka_unit_test(test_dequant_errors),
-      cmocka_unit_test(test_act_quant),
-      cmocka_unit_test(test_act_quant_avx2),
-      cmocka_unit_test(test_quantize_rows),
-      cmocka_unit_test(test_quantize_groups_equal_blocks),
+      cmocka_unit_test(test_sizes),         cmocka_unit_test(test_fp16),
+      cmocka_unit_test(test_q4_0_q4_1),     cmocka_unit_test(test_q5),
+      cmocka_unit_test(test_q3_0),          cmocka_unit_test(test_q8),
+      cmocka_unit_test(test_q2_k),          cmocka_unit_test(test_q3_k),
+      cmocka_unit_test(test_q4_k_q5_k),     cmocka_unit_test(test_q6_k),
+      cmocka_unit_test(test_float_types),   cmocka_unit_test(test_dequant_errors),
+      cmocka_unit_test(test_act_quant),     cmocka_unit_test(test_act_quant_avx2),
+      cmocka_unit_test(test_quantize_rows), cmocka_unit_test(test_quantize_groups_equal_blocks),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

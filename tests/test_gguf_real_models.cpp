@@ -316,18 +316,20 @@ void test_vocab_limit(void **) {
   assert_true(threw);
 }
 // requant: the draft re-quantized to Q4_0 in memory (its Q5_0 and Q8_0 matrices) still predicts
-// what the file's model predicts on >= 90% of the positions of real code (97% when written);
-// requant to Q8_0 converts only wider matrices, so for this file (nothing wider than Q8_0) it
-// changes no logit; an unsupported type is a CONFIG error.
+// what the file's model predicts on >= 90% of the positions of real code (97% when written), and
+// re-quantized to Q3_0 (every matrix, Q4_K included) on >= 80% (92% when written); requant to
+// Q8_0 converts only wider matrices, so for this file (nothing wider than Q8_0) it changes no
+// logit; an unsupported type is a CONFIG error.
 void test_requant(void **) {
   const std::string path = model_or_skip("qwen2.5-coder-0.5b");
   std::unique_ptr<File> file = File::open(path);
   const specinfer_host *host = specinfer::default_host();
   Model full(*file, host, 128);
-  ModelOptions o4, o8;
+  ModelOptions o4, o3, o8;
   o4.requant = SPECINFER_WTYPE_Q4_0;
+  o3.requant = SPECINFER_WTYPE_Q3_0;
   o8.requant = SPECINFER_WTYPE_Q8_0;
-  Model m4(*file, host, 128, o4), m8(*file, host, 128, o8);
+  Model m4(*file, host, 128, o4), m3(*file, host, 128, o3), m8(*file, host, 128, o8);
   // Token ids of a short Python function (any real text works; these are from the tokenizer).
   std::unique_ptr<specinfer::gguf::Tokenizer> tok = specinfer::gguf::Tokenizer::from_gguf(*file);
   const std::string text =
@@ -340,17 +342,19 @@ void test_requant(void **) {
   std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), 0);
   const int V = full.hparams().n_vocab;
-  std::vector<float> a(size_t(n) * size_t(V)), b4(a.size()), b8(a.size());
+  std::vector<float> a(size_t(n) * size_t(V)), b4(a.size()), b3(a.size()), b8(a.size());
   full.forward(ids.data(), pos.data(), n, nullptr, n, a.data(), nullptr);
   m4.forward(ids.data(), pos.data(), n, nullptr, n, b4.data(), nullptr);
+  m3.forward(ids.data(), pos.data(), n, nullptr, n, b3.data(), nullptr);
   m8.forward(ids.data(), pos.data(), n, nullptr, n, b8.data(), nullptr);
-  int agree4 = 0, agree8 = 0;
+  int agree4 = 0, agree3 = 0, agree8 = 0;
   double diff4 = 0.0, diff8 = 0.0;
   for (int t = 1; t < n; t++) {  // position 0 left out, as in check_model
     const float *ra = a.data() + size_t(t) * size_t(V);
     const float *r4 = b4.data() + size_t(t) * size_t(V), *r8 = b8.data() + size_t(t) * size_t(V);
     const int top = argmax(ra, V);
     agree4 += argmax(r4, V) == top;
+    agree3 += argmax(b3.data() + size_t(t) * size_t(V), V) == top;
     agree8 += argmax(r8, V) == top;
     for (int v = 0; v < V; v++) {
       diff4 += std::fabs(double(r4[v]) - double(ra[v]));
@@ -360,10 +364,11 @@ void test_requant(void **) {
   diff4 /= double(n - 1) * V;
   diff8 /= double(n - 1) * V;
   print_message(
-      "requant 0.5B, %d positions: top-1 agreement with the file's weights q4_0 %d, q8_0 %d; "
-      "mean |dlogit| q4_0 %.3f, q8_0 %.3f\n",
-      n - 1, agree4, agree8, diff4, diff8);
+      "requant 0.5B, %d positions: top-1 agreement with the file's weights q4_0 %d, q3_0 %d, "
+      "q8_0 %d; mean |dlogit| q4_0 %.3f, q8_0 %.3f\n",
+      n - 1, agree4, agree3, agree8, diff4, diff8);
   assert_true(agree4 >= (n - 1) * 9 / 10);
+  assert_true(agree3 >= (n - 1) * 8 / 10);
   assert_true(diff4 > 0.0);  // the weights did change
   assert_memory_equal(a.data(), b8.data(), a.size() * sizeof(float));
   bool threw = false;

@@ -109,8 +109,9 @@ std::vector<std::string> drafter_specs() {
           "draft-model:path=" + g_draft + ",vocab_limit=32768,stage=0",
           // A window of 8 tokens: the draft's cache starts over several times per text.
           "draft-model:path=" + g_draft + ",window=8",
-          // Token trees: the model's path with its runners-up as siblings.
-          "draft-model:path=" + g_draft + ",tree=1,p_min=0.2"};
+          // Token trees: the model's path with its runners-up as siblings, from the draft
+          // re-quantized to 3 bits.
+          "draft-model:path=" + g_draft + ",tree=1,p_min=0.2,requant=q3_0"};
 }
 
 // expect_same_tokens with the coupler and the drafter named.

@@ -43,7 +43,14 @@ uint32_t le32(const uint8_t *p) {
 
 template <int32_t W>
 void unpack32(const uint8_t *blk, Unpacked32 &u) {
-  if constexpr (W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q4_1) {
+  if constexpr (W == SPECINFER_WTYPE_Q3_0) {
+    const auto *b = reinterpret_cast<const BlockQ3_0 *>(blk);
+    for (int j = 0; j < 32; ++j)
+      u.q[j] = static_cast<int8_t>(
+          (((b->qs[j % 8] >> (2 * (j / 8))) & 3) | ((b->qh[j / 8] >> (j % 8)) & 1) << 2) - 4);
+    u.d = fp16_to_fp32(b->d);
+    u.m = 0.0f;
+  } else if constexpr (W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q4_1) {
     using B = std::conditional_t<W == SPECINFER_WTYPE_Q4_0, BlockQ4_0, BlockQ4_1>;
     const B *b = reinterpret_cast<const B *>(blk);
     const int off = W == SPECINFER_WTYPE_Q4_0 ? 8 : 0;
@@ -231,6 +238,8 @@ MatmulRowsFn matmul_kernel_scalar(int32_t wtype) noexcept {
       return rows_float<SPECINFER_WTYPE_BF16>;
     case SPECINFER_WTYPE_Q4_0:
       return rows_q32<SPECINFER_WTYPE_Q4_0>;
+    case SPECINFER_WTYPE_Q3_0:
+      return rows_q32<SPECINFER_WTYPE_Q3_0>;
     case SPECINFER_WTYPE_Q4_1:
       return rows_q32<SPECINFER_WTYPE_Q4_1>;
     case SPECINFER_WTYPE_Q5_0:

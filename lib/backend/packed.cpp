@@ -30,11 +30,11 @@ PackLayout pack_layout(int32_t wtype, int64_t n_rows, int64_t n_cols, Isa isa) n
   if (wtype == SPECINFER_WTYPE_Q4_0 && n_cols % 128 == 0) return PackLayout::q40_x4;
   if (wtype == SPECINFER_WTYPE_Q6_K)
     return isa == Isa::avx512 && n_rows % 16 == 0 ? PackLayout::q6k_r16 : PackLayout::q6k_x16;
-  // Q4_0 with other column counts, Q5_0 and Q8_0. (For Q4_0 the sixteen-row kernel is also faster
-  // than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafts no faster with it.)
-  // With AVX2 Q4_0 and Q5_0 only (see the layout).
+  // Q4_0 with other column counts, Q5_0, Q8_0 and Q3_0. (For Q4_0 the sixteen-row kernel is also
+  // faster than q40_x4 in cache, but the re-quantized 0.5B draft, memory-bound, drafts no faster
+  // with it.) With AVX2 Q4_0, Q5_0 and Q3_0 only (see the layout).
   if ((wtype == SPECINFER_WTYPE_Q4_0 || wtype == SPECINFER_WTYPE_Q5_0 ||
-       wtype == SPECINFER_WTYPE_Q8_0) &&
+       wtype == SPECINFER_WTYPE_Q8_0 || wtype == SPECINFER_WTYPE_Q3_0) &&
       n_rows % 16 == 0 &&
       (isa == Isa::avx512 || (isa == Isa::avx2 && wtype != SPECINFER_WTYPE_Q8_0)))
     return PackLayout::q32_r16;
@@ -403,6 +403,8 @@ namespace {
 // Value j (0..31) of a file block of wtype, unsigned as q32_r16 stores it.
 int block32_value(int32_t wtype, const uint8_t *blk, int j) {
   if (wtype == SPECINFER_WTYPE_Q8_0) return static_cast<int8_t>(blk[2 + j]) + 128;
+  if (wtype == SPECINFER_WTYPE_Q3_0)
+    return ((blk[2 + j % 8] >> (2 * (j / 8))) & 3) | ((blk[10 + j / 8] >> (j % 8)) & 1) << 2;
   const uint8_t *qs = blk + (wtype == SPECINFER_WTYPE_Q5_0 ? 6 : 2);
   int q = (qs[j % 16] >> (4 * (j / 16))) & 15;
   if (wtype == SPECINFER_WTYPE_Q5_0) {
@@ -414,8 +416,8 @@ int block32_value(int32_t wtype, const uint8_t *blk, int j) {
 }
 
 // Where row l's value at column c lies in a q32_r16 tile: for the nibble types its byte and
-// shift, for Q8_0 its byte; Q5_0's fifth bit is bit c / 4 of byte 256 + r16_32_lane_byte(l, c)
-// % 64.
+// shift, for Q8_0 its byte, for Q3_0 the byte and shift of its low two bits. Q5_0's fifth bit
+// is bit c / 4 of byte 256 + 4 l + c % 4, Q3_0's third bit the same bit of byte 128 + 4 l + c % 4.
 inline int r16_32_nibble_byte(int l, int c) {
   return 64 * (c / 8) + 4 * l + c % 4;
 }
@@ -424,6 +426,12 @@ inline int r16_32_nibble_shift(int c) {
 }
 inline int r16_32_lane_byte(int l, int c) {
   return 64 * (c / 4) + 4 * l + c % 4;
+}
+inline int r16_32_pair_byte(int l, int c) {
+  return 64 * (c / 16) + 4 * l + c % 4;
+}
+inline int r16_32_pair_shift(int c) {
+  return 2 * ((c / 4) % 4);
 }
 
 // The scalar kernels of the sixteen-row layouts: row r is lane r % 16 of row group r / 16, whose
@@ -448,6 +456,9 @@ void r16_rows_scalar(const Args &a, size_t tile_bytes, int64_t r0, int64_t r1, B
 
 int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept {
   if (wtype == SPECINFER_WTYPE_Q8_0) return tile[r16_32_lane_byte(l, c)];
+  if (wtype == SPECINFER_WTYPE_Q3_0)
+    return ((tile[r16_32_pair_byte(l, c)] >> r16_32_pair_shift(c)) & 3) |
+           ((tile[128 + 4 * l + c % 4] >> (c / 4)) & 1) << 2;
   int q = (tile[r16_32_nibble_byte(l, c)] >> r16_32_nibble_shift(c)) & 15;
   if (wtype == SPECINFER_WTYPE_Q5_0) q |= ((tile[256 + 4 * l + c % 4] >> (c / 4)) & 1) << 4;
   return q;
@@ -469,6 +480,12 @@ void pack_tile_q32_r16_of(const uint8_t *src, size_t src_row_bytes, int64_t i,
         tile[r16_32_lane_byte(l, c)] = static_cast<uint8_t>(q);
         continue;
       }
+      if (wtype == SPECINFER_WTYPE_Q3_0) {
+        uint8_t &t = tile[r16_32_pair_byte(l, c)], &h = tile[128 + 4 * l + c % 4];
+        t = static_cast<uint8_t>(t | ((q & 3) << r16_32_pair_shift(c)));
+        h = static_cast<uint8_t>(h | ((q >> 2) & 1) << (c / 4));
+        continue;
+      }
       uint8_t &t = tile[r16_32_nibble_byte(l, c)];
       t = static_cast<uint8_t>(t | ((q & 15) << r16_32_nibble_shift(c)));
       if (wtype == SPECINFER_WTYPE_Q5_0 && (q & 16) != 0) {
@@ -488,6 +505,8 @@ void pack_tile_q32_r16(int32_t wtype, const uint8_t *src, size_t src_row_bytes, 
       return pack_tile_q32_r16_of<SPECINFER_WTYPE_Q4_0>(src, src_row_bytes, i, tile);
     case SPECINFER_WTYPE_Q5_0:
       return pack_tile_q32_r16_of<SPECINFER_WTYPE_Q5_0>(src, src_row_bytes, i, tile);
+    case SPECINFER_WTYPE_Q3_0:
+      return pack_tile_q32_r16_of<SPECINFER_WTYPE_Q3_0>(src, src_row_bytes, i, tile);
     default:  // Q8_0, the layout's one other type
       return pack_tile_q32_r16_of<SPECINFER_WTYPE_Q8_0>(src, src_row_bytes, i, tile);
   }
@@ -505,6 +524,11 @@ void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_
       const int q = q32_r16_value(wtype, tile, l, c);
       if (wtype == SPECINFER_WTYPE_Q8_0) {
         blk[2 + c] = static_cast<uint8_t>(q - 128);
+        continue;
+      }
+      if (wtype == SPECINFER_WTYPE_Q3_0) {
+        blk[2 + c % 8] = static_cast<uint8_t>(blk[2 + c % 8] | (q & 3) << (2 * (c / 8)));
+        blk[10 + c / 8] = static_cast<uint8_t>(blk[10 + c / 8] | ((q >> 2) & 1) << (c % 8));
         continue;
       }
       uint8_t *qs = blk + (wtype == SPECINFER_WTYPE_Q5_0 ? 6 : 2);

@@ -52,24 +52,26 @@
 //    token (the exact sum times the scale) and, per super-block and token, four vpdpwssd (the mins
 //    times the activations' group sums, exact) and three float steps serve sixteen rows at once.
 //    Activations stay in the file's order (ActQ8KS).
-//  q32_r16 (Q4_0, Q5_0, Q8_0: blocks of 32 with one fp16 scale; rows a multiple of 16, chosen
-//    when the AVX-512 kernels run for Q5_0, Q8_0 and Q4_0 whose columns are not a multiple of
-//    128): sixteen rows interleaved as in q4k_r16, a
-//    32-bit lane of a register per row. Tile (G, i) (at (G * n_blocks + i) * tile bytes) holds
-//    block i of rows 16G..16G+15, the values unsigned (q + 128 for Q8_0; Q4_0 and Q5_0 keep
-//    theirs) so that vpdpbusd multiplies them by the signed activations, the offset (8, 16, 128)
-//    coming off the exact sums as offset * (sum of the token's 32 values). Q4_0 (288 bytes) and
-//    Q5_0 (352): bytes 64q + 4l + v (q = 0..3) hold in the low nibble the low 4 bits of row l's
-//    value at column 8q + v and in the high nibble those of column 8q + 4 + v; Q5_0 then 64 bytes
-//    of fifth bits: bit c of byte 4l + v is the fifth bit of row l's value at column 4c + v
-//    (register c: columns 4c .. 4c + 3, c = 2q the low nibbles, 2q + 1 the high ones), so that a
-//    shift and an AND give register c's 16s in place, in 512- and 256-bit registers alike.
-//    Q8_0 (544): byte 64c + 4l + v is row l's value at column 4c + v, plus 128. Then the sixteen
-//    rows' d (fp16). Same bytes as the file's. Per block and token: eight vpdpbusd with four
-//    activation bytes broadcast, one conversion and one multiply-add for sixteen rows (the plain
-//    kernels: a vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks).
-//    Also chosen for Q5_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as
-//    two halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
+//  q32_r16 (Q4_0, Q5_0, Q8_0, Q3_0: blocks of 32 with one fp16 scale; rows a multiple of 16,
+//    chosen when the AVX-512 kernels run for Q5_0, Q8_0, Q3_0 and Q4_0 whose columns are not a
+//    multiple of 128): sixteen rows interleaved as in q4k_r16, a 32-bit lane of a register per
+//    row. Tile (G, i) (at (G * n_blocks + i) * tile bytes) holds block i of rows 16G..16G+15, the
+//    values unsigned (q + 128 for Q8_0; the others keep theirs) so that vpdpbusd multiplies them
+//    by the signed activations, the offset (8, 16, 128, 4) coming off the exact sums as offset *
+//    (sum of the token's 32 values). Q4_0 (288 bytes) and Q5_0 (352): bytes 64q + 4l + v (q =
+//    0..3) hold in the low nibble the low 4 bits of row l's value at column 8q + v and in the high
+//    nibble those of column 8q + 4 + v; Q5_0 then 64 bytes of fifth bits: bit c of byte 4l + v is
+//    the fifth bit of row l's value at column 4c + v (register c: columns 4c .. 4c + 3, c = 2q
+//    the low nibbles, 2q + 1 the high ones), so that a shift and an AND give register c's 16s in
+//    place, in 512- and 256-bit registers alike. Q8_0 (544): byte 64c + 4l + v is row l's value
+//    at column 4c + v, plus 128. Q3_0 (224): bytes 64h + 4l + v (h = 0, 1) hold in bits 2k,
+//    2k + 1 the low two bits of row l's value at column 16h + 4k + v (register c = 4h + k), then
+//    64 bytes of third bits laid out as Q5_0's fifth bits. Then the sixteen rows' d (fp16). Same
+//    bytes as the file's. Per block and token: eight vpdpbusd with four activation bytes
+//    broadcast, one conversion and one multiply-add for sixteen rows (the plain kernels: a
+//    vpdpbusd, sign fixes, lane inserts and a horizontal sum per row and two blocks). Also chosen
+//    for Q5_0, Q3_0 and those Q4_0 matrices when the AVX2 kernels run: they take the tile as two
+//    halves of eight rows (the low and high 32 bytes of every 64), vpmaddubsw products of four
 //    registers added in int16 (at most 4 * 2 * 31 * 127 = 31496), one vpmaddwd per four.
 //  q6k_r16 (Q6_K, rows a multiple of 16, chosen when the AVX-512 kernels run): sixteen rows
 //    interleaved as in q4k_r16, a 32-bit lane of a register per row. Tile (G, i) (3392 bytes at
@@ -240,16 +242,22 @@ void pack_tile_q6k_r16(const uint8_t *src, size_t src_row_bytes, int64_t i, uint
 void unpack_tile_q6k_r16(const uint8_t *tile, uint8_t *dst, size_t dst_row_bytes,
                          int64_t i) noexcept;
 
-// q32_r16 tiles of wtype (Q4_0, Q5_0, Q8_0): size, where the sixteen d are, the offset of the
-// stored values, and row l's stored (unsigned) value at column c (0..31).
+// q32_r16 tiles of wtype (Q4_0, Q5_0, Q8_0, Q3_0): size, where the sixteen d are, the offset of
+// the stored values, and row l's stored (unsigned) value at column c (0..31).
 constexpr size_t q32_r16_tile_bytes(int32_t wtype) noexcept {
-  return wtype == SPECINFER_WTYPE_Q8_0 ? 544 : wtype == SPECINFER_WTYPE_Q5_0 ? 352 : 288;
+  return wtype == SPECINFER_WTYPE_Q8_0   ? 544
+         : wtype == SPECINFER_WTYPE_Q5_0 ? 352
+         : wtype == SPECINFER_WTYPE_Q3_0 ? 224
+                                         : 288;
 }
 constexpr size_t q32_r16_d_offset(int32_t wtype) noexcept {
   return q32_r16_tile_bytes(wtype) - 32;
 }
 constexpr int q32_r16_offset(int32_t wtype) noexcept {
-  return wtype == SPECINFER_WTYPE_Q8_0 ? 128 : wtype == SPECINFER_WTYPE_Q5_0 ? 16 : 8;
+  return wtype == SPECINFER_WTYPE_Q8_0   ? 128
+         : wtype == SPECINFER_WTYPE_Q5_0 ? 16
+         : wtype == SPECINFER_WTYPE_Q3_0 ? 4
+                                         : 8;
 }
 int q32_r16_value(int32_t wtype, const uint8_t *tile, int l, int c) noexcept;
 // Block i of sixteen rows of wtype (src, rows src_row_bytes apart) into a q32_r16 tile, and back

@@ -190,11 +190,12 @@ __attribute__((noinline)) void q6k_x16_tile(const PackedArgsQ6 &a, int64_t r0, i
   }
 }
 
-// q32_r16 (W = Q4_0 or Q5_0): rows 16g + 8h .. + 7 (half h of the tiles' 64-byte lines) for NT
-// tokens from t0. Per block: eight registers of values (nibbles split; Q5_0's fifth bits shifted
-// into place from the bit plane), the eight rows' d; per token the vpmaddubsw products of registers
-// 0-3 and of 4-7 added in int16, one vpmaddwd each to int32, the offset's start, then sum * (d *
-// xd) added, as in q32_r16_rows_scalar (same bits).
+// q32_r16 (W = Q4_0, Q5_0 or Q3_0): rows 16g + 8h .. + 7 (half h of the tiles' 64-byte lines)
+// for NT tokens from t0. Per block: eight registers of values (nibbles split, Q5_0's fifth bits
+// shifted into place from the bit plane; Q3_0's bit pairs split and its third bits shifted in), the
+// eight rows' d; per token the vpmaddubsw products of registers 0-3 and of 4-7 added in int16, one
+// vpmaddwd each to int32, the offset's start, then sum * (d * xd) added, as in q32_r16_rows_scalar
+// (same bits).
 template <int32_t W, int NT>
 void q32_r16_half(const PackedArgsQ32 &a, int64_t g, int h, int64_t t0) {
   constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
@@ -210,10 +211,26 @@ void q32_r16_half(const PackedArgsQ32 &a, int64_t g, int h, int64_t t0) {
     const __m256 dv =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(whole + kD + 16 * h)));
     __m256i v[8];
-    for (int q = 0; q < 4; ++q) {
-      const __m256i raw = load256(tile + 64 * q);
-      v[2 * q] = _mm256_and_si256(raw, m4);
-      v[2 * q + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if constexpr (W == SPECINFER_WTYPE_Q3_0) {  // bit pairs, the third bits shifted into bit 2
+      const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+      const __m256i plane = load256(tile + 128);
+      for (int hq = 0; hq < 2; ++hq) {
+        const __m256i raw = load256(tile + 64 * hq);
+        for (int k = 0; k < 4; ++k) {
+          const int c = 4 * hq + k;
+          const __m256i third = c < 2    ? _mm256_slli_epi16(plane, 2 - c)
+                                : c == 2 ? plane
+                                         : _mm256_srli_epi16(plane, c - 2);
+          v[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), m3),
+                                 _mm256_and_si256(third, four));
+        }
+      }
+    } else {
+      for (int q = 0; q < 4; ++q) {
+        const __m256i raw = load256(tile + 64 * q);
+        v[2 * q] = _mm256_and_si256(raw, m4);
+        v[2 * q + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      }
     }
     if constexpr (W == SPECINFER_WTYPE_Q5_0) {
       const __m256i plane = load256(tile + 256);
@@ -320,6 +337,8 @@ void q32_r16_rows_avx2(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcept 
       for (int h = 0; h < 2; ++h) {
         if (a.wtype == SPECINFER_WTYPE_Q5_0)
           q32_r16_half<SPECINFER_WTYPE_Q5_0, NT>(a, g, h, t0);
+        else if (a.wtype == SPECINFER_WTYPE_Q3_0)
+          q32_r16_half<SPECINFER_WTYPE_Q3_0, NT>(a, g, h, t0);
         else
           q32_r16_half<SPECINFER_WTYPE_Q4_0, NT>(a, g, h, t0);
       }

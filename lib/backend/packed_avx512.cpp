@@ -617,12 +617,12 @@ void q6k_r16_tile(const PackedArgsQ6R16 &a, int64_t G, int64_t t0) {
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(a.y + (t0 + t) * a.y_stride + 16 * G, acc[t]);
 }
 
-// q32_r16 (W = Q4_0, Q5_0 or Q8_0): the sixteen rows of group g for NT tokens from t0. Per block:
-// the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16 added
-// under a byte mask tested from the bit plane, vptestmb, which is cheaper here than the AVX2
-// kernel's shift and AND), the sixteen d; per token eight vpdpbusd in two chains started from
-// -offset * (sum of the token's values), then sum * (d * xd) added, as in q32_r16_rows_scalar
-// (same bits). Prefetches as q4k_r16.
+// q32_r16 (W = Q4_0, Q5_0, Q8_0 or Q3_0): the sixteen rows of group g for NT tokens from t0. Per
+// block: the eight registers of values (Q8_0: loaded; Q4_0, Q5_0: nibbles split, and for Q5_0 16
+// added under a byte mask tested from the bit plane, vptestmb, which is cheaper here than the AVX2
+// kernel's shift and AND; Q3_0: bit pairs split, 4 added under the mask), the sixteen d; per token
+// eight vpdpbusd in two chains started from -offset * (sum of the token's values), then sum * (d *
+// xd) added, as in q32_r16_rows_scalar (same bits). Prefetches as q4k_r16.
 template <int32_t W, int NT>
 void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
   constexpr size_t kTile = q32_r16_tile_bytes(W), kD = q32_r16_d_offset(W);
@@ -640,6 +640,19 @@ void q32_r16_tile(const PackedArgsQ32 &a, int64_t g, int64_t t0) {
     __m512i v[8];
     if constexpr (W == SPECINFER_WTYPE_Q8_0) {
       for (int c = 0; c < 8; ++c) v[c] = _mm512_loadu_si512(tile + 64 * c);
+    } else if constexpr (W == SPECINFER_WTYPE_Q3_0) {  // bit pairs, 4 added under the third bit
+      const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+      const __m512i plane = _mm512_loadu_si512(tile + 128);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i raw = _mm512_loadu_si512(tile + 64 * h);
+        for (int k = 0; k < 4; ++k) {
+          const int c = 4 * h + k;
+          const __m512i low = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * k), m3);
+          v[c] = _mm512_mask_add_epi8(
+              low, _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << c))), low,
+              four);
+        }
+      }
     } else {
       for (int q = 0; q < 4; ++q) {
         const __m512i raw = _mm512_loadu_si512(tile + 64 * q);
@@ -760,6 +773,8 @@ void q32_r16_rows_avx512(const PackedArgsQ32 &a, int64_t r0, int64_t r1) noexcep
     for (int64_t g = r0 / 16; g < r1 / 16; ++g) {
       if (a.wtype == SPECINFER_WTYPE_Q8_0)
         q32_r16_tile<SPECINFER_WTYPE_Q8_0, NT>(a, g, t0);
+      else if (a.wtype == SPECINFER_WTYPE_Q3_0)
+        q32_r16_tile<SPECINFER_WTYPE_Q3_0, NT>(a, g, t0);
       else if (a.wtype == SPECINFER_WTYPE_Q5_0)
         q32_r16_tile<SPECINFER_WTYPE_Q5_0, NT>(a, g, t0);
       else

@@ -85,6 +85,7 @@ int64_t wtype_block_size(int32_t wtype) noexcept {
     case SPECINFER_WTYPE_Q5_1:
     case SPECINFER_WTYPE_Q8_0:
     case SPECINFER_WTYPE_Q8_1:
+    case SPECINFER_WTYPE_Q3_0:
       return kQK;
     case SPECINFER_WTYPE_Q2_K:
     case SPECINFER_WTYPE_Q3_K:
@@ -108,6 +109,8 @@ size_t wtype_block_bytes(int32_t wtype) noexcept {
       return 2;
     case SPECINFER_WTYPE_Q4_0:
       return sizeof(BlockQ4_0);
+    case SPECINFER_WTYPE_Q3_0:
+      return sizeof(BlockQ3_0);
     case SPECINFER_WTYPE_Q4_1:
       return sizeof(BlockQ4_1);
     case SPECINFER_WTYPE_Q5_0:
@@ -151,6 +154,8 @@ const char *wtype_name(int32_t wtype) noexcept {
       return "bf16";
     case SPECINFER_WTYPE_Q4_0:
       return "q4_0";
+    case SPECINFER_WTYPE_Q3_0:
+      return "q3_0";
     case SPECINFER_WTYPE_Q4_1:
       return "q4_1";
     case SPECINFER_WTYPE_Q5_0:
@@ -196,6 +201,17 @@ void deq_q4_0(const BlockQ4_0 *b, float *y, int64_t nb) {
     for (int j = 0; j < 16; ++j) {
       y[j] = d * static_cast<float>((b[i].qs[j] & 0x0F) - 8);
       y[j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void deq_q3_0(const BlockQ3_0 *b, float *y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kQK; ++j) {
+      const int q = ((b[i].qs[j % 8] >> (2 * (j / 8))) & 3) | ((b[i].qh[j / 8] >> (j % 8)) & 1)
+                                                                  << 2;
+      y[j] = d * static_cast<float>(q - 4);
     }
   }
 }
@@ -377,6 +393,8 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
     }
     case SPECINFER_WTYPE_Q4_0:
       return deq_q4_0(static_cast<const BlockQ4_0 *>(src), dst, nb);
+    case SPECINFER_WTYPE_Q3_0:
+      return deq_q3_0(static_cast<const BlockQ3_0 *>(src), dst, nb);
     case SPECINFER_WTYPE_Q4_1:
       return deq_q4_1(static_cast<const BlockQ4_1 *>(src), dst, nb);
     case SPECINFER_WTYPE_Q5_0:
@@ -407,6 +425,7 @@ void dequantize_row_ref(int32_t wtype, const void *src, float *dst, int64_t n) {
 
 ActKind act_kind(int32_t wtype) noexcept {
   switch (wtype) {
+    case SPECINFER_WTYPE_Q3_0:
     case SPECINFER_WTYPE_Q4_0:
     case SPECINFER_WTYPE_Q4_1:
     case SPECINFER_WTYPE_Q5_0:

@@ -60,6 +60,11 @@ struct BlockQ4_0 {  // value = d * (q - 8), q = nibble; qs[j] low nibble -> j, h
   uint16_t d;
   uint8_t qs[16];
 };
+struct BlockQ3_0 {  // value = d * (q - 4), q = (qs[j % 8] >> 2 (j / 8)) & 3 | bit j of qh << 2
+  uint16_t d;
+  uint8_t qs[8];
+  uint8_t qh[4];
+};
 struct BlockQ4_1 {  // value = d * q + m
   uint16_t d, m;
   uint8_t qs[16];
@@ -118,7 +123,8 @@ struct BlockQ8_K {  // value = d * q (d is a float)
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 &&
+              sizeof(BlockQ3_0) == 14);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 

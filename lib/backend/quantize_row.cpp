@@ -1,4 +1,4 @@
-// Quantization of float rows to Q4_0 and Q8_0 (quantize_row_ref): a draft model's weights
+// Quantization of float rows to Q4_0, Q3_0 and Q8_0 (quantize_row_ref): a draft model's weights
 // re-quantized at load, and the KV cache's q4_0 / q8_0 rows. A file of its own because it is one
 // of the weight-streaming kernels (lib/CMakeLists.txt): unchecked in the library under the
 // sanitizers, checked in its own test.
@@ -14,23 +14,26 @@ namespace specinfer {
 
 namespace {
 
-// Q4_0 block: value = d * (q - 8), q in 0..15. Start from d = m / -8 (m: the value of largest
-// magnitude, sign kept, so that it lands on the wider negative end of the grid), then refit twice:
-// the least-squares scale for the current levels, sum x (q - 8) / sum (q - 8)^2, and new levels for
-// it; keep the scale with the least squared error. (The start alone loads a draft faster, but the
-// re-quantized Qwen2.5 0.5B then agrees less with the target: HumanEval acceptance 0.806 against
-// 0.855 with the refits, the same as the file's Q5_0; a search over 11 scales per block gives
-// 0.851 and loads far slower.) Returns false for inf or NaN.
+// Q4_0 block: value = d * (q - 8), q in 0..15 (Q3_0: d * (q - 4), q in 0..7; kHalf = 8 or 4
+// below). Start from d = m / -kHalf (m: the value of largest magnitude, sign kept, so that it lands
+// on the wider negative end of the grid), then refit twice: the least-squares scale for the current
+// levels, sum x (q - kHalf) / sum (q - kHalf)^2, and new levels for it; keep the scale with the
+// least squared error. (The start alone loads a draft faster, but the re-quantized Qwen2.5 0.5B
+// then agrees less with the target: HumanEval acceptance 0.806 against 0.855 with the refits, the
+// same as the file's Q5_0; a search over 11 scales per block gives 0.851 and loads far slower.)
+// Returns false for inf or NaN.
 constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: round to nearest even, vectorizable
 
 // Levels for scale d (1 / d = id) and their squared error; also the sums a least-squares refit
 // needs.
-float q4_0_levels(const float *x, float d, float id, float *q, float *sxq, float *sqq) {
+template <int kHalf>
+float block_levels(const float *x, float d, float id, float *q, float *sxq, float *sqq) {
+  constexpr float kTop = 2 * kHalf - 1;
   float err = 0.0f, a = 0.0f, b = 0.0f;
   for (int j = 0; j < kQK; ++j) {
-    const float v = (x[j] * id + kMagic) - kMagic + 8.0f;
-    q[j] = v < 0.0f ? 0.0f : (v > 15.0f ? 15.0f : v);
-    const float l = q[j] - 8.0f, e = x[j] - d * l;
+    const float v = (x[j] * id + kMagic) - kMagic + kHalf;
+    q[j] = v < 0.0f ? 0.0f : (v > kTop ? kTop : v);
+    const float l = q[j] - kHalf, e = x[j] - d * l;
     err += e * e;
     a += x[j] * l;
     b += l * l;
@@ -40,7 +43,10 @@ float q4_0_levels(const float *x, float d, float id, float *q, float *sxq, float
   return err;
 }
 
-bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
+// The 32 levels (0 .. 2 kHalf - 1, as floats) and the fp16 scale of one block; false for inf or
+// NaN.
+template <int kHalf>
+bool quantize_block_levels(const float *x, uint16_t *d_out, float *q) noexcept {
   float m = 0.0f, amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
     if (!std::isfinite(x[j])) return false;
@@ -49,32 +55,47 @@ bool quantize_block_q4_0(const float *x, BlockQ4_0 *out) noexcept {
       m = x[j];
     }
   }
-  float q[kQK] = {};
+  for (int j = 0; j < kQK; ++j) q[j] = 0.0f;
   uint16_t best = 0;
   if (amax > 0.0f) {
-    float best_err = std::numeric_limits<float>::infinity(), d_next = m / -8.0f;
+    float best_err = std::numeric_limits<float>::infinity(), d_next = m / -float(kHalf);
     for (int iter = 0; iter < 3; ++iter) {
       const uint16_t dh = fp32_to_fp16(d_next);
       const float d = fp16_to_fp32(dh);
       if (!(d != 0.0f) || !std::isfinite(d)) break;
       float qc[kQK], sxq, sqq;
-      const float err = q4_0_levels(x, d, 1.0f / d, qc, &sxq, &sqq);
+      const float err = block_levels<kHalf>(x, d, 1.0f / d, qc, &sxq, &sqq);
       if (err < best_err) {
         best_err = err;
         best = dh;
-        std::memcpy(q, qc, sizeof q);
+        std::memcpy(q, qc, sizeof qc);
       }
       if (!(sqq > 0.0f)) break;
       d_next = sxq / sqq;
     }
   }
-  out->d = best;
-  for (int j = 0; j < 16; ++j)
-    out->qs[j] = static_cast<uint8_t>(static_cast<int>(q[j]) | (static_cast<int>(q[j + 16]) << 4));
+  *d_out = best;
   return true;
 }
 
-// quantize_block_q4_0 on kLanes consecutive blocks at once, every value finite: lane l does block
+// A block's levels (floats 0..15, 0..7) in the file layouts.
+void store_block(const float *q, uint16_t d, BlockQ4_0 *out) noexcept {
+  out->d = d;
+  for (int j = 0; j < 16; ++j)
+    out->qs[j] = static_cast<uint8_t>(static_cast<int>(q[j]) | (static_cast<int>(q[j + 16]) << 4));
+}
+void store_block(const float *q, uint16_t d, BlockQ3_0 *out) noexcept {
+  out->d = d;
+  std::memset(out->qs, 0, sizeof out->qs);
+  std::memset(out->qh, 0, sizeof out->qh);
+  for (int j = 0; j < kQK; ++j) {
+    const int v = static_cast<int>(q[j]);
+    out->qs[j % 8] = static_cast<uint8_t>(out->qs[j % 8] | (v & 3) << (2 * (j / 8)));
+    out->qh[j / 8] = static_cast<uint8_t>(out->qh[j / 8] | ((v >> 2) & 1) << (j % 8));
+  }
+}
+
+// quantize_block_levels on kLanes consecutive blocks at once, every value finite: lane l does block
 // l's arithmetic in the same order as the one-block function (its sums stay sequential over the
 // block's 32 values), so the results are identical, while the lanes' independent sums run as
 // vectors (GCC's vector extension: element-wise IEEE arithmetic, SSE2 on any x86-64). A draft
@@ -111,7 +132,8 @@ void transpose_blocks(const float *x, Vec4 (*xt)[kVecs]) noexcept {
     }
 }
 
-void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
+template <int kHalf, class Block>
+void quantize_blocks(const float *x, Block *out) noexcept {
   Vec4 xt[kQK][kVecs];  // lane l of xt[j]: value j of block l
   transpose_blocks(x, xt);
   // The value of largest magnitude, sign kept (the first of equals, as the one-block function).
@@ -130,7 +152,8 @@ void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
     m[l] = lane(mv, l);
     amax[l] = lane(av, l);
   }
-  const Vec4 zero = splat(0.0f), fifteen = splat(15.0f), eight = splat(8.0f), magic = splat(kMagic);
+  const Vec4 zero = splat(0.0f), top = splat(2 * kHalf - 1), half = splat(kHalf),
+             magic = splat(kMagic);
   Vec4 q[kQK][kVecs], qc[kQK][kVecs];
   for (auto &row : q)
     for (Vec4 &v : row) v = zero;
@@ -140,7 +163,7 @@ void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
   for (int l = 0; l < kLanes; ++l) {
     active[l] = amax[l] > 0.0f;
     best_err[l] = std::numeric_limits<float>::infinity();
-    d_next[l] = m[l] / -8.0f;
+    d_next[l] = m[l] / -float(kHalf);
   }
   for (int iter = 0; iter < 3; ++iter) {
     bool any = false;
@@ -162,10 +185,10 @@ void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
     for (int h = 0; h < kVecs; ++h) err[h] = sxq[h] = sqq[h] = zero;
     for (int j = 0; j < kQK; ++j)
       for (int h = 0; h < kVecs; ++h) {
-        const Vec4 x4 = xt[j][h], v = (x4 * id[h] + magic) - magic + eight;
-        const Vec4 c = v > fifteen ? fifteen : v;
+        const Vec4 x4 = xt[j][h], v = (x4 * id[h] + magic) - magic + half;
+        const Vec4 c = v > top ? top : v;
         qc[j][h] = v < zero ? zero : c;
-        const Vec4 lv = qc[j][h] - eight, e = x4 - d[h] * lv;
+        const Vec4 lv = qc[j][h] - half, e = x4 - d[h] * lv;
         err[h] += e * e;
         sxq[h] += x4 * lv;
         sqq[h] += lv * lv;
@@ -185,10 +208,25 @@ void quantize_blocks_q4_0(const float *x, BlockQ4_0 *out) noexcept {
       for (int h = 0; h < kVecs; ++h) q[j][h] = take[h] != 0 ? qc[j][h] : q[j][h];
   }
   for (int l = 0; l < kLanes; ++l) {
-    out[l].d = best[l];
-    for (int j = 0; j < 16; ++j)
-      out[l].qs[j] = static_cast<uint8_t>(static_cast<int>(lane(q[j], l)) |
-                                          (static_cast<int>(lane(q[j + 16], l)) << 4));
+    float ql[kQK];
+    for (int j = 0; j < kQK; ++j) ql[j] = lane(q[j], l);
+    store_block(ql, best[l], out + l);
+  }
+}
+
+// Blocks [b, n / 32) of a row of finite values, kLanes at a time (quantize_blocks) and the last
+// ones among all-zero blocks, which quantize to d = 0.
+template <int kHalf, class Block>
+void quantize_finite(const float *src, Block *q, int64_t n) noexcept {
+  int64_t b = 0;
+  for (; b + kLanes <= n / kQK; b += kLanes) quantize_blocks<kHalf>(src + b * kQK, q + b);
+  if (b < n / kQK) {
+    const int64_t rest = n / kQK - b;
+    float tail[kLanes * kQK] = {};
+    Block tail_q[kLanes];
+    std::memcpy(tail, src + b * kQK, sizeof(float) * size_t(rest * kQK));
+    quantize_blocks<kHalf>(tail, tail_q);
+    std::memcpy(q + b, tail_q, sizeof(Block) * size_t(rest));
   }
 }
 
@@ -219,32 +257,36 @@ bool quantize_block_q8_0(const float *x, BlockQ8_0 *out) noexcept {
 }  // namespace
 
 void quantize_row_ref(int32_t wtype, const float *src, void *dst, int64_t n) {
-  if (wtype != SPECINFER_WTYPE_Q4_0 && wtype != SPECINFER_WTYPE_Q8_0)
-    fail(SPECINFER_ERR_UNSUPPORTED, "quantize: cannot quantize to %s (supported: q4_0, q8_0)",
+  if (wtype != SPECINFER_WTYPE_Q4_0 && wtype != SPECINFER_WTYPE_Q3_0 &&
+      wtype != SPECINFER_WTYPE_Q8_0)
+    fail(SPECINFER_ERR_UNSUPPORTED, "quantize: cannot quantize to %s (supported: q4_0, q3_0, q8_0)",
          wtype_block_size(wtype) ? wtype_name(wtype) : "an unknown type");
   if (n < 0 || n % kQK != 0)
     fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: %lld values is not a multiple of 32 (%s)",
          static_cast<long long>(n), wtype_name(wtype));
   if (n == 0) return;
   if (src == nullptr || dst == nullptr) fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: NULL");
-  int64_t b = 0;
-  if (wtype == SPECINFER_WTYPE_Q4_0 && all_finite(src, n)) {
-    auto *q = static_cast<BlockQ4_0 *>(dst);
-    for (; b + kLanes <= n / kQK; b += kLanes) quantize_blocks_q4_0(src + b * kQK, q + b);
-    if (b < n / kQK) {  // the last blocks among all-zero ones, which quantize to d = 0
-      const int64_t rest = n / kQK - b;
-      float tail[kLanes * kQK] = {};
-      BlockQ4_0 tail_q[kLanes];
-      std::memcpy(tail, src + b * kQK, sizeof(float) * size_t(rest * kQK));
-      quantize_blocks_q4_0(tail, tail_q);
-      std::memcpy(q + b, tail_q, sizeof(BlockQ4_0) * size_t(rest));
-    }
+  if (wtype != SPECINFER_WTYPE_Q8_0 && all_finite(src, n)) {
+    if (wtype == SPECINFER_WTYPE_Q4_0)
+      quantize_finite<8>(src, static_cast<BlockQ4_0 *>(dst), n);
+    else
+      quantize_finite<4>(src, static_cast<BlockQ3_0 *>(dst), n);
     return;
   }
-  for (; b < n / kQK; ++b) {
-    const bool ok = wtype == SPECINFER_WTYPE_Q4_0
-                        ? quantize_block_q4_0(src + b * kQK, static_cast<BlockQ4_0 *>(dst) + b)
-                        : quantize_block_q8_0(src + b * kQK, static_cast<BlockQ8_0 *>(dst) + b);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float *x = src + b * kQK;
+    bool ok = true;
+    float q[kQK];
+    uint16_t d = 0;
+    if (wtype == SPECINFER_WTYPE_Q8_0) {
+      ok = quantize_block_q8_0(x, static_cast<BlockQ8_0 *>(dst) + b);
+    } else if (wtype == SPECINFER_WTYPE_Q4_0) {
+      ok = quantize_block_levels<8>(x, &d, q);
+      if (ok) store_block(q, d, static_cast<BlockQ4_0 *>(dst) + b);
+    } else {
+      ok = quantize_block_levels<4>(x, &d, q);
+      if (ok) store_block(q, d, static_cast<BlockQ3_0 *>(dst) + b);
+    }
     if (!ok)
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "quantize: value %lld..%lld holds inf or NaN",
            static_cast<long long>(b * kQK), static_cast<long long>(b * kQK + kQK - 1));

@@ -47,7 +47,9 @@
 //  - With the gguf plugin the draft's matrices are re-quantized to Q4_0 in memory unless
 //    requant=none (the gguf plugin's requant option): drafting is memory-bound, and for the
 //    Qwen2.5-Coder 0.5B draft this reads 278 instead of 491 MB per token while its acceptance
-//    stays (HumanEval, 3-token drafts: 0.855 either way). And unless vocab_limit is given (0 =
+//    stays (HumanEval, 3-token drafts: 0.855 either way); requant=q3_0 reads 169 MB and accepts
+//    somewhat less (0.822 against 0.862 on HumanEval), a small net gain on AVX-512 (docs/
+//    BENCHMARKS.md) that is not the default. And unless vocab_limit is given (0 =
 //    off), the draft computes logits only for ids below 32768 plus the tokens of its context and
 //    the end-of-text ids (gguf's vocab_limit): the 0.5B's output matrix is 28% of its bytes, and
 //    1.6% of HumanEval's solution tokens fall outside that set. The target's output never changes.

@@ -232,8 +232,9 @@ void Weights::prepare_matrices(const ModelOptions &opt) {
   output_file = output;
   output.rows = n_out;  // rows are contiguous: the first n_out rows are a matrix of their own
   if (opt.requant >= 0) {
-    if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q8_0)
-      fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q8_0)",
+    if (opt.requant != SPECINFER_WTYPE_Q4_0 && opt.requant != SPECINFER_WTYPE_Q3_0 &&
+        opt.requant != SPECINFER_WTYPE_Q8_0)
+      fail(SPECINFER_ERR_CONFIG, "gguf: requant to type %d is not supported (q4_0, q3_0, q8_0)",
            opt.requant);
     if (k->struct_size < offsetof(specinfer_kernels, quantize_row) + sizeof(k->quantize_row) ||
         !k->quantize_row)
@@ -443,7 +444,8 @@ void Weights::requant(Weight &w, int32_t wtype) {
   if (const auto st = specinfer_status(job.status.load()); st != SPECINFER_OK)
     fail(st,
          "gguf: requant of a %lld x %lld %s matrix to %s failed (status %d: inf or NaN weights?)",
-         (long long)w.rows, (long long)w.cols, type_name(w.type), type_name(wtype), int(st));
+         (long long)w.rows, (long long)w.cols, type_name(w.type),
+         wtype == SPECINFER_WTYPE_Q3_0 ? "q3_0" : type_name(wtype), int(st));
   file.release(w.data, w.row_bytes * size_t(w.rows));  // the copy replaces the file's matrix
   w.type = wtype;
   w.data = mem;

@@ -88,7 +88,8 @@ struct SketchedAttention {
 struct ModelOptions {
   bool pack = true;         // hand every matrix to the host's pack_weight
   int32_t vocab_limit = 0;  // logits only for token ids below it; 0 = all
-  int32_t requant = -1;     // SPECINFER_WTYPE_Q4_0 or _Q8_0: re-quantize wider matrices; -1 = keep
+  // SPECINFER_WTYPE_Q4_0, _Q3_0 or _Q8_0: re-quantize wider matrices; -1 = keep.
+  int32_t requant = -1;
   // How every sequence stores its keys and values: SPECINFER_WTYPE_F32, _F16, _Q8_0 or _Q4_0 (the
   // host's kv_store writes them, its attention reads them directly); -1: F16, or F32 on a host
   // without kv_store.

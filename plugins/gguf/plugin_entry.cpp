@@ -80,9 +80,12 @@ Config parse_config(const char *text) {
   cfg.n_ctx = int_of("n_ctx", cfg.n_ctx, 1);
   cfg.vocab_limit = int_of("vocab_limit", cfg.vocab_limit, 0);
   cfg.vocab_extra = int_of("vocab_extra", cfg.vocab_extra, 0);
-  cfg.requant = kv.get_choice<int32_t>(
-      "requant", cfg.requant,
-      {{"q4_0", SPECINFER_WTYPE_Q4_0}, {"q8_0", SPECINFER_WTYPE_Q8_0}, {"none", -1}, {"0", -1}});
+  cfg.requant = kv.get_choice<int32_t>("requant", cfg.requant,
+                                       {{"q4_0", SPECINFER_WTYPE_Q4_0},
+                                        {"q3_0", SPECINFER_WTYPE_Q3_0},
+                                        {"q8_0", SPECINFER_WTYPE_Q8_0},
+                                        {"none", -1},
+                                        {"0", -1}});
   cfg.kv_type = kv.get_choice<int32_t>("kv_type", cfg.kv_type,
                                        {{"f32", SPECINFER_WTYPE_F32},
                                         {"f16", SPECINFER_WTYPE_F16},
