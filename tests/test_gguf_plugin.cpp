@@ -110,12 +110,14 @@ void test_config_errors(void **state) {
     assert_non_null(std::strstr(err.message, "attn"));
     assert_null(self);
   }
-  // A valid requant on the tiny model loads (its F32 matrices become Q4_0) and runs a forward.
-  assert_int_equal(create(fx, "path=" + fx->model_path + ",requant=q4_0", &self, &vt, &err),
-                   SPECINFER_OK);
-  assert_non_null(self);
-  vt->destroy(self);
-  self = nullptr;
+  // A valid requant on the tiny model loads (its F32 matrices become Q4_0, or Q3_0).
+  for (const char *requant : {",requant=q4_0", ",requant=q3_0"}) {
+    assert_int_equal(create(fx, "path=" + fx->model_path + requant, &self, &vt, &err),
+                     SPECINFER_OK);
+    assert_non_null(self);
+    vt->destroy(self);
+    self = nullptr;
+  }
   assert_int_equal(create(fx, "path=/nonexistent/model.gguf", &self, &vt, &err),
                    SPECINFER_ERR_NOT_FOUND);
   assert_non_null(std::strstr(err.message, "/nonexistent/model.gguf"));
@@ -361,6 +363,7 @@ void test_shared_sequences(void **state) {
   auto *fx = static_cast<Fixture *>(*state);
   check_shared_sequences(fx, "");                 // float weights (below the sgemm threshold)
   check_shared_sequences(fx, ",requant=q4_0");    // packed quantized weights
+  check_shared_sequences(fx, ",requant=q3_0");    // the same at three bits
   check_shared_sequences(fx, ",vocab_limit=40");  // per-sequence extra output rows
 }
 
