@@ -4,7 +4,8 @@
  *  - static: with the training corpus as static=..., a prompt copied from the corpus gets drafts
  *    the target keeps; without it, fewer;
  *  - dynamic: a second session on the same drafter and prompt drafts the first session's output
- *    from the dynamic cache and the target keeps (nearly) all of it;
+ *    from the dynamic cache and the target keeps (nearly) all of it; the drafter's estimates of
+ *    its drafts' kept length follow what was kept;
  *  - the text always equals plain decoding with that seed; bad configs are refused. */
 #include <stdint.h>
 #include <stdio.h>
@@ -120,6 +121,23 @@ static void test_dynamic_cache(void **state) {
   assert_true(s2.n_accepted > s3.n_accepted);
   assert_true(s2.n_accepted >= N_GEN / 2);
   assert_true(s2.acceptance_rate >= 0.8);
+  /* Every drafting round carries the drafter's estimate of its kept length, learned from the
+   * rounds before: within [0.6, 1.25] of what was kept in the second run (the cache's source
+   * starts from an even prior), and closer on a third run over the same text. */
+  specinfer_session_stats s4;
+  run(dyn, second, &s4);
+  assert_memory_equal(first, second, sizeof first);
+  const double e2 = s2.expected_accepted / (double)s2.n_estimated_rounds,
+               k2 = s2.estimated_rounds_accepted / (double)s2.n_estimated_rounds,
+               e4 = s4.expected_accepted / (double)s4.n_estimated_rounds,
+               k4 = s4.estimated_rounds_accepted / (double)s4.n_estimated_rounds;
+  fprintf(stderr,
+          "dynamic: kept length per round, expected against kept: second run %.2f, %.2f (%lld "
+          "rounds); third run %.2f, %.2f\n",
+          e2, k2, (long long)s2.n_estimated_rounds, e4, k4);
+  assert_true(s2.n_estimated_rounds > 0 && s4.n_estimated_rounds > 0);
+  assert_true(e2 >= 0.6 * k2 && e2 <= 1.25 * k2);
+  assert_true(e4 / k4 > e2 / k2 && e4 <= 1.25 * k4);
   specinfer_drafter_destroy(dyn);
   specinfer_drafter_destroy(nodyn);
 }

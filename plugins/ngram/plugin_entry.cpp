@@ -13,6 +13,10 @@
 // the text (text_lookup.h: the longest suffix of the text, text_min bytes at least, found earlier
 // and what followed it tokenized), when that drafts more: spans copied where their tokens differ
 // from the prompt's, as values copied into JSON.
+// Each draft carries an estimate of how many of its tokens the target keeps: per source (context
+// lookup per match length, dynamic, static, text) the share of its tokens kept when their parent
+// was, learned from what each commit after a draft appends (Laplace's rule, counts halved past
+// 512 so that they follow the text), multiplied down the chain and summed.
 //   config: n_min=<1..16> (3), n_max=<1..16> (8), max_draft=<1..64> (16), dynamic=0|1 (1),
 //           static=<path of a text file> (none), cache_n_min=<1..16> (2), min_count=<1..> (2),
 //           min_share=<0..1> (0.5), text=0|1 (0), text_min=<1..64> (5)
@@ -37,6 +41,24 @@ using specinfer_plugin::guarded;
 
 namespace {
 
+// Where a drafted token came from: context lookup with a match of n tokens (n = 1..16), or one
+// of the three sources after it.
+constexpr int kFromDynamic = 17, kFromStatic = 18, kFromText = 19, kSources = 20;
+
+// Tokens of one source kept by the target when their parent was, and those that were offered.
+struct SourceStats {
+  double offered = 0.0, kept = 0.0;
+  double p() const { return (kept + 1.0) / (offered + 2.0); }
+  void add(bool was_kept) {
+    offered += 1.0;
+    kept += was_kept ? 1.0 : 0.0;
+    if (offered > 512.0) {
+      offered /= 2.0;
+      kept /= 2.0;
+    }
+  }
+};
+
 struct Drafter {
   int32_t n_min = 3, n_max = 8, max_draft = 16;
   bool use_dynamic = true;
@@ -50,6 +72,21 @@ struct Drafter {
   bool use_text = false;
   specinfer_ngram::TextLookup text;
   std::vector<int32_t> text_draft;  // scratch
+  SourceStats sources[kSources];
+  // The last draft (its tokens and their sources) and the context length it followed; the commit
+  // after it tells which of its tokens the target kept.
+  std::vector<int32_t> drafted;
+  std::vector<int> drafted_from;
+  size_t drafted_at = 0;
+
+  // Learns from the tokens a commit appends right after the last draft.
+  void learn(const int32_t *tokens, size_t n) {
+    if (drafted.empty() || context.size() != drafted_at || n == 0) return;
+    size_t kept = 0;  // the target's own token ends what was appended
+    while (kept + 1 < n && kept < drafted.size() && tokens[kept] == drafted[kept]) ++kept;
+    for (size_t i = 0; i <= kept && i < drafted.size(); ++i) sources[drafted_from[i]].add(i < kept);
+    drafted.clear();
+  }
 };
 
 void d_destroy(void *self) {
@@ -73,6 +110,7 @@ specinfer_status d_begin(void *self, const int32_t *context, size_t n,
       d->dynamic.add(prev.data(), prev.size(), d->cache_n_min, d->n_max);
     d->context.clear();
     d->context.append(context, n);
+    d->drafted.clear();
   });
 }
 
@@ -81,24 +119,29 @@ specinfer_status d_commit(void *self, const int32_t *tokens, size_t n,
   auto *d = static_cast<Drafter *>(self);
   return guarded(err, "ngram", [&] {
     check_tokens(tokens, n);
+    d->learn(tokens, n);
     d->context.append(tokens, n);
   });
 }
 
-// Next token after the text ending in tail (all of it is the suffix of context + draft), or -1.
-int32_t next_token(const Drafter &d) {
+// Next token after the text ending in tail (all of it is the suffix of context + draft), or -1;
+// *from = its source.
+int32_t next_token(const Drafter &d, int *from) {
   const int32_t *end = d.tail.data() + d.tail.size();
   const int avail = static_cast<int>(d.tail.size());
   for (int n = std::min(d.n_max, avail); n >= d.n_min; --n) {
     ptrdiff_t p = d.context.find(end - n, n);
+    *from = n;
     if (p >= 0) return d.context.tokens()[static_cast<size_t>(p)];
   }
   using specinfer_ngram::longest_follower;
   if (!d.dynamic.empty()) {
     const int32_t t =
         longest_follower(d.dynamic, end, avail, d.cache_n_min, d.n_max, d.min_count, d.min_share);
+    *from = kFromDynamic;
     if (t >= 0) return t;
   }
+  *from = kFromStatic;
   if (d.stat)
     return longest_follower(*d.stat, end, avail, d.cache_n_min, d.n_max, d.min_count, d.min_share);
   return -1;
@@ -112,19 +155,23 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
       fail(SPECINFER_ERR_INVALID_ARGUMENT, "ngram: malformed draft request");
     out->n_nodes = 0;
     out->has_probs = 0;
+    d->drafted.clear();
     const int32_t want = std::min({req->max_tokens, out->cap, d->max_draft});
     if (want <= 0 || req->n_context == 0) return;
     // The request carries the whole sequence; follow it if begin/commit were not called.
     if (d->context.size() != req->n_context) d->context.sync(req->context, req->n_context);
     const size_t keep = std::min<size_t>(req->n_context, static_cast<size_t>(d->n_max));
     d->tail.assign(req->context + req->n_context - keep, req->context + req->n_context);
+    d->drafted_from.clear();
     int32_t k = 0;
     for (; k < want; ++k) {
-      const int32_t tok = next_token(*d);
+      int from = 0;
+      const int32_t tok = next_token(*d, &from);
       if (tok < 0 || tok >= out->vocab_size) break;
       out->tokens[k] = tok;
       out->parents[k] = k - 1;
       d->tail.push_back(tok);
+      d->drafted_from.push_back(from);
     }
     if (d->use_text && k < 2) {
       d->text.sync(req->context, req->n_context);
@@ -135,9 +182,19 @@ specinfer_status d_propose(void *self, const specinfer_draft_request *req, speci
           out->tokens[i] = d->text_draft[static_cast<size_t>(i)];
           out->parents[i] = i - 1;
         }
+        d->drafted_from.assign(static_cast<size_t>(k), kFromText);
       }
     }
     out->n_nodes = k;
+    // Remembered for the commit after it; the estimate: the chance that each prefix is kept.
+    d->drafted.assign(out->tokens, out->tokens + k);
+    d->drafted_at = req->n_context;
+    double path = 1.0, expected = 0.0;
+    for (int32_t i = 0; i < k; ++i) {
+      path *= d->sources[d->drafted_from[static_cast<size_t>(i)]].p();
+      expected += path;
+    }
+    if (k > 0) specinfer_plugin::set_expected_accepted(*out, expected);
   });
 }
 
