@@ -675,8 +675,9 @@ void test_draft_model_trees(void **state) {
 }
 
 // The accepted length each drafter expects per round, against what the target kept, in the
-// session's statistics: every drafting round of the draft model's greedy chains and trees carries
-// an estimate (at most the nodes drafted); its sampled chains and prompt lookup give none.
+// session's statistics: every drafting round of the draft model's greedy chains and trees and of
+// ngram carries an estimate (at most the nodes drafted); the draft model's sampled chains give
+// none.
 void test_expected_accepted(void **state) {
   skip_without_models(state);
   auto *e = static_cast<Env *>(*state);
@@ -688,7 +689,7 @@ void test_expected_accepted(void **state) {
   const Case cases[] = {{"draft-model:path=" + g_draft, 0.0f, true},
                         {"draft-model:path=" + g_draft + ",tree=1", 0.0f, true},
                         {"draft-model:path=" + g_draft, 1.0f, false},
-                        {"ngram", 0.0f, false}};
+                        {"ngram", 0.0f, true}};
   for (const Case &c : cases) {
     specinfer_drafter *d = open_drafter(e, c.spec);
     specinfer_session_stats st;
