@@ -701,13 +701,15 @@ void test_expected_accepted(void **state) {
         c.spec.c_str(), c.temp, (long long)st.n_estimated_rounds, (long long)st.n_rounds,
         st.n_estimated_rounds ? st.expected_accepted / st.n_estimated_rounds : 0.0,
         st.n_estimated_rounds ? st.estimated_rounds_accepted / st.n_estimated_rounds : 0.0);
-    if (c.estimates) {
+    // ngram drafts only where the text repeats itself: the short text of a sanitized run may
+    // have no draft to estimate.
+    if (c.estimates && (st.n_drafted > 0 || c.spec != "ngram")) {
       assert_true(st.n_estimated_rounds > 0);
       assert_true(st.n_estimated_rounds <= st.n_rounds);
       assert_true(st.expected_accepted > 0);
       assert_true(st.expected_accepted <= static_cast<double>(st.n_drafted));
       assert_true(st.estimated_rounds_accepted <= static_cast<double>(st.n_accepted));
-    } else {
+    } else if (!c.estimates) {
       assert_int_equal(st.n_estimated_rounds, 0);
       assert_true(st.expected_accepted == 0.0);
     }
