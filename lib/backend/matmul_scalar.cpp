@@ -45,9 +45,7 @@ template <int32_t W>
 void unpack32(const uint8_t *blk, Unpacked32 &u) {
   if constexpr (W == SPECINFER_WTYPE_Q3_0) {
     const auto *b = reinterpret_cast<const BlockQ3_0 *>(blk);
-    for (int j = 0; j < 32; ++j)
-      u.q[j] = static_cast<int8_t>(
-          (((b->qs[j % 8] >> (2 * (j / 8))) & 3) | ((b->qh[j / 8] >> (j % 8)) & 1) << 2) - 4);
+    for (int j = 0; j < 32; ++j) u.q[j] = static_cast<int8_t>(q3_0_value(*b, j) - 4);
     u.d = fp16_to_fp32(b->d);
     u.m = 0.0f;
   } else if constexpr (W == SPECINFER_WTYPE_Q4_0 || W == SPECINFER_WTYPE_Q4_1) {

@@ -404,7 +404,7 @@ namespace {
 int block32_value(int32_t wtype, const uint8_t *blk, int j) {
   if (wtype == SPECINFER_WTYPE_Q8_0) return static_cast<int8_t>(blk[2 + j]) + 128;
   if (wtype == SPECINFER_WTYPE_Q3_0)
-    return ((blk[2 + j % 8] >> (2 * (j / 8))) & 3) | ((blk[10 + j / 8] >> (j % 8)) & 1) << 2;
+    return q3_0_value(*reinterpret_cast<const BlockQ3_0 *>(blk), j);
   const uint8_t *qs = blk + (wtype == SPECINFER_WTYPE_Q5_0 ? 6 : 2);
   int q = (qs[j % 16] >> (4 * (j / 16))) & 15;
   if (wtype == SPECINFER_WTYPE_Q5_0) {
@@ -527,8 +527,7 @@ void unpack_tile_q32_r16(int32_t wtype, const uint8_t *tile, uint8_t *dst, size_
         continue;
       }
       if (wtype == SPECINFER_WTYPE_Q3_0) {
-        blk[2 + c % 8] = static_cast<uint8_t>(blk[2 + c % 8] | (q & 3) << (2 * (c / 8)));
-        blk[10 + c / 8] = static_cast<uint8_t>(blk[10 + c / 8] | ((q >> 2) & 1) << (c % 8));
+        q3_0_set(*reinterpret_cast<BlockQ3_0 *>(blk), c, q);
         continue;
       }
       uint8_t *qs = blk + (wtype == SPECINFER_WTYPE_Q5_0 ? 6 : 2);

@@ -208,11 +208,7 @@ void deq_q4_0(const BlockQ4_0 *b, float *y, int64_t nb) {
 void deq_q3_0(const BlockQ3_0 *b, float *y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += kQK) {
     const float d = fp16_to_fp32(b[i].d);
-    for (int j = 0; j < kQK; ++j) {
-      const int q = ((b[i].qs[j % 8] >> (2 * (j / 8))) & 3) | ((b[i].qh[j / 8] >> (j % 8)) & 1)
-                                                                  << 2;
-      y[j] = d * static_cast<float>(q - 4);
-    }
+    for (int j = 0; j < kQK; ++j) y[j] = d * static_cast<float>(q3_0_value(b[i], j) - 4);
   }
 }
 

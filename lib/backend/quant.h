@@ -125,6 +125,16 @@ struct BlockQ8_K {  // value = d * q (d is a float)
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36 &&
               sizeof(BlockQ3_0) == 14);
+
+// Value j (0..31, unsigned: 0..7) of a Q3_0 block, and setting it in a block whose bits for j are
+// clear.
+inline int q3_0_value(const BlockQ3_0 &b, int j) noexcept {
+  return ((b.qs[j % 8] >> (2 * (j / 8))) & 3) | ((b.qh[j / 8] >> (j % 8)) & 1) << 2;
+}
+inline void q3_0_set(BlockQ3_0 &b, int j, int q) noexcept {
+  b.qs[j % 8] = static_cast<uint8_t>(b.qs[j % 8] | (q & 3) << (2 * (j / 8)));
+  b.qh[j / 8] = static_cast<uint8_t>(b.qh[j / 8] | ((q >> 2) & 1) << (j % 8));
+}
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 

@@ -88,11 +88,7 @@ void store_block(const float *q, uint16_t d, BlockQ3_0 *out) noexcept {
   out->d = d;
   std::memset(out->qs, 0, sizeof out->qs);
   std::memset(out->qh, 0, sizeof out->qh);
-  for (int j = 0; j < kQK; ++j) {
-    const int v = static_cast<int>(q[j]);
-    out->qs[j % 8] = static_cast<uint8_t>(out->qs[j % 8] | (v & 3) << (2 * (j / 8)));
-    out->qh[j / 8] = static_cast<uint8_t>(out->qh[j / 8] | ((v >> 2) & 1) << (j % 8));
-  }
+  for (int j = 0; j < kQK; ++j) q3_0_set(*out, j, static_cast<int>(q[j]));
 }
 
 // quantize_block_levels on kLanes consecutive blocks at once, every value finite: lane l does block
